@@ -1,0 +1,25 @@
+//! Glider's configuration (spec package `config`): the YAML schema with defaults and
+//! validation ([`schema`]), `${VAR}` interpolation of secrets ([`Secret`]), and the live
+//! snapshot with hot reload ([`watch`]). A request reads one immutable `Arc<Config>`.
+
+pub mod schema;
+pub mod watch;
+
+pub use schema::*;
+pub use watch::{ConfigHandle, ReloadOutcome};
+
+/// What can be wrong with a config file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    /// YAML syntax or type error; the message carries line and column.
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    /// Parsed, but the values do not make sense together.
+    #[error("{path}: {}", problems.join("; "))]
+    Invalid { path: String, problems: Vec<String> },
+}

@@ -1,0 +1,546 @@
+//! The configuration schema. Every field has a default, so an empty file is a valid
+//! (if useless) config; unknown keys are errors, so a typo is caught at load.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ConfigError;
+
+/// The embedded default profile (`configs/glider.yaml`), used when no file is given.
+pub const DEFAULT_PROFILE: &str = include_str!("../../../configs/glider.yaml");
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Ports and listeners (restart-only).
+    pub server: ServerConfig,
+    /// Log filter, e.g. `info` or `glider=debug` (hot).
+    pub log_level: Option<String>,
+    /// Model servers Glider can send requests to, in preference order (hot).
+    pub backends: Vec<BackendConfig>,
+    /// Client model name → model name Glider asks for instead (hot).
+    pub model_aliases: BTreeMap<String, String>,
+    /// How a request picks its backend (hot).
+    pub routing: RoutingConfig,
+    /// The TLS-intercepting proxy (its ports, CA, hosts and transparent settings are
+    /// restart-only).
+    pub mitm: MitmConfig,
+}
+
+/// Listeners. Changing any of these needs a restart.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address the gateway and dashboard bind to.
+    pub bind: String,
+    /// Gateway port (OpenAI `/v1/*`, Anthropic `/v1/messages`).
+    pub proxy_port: u16,
+    /// Dashboard port.
+    pub dashboard_port: u16,
+    /// Largest request body accepted, in bytes (bigger gets 413 in the caller's dialect).
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            bind: "127.0.0.1".into(),
+            proxy_port: 8080,
+            dashboard_port: 8081,
+            max_body_bytes: 32 * 1024 * 1024,
+        }
+    }
+}
+
+/// The wire protocol a backend speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// Ollama's native `/api/chat`.
+    Ollama,
+    /// Any OpenAI-compatible server (vLLM, llama.cpp's server, LM Studio): Chat Completions.
+    Vllm,
+    /// OpenAI's API: Chat Completions and Responses.
+    Openai,
+    /// Anthropic's Messages API.
+    Anthropic,
+}
+
+impl BackendKind {
+    /// Local backends run on the user's machine; the others spend the user's cloud key.
+    pub fn is_local(self) -> bool {
+        matches!(self, BackendKind::Ollama | BackendKind::Vllm)
+    }
+}
+
+/// One model a backend serves, written either as a bare name or as a table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ModelEntry {
+    Name(String),
+    Detailed(ModelSpec),
+}
+
+/// A model with its limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    /// The name clients ask for; `*` matches any run of characters (`claude-*`).
+    pub name: String,
+    /// Context window in tokens (defaults to the backend's `context_window`).
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// Whether the model accepts a thinking/reasoning request. Ollama refuses
+    /// `think: true` for a model without it, so Glider strips thinking unless this is set.
+    #[serde(default)]
+    pub thinking: Option<bool>,
+}
+
+impl ModelEntry {
+    pub fn spec(&self) -> ModelSpec {
+        match self {
+            ModelEntry::Name(name) => ModelSpec {
+                name: name.clone(),
+                context_window: None,
+                thinking: None,
+            },
+            ModelEntry::Detailed(spec) => spec.clone(),
+        }
+    }
+}
+
+/// One backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// Unique name, used in logs, the dashboard and routing rules.
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: BackendKind,
+    /// Base URL. Ollama: `http://host:11434`; vLLM/OpenAI: up to and including `/v1`;
+    /// Anthropic: without `/v1`. `${VAR}` is interpolated.
+    pub base_url: String,
+    /// API key; `${VAR}` is interpolated. Never logged.
+    #[serde(default)]
+    pub api_key: Option<Secret>,
+    /// Models this backend serves (names or `*` patterns).
+    #[serde(default)]
+    pub models: Vec<ModelEntry>,
+    /// Model to ask for when this backend answers as a fallback for a model it does
+    /// not list (for example a local model failed and the cloud takes over).
+    #[serde(default)]
+    pub default_model: Option<String>,
+    /// Default context window of this backend's models, in tokens.
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// Seconds to wait for a TCP connection.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_secs: u64,
+    /// Seconds to wait for the first byte of the reply (model load included).
+    #[serde(default = "default_first_byte_timeout")]
+    pub first_byte_timeout_secs: u64,
+    /// Seconds a stream may stay silent before it is treated as stalled.
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout_secs: u64,
+    /// Extra request headers (values interpolated).
+    #[serde(default)]
+    pub headers: BTreeMap<String, Secret>,
+    /// Set false to keep this backend in the file but unused.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn default_connect_timeout() -> u64 {
+    5
+}
+fn default_first_byte_timeout() -> u64 {
+    300
+}
+fn default_idle_timeout() -> u64 {
+    120
+}
+fn yes() -> bool {
+    true
+}
+
+impl BackendConfig {
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_secs(self.connect_timeout_secs)
+    }
+    pub fn first_byte_timeout(&self) -> Duration {
+        Duration::from_secs(self.first_byte_timeout_secs)
+    }
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_secs)
+    }
+
+    /// The spec of `model` if this backend lists it (exactly or by pattern).
+    pub fn model_spec(&self, model: &str) -> Option<ModelSpec> {
+        let specs = self.models.iter().map(ModelEntry::spec);
+        let mut fallback = None;
+        for spec in specs {
+            if spec.name == model {
+                return Some(spec);
+            }
+            if fallback.is_none() && glob_match(&spec.name, model) {
+                fallback = Some(ModelSpec {
+                    name: model.to_owned(),
+                    ..spec
+                });
+            }
+        }
+        fallback
+    }
+
+    /// Context window of `model` on this backend, if known.
+    pub fn context_window_of(&self, model: &str) -> Option<u64> {
+        self.model_spec(model)
+            .and_then(|s| s.context_window)
+            .or(self.context_window)
+    }
+
+    /// Names of the concrete (pattern-free) models this backend lists.
+    pub fn concrete_models(&self) -> Vec<String> {
+        self.models
+            .iter()
+            .map(|m| m.spec().name)
+            .filter(|n| !n.contains('*'))
+            .collect()
+    }
+}
+
+/// `*` matches any run of characters; everything else matches itself.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let Some(first) = parts.next() else {
+        return text.is_empty();
+    };
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let tail: Vec<&str> = parts.collect();
+    if tail.is_empty() {
+        return rest.is_empty();
+    }
+    for (i, piece) in tail.iter().enumerate() {
+        if i + 1 == tail.len() {
+            return rest.ends_with(piece);
+        }
+        match rest.find(piece) {
+            Some(at) => rest = &rest[at + piece.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// A string that may name environment variables as `${VAR}`, resolved when used. Its
+/// `Debug` never shows the value, so a key cannot reach a log line by accident.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(****)")
+    }
+}
+
+impl Secret {
+    /// The value with every `${VAR}` replaced, or the name of the first unset variable.
+    pub fn resolve(&self) -> Result<String, String> {
+        interpolate(&self.0, |name| std::env::var(name).ok())
+    }
+}
+
+/// Replace `${NAME}` using `lookup`; an unset or empty variable is an error naming it.
+pub fn interpolate(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err(format!("unclosed ${{ in {text:?}"));
+        };
+        let name = &after[..end];
+        match lookup(name).filter(|v| !v.is_empty()) {
+            Some(value) => out.push_str(&value),
+            None => return Err(format!("environment variable {name} is not set")),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Routing settings owned by this simple router; the rule engine extends it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoutingConfig {
+    /// When a local backend fails or cannot fit a request, let a cloud backend answer
+    /// with the user's key. Set false for pure local.
+    pub cloud_fallback: bool,
+    /// Context window assumed for a local model that states none.
+    pub default_local_context: u64,
+}
+
+impl Default for RoutingConfig {
+    fn default() -> Self {
+        RoutingConfig {
+            cloud_fallback: true,
+            default_local_context: 32_768,
+        }
+    }
+}
+
+/// The MITM proxy's settings (used by the proxy; listed here so one file configures all).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MitmConfig {
+    pub enabled: bool,
+    /// CONNECT proxy port (restart-only).
+    pub port: u16,
+    /// Hosts to decrypt; `*.example.com` patterns allowed (restart-only).
+    pub hosts: Vec<String>,
+    /// Tunnel (true) or refuse (false) a host that is not listed.
+    pub passthrough_default: bool,
+    /// In hybrid mode a failed local answer goes to the CLI's origin.
+    pub origin_on_local_error: bool,
+    /// Transparent interception (restart-only).
+    pub transparent: bool,
+    pub transparent_port: u16,
+    pub transparent_ports: Vec<u16>,
+    /// Directory of the CA (`ca.crt`, `ca.key`); default `GLIDER_HOME/mitm` (restart-only).
+    pub ca_dir: Option<String>,
+    pub debug_agent_rpc: bool,
+    pub agent_rpc_tool_codec: bool,
+}
+
+impl Default for MitmConfig {
+    fn default() -> Self {
+        MitmConfig {
+            enabled: false,
+            port: 8082,
+            hosts: vec!["api.anthropic.com".into(), "api.openai.com".into()],
+            passthrough_default: true,
+            origin_on_local_error: true,
+            transparent: false,
+            transparent_port: 8083,
+            transparent_ports: vec![443],
+            ca_dir: None,
+            debug_agent_rpc: false,
+            agent_rpc_tool_codec: false,
+        }
+    }
+}
+
+impl MitmConfig {
+    /// The part of this section that only a restart can apply.
+    fn restart_only(&self) -> impl PartialEq + '_ {
+        (
+            self.port,
+            &self.hosts,
+            self.transparent,
+            self.transparent_port,
+            &self.transparent_ports,
+            &self.ca_dir,
+            self.enabled,
+        )
+    }
+}
+
+impl Config {
+    /// Parse YAML text; `origin` names the source in messages.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config: Config = if text.trim().is_empty() {
+            Config::default()
+        } else {
+            serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
+                path: origin.to_owned(),
+                message: e.to_string(),
+            })?
+        };
+        let problems = config.problems();
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid {
+                path: origin.to_owned(),
+                problems,
+            })
+        }
+    }
+
+    /// Read and parse a file.
+    pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// The embedded default profile.
+    pub fn embedded_default() -> Result<Config, ConfigError> {
+        Config::parse(DEFAULT_PROFILE, "embedded configs/glider.yaml")
+    }
+
+    /// Everything wrong with values that parsed (empty when valid).
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut names = std::collections::HashSet::new();
+        for (i, backend) in self.backends.iter().enumerate() {
+            let at = format!("backends[{i}] ({})", backend.name);
+            if backend.name.trim().is_empty() {
+                problems.push(format!("backends[{i}]: name must not be empty"));
+            }
+            if !names.insert(backend.name.as_str()) {
+                problems.push(format!("{at}: duplicate backend name"));
+            }
+            let url = &backend.base_url;
+            if !(url.starts_with("http://") || url.starts_with("https://") || url.starts_with("${")) {
+                problems.push(format!("{at}: base_url must start with http:// or https://, got {url:?}"));
+            }
+            if backend.kind.is_local() && backend.models.is_empty() {
+                problems.push(format!("{at}: a local backend must list the models it serves"));
+            }
+        }
+        for (from, to) in &self.model_aliases {
+            if from == to {
+                problems.push(format!("model_aliases: {from:?} maps to itself"));
+            } else if self.model_aliases.contains_key(to) {
+                problems.push(format!("model_aliases: {from:?} → {to:?} chains into another alias"));
+            }
+        }
+        if self.server.max_body_bytes < 1024 {
+            problems.push("server.max_body_bytes must be at least 1024".into());
+        }
+        let ports = [
+            ("server.proxy_port", self.server.proxy_port),
+            ("server.dashboard_port", self.server.dashboard_port),
+        ];
+        if ports[0].1 != 0 && ports[0].1 == ports[1].1 {
+            problems.push("server.proxy_port and server.dashboard_port must differ".into());
+        }
+        problems
+    }
+
+    /// The model Glider asks for when a client names `model`.
+    pub fn resolve_alias<'a>(&'a self, model: &'a str) -> &'a str {
+        self.model_aliases.get(model).map(String::as_str).unwrap_or(model)
+    }
+
+    /// The restart-only settings that differ between `self` (running) and `next`.
+    pub fn restart_only_changes(&self, next: &Config) -> Vec<&'static str> {
+        let mut changed = Vec::new();
+        if self.server != next.server {
+            changed.push("server (ports, bind address, body limit)");
+        }
+        if self.mitm.restart_only() != next.mitm.restart_only() {
+            changed.push("mitm (port, CA, hosts, transparent settings)");
+        }
+        changed
+    }
+
+    /// `next` with the restart-only settings of `self` kept, so a reload applies what
+    /// it can and leaves the rest for the restart.
+    pub fn hot_applicable(&self, next: Config) -> Config {
+        let mut applied = next;
+        applied.server = self.server.clone();
+        let hot_mitm = MitmConfig {
+            passthrough_default: applied.mitm.passthrough_default,
+            origin_on_local_error: applied.mitm.origin_on_local_error,
+            debug_agent_rpc: applied.mitm.debug_agent_rpc,
+            agent_rpc_tool_codec: applied.mitm.agent_rpc_tool_codec,
+            ..self.mitm.clone()
+        };
+        applied.mitm = hot_mitm;
+        applied
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_valid() {
+        let config = Config::embedded_default().expect("default profile parses");
+        assert!(!config.backends.is_empty());
+        assert_eq!(config.server.proxy_port, 8080);
+    }
+
+    #[test]
+    fn profiles_are_valid() {
+        for name in ["glider.yaml", "glider.local.yaml", "glider.cloud.yaml"] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs").join(name);
+            Config::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    #[test]
+    fn typo_reports_line_and_column() {
+        let err = Config::parse("server:\n  proxy_prot: 1\n", "t.yaml").expect_err("unknown key");
+        let text = err.to_string();
+        assert!(text.contains("proxy_prot"), "{text}");
+        assert!(text.contains("line 2") || text.contains("2:"), "{text}");
+    }
+
+    #[test]
+    fn invalid_values_are_listed() {
+        let yaml = "backends:\n  - {name: a, type: ollama, base_url: 'ftp://x'}\n  - {name: a, type: openai, base_url: 'https://x'}\nmodel_aliases: {x: x}\n";
+        let Err(ConfigError::Invalid { problems, .. }) = Config::parse(yaml, "t") else {
+            panic!("expected invalid");
+        };
+        assert_eq!(problems.len(), 4, "{problems:?}");
+    }
+
+    #[test]
+    fn interpolation_names_the_missing_variable() {
+        let lookup = |n: &str| (n == "A").then(|| "1".to_owned());
+        assert_eq!(interpolate("x${A}y", lookup).as_deref(), Ok("x1y"));
+        assert_eq!(
+            interpolate("${B}", lookup),
+            Err("environment variable B is not set".to_owned())
+        );
+        assert!(format!("{:?}", Secret("sk-123".into())).contains("****"));
+    }
+
+    #[test]
+    fn glob_patterns() {
+        assert!(glob_match("claude-*", "claude-sonnet-4"));
+        assert!(glob_match("*haiku*", "claude-3-5-haiku-latest"));
+        assert!(glob_match("a*b*c", "a-b-c"));
+        assert!(!glob_match("a*b*c", "a-c-b"));
+        assert!(!glob_match("gpt-4o", "gpt-4o-mini"));
+    }
+
+    #[test]
+    fn model_entries_in_both_forms() {
+        let yaml = "backends:\n  - name: l\n    type: ollama\n    base_url: http://x\n    context_window: 8192\n    models: [a, {name: b, context_window: 100, thinking: true}, 'q*']\n";
+        let config = Config::parse(yaml, "t").expect("valid");
+        let b = &config.backends[0];
+        assert_eq!(b.context_window_of("a"), Some(8192));
+        assert_eq!(b.context_window_of("b"), Some(100));
+        assert_eq!(b.model_spec("qwen").map(|s| s.name), Some("qwen".into()));
+        assert_eq!(b.model_spec("z"), None);
+    }
+
+    #[test]
+    fn restart_only_keys_are_kept_on_reload() {
+        let old = Config::default();
+        let mut next = Config::default();
+        next.server.proxy_port = 9999;
+        next.mitm.origin_on_local_error = false;
+        next.model_aliases.insert("a".into(), "b".into());
+        assert_eq!(old.restart_only_changes(&next).len(), 1);
+        let applied = old.hot_applicable(next);
+        assert_eq!(applied.server.proxy_port, 8080);
+        assert!(!applied.mitm.origin_on_local_error);
+        assert_eq!(applied.model_aliases.len(), 1);
+    }
+}

@@ -1,0 +1,206 @@
+//! The live config: one immutable snapshot published through `ArcSwap`, and a watcher
+//! that reloads the file when it changes. It watches the parent directory (editors save
+//! by rename), applies only hot keys, keeps the old config when the new file is broken,
+//! and reports restart-only changes instead of applying them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::watch;
+
+use crate::{Config, ConfigError};
+
+/// Holder of the current config; cheap to clone and share.
+#[derive(Clone)]
+pub struct ConfigHandle {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    current: ArcSwap<Config>,
+    path: Option<PathBuf>,
+    changed: watch::Sender<Arc<Config>>,
+}
+
+/// What one reload did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReloadOutcome {
+    /// The file did not change what is running.
+    Unchanged,
+    /// The new config runs; `needs_restart` lists restart-only sections that changed
+    /// and were not applied.
+    Applied { needs_restart: Vec<&'static str> },
+    /// The file is broken; the old config stays.
+    Rejected { error: String },
+}
+
+impl ConfigHandle {
+    /// A handle over `config`, reloadable from `path` if given.
+    pub fn new(config: Config, path: Option<PathBuf>) -> Self {
+        let config = Arc::new(config);
+        let (changed, _) = watch::channel(config.clone());
+        ConfigHandle {
+            inner: Arc::new(Inner {
+                current: ArcSwap::new(config),
+                path,
+                changed,
+            }),
+        }
+    }
+
+    /// The snapshot a request should keep for its whole life.
+    pub fn snapshot(&self) -> Arc<Config> {
+        self.inner.current.load_full()
+    }
+
+    /// The file this config came from, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    /// A receiver told of every applied change.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Config>> {
+        self.inner.changed.subscribe()
+    }
+
+    /// Re-read the file now and apply what can be applied.
+    pub fn reload(&self) -> ReloadOutcome {
+        let Some(path) = &self.inner.path else {
+            return ReloadOutcome::Unchanged;
+        };
+        match Config::load(path) {
+            Ok(next) => self.apply(next),
+            Err(err) => {
+                tracing::error!(error = %err, "config reload rejected; the previous config stays");
+                ReloadOutcome::Rejected {
+                    error: err.to_string(),
+                }
+            }
+        }
+    }
+
+    /// Apply a parsed config (hot keys only).
+    pub fn apply(&self, next: Config) -> ReloadOutcome {
+        let running = self.snapshot();
+        let needs_restart = running.restart_only_changes(&next);
+        for section in &needs_restart {
+            tracing::warn!(section, "config change needs a restart; not applied");
+        }
+        let applied = running.hot_applicable(next);
+        if applied == *running {
+            return if needs_restart.is_empty() {
+                ReloadOutcome::Unchanged
+            } else {
+                ReloadOutcome::Applied { needs_restart }
+            };
+        }
+        let applied = Arc::new(applied);
+        self.inner.current.store(applied.clone());
+        self.inner.changed.send_replace(applied);
+        tracing::info!("config reloaded");
+        ReloadOutcome::Applied { needs_restart }
+    }
+
+    /// Watch the file and reload on change until the handle's last clone is dropped.
+    /// Returns the OS watcher, which must be kept alive.
+    pub fn watch(&self) -> Result<Option<notify::RecommendedWatcher>, ConfigError> {
+        let Some(path) = self.inner.path.clone() else {
+            return Ok(None);
+        };
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        let file_name = path.file_name().map(|n| n.to_owned());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if let Ok(event) = event {
+                if event
+                    .paths
+                    .iter()
+                    .any(|p| p.file_name().map(|n| n.to_owned()) == file_name)
+                {
+                    let _ = tx.send(());
+                }
+            }
+        })
+        .map_err(|e| watch_error(&path, e))?;
+        watcher
+            .watch(&dir, RecursiveMode::NonRecursive)
+            .map_err(|e| watch_error(&path, e))?;
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            while rx.recv().await.is_some() {
+                // Editors write in bursts (truncate, write, rename): let the burst settle.
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                while rx.try_recv().is_ok() {}
+                let Some(inner) = weak.upgrade() else { break };
+                let outcome = ConfigHandle { inner }.reload();
+                tracing::debug!(?outcome, "config file changed");
+            }
+        });
+        Ok(Some(watcher))
+    }
+}
+
+fn watch_error(path: &Path, e: notify::Error) -> ConfigError {
+    ConfigError::Read {
+        path: path.display().to_string(),
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, text: &str) {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).expect("write");
+        std::fs::rename(&tmp, path).expect("rename");
+    }
+
+    const BASE: &str = "backends:\n  - {name: l, type: ollama, base_url: 'http://127.0.0.1:1', models: [m]}\n";
+
+    #[tokio::test]
+    async fn reload_applies_hot_keys_and_rejects_broken_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("glider.yaml");
+        write(&path, BASE);
+        let handle = ConfigHandle::new(Config::load(&path).expect("valid"), Some(path.clone()));
+
+        write(&path, &format!("{BASE}model_aliases: {{gpt-4o: m}}\n"));
+        assert_eq!(handle.reload(), ReloadOutcome::Applied { needs_restart: vec![] });
+        assert_eq!(handle.snapshot().resolve_alias("gpt-4o"), "m");
+
+        write(&path, "backends: [oops\n");
+        assert!(matches!(handle.reload(), ReloadOutcome::Rejected { .. }));
+        assert_eq!(handle.snapshot().resolve_alias("gpt-4o"), "m");
+
+        write(&path, &format!("{BASE}server: {{proxy_port: 9}}\n"));
+        let outcome = handle.reload();
+        assert!(matches!(&outcome, ReloadOutcome::Applied { needs_restart } if needs_restart.len() == 1), "{outcome:?}");
+        assert_eq!(handle.snapshot().server.proxy_port, 8080);
+        assert!(handle.snapshot().model_aliases.is_empty());
+    }
+
+    #[tokio::test]
+    async fn watcher_sees_a_rename_save() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("glider.yaml");
+        write(&path, BASE);
+        let handle = ConfigHandle::new(Config::load(&path).expect("valid"), Some(path.clone()));
+        let mut changes = handle.subscribe();
+        let _watcher = handle.watch().expect("watch");
+        write(&path, &format!("{BASE}model_aliases: {{a: m}}\n"));
+        tokio::time::timeout(Duration::from_secs(20), changes.changed())
+            .await
+            .expect("reload within 20 s")
+            .expect("sender alive");
+        assert_eq!(handle.snapshot().resolve_alias("a"), "m");
+    }
+}
