@@ -1,0 +1,307 @@
+//! One backend: its resolved settings, HTTP client (pooled connections), breaker and
+//! health, and `send`, which returns once the first byte of the reply has arrived —
+//! the last point where a failure can still fall back to another backend.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use glider_config::{BackendConfig, BackendKind};
+use glider_ngl::{Dialect, ErrorKind};
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::breaker::CircuitBreaker;
+use crate::executor::AttemptFailure;
+use crate::health::HealthCell;
+
+/// The rest of a reply body after its first chunk.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, AttemptFailure>> + Send>>;
+
+/// A request ready for one backend.
+#[derive(Debug, Clone)]
+pub struct UpstreamRequest {
+    pub dialect: Dialect,
+    pub body: Bytes,
+    pub stream: bool,
+    /// Client headers worth forwarding (e.g. `anthropic-beta` to an Anthropic backend).
+    pub headers: HeaderMap,
+}
+
+/// A reply whose first byte has arrived.
+pub struct UpstreamResponse {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub first_chunk: Bytes,
+    pub rest: BodyStream,
+}
+
+impl UpstreamResponse {
+    /// The whole body (for non-streamed replies).
+    pub async fn collect(mut self) -> Result<Bytes, AttemptFailure> {
+        let mut body = self.first_chunk.to_vec();
+        while let Some(chunk) = self.rest.next().await {
+            body.extend_from_slice(&chunk?);
+        }
+        Ok(Bytes::from(body))
+    }
+}
+
+/// A configured backend with its live state. Kept across reloads while its config is
+/// unchanged, so breaker and health survive an edit of unrelated keys.
+pub struct Backend {
+    pub config: BackendConfig,
+    api_key: Option<String>,
+    headers: HeaderMap,
+    /// Why this backend cannot be used at all (a missing `${VAR}`), if so.
+    pub unavailable: Option<String>,
+    pub breaker: CircuitBreaker,
+    pub(crate) health: HealthCell,
+    http: reqwest::Client,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("name", &self.config.name)
+            .field("kind", &self.config.kind)
+            .field("unavailable", &self.unavailable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backend {
+    /// Resolve secrets and build the HTTP client. Never fails: problems are recorded in
+    /// `unavailable` and reported when the backend is used.
+    pub fn new(config: BackendConfig) -> Arc<Backend> {
+        let mut problems = Vec::new();
+        let api_key = match config.api_key.as_ref().map(|k| k.resolve()).transpose() {
+            Ok(key) => key,
+            Err(e) => {
+                problems.push(e);
+                None
+            }
+        };
+        let base_url = glider_config::Secret(config.base_url.clone()).resolve();
+        let base_url = match base_url {
+            Ok(url) => url.trim_end_matches('/').to_owned(),
+            Err(e) => {
+                problems.push(e);
+                config.base_url.clone()
+            }
+        };
+        let mut headers = HeaderMap::new();
+        for (name, value) in &config.headers {
+            match (
+                HeaderName::try_from(name.as_str()),
+                value.resolve().map(|v| HeaderValue::try_from(v)),
+            ) {
+                (Ok(name), Ok(Ok(mut value))) => {
+                    value.set_sensitive(true);
+                    headers.insert(name, value);
+                }
+                (_, Err(e)) => problems.push(e),
+                _ => problems.push(format!("header {name:?} is not a valid HTTP header")),
+            }
+        }
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout())
+            .read_timeout(config.idle_timeout())
+            .tcp_nodelay(true)
+            .pool_idle_timeout(std::time::Duration::from_secs(90));
+        if config.kind.is_local() {
+            // A local model server is never reached through a proxy (which could be
+            // Glider's own MITM port, a loop).
+            builder = builder.no_proxy();
+        }
+        let http = builder.build().unwrap_or_else(|e| {
+            problems.push(format!("HTTP client: {e}"));
+            reqwest::Client::new()
+        });
+        let unavailable = (!problems.is_empty()).then(|| problems.join("; "));
+        Arc::new(Backend {
+            config: BackendConfig {
+                base_url,
+                ..config
+            },
+            api_key,
+            headers,
+            unavailable,
+            breaker: CircuitBreaker::default(),
+            health: HealthCell::default(),
+            http,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub fn kind(&self) -> BackendKind {
+        self.config.kind
+    }
+
+    /// The dialect this backend should be spoken to in, preferring the client's own.
+    pub fn dialect_for(&self, front: Dialect) -> Dialect {
+        match self.config.kind {
+            BackendKind::Ollama => Dialect::Ollama,
+            BackendKind::Vllm => Dialect::OpenAiChat,
+            BackendKind::Anthropic => Dialect::Anthropic,
+            BackendKind::Openai if front == Dialect::OpenAiResponses => Dialect::OpenAiResponses,
+            BackendKind::Openai => Dialect::OpenAiChat,
+        }
+    }
+
+    /// Full URL for `path` under the base URL.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.config.base_url, path)
+    }
+
+    fn endpoint(&self, dialect: Dialect) -> String {
+        let path = match dialect {
+            Dialect::Ollama => "/api/chat",
+            Dialect::OpenAiChat => "/chat/completions",
+            Dialect::OpenAiResponses => "/responses",
+            Dialect::Anthropic => "/v1/messages",
+        };
+        self.url(path)
+    }
+
+    /// A GET for health probes and model lists.
+    pub(crate) fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.authorise(self.http.get(self.url(path)))
+    }
+
+    fn authorise(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        if let Some(key) = &self.api_key {
+            request = match self.config.kind {
+                BackendKind::Anthropic => request.header("x-api-key", key),
+                _ => request.bearer_auth(key),
+            };
+        }
+        if self.config.kind == BackendKind::Anthropic {
+            request = request.header("anthropic-version", "2023-06-01");
+        }
+        request.headers(self.headers.clone())
+    }
+
+    /// Send `request` and wait for the first byte of a 2xx reply. Anything else — no
+    /// connection, a timeout, an error status, an empty body — is an [`AttemptFailure`]
+    /// that says whether another backend may be tried.
+    pub async fn send(&self, request: &UpstreamRequest) -> Result<UpstreamResponse, AttemptFailure> {
+        let fail = |kind, message: String, retryable| AttemptFailure {
+            backend: self.config.name.clone(),
+            kind,
+            message,
+            retryable,
+            status: None,
+            body: None,
+        };
+        if let Some(why) = &self.unavailable {
+            return Err(fail(ErrorKind::Unavailable, format!("not configured: {why}"), true));
+        }
+        let mut builder = self
+            .authorise(self.http.post(self.endpoint(request.dialect)))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(request.body.clone());
+        for (name, value) in &request.headers {
+            builder = builder.header(name, value);
+        }
+        let first_byte = self.config.first_byte_timeout();
+        let outcome = tokio::time::timeout(first_byte, async {
+            let response = builder.send().await.map_err(|e| transport_failure(self.name(), &e))?;
+            let status = response.status().as_u16();
+            let content_type = response
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let mut body = response.bytes_stream();
+            let first = body.next().await;
+            Ok::<_, AttemptFailure>((status, content_type, first, body))
+        })
+        .await;
+        let (status, content_type, first, body) = match outcome {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(fail(
+                    ErrorKind::Timeout,
+                    format!("no reply within {} s", first_byte.as_secs()),
+                    true,
+                ));
+            }
+        };
+        let first_chunk = match first {
+            Some(Ok(chunk)) => chunk,
+            Some(Err(e)) => return Err(transport_failure(self.name(), &e)),
+            None if (200..300).contains(&status) => {
+                return Err(fail(ErrorKind::BadGateway, "empty reply body".into(), true));
+            }
+            None => Bytes::new(),
+        };
+        let backend = self.config.name.clone();
+        let rest: BodyStream = Box::pin(body.map(move |chunk| chunk.map_err(|e| transport_failure(&backend, &e))));
+        if !(200..300).contains(&status) {
+            let body = UpstreamResponse {
+                status,
+                content_type,
+                first_chunk,
+                rest,
+            }
+            .collect()
+            .await
+            .unwrap_or_default();
+            let kind = ErrorKind::from_status(status);
+            // A client error the backend would repeat anywhere is not worth a fallback;
+            // a missing model, rate limit, overload or server error is.
+            let retryable = !matches!(kind, ErrorKind::InvalidRequest | ErrorKind::RequestTooLarge)
+                || status >= 500;
+            return Err(AttemptFailure {
+                backend: self.config.name.clone(),
+                kind,
+                message: format!("HTTP {status}: {}", snippet(&body)),
+                retryable,
+                status: Some(status),
+                body: Some(body),
+            });
+        }
+        Ok(UpstreamResponse {
+            status,
+            content_type,
+            first_chunk,
+            rest,
+        })
+    }
+}
+
+fn transport_failure(backend: &str, e: &reqwest::Error) -> AttemptFailure {
+    let kind = if e.is_timeout() {
+        ErrorKind::Timeout
+    } else {
+        ErrorKind::BadGateway
+    };
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        message = format!("{message}: {inner}");
+        source = inner.source();
+    }
+    AttemptFailure {
+        backend: backend.to_owned(),
+        kind,
+        message,
+        retryable: true,
+        status: None,
+        body: None,
+    }
+}
+
+/// The start of a body, for error messages.
+pub fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    match text.char_indices().nth(300) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}

@@ -1,0 +1,13 @@
+//! Backend clients (spec package `backend`) and the resilient half of `orchestrator`:
+//! [`client`] speaks HTTP to one backend, [`breaker`] is its circuit breaker,
+//! [`health`] probes it, and [`executor`] runs the backup sequence over candidates.
+
+pub mod breaker;
+pub mod client;
+pub mod executor;
+pub mod health;
+
+pub use breaker::{BreakerState, CircuitBreaker};
+pub use client::{Backend, BodyStream, UpstreamRequest, UpstreamResponse};
+pub use executor::{AttemptFailure, Candidate, Executed, execute};
+pub use health::Health;
