@@ -133,6 +133,35 @@ impl Backend {
         })
     }
 
+    /// Whether a key is configured (else a cloud backend uses the client's own).
+    pub fn has_api_key(&self) -> bool {
+        self.api_key.is_some()
+    }
+
+    /// Anthropic's exact token count for a Messages body (`/v1/messages/count_tokens`).
+    pub async fn count_tokens(&self, body: &serde_json::Value, headers: HeaderMap) -> Result<u64, String> {
+        if let Some(why) = &self.unavailable {
+            return Err(format!("not configured: {why}"));
+        }
+        let response = self
+            .authorise(self.http.post(self.url("/v1/messages/count_tokens")))
+            .headers(headers)
+            .json(body)
+            .timeout(self.config.first_byte_timeout())
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let text = response.bytes().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!("HTTP {status}: {}", snippet(&text)));
+        }
+        serde_json::from_slice::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["input_tokens"].as_u64())
+            .ok_or_else(|| format!("unexpected count_tokens reply: {}", snippet(&text)))
+    }
+
     pub fn name(&self) -> &str {
         &self.config.name
     }

@@ -1,0 +1,10 @@
+//! The shared completion pipeline (spec package `orchestrator`'s `PipelineCompleter`,
+//! with `router` and the tokenizer half of `transform`). Every door — gateway, MITM —
+//! hands a request to [`Engine::complete`]; nothing in here looks at which CLI sent it.
+
+pub mod pipeline;
+pub mod router;
+pub mod tokenizer;
+
+pub use pipeline::{Completion, CompletionBody, CompletionRequest, Engine, ModelInfo};
+pub use router::RouteDecision;

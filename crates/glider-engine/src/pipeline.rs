@@ -1,0 +1,429 @@
+//! `PipelineCompleter`: decode → alias → token estimate → route → build per candidate →
+//! executor → a reply the door can render. Same dialect on both sides and nothing to
+//! rewrite but the model: the body and the reply are forwarded as bytes.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use glider_backend::executor::summarise;
+use glider_backend::{AttemptFailure, Backend, BodyStream, Candidate, UpstreamRequest};
+use glider_config::{BackendKind, Config, ConfigHandle};
+use glider_ngl::{ApiError, Dialect, ErrorKind, Request, Response, StreamEvent};
+use glider_vendors::{StreamDecoder, codec};
+use http::HeaderMap;
+use serde::Serialize;
+
+use crate::router::{RouteDecision, RouteInput, route};
+use crate::tokenizer::estimate_request_tokens;
+
+/// A request as a door received it.
+#[derive(Debug, Clone)]
+pub struct CompletionRequest {
+    pub front: Dialect,
+    pub body: Bytes,
+    pub headers: HeaderMap,
+}
+
+/// How the reply body reaches the client.
+pub enum CompletionBody {
+    /// The backend speaks the client's dialect: its bytes, untouched.
+    Raw {
+        content_type: Option<String>,
+        first_chunk: Bytes,
+        rest: BodyStream,
+    },
+    /// A translated stream of ngl events (encode with the front codec).
+    Events(Pin<Box<dyn Stream<Item = StreamEvent> + Send>>),
+    /// A translated whole reply.
+    Whole(Response),
+}
+
+/// A reply with the decision that produced it.
+pub struct Completion {
+    pub decision: RouteDecision,
+    /// The backend and model that answered.
+    pub backend: String,
+    pub model: String,
+    /// Whether the client asked for a stream.
+    pub stream: bool,
+    pub body: CompletionBody,
+    /// Attempts that failed before the one that answered.
+    pub failures: Vec<AttemptFailure>,
+}
+
+impl Completion {
+    /// The `x-glider-route` header value.
+    pub fn route_header(&self) -> String {
+        self.decision.header_value(&self.backend, &self.model)
+    }
+}
+
+/// Backends built from one config; replaced whole on reload.
+pub struct Runtime {
+    pub config: Arc<Config>,
+    pub backends: Vec<Arc<Backend>>,
+}
+
+impl Runtime {
+    /// Build from `config`, reusing `previous` backends whose config did not change (so
+    /// their breaker and health survive the reload).
+    fn build(config: Arc<Config>, previous: Option<&Runtime>) -> Runtime {
+        let backends = config
+            .backends
+            .iter()
+            .map(|bc| {
+                previous
+                    .and_then(|p| p.backends.iter().find(|b| b.config.name == bc.name && raw_config_eq(b, bc)))
+                    .cloned()
+                    .unwrap_or_else(|| Backend::new(bc.clone()))
+            })
+            .collect();
+        Runtime { config, backends }
+    }
+
+    pub fn backend(&self, name: &str) -> Option<&Arc<Backend>> {
+        self.backends.iter().find(|b| b.name() == name)
+    }
+}
+
+fn raw_config_eq(backend: &Backend, config: &glider_config::BackendConfig) -> bool {
+    // `Backend` stores its base URL resolved; compare with the config as written.
+    let resolved = glider_config::Secret(config.base_url.clone())
+        .resolve()
+        .map(|u| u.trim_end_matches('/').to_owned())
+        .unwrap_or_else(|_| config.base_url.clone());
+    let written = glider_config::BackendConfig {
+        base_url: resolved,
+        ..config.clone()
+    };
+    backend.config == written
+}
+
+/// One model as `/v1/models` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    pub id: String,
+    pub backend: String,
+    /// An alias names the model it stands for.
+    pub alias_of: Option<String>,
+    /// Why this model cannot be served now, if so.
+    pub unavailable: Option<String>,
+}
+
+/// The pipeline, shared by every door. Stateless per request.
+pub struct Engine {
+    config: ConfigHandle,
+    runtime: ArcSwap<Runtime>,
+}
+
+/// How often local backends are probed.
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(10);
+
+impl Engine {
+    pub fn new(config: ConfigHandle) -> Arc<Engine> {
+        let runtime = Runtime::build(config.snapshot(), None);
+        Arc::new(Engine {
+            config,
+            runtime: ArcSwap::from_pointee(runtime),
+        })
+    }
+
+    /// The backends and config a request should use.
+    pub fn runtime(&self) -> Arc<Runtime> {
+        self.runtime.load_full()
+    }
+
+    pub fn config(&self) -> &ConfigHandle {
+        &self.config
+    }
+
+    /// Follow config reloads and probe local backends, until the engine is dropped.
+    pub fn spawn_background(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let mut changes = self.config.subscribe();
+        tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                let Some(engine) = weak.upgrade() else { break };
+                let config = changes.borrow_and_update().clone();
+                let next = Runtime::build(config, Some(&engine.runtime()));
+                engine.runtime.store(Arc::new(next));
+                engine.probe_all().await;
+            }
+        });
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(HEALTH_INTERVAL);
+            loop {
+                tick.tick().await;
+                let Some(engine) = weak.upgrade() else { break };
+                engine.probe_all().await;
+            }
+        });
+    }
+
+    /// Probe every backend once (concurrently).
+    pub async fn probe_all(&self) {
+        let runtime = self.runtime();
+        futures_util::future::join_all(runtime.backends.iter().map(|b| b.probe())).await;
+    }
+
+    /// Every model a client can ask for, with aliases and what is missing.
+    pub fn models(&self) -> Vec<ModelInfo> {
+        let runtime = self.runtime();
+        let mut models = Vec::new();
+        for backend in runtime.backends.iter().filter(|b| b.config.enabled) {
+            let health = backend.health();
+            let unavailable = backend.unavailable.clone().or(health.detail.clone());
+            for id in backend.config.concrete_models() {
+                models.push(ModelInfo {
+                    id,
+                    backend: backend.name().to_owned(),
+                    alias_of: None,
+                    unavailable: unavailable.clone(),
+                });
+            }
+        }
+        for (alias, target) in &runtime.config.model_aliases {
+            let backend = models.iter().find(|m| &m.id == target).cloned();
+            models.push(ModelInfo {
+                id: alias.clone(),
+                backend: backend.as_ref().map(|m| m.backend.clone()).unwrap_or_default(),
+                alias_of: Some(target.clone()),
+                unavailable: backend.and_then(|m| m.unavailable),
+            });
+        }
+        models
+    }
+
+    /// Decode a request in its dialect, apply the alias and estimate its tokens.
+    pub fn prepare(&self, front: Dialect, body: &[u8]) -> Result<(Request, String, u64), ApiError> {
+        let request = codec(front).decode_request(body)?;
+        let runtime = self.runtime();
+        let model = runtime.config.resolve_alias(&request.model).to_owned();
+        let (tokens, _) = estimate_request_tokens(&request, &model);
+        Ok((request, model, tokens))
+    }
+
+    /// Route a prepared request.
+    pub fn decide(&self, request: &Request, model: &str, tokens: u64) -> Result<RouteDecision, ApiError> {
+        let runtime = self.runtime();
+        route(
+            &runtime.config,
+            &runtime.backends,
+            &RouteInput {
+                requested_model: &request.model,
+                model,
+                estimated_tokens: tokens,
+            },
+        )
+    }
+
+    /// Run one completion through the pipeline.
+    pub async fn complete(&self, incoming: CompletionRequest) -> Result<Completion, ApiError> {
+        let front = incoming.front;
+        let (request, model, tokens) = self.prepare(front, &incoming.body)?;
+        let decision = self.decide(&request, &model, tokens)?;
+        let stream = request.stream;
+        let executed = glider_backend::execute(&decision.candidates, |candidate| {
+            Ok(build_upstream(front, &incoming, &request, candidate))
+        })
+        .await
+        .map_err(|failures| {
+            let (kind, message) = summarise(&failures);
+            ApiError::new(kind, message)
+        })?;
+        let candidate = &decision.candidates[executed.index];
+        let backend_dialect = candidate.backend.dialect_for(front);
+        let response = executed.response;
+        tracing::info!(
+            front = front.as_str(),
+            requested = %request.model,
+            backend = candidate.backend.name(),
+            model = %candidate.model,
+            rule = decision.rule,
+            tokens,
+            stream,
+            fallbacks = executed.failures.len(),
+            "completion routed"
+        );
+        let body = if backend_dialect == front {
+            CompletionBody::Raw {
+                content_type: response.content_type,
+                first_chunk: response.first_chunk,
+                rest: response.rest,
+            }
+        } else if stream {
+            CompletionBody::Events(decode_events(
+                codec(backend_dialect).stream_decoder(),
+                response.first_chunk,
+                response.rest,
+            ))
+        } else {
+            let body = response.collect().await.map_err(|f| ApiError::new(f.kind, f.to_string()))?;
+            CompletionBody::Whole(codec(backend_dialect).decode_response(&body)?)
+        };
+        Ok(Completion {
+            backend: candidate.backend.name().to_owned(),
+            model: candidate.model.clone(),
+            decision,
+            stream,
+            body,
+            failures: executed.failures,
+        })
+    }
+
+    /// Count input tokens: an Anthropic backend that serves the model counts exactly;
+    /// otherwise Glider estimates (local dialects have no counting endpoint).
+    pub async fn count_tokens(&self, body: &[u8], headers: &HeaderMap) -> Result<u64, ApiError> {
+        // count_tokens bodies carry no max_tokens; the Messages decoder wants one.
+        let mut value = glider_vendors::parse_json(body)?;
+        if let Some(map) = value.as_object_mut() {
+            map.entry("max_tokens").or_insert(1.into());
+        }
+        let normalized = serde_json::to_vec(&value).map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?;
+        let (request, model, tokens) = self.prepare(Dialect::Anthropic, &normalized)?;
+        let runtime = self.runtime();
+        let exact = runtime
+            .backends
+            .iter()
+            .find(|b| b.kind() == BackendKind::Anthropic && b.unavailable.is_none() && b.config.model_spec(&model).is_some());
+        if let Some(backend) = exact {
+            let mut upstream_body = value;
+            upstream_body["model"] = model.clone().into();
+            if let Some(map) = upstream_body.as_object_mut() {
+                map.remove("max_tokens");
+            }
+            match backend.count_tokens(&upstream_body, forward_headers(headers, backend)).await {
+                Ok(count) => return Ok(count),
+                Err(e) => tracing::warn!(backend = backend.name(), error = %e, "count_tokens upstream failed; estimating"),
+            }
+        }
+        let _ = request;
+        Ok(tokens)
+    }
+}
+
+/// The request body and headers for one candidate.
+fn build_upstream(front: Dialect, incoming: &CompletionRequest, request: &Request, candidate: &Candidate) -> UpstreamRequest {
+    let backend = &candidate.backend;
+    let dialect = backend.dialect_for(front);
+    let strip_thinking = backend.kind() == BackendKind::Ollama
+        && request.thinking.is_some()
+        && backend.config.model_spec(&candidate.model).and_then(|s| s.thinking) != Some(true);
+    let body = if dialect == front && !strip_thinking {
+        rewrite_model(&incoming.body, &request.model, &candidate.model)
+    } else {
+        let mut adapted = request.clone();
+        adapted.model = candidate.model.clone();
+        if strip_thinking {
+            adapted.thinking = None;
+        }
+        Bytes::from(codec(dialect).encode_request(&adapted).to_string())
+    };
+    UpstreamRequest {
+        dialect,
+        body,
+        stream: request.stream,
+        headers: forward_headers(&incoming.headers, backend),
+    }
+}
+
+/// Client headers a backend should see: Anthropic's beta flags to Anthropic, and the
+/// client's own credentials to a cloud backend that has no key configured (so a CLI's
+/// key keeps working through Glider).
+fn forward_headers(client: &HeaderMap, backend: &Backend) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    let mut copy = |name: &str| {
+        for value in client.get_all(name) {
+            if let Ok(name) = http::HeaderName::try_from(name) {
+                out.append(name, value.clone());
+            }
+        }
+    };
+    if backend.kind() == BackendKind::Anthropic {
+        copy("anthropic-beta");
+    }
+    if !backend.kind().is_local() && !backend.has_api_key() {
+        match backend.kind() {
+            BackendKind::Anthropic => {
+                copy("x-api-key");
+                copy("authorization");
+            }
+            _ => copy("authorization"),
+        }
+    }
+    out
+}
+
+/// The body with its top-level `model` replaced; untouched bytes when it is unchanged.
+fn rewrite_model(body: &Bytes, from: &str, to: &str) -> Bytes {
+    if from == to {
+        return body.clone();
+    }
+    match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body) {
+        Ok(mut map) => {
+            map.insert("model".into(), to.into());
+            serde_json::to_vec(&map).map(Bytes::from).unwrap_or_else(|_| body.clone())
+        }
+        Err(_) => body.clone(),
+    }
+}
+
+/// Decode a backend's raw stream into ngl events; a transport failure or a truncated
+/// stream ends with an `Error` event.
+fn decode_events(
+    decoder: Box<dyn StreamDecoder>,
+    first_chunk: Bytes,
+    rest: BodyStream,
+) -> Pin<Box<dyn Stream<Item = StreamEvent> + Send>> {
+    struct State {
+        decoder: Box<dyn StreamDecoder>,
+        first: Option<Bytes>,
+        rest: BodyStream,
+        queue: VecDeque<StreamEvent>,
+        done: bool,
+    }
+    let state = State {
+        decoder,
+        first: Some(first_chunk),
+        rest,
+        queue: VecDeque::new(),
+        done: false,
+    };
+    Box::pin(futures_util::stream::unfold(state, |mut s| async move {
+        loop {
+            if let Some(event) = s.queue.pop_front() {
+                if matches!(event, StreamEvent::Error { .. }) {
+                    s.done = true;
+                    s.queue.clear();
+                }
+                return Some((event, s));
+            }
+            if s.done {
+                return None;
+            }
+            let chunk = match s.first.take() {
+                Some(first) => Some(Ok(first)),
+                None => s.rest.next().await,
+            };
+            match chunk {
+                Some(Ok(bytes)) => match s.decoder.feed(&bytes) {
+                    Ok(events) => s.queue.extend(events),
+                    Err(error) => s.queue.push_back(StreamEvent::Error { error }),
+                },
+                Some(Err(failure)) => s.queue.push_back(StreamEvent::Error {
+                    error: ApiError::new(failure.kind, format!("backend stream failed: {failure}")),
+                }),
+                None => {
+                    s.queue.extend(s.decoder.finish());
+                    s.done = true;
+                }
+            }
+        }
+    }))
+}
