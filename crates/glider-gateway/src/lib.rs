@@ -1,0 +1,181 @@
+//! The gateway door (spec package `api`): HTTP routes for every front dialect, request
+//! bodies read under a size limit, replies rendered as bytes, SSE or NDJSON, and every
+//! error in the caller's own dialect with its status decided by `ErrorKind::status`.
+
+mod render;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use glider_engine::{CompletionRequest, Engine};
+use glider_ngl::{ApiError, Dialect, ErrorKind};
+use http_body_util::{BodyExt, Limited};
+
+pub use render::error_response;
+
+#[derive(Clone)]
+struct Gateway {
+    engine: Arc<Engine>,
+}
+
+/// The gateway's routes over `engine`.
+pub fn router(engine: Arc<Engine>) -> Router {
+    Router::new()
+        .route("/", get(root).head(root))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(responses))
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
+        .route("/v1/models", get(models))
+        .route("/api/chat", post(ollama_chat))
+        .route("/api/tags", get(ollama_tags))
+        .route("/api/version", get(ollama_version))
+        .fallback(not_found)
+        .with_state(Gateway { engine })
+}
+
+/// Serve the gateway on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    engine: Arc<Engine>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(engine)).with_graceful_shutdown(shutdown).await
+}
+
+async fn root() -> &'static str {
+    "Glider gateway: OpenAI /v1/chat/completions, /v1/responses, /v1/models; Anthropic /v1/messages; Ollama /api/chat\n"
+}
+
+async fn chat_completions(State(gw): State<Gateway>, request: Request) -> Response {
+    complete(gw, Dialect::OpenAiChat, request).await
+}
+
+async fn responses(State(gw): State<Gateway>, request: Request) -> Response {
+    complete(gw, Dialect::OpenAiResponses, request).await
+}
+
+async fn messages(State(gw): State<Gateway>, request: Request) -> Response {
+    complete(gw, Dialect::Anthropic, request).await
+}
+
+async fn ollama_chat(State(gw): State<Gateway>, request: Request) -> Response {
+    complete(gw, Dialect::Ollama, request).await
+}
+
+/// Read the body under the configured limit; over it is a 413 in the caller's dialect.
+async fn read_body(gw: &Gateway, front: Dialect, request: Request) -> Result<(HeaderMap, Bytes), Response> {
+    let limit = gw.engine.runtime().config.server.max_body_bytes;
+    let (parts, body) = request.into_parts();
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok((parts.headers, collected.to_bytes())),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(error_response(
+            front,
+            &ApiError::new(
+                ErrorKind::RequestTooLarge,
+                format!("request body exceeds the configured limit of {limit} bytes (server.max_body_bytes)"),
+            ),
+        )),
+        Err(e) => Err(error_response(
+            front,
+            &ApiError::invalid(format!("could not read the request body: {e}")),
+        )),
+    }
+}
+
+async fn complete(gw: Gateway, front: Dialect, request: Request) -> Response {
+    let (headers, body) = match read_body(&gw, front, request).await {
+        Ok(read) => read,
+        Err(response) => return response,
+    };
+    match gw.engine.complete(CompletionRequest { front, body, headers }).await {
+        Ok(completion) => render::completion(front, completion),
+        Err(error) => {
+            tracing::info!(front = front.as_str(), kind = ?error.kind, message = %error.message, "request failed");
+            error_response(front, &error)
+        }
+    }
+}
+
+async fn count_tokens(State(gw): State<Gateway>, request: Request) -> Response {
+    let (headers, body) = match read_body(&gw, Dialect::Anthropic, request).await {
+        Ok(read) => read,
+        Err(response) => return response,
+    };
+    match gw.engine.count_tokens(&body, &headers).await {
+        Ok(tokens) => axum::Json(serde_json::json!({ "input_tokens": tokens })).into_response(),
+        Err(error) => error_response(Dialect::Anthropic, &error),
+    }
+}
+
+/// OpenAI's list shape, or Anthropic's when the caller sends `anthropic-version`. Each
+/// entry also says, under `glider`, which backend serves it and what is missing.
+async fn models(State(gw): State<Gateway>, headers: HeaderMap) -> Response {
+    let models = gw.engine.models();
+    let anthropic = headers.contains_key("anthropic-version");
+    let data: Vec<serde_json::Value> = models
+        .iter()
+        .map(|m| {
+            let glider = serde_json::json!({
+                "backend": m.backend,
+                "alias_of": m.alias_of,
+                "available": m.unavailable.is_none(),
+                "unavailable": m.unavailable,
+            });
+            if anthropic {
+                serde_json::json!({"type": "model", "id": m.id, "display_name": m.id, "created_at": "1970-01-01T00:00:00Z", "glider": glider})
+            } else {
+                serde_json::json!({"id": m.id, "object": "model", "created": 0, "owned_by": m.backend, "glider": glider})
+            }
+        })
+        .collect();
+    let body = if anthropic {
+        serde_json::json!({
+            "data": data,
+            "has_more": false,
+            "first_id": models.first().map(|m| m.id.clone()),
+            "last_id": models.last().map(|m| m.id.clone()),
+        })
+    } else {
+        serde_json::json!({"object": "list", "data": data})
+    };
+    axum::Json(body).into_response()
+}
+
+async fn ollama_tags(State(gw): State<Gateway>) -> Response {
+    let models: Vec<serde_json::Value> = gw
+        .engine
+        .models()
+        .into_iter()
+        .map(|m| serde_json::json!({"name": m.id, "model": m.id, "modified_at": "1970-01-01T00:00:00Z", "size": 0, "digest": "", "details": {}}))
+        .collect();
+    axum::Json(serde_json::json!({ "models": models })).into_response()
+}
+
+async fn ollama_version() -> Response {
+    axum::Json(serde_json::json!({ "version": concat!("glider-", env!("CARGO_PKG_VERSION")) })).into_response()
+}
+
+async fn not_found(request: Request) -> Response {
+    let path = request.uri().path().to_owned();
+    let front = if path.starts_with("/v1/messages") {
+        Dialect::Anthropic
+    } else if path.starts_with("/api/") {
+        Dialect::Ollama
+    } else {
+        Dialect::OpenAiChat
+    };
+    let mut response = error_response(
+        front,
+        &ApiError::new(ErrorKind::NotFound, format!("no route for {} {path}", request.method())),
+    );
+    if request.method() != axum::http::Method::GET && request.method() != axum::http::Method::POST {
+        *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    }
+    response
+}

@@ -1,0 +1,97 @@
+//! Rendering a completion or an error for the client: raw bytes from a same-dialect
+//! backend, a translated stream through the front codec's encoder, or a whole reply.
+
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use glider_engine::{Completion, CompletionBody};
+use glider_ngl::{ApiError, Dialect, StreamEvent};
+use glider_vendors::codec;
+
+/// An error in `front`'s own JSON shape with its status.
+pub fn error_response(front: Dialect, error: &ApiError) -> Response {
+    let status = StatusCode::from_u16(error.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, axum::Json(codec(front).encode_error(error))).into_response()
+}
+
+pub(crate) fn completion(front: Dialect, completion: Completion) -> Response {
+    let route = completion.route_header();
+    let front_codec = codec(front);
+    let mut response = match completion.body {
+        CompletionBody::Raw {
+            content_type,
+            first_chunk,
+            rest,
+        } => {
+            let streaming = completion.stream;
+            let first = futures_util::stream::once(async move { first_chunk });
+            // A transport failure after the first byte becomes the dialect's own error
+            // event (the backend speaks the client's dialect here), then the stream ends.
+            let tail = rest.scan(false, move |failed, chunk| {
+                if *failed {
+                    return futures_util::future::ready(None);
+                }
+                futures_util::future::ready(Some(match chunk {
+                    Ok(bytes) => bytes,
+                    Err(failure) => {
+                        *failed = true;
+                        tracing::warn!(error = %failure, "backend stream failed mid-reply");
+                        if streaming {
+                            let mut out = Vec::new();
+                            front_codec.stream_encoder().encode(
+                                &StreamEvent::Error {
+                                    error: ApiError::new(failure.kind, format!("backend stream failed: {failure}")),
+                                },
+                                &mut out,
+                            );
+                            Bytes::from(out)
+                        } else {
+                            Bytes::new()
+                        }
+                    }
+                }))
+            });
+            let body = Body::from_stream(first.chain(tail).map(Ok::<_, std::convert::Infallible>));
+            let content_type = content_type.unwrap_or_else(|| default_content_type(front, streaming).to_owned());
+            let mut response = Response::new(body);
+            if let Ok(value) = HeaderValue::from_str(&content_type) {
+                response.headers_mut().insert(header::CONTENT_TYPE, value);
+            }
+            response
+        }
+        CompletionBody::Events(events) => {
+            let mut encoder = front_codec.stream_encoder();
+            let body = events.map(move |event| {
+                let mut out = Vec::new();
+                encoder.encode(&event, &mut out);
+                Ok::<_, std::convert::Infallible>(Bytes::from(out))
+            });
+            let mut response = Response::new(Body::from_stream(body));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(front_codec.stream_content_type()),
+            );
+            response
+        }
+        CompletionBody::Whole(reply) => axum::Json(front_codec.encode_response(&reply)).into_response(),
+    };
+    if completion.stream {
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    }
+    if let Ok(value) = HeaderValue::from_str(&route) {
+        response.headers_mut().insert("x-glider-route", value);
+    }
+    response
+}
+
+fn default_content_type(front: Dialect, streaming: bool) -> &'static str {
+    if streaming {
+        codec(front).stream_content_type()
+    } else {
+        "application/json"
+    }
+}
