@@ -94,7 +94,7 @@ impl Backend {
         for (name, value) in &config.headers {
             match (
                 HeaderName::try_from(name.as_str()),
-                value.resolve().map(|v| HeaderValue::try_from(v)),
+                value.resolve().map(HeaderValue::try_from),
             ) {
                 (Ok(name), Ok(Ok(mut value))) => {
                     value.set_sensitive(true);

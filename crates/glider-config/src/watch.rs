@@ -118,14 +118,13 @@ impl ConfigHandle {
         let file_name = path.file_name().map(|n| n.to_owned());
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
         let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if let Ok(event) = event {
-                if event
+            if let Ok(event) = event
+                && event
                     .paths
                     .iter()
                     .any(|p| p.file_name().map(|n| n.to_owned()) == file_name)
-                {
-                    let _ = tx.send(());
-                }
+            {
+                let _ = tx.send(());
             }
         })
         .map_err(|e| watch_error(&path, e))?;

@@ -121,13 +121,13 @@ fn push_cloud_fallbacks(backends: &[Arc<Backend>], input: &RouteInput, candidate
         }
     }
     for backend in cloud() {
-        if let Some(model) = &backend.config.default_model {
-            if !contains(candidates, backend) {
-                candidates.push(Candidate {
-                    backend: backend.clone(),
-                    model: model.clone(),
-                });
-            }
+        if let Some(model) = &backend.config.default_model
+            && !contains(candidates, backend)
+        {
+            candidates.push(Candidate {
+                backend: backend.clone(),
+                model: model.clone(),
+            });
         }
     }
 }

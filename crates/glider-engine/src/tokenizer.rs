@@ -60,6 +60,7 @@ fn push_parts(text: &mut String, parts: &[Part]) {
                 text.push_str(&arguments.to_string());
             }
             Part::ToolResult { content, .. } => push_parts(text, content),
+            Part::Native { raw, .. } => text.push_str(&raw.to_string()),
             // Vendors bill images by size; a flat allowance keeps the estimate sane.
             Part::Image { .. } => text.push_str(&" ".repeat(1_500 * 4)),
         }

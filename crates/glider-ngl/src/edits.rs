@@ -134,10 +134,10 @@ fn patch_paths(patch: &str) -> Vec<String> {
         ]
         .iter()
         .find_map(|prefix| line.strip_prefix(prefix));
-        if let Some(path) = path.map(str::trim).filter(|p| *p != "/dev/null") {
-            if !paths.iter().any(|p| p == path) {
-                paths.push(path.to_owned());
-            }
+        if let Some(path) = path.map(str::trim).filter(|p| *p != "/dev/null")
+            && !paths.iter().any(|p| p == path)
+        {
+            paths.push(path.to_owned());
         }
     }
     paths

@@ -98,6 +98,10 @@ pub enum Part {
         #[serde(default)]
         is_error: bool,
     },
+    /// A block of one dialect that ngl does not model (Anthropic `document`,
+    /// `search_result`, `tool_reference`, server-tool results, ...). Kept verbatim so a
+    /// backend of the same dialect still gets it; other dialects' encoders drop it.
+    Native { dialect: Dialect, raw: Value },
     /// Model reasoning. `signature` is Anthropic's opaque integrity token; `redacted`
     /// holds Anthropic's `redacted_thinking` data (then `text` is empty).
     Thinking {
@@ -277,8 +281,9 @@ pub enum StopReason {
     PauseTurn,
 }
 
-/// Token accounting. Cache fields are Anthropic's prompt cache (and OpenAI's
-/// `cached_tokens`, which is a cache read).
+/// Token accounting, in Anthropic's sense: `input_tokens` EXCLUDES cached tokens, which
+/// are counted in `cache_read_tokens` / `cache_write_tokens`. OpenAI's `prompt_tokens`
+/// includes its `cached_tokens`: its codecs subtract on decode and add on encode.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,

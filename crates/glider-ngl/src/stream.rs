@@ -253,7 +253,7 @@ pub fn events_of(response: &Response) -> Vec<StreamEvent> {
                     json: arguments_text(arguments),
                 }],
             ),
-            Part::Image { .. } | Part::ToolResult { .. } => continue,
+            Part::Image { .. } | Part::ToolResult { .. } | Part::Native { .. } => continue,
         };
         events.push(StreamEvent::PartStart { index, kind });
         events.extend(delta);

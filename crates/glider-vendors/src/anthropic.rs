@@ -416,10 +416,15 @@ fn decode_block(
             signature: None,
             redacted: Some(required_str(obj, "data", path)?.to_owned()),
         }),
-        other => Err(field_err(
-            &join(path, "type"),
-            format!("unsupported content block type '{other}'"),
-        )),
+        _ => Ok(native(block)),
+    }
+}
+
+/// A block ngl does not model, kept for an Anthropic backend.
+fn native(block: &Value) -> Part {
+    Part::Native {
+        dialect: Dialect::Anthropic,
+        raw: block.clone(),
     }
 }
 
@@ -470,10 +475,7 @@ fn decode_tool_result(
                         cache_control: cache_control(inner),
                     }),
                     "image" => decode_image(inner, &path),
-                    other => Err(field_err(
-                        &join(&path, "type"),
-                        format!("unsupported tool_result content block type '{other}'"),
-                    )),
+                    _ => Ok(native(block)),
                 }
             })
             .collect::<Result<_, _>>()?,
@@ -809,6 +811,11 @@ fn encode_system_part(part: &Part) -> Option<Value> {
 
 fn encode_part(part: &Part, assistant: bool) -> Option<Value> {
     match part {
+        Part::Native {
+            dialect: Dialect::Anthropic,
+            raw,
+        } => Some(raw.clone()),
+        Part::Native { .. } => None,
         Part::Text {
             text,
             cache_control,
@@ -1145,6 +1152,11 @@ fn encode_response(resp: &Response) -> Value {
         .parts
         .iter()
         .filter_map(|part| match part {
+            Part::Native {
+                dialect: Dialect::Anthropic,
+                raw,
+            } => Some(raw.clone()),
+            Part::Native { .. } => None,
             Part::Text { text, .. } => Some(json!({ "type": "text", "text": text })),
             Part::Thinking {
                 redacted: Some(data),
@@ -2165,11 +2177,6 @@ mod tests {
                 json!({"model": "m", "max_tokens": 5, "messages": [{"role": "tool", "content": "a"}]}),
                 "messages.0.role: expected 'user', 'assistant' or 'system', got 'tool'",
                 Some("messages.0.role"),
-            ),
-            (
-                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}),
-                "messages.0.content.0.type: unsupported content block type 'document'",
-                Some("messages.0.content.0.type"),
             ),
             (
                 json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text"}]}]}),
@@ -3276,5 +3283,19 @@ data: {\"type\":\"message_stop\"}\n\
             crate::codec(Dialect::Anthropic).dialect(),
             Dialect::Anthropic
         );
+    }
+
+    #[test]
+    fn unmodelled_blocks_survive_to_an_anthropic_backend() {
+        let body = json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "hi"}},
+            {"type": "text", "text": "summarise"}
+        ]}]});
+        let request = Anthropic
+            .decode_request(body.to_string().as_bytes())
+            .expect("unknown blocks are kept, not refused");
+        assert!(matches!(&request.turns[0].parts[0], Part::Native { dialect: Dialect::Anthropic, raw } if raw["type"] == "document"));
+        let encoded = Anthropic.encode_request(&request);
+        assert_eq!(encoded["messages"][0]["content"][0], body["messages"][0]["content"][0]);
     }
 }
