@@ -13,7 +13,7 @@ use futures_util::{Stream, StreamExt};
 use glider_backend::executor::summarise;
 use glider_backend::{AttemptFailure, Backend, BodyStream, Candidate, UpstreamRequest};
 use glider_config::{BackendKind, Config, ConfigHandle};
-use glider_ngl::{ApiError, Dialect, ErrorKind, Request, Response, StreamEvent};
+use glider_ngl::{ApiError, Dialect, ErrorKind, Request, Response, Role, StreamEvent, Turn};
 use glider_vendors::{StreamDecoder, codec};
 use http::HeaderMap;
 use serde::Serialize;
@@ -323,6 +323,9 @@ fn build_upstream(front: Dialect, incoming: &CompletionRequest, request: &Reques
         if strip_thinking {
             adapted.thinking = None;
         }
+        if backend.kind().is_local() {
+            hoist_system_turns(&mut adapted.turns);
+        }
         Bytes::from(codec(dialect).encode_request(&adapted).to_string())
     };
     UpstreamRequest {
@@ -331,6 +334,23 @@ fn build_upstream(front: Dialect, incoming: &CompletionRequest, request: &Reques
         stream: request.stream,
         headers: forward_headers(&incoming.headers, backend),
     }
+}
+
+/// Gather every system turn into one leading turn. Claude Code puts a system entry
+/// after the user turn; many local chat templates refuse a system message anywhere but
+/// first ("System message must be at the beginning").
+fn hoist_system_turns(turns: &mut Vec<Turn>) {
+    let later_system = turns.iter().skip(1).any(|t| t.role == Role::System);
+    if !later_system {
+        return;
+    }
+    let (system, rest): (Vec<Turn>, Vec<Turn>) = std::mem::take(turns).into_iter().partition(|t| t.role == Role::System);
+    let parts = system.into_iter().flat_map(|t| t.parts).collect();
+    turns.push(Turn {
+        role: Role::System,
+        parts,
+    });
+    turns.extend(rest);
 }
 
 /// Client headers a backend should see: Anthropic's beta flags to Anthropic, and the
@@ -426,4 +446,31 @@ fn decode_events(
             }
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_turns_are_hoisted_in_order() {
+        let mut turns = vec![
+            Turn::text(Role::System, "a"),
+            Turn::text(Role::User, "q"),
+            Turn::text(Role::System, "b"),
+        ];
+        hoist_system_turns(&mut turns);
+        assert_eq!(turns.len(), 2);
+        assert_eq!(turns[0].role, Role::System);
+        assert_eq!(turns[0].plain_text(), "a\nb");
+        assert_eq!(turns[1].plain_text(), "q");
+    }
+
+    #[test]
+    fn model_rewrite_keeps_untouched_bytes_when_unchanged() {
+        let body = Bytes::from_static(b"{\"model\":\"a\",  \"x\":1}");
+        assert_eq!(rewrite_model(&body, "a", "a"), body);
+        let rewritten: serde_json::Value = serde_json::from_slice(&rewrite_model(&body, "a", "b")).expect("json");
+        assert_eq!(rewritten, serde_json::json!({"model": "b", "x": 1}));
+    }
 }

@@ -1103,7 +1103,7 @@ fn encode_response(resp: &Response) -> Value {
                 "type": "function",
                 "function": {"name": name, "arguments": arguments_text(arguments)},
             })),
-            Part::Image { .. } | Part::ToolResult { .. } => {}
+            Part::Image { .. } | Part::ToolResult { .. } | Part::Native { .. } => {}
         }
     }
     let mut message = Map::new();
