@@ -164,5 +164,11 @@ pub fn summarise(failures: &[AttemptFailure]) -> (ErrorKind, String) {
         return (ErrorKind::Unavailable, "no backend is configured for this model".into());
     }
     let list: Vec<String> = failures.iter().map(ToString::to_string).collect();
-    (ErrorKind::BadGateway, format!("all backends failed: {}", list.join("; ")))
+    // Nothing was even reachable (missing keys, open breakers): 503, not 502.
+    let kind = if failures.iter().all(|f| f.kind == ErrorKind::Unavailable) {
+        ErrorKind::Unavailable
+    } else {
+        ErrorKind::BadGateway
+    };
+    (kind, format!("all backends failed: {}", list.join("; ")))
 }

@@ -202,13 +202,21 @@ impl BackendConfig {
             .or(self.context_window)
     }
 
-    /// Names of the concrete (pattern-free) models this backend lists.
+    /// Names of the concrete (pattern-free) models this backend lists, and its
+    /// `default_model`.
     pub fn concrete_models(&self) -> Vec<String> {
-        self.models
+        let mut names: Vec<String> = self
+            .models
             .iter()
             .map(|m| m.spec().name)
             .filter(|n| !n.contains('*'))
-            .collect()
+            .collect();
+        if let Some(default) = &self.default_model
+            && !names.contains(default)
+        {
+            names.push(default.clone());
+        }
+        names
     }
 }
 
