@@ -144,6 +144,13 @@ impl Engine {
 
     /// Follow config reloads and probe local backends, until the engine is dropped.
     pub fn spawn_background(self: &Arc<Self>) {
+        self.follow_config();
+        self.spawn_health_probes();
+    }
+
+    /// Rebuild the runtime whenever the config changes (backends whose settings did not
+    /// change keep their breaker and health).
+    pub fn follow_config(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         let mut changes = self.config.subscribe();
         tokio::spawn(async move {
@@ -152,9 +159,12 @@ impl Engine {
                 let config = changes.borrow_and_update().clone();
                 let next = Runtime::build(config, Some(&engine.runtime()));
                 engine.runtime.store(Arc::new(next));
-                engine.probe_all().await;
             }
         });
+    }
+
+    /// Probe every backend now and every [`HEALTH_INTERVAL`].
+    pub fn spawn_health_probes(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(HEALTH_INTERVAL);

@@ -1,0 +1,207 @@
+//! Shared harness for Glider's black-box tests: mock vendors on port 0, an engine and
+//! gateway served on port 0, and helpers that speak each front dialect over real HTTP.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use glider_config::{Config, ConfigHandle};
+use glider_engine::Engine;
+use glider_ngl::{Dialect, Part, Response, ResponseBuilder, Role, ToolDef, Turn};
+use glider_test_support::{MockConfig, MockVendor};
+use glider_vendors::codec;
+use serde_json::{Value, json};
+
+/// A gateway served on 127.0.0.1:0 in this process.
+pub struct Gateway {
+    pub base: String,
+    pub engine: Arc<Engine>,
+    pub config: ConfigHandle,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+pub async fn gateway(yaml: &str) -> Gateway {
+    let config = Config::parse(yaml, "test").expect("test config is valid");
+    let handle = ConfigHandle::new(config, None);
+    let engine = Engine::new(handle.clone());
+    // Follow reloads, but no periodic probes: tests count the requests mocks receive.
+    engine.follow_config();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let serve_engine = engine.clone();
+    tokio::spawn(async move {
+        let _ = glider_gateway::serve(listener, serve_engine, async {
+            let _ = rx.await;
+        })
+        .await;
+    });
+    Gateway {
+        base: format!("http://{addr}"),
+        engine,
+        config: handle,
+        shutdown: Some(tx),
+    }
+}
+
+/// One mock serving all four dialects, and a config with one backend of each type on it.
+pub async fn mock_and_config(extra: &str) -> (MockVendor, String) {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let url = mock.base_url();
+    let yaml = format!(
+        "backends:\n\
+         \x20 - {{name: ollama, type: ollama, base_url: '{url}', models: [m-ollama]}}\n\
+         \x20 - {{name: vllm, type: vllm, base_url: '{url}/v1', models: [m-vllm]}}\n\
+         \x20 - {{name: openai, type: openai, base_url: '{url}/v1', api_key: k-openai, models: [m-openai]}}\n\
+         \x20 - {{name: anthropic, type: anthropic, base_url: '{url}', api_key: k-anthropic, models: [m-anthropic]}}\n\
+         routing: {{cloud_fallback: false}}\n{extra}"
+    );
+    (mock, yaml)
+}
+
+pub const FRONTS: [Dialect; 4] = [
+    Dialect::Anthropic,
+    Dialect::OpenAiChat,
+    Dialect::OpenAiResponses,
+    Dialect::Ollama,
+];
+
+/// (backend model, the path the mock must see for it)
+pub const BACKENDS: [(&str, &str); 4] = [
+    ("m-ollama", "/api/chat"),
+    ("m-vllm", "/v1/chat/completions"),
+    ("m-openai", "/v1/chat/completions"),
+    ("m-anthropic", "/v1/messages"),
+];
+
+pub fn front_path(front: Dialect) -> &'static str {
+    match front {
+        Dialect::Anthropic => "/v1/messages",
+        Dialect::OpenAiChat => "/v1/chat/completions",
+        Dialect::OpenAiResponses => "/v1/responses",
+        Dialect::Ollama => "/api/chat",
+    }
+}
+
+pub fn weather_tool() -> ToolDef {
+    ToolDef {
+        name: "get_weather".into(),
+        description: Some("Weather for a city".into()),
+        parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        native: None,
+    }
+}
+
+/// A plain user question.
+pub fn text_request(model: &str, text: &str, stream: bool) -> glider_ngl::Request {
+    glider_ngl::Request {
+        model: model.into(),
+        turns: vec![Turn::text(Role::System, "be brief"), Turn::text(Role::User, text)],
+        max_tokens: Some(200),
+        stream,
+        ..glider_ngl::Request::default()
+    }
+}
+
+/// The first turn of a tool round trip: the mock calls get_weather(Paris).
+pub fn tool_request(model: &str, stream: bool) -> glider_ngl::Request {
+    glider_ngl::Request {
+        tools: vec![weather_tool()],
+        ..text_request(model, "weather in Paris? [[call:get_weather {\"city\":\"Paris\"}]]", stream)
+    }
+}
+
+/// The second turn: the call and its result.
+pub fn tool_result_request(model: &str, call_id: &str, stream: bool) -> glider_ngl::Request {
+    let mut request = tool_request(model, stream);
+    request.turns.push(Turn {
+        role: Role::Assistant,
+        parts: vec![Part::ToolCall {
+            id: call_id.into(),
+            name: "get_weather".into(),
+            arguments: json!({"city": "Paris"}),
+        }],
+    });
+    request.turns.push(Turn {
+        role: Role::Tool,
+        parts: vec![Part::ToolResult {
+            call_id: call_id.into(),
+            name: Some("get_weather".into()),
+            content: vec![Part::text("18C and sunny")],
+            is_error: false,
+        }],
+    });
+    request
+}
+
+/// The wire body a client of `front` sends for `request`.
+pub fn wire(front: Dialect, request: &glider_ngl::Request) -> Value {
+    codec(front).encode_request(request)
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Decode as `front` would, streamed or not.
+    pub fn decode(&self, front: Dialect, stream: bool) -> Result<Response, glider_ngl::ApiError> {
+        let codec = codec(front);
+        if !stream {
+            return codec.decode_response(&self.body);
+        }
+        let mut decoder = codec.stream_decoder();
+        let mut builder = ResponseBuilder::new();
+        for event in decoder.feed(&self.body)? {
+            builder.push(&event);
+        }
+        for event in decoder.finish() {
+            builder.push(&event);
+        }
+        builder.finish()
+    }
+}
+
+pub async fn post(base: &str, path: &str, body: impl Into<reqwest::Body>, headers: &[(&str, &str)]) -> Reply {
+    let client = reqwest::Client::builder().no_proxy().build().expect("client");
+    let mut request = client.post(format!("{base}{path}")).header("content-type", "application/json").body(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("gateway answers");
+    Reply {
+        status: response.status().as_u16(),
+        headers: response.headers().clone(),
+        body: response.bytes().await.expect("body"),
+    }
+}
+
+pub async fn post_json(base: &str, path: &str, body: &Value) -> Reply {
+    post(base, path, body.to_string(), &[]).await
+}
+
+/// The first tool call in a reply.
+pub fn first_tool_call(response: &Response) -> Option<(String, String, Value)> {
+    response.parts.iter().find_map(|p| match p {
+        Part::ToolCall { id, name, arguments } => Some((id.clone(), name.clone(), arguments.clone())),
+        _ => None,
+    })
+}

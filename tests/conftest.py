@@ -1,0 +1,107 @@
+"""Fixtures shared by the Python suites: real `glider-mock` and `glider serve`
+processes on free ports, started from the workspace's debug build, stopped after.
+Readiness is read from each process's "listening on" line, never from a sleep."""
+
+import os
+import pathlib
+import re
+import select
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TARGET = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug"
+
+
+def _binary(name):
+    path = TARGET / name
+    if not path.exists():
+        raise RuntimeError(f"{path} is missing: run `cargo build --workspace --bins` first (scripts/test does)")
+    return str(path)
+
+
+class Process:
+    """A child process whose first matching stdout line announces readiness."""
+
+    def __init__(self, args, pattern, env=None, timeout=60):
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, start_new_session=True
+        )
+        self.lines = []
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.stop()
+                raise RuntimeError(f"{args[0]} did not become ready: {''.join(self.lines)}")
+            ready, _, _ = select.select([self.proc.stdout], [], [], remaining)
+            if not ready:
+                continue
+            line = self.proc.stdout.readline()
+            if not line:
+                self.stop()
+                raise RuntimeError(f"{args[0]} exited before it was ready: {''.join(self.lines)}")
+            self.lines.append(line)
+            match = re.search(pattern, line)
+            if match:
+                self.match = match
+                break
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_mock():
+    return Process([_binary("glider-mock"), "--port", "0"], r"listening on (127\.0\.0\.1:\d+)")
+
+
+def write_config(directory, mock_addr, extra=""):
+    url = f"http://{mock_addr}"
+    text = f"""
+backends:
+  - {{name: ollama, type: ollama, base_url: '{url}', models: [m-ollama]}}
+  - {{name: vllm, type: vllm, base_url: '{url}/v1', models: [m-vllm]}}
+  - {{name: openai, type: openai, base_url: '{url}/v1', api_key: k-openai, models: [m-openai]}}
+  - {{name: anthropic, type: anthropic, base_url: '{url}', api_key: k-anthropic, models: [m-anthropic]}}
+routing: {{cloud_fallback: false}}
+{extra}
+"""
+    path = pathlib.Path(directory) / "glider.yaml"
+    path.write_text(text)
+    return path
+
+
+def start_glider(config_path, home):
+    env = dict(os.environ, GLIDER_HOME=str(home), GLIDER_LOG="warn")
+    for key in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY"):
+        env.pop(key, None)
+    return Process(
+        [_binary("glider"), "serve", "-c", str(config_path), "--port", "0"],
+        r"listening on (http://127\.0\.0\.1:\d+)",
+        env=env,
+    )
+
+
+@pytest.fixture(scope="session")
+def stack():
+    """(gateway base URL, mock address) for a mock with all four dialects behind Glider."""
+    with tempfile.TemporaryDirectory() as tmp:
+        mock = start_mock()
+        glider = None
+        try:
+            config = write_config(tmp, mock.match.group(1))
+            glider = start_glider(config, pathlib.Path(tmp) / "home")
+            yield glider.match.group(1), mock.match.group(1)
+        finally:
+            if glider:
+                glider.stop()
+            mock.stop()
