@@ -1,0 +1,203 @@
+//! Shared mutable state of one mock server: configuration, recorded requests, the
+//! current failure mode, open-stream accounting, warm (loaded) models and id counters.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::script::{self, Conversation, Reply};
+use crate::{Failure, MockConfig, RecordedRequest};
+
+pub(crate) struct MockState {
+    pub config: MockConfig,
+    requests: Mutex<Vec<RecordedRequest>>,
+    failure: Mutex<Failure>,
+    open_streams: AtomicUsize,
+    warm: Mutex<Vec<String>>,
+    ids: AtomicU64,
+    call_ids: AtomicU64,
+    shutdown: watch::Receiver<bool>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl MockState {
+    pub fn new(config: MockConfig, shutdown: watch::Receiver<bool>) -> Self {
+        MockState {
+            config,
+            requests: Mutex::new(Vec::new()),
+            failure: Mutex::new(Failure::None),
+            open_streams: AtomicUsize::new(0),
+            warm: Mutex::new(Vec::new()),
+            ids: AtomicU64::new(0),
+            call_ids: AtomicU64::new(0),
+            shutdown,
+        }
+    }
+
+    pub fn record(&self, parts: &axum::http::request::Parts, raw_body: &Bytes, body: &Value) {
+        if !self.config.record {
+            return;
+        }
+        let headers = parts
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_ascii_lowercase(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        let rec = RecordedRequest {
+            method: parts.method.as_str().to_string(),
+            path: parts.uri.path().to_string(),
+            query: parts.uri.query().map(str::to_string),
+            headers,
+            body: body.clone(),
+            raw_body: raw_body.clone(),
+        };
+        lock(&self.requests).push(rec);
+    }
+
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.requests).clone()
+    }
+
+    pub fn clear_requests(&self) {
+        lock(&self.requests).clear();
+    }
+
+    pub fn set_failure(&self, failure: Failure) {
+        *lock(&self.failure) = failure;
+    }
+
+    /// The failure to apply to this request; counts down [`Failure::FailTimes`].
+    pub fn take_failure(&self) -> Failure {
+        let mut current = lock(&self.failure);
+        match *current {
+            Failure::FailTimes(n, status) => {
+                if n <= 1 {
+                    *current = Failure::None;
+                } else {
+                    *current = Failure::FailTimes(n - 1, status);
+                }
+                if n == 0 {
+                    Failure::None
+                } else {
+                    Failure::Status(status)
+                }
+            }
+            ref other => other.clone(),
+        }
+    }
+
+    pub fn open_streams(&self) -> usize {
+        self.open_streams.load(Ordering::SeqCst)
+    }
+
+    /// A sequence number for message / response ids.
+    pub fn next_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Plan the scripted reply; tool-call ids are numbered across the server's life.
+    pub fn plan(&self, conv: &Conversation, thinking: bool) -> Reply {
+        script::plan(conv, thinking, &self.config, || {
+            self.call_ids.fetch_add(1, Ordering::Relaxed) + 1
+        })
+    }
+
+    /// Whether `model` is acceptable: any model when no list is configured.
+    pub fn knows_model(&self, model: &str, normalize: fn(&str) -> String) -> bool {
+        if self.config.models.is_empty() && self.config.thinking_models.is_empty() {
+            return true;
+        }
+        let wanted = normalize(model);
+        self.config
+            .models
+            .iter()
+            .chain(self.config.thinking_models.iter())
+            .any(|m| normalize(m) == wanted)
+    }
+
+    /// Every configured model name, deduplicated, in configuration order.
+    pub fn all_models(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for m in self
+            .config
+            .models
+            .iter()
+            .chain(self.config.thinking_models.iter())
+        {
+            if !out.contains(m) {
+                out.push(m.clone());
+            }
+        }
+        out
+    }
+
+    pub fn mark_warm(&self, model: &str) {
+        let mut warm = lock(&self.warm);
+        if !warm.iter().any(|m| m == model) {
+            warm.push(model.to_string());
+        }
+    }
+
+    pub fn unload(&self, model: &str, normalize: fn(&str) -> String) {
+        let wanted = normalize(model);
+        lock(&self.warm).retain(|m| normalize(m) != wanted);
+    }
+
+    pub fn warm_models(&self) -> Vec<String> {
+        lock(&self.warm).clone()
+    }
+
+    /// Sleep for `d`; false if the server began shutting down meanwhile.
+    pub async fn sleep(&self, d: Duration) -> bool {
+        if d.is_zero() {
+            return !self.is_shutting_down();
+        }
+        let mut rx = self.shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(d) => true,
+            _ = rx.wait_for(|stop| *stop) => false,
+        }
+    }
+
+    /// Resolve once the server shuts down (or its handle is gone).
+    pub async fn until_shutdown(&self) {
+        let mut rx = self.shutdown.clone();
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+
+    fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+}
+
+/// Counts one open response stream for as long as it lives.
+pub(crate) struct OpenStream(Arc<MockState>);
+
+impl OpenStream {
+    pub fn new(state: Arc<MockState>) -> Self {
+        state.open_streams.fetch_add(1, Ordering::SeqCst);
+        OpenStream(state)
+    }
+
+    pub fn state(&self) -> &Arc<MockState> {
+        &self.0
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.open_streams.fetch_sub(1, Ordering::SeqCst);
+    }
+}
