@@ -29,7 +29,12 @@ pub struct RouteDecision {
 impl RouteDecision {
     /// The `x-glider-route` header value.
     pub fn header_value(&self, backend: &str, model: &str) -> String {
-        format!("rule={}; backend={backend}; model={model}; reason={}", self.rule, self.reason)
+        let value = format!("rule={}; backend={backend}; model={model}; reason={}", self.rule, self.reason);
+        // Header values must be visible ASCII.
+        value
+            .chars()
+            .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' })
+            .collect()
     }
 }
 
@@ -141,7 +146,7 @@ fn names(candidates: &[Candidate]) -> String {
         .iter()
         .map(|c| c.backend.name())
         .collect::<Vec<_>>()
-        .join(" → ")
+        .join(" -> ")
 }
 
 #[cfg(test)]
