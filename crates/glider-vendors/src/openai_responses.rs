@@ -971,6 +971,14 @@ impl<'a> InputEncoder<'a> {
                     json!({"type": "input_image", "image_url": image_url(source), "detail": "auto"}),
                 ),
                 Part::Image { .. } => {}
+                Part::Native {
+                    dialect: Dialect::OpenAiResponses,
+                    raw,
+                } => {
+                    self.flush();
+                    self.items.push(raw.clone());
+                }
+                Part::Native { .. } => {}
                 Part::ToolCall {
                     id,
                     name,
@@ -1514,7 +1522,7 @@ impl Codec for OpenAiResponses {
                         "completed",
                     )
                 }
-                Part::Image { .. } | Part::ToolResult { .. } => continue,
+                Part::Image { .. } | Part::ToolResult { .. } | Part::Native { .. } => continue,
             };
             output.push(item);
         }
