@@ -2,6 +2,7 @@
 processes on free ports, started from the workspace's debug build, stopped after.
 Readiness is read from each process's "listening on" line, never from a sleep."""
 
+import contextlib
 import os
 import pathlib
 import re
@@ -64,8 +65,13 @@ def start_mock():
     return Process([_binary("glider-mock"), "--port", "0"], r"listening on (127\.0\.0\.1:\d+)")
 
 
-def write_config(directory, mock_addr, extra=""):
+def write_config(directory, mock_addr, extra="", text=None):
+    """Glider config for `mock_addr`: by default one backend of each type on it."""
     url = f"http://{mock_addr}"
+    if text is not None:
+        path = pathlib.Path(directory) / "glider.yaml"
+        path.write_text(text.format(url=url))
+        return path
     text = f"""
 backends:
   - {{name: ollama, type: ollama, base_url: '{url}', models: [m-ollama]}}
@@ -91,17 +97,25 @@ def start_glider(config_path, home):
     )
 
 
-@pytest.fixture(scope="session")
-def stack():
-    """(gateway base URL, mock address) for a mock with all four dialects behind Glider."""
+@contextlib.contextmanager
+def running_stack(config_text=None):
+    """Start glider-mock and `glider serve` in front of it; yield (gateway URL, mock
+    address); stop both."""
     with tempfile.TemporaryDirectory() as tmp:
         mock = start_mock()
         glider = None
         try:
-            config = write_config(tmp, mock.match.group(1))
+            config = write_config(tmp, mock.match.group(1), text=config_text)
             glider = start_glider(config, pathlib.Path(tmp) / "home")
             yield glider.match.group(1), mock.match.group(1)
         finally:
             if glider:
                 glider.stop()
             mock.stop()
+
+
+@pytest.fixture(scope="session")
+def stack():
+    """(gateway base URL, mock address) for a mock with all four dialects behind Glider."""
+    with running_stack() as running:
+        yield running

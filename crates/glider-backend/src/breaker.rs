@@ -67,7 +67,10 @@ impl CircuitBreaker {
             // 1. Open: refuse until the cool-down has passed.
             State::Open { until } if Instant::now() < until => Admission::Refused,
             // 2. Cool-down over: this request is the one probe.
-            State::Open { .. } | State::HalfOpen { probe_in_flight: false } => {
+            State::Open { .. }
+            | State::HalfOpen {
+                probe_in_flight: false,
+            } => {
                 *state = State::HalfOpen {
                     probe_in_flight: true,
                 };

@@ -120,10 +120,7 @@ impl Backend {
         });
         let unavailable = (!problems.is_empty()).then(|| problems.join("; "));
         Arc::new(Backend {
-            config: BackendConfig {
-                base_url,
-                ..config
-            },
+            config: BackendConfig { base_url, ..config },
             api_key,
             headers,
             unavailable,
@@ -139,7 +136,11 @@ impl Backend {
     }
 
     /// Anthropic's exact token count for a Messages body (`/v1/messages/count_tokens`).
-    pub async fn count_tokens(&self, body: &serde_json::Value, headers: HeaderMap) -> Result<u64, String> {
+    pub async fn count_tokens(
+        &self,
+        body: &serde_json::Value,
+        headers: HeaderMap,
+    ) -> Result<u64, String> {
         if let Some(why) = &self.unavailable {
             return Err(format!("not configured: {why}"));
         }
@@ -217,7 +218,10 @@ impl Backend {
     /// Send `request` and wait for the first byte of a 2xx reply. Anything else — no
     /// connection, a timeout, an error status, an empty body — is an [`AttemptFailure`]
     /// that says whether another backend may be tried.
-    pub async fn send(&self, request: &UpstreamRequest) -> Result<UpstreamResponse, AttemptFailure> {
+    pub async fn send(
+        &self,
+        request: &UpstreamRequest,
+    ) -> Result<UpstreamResponse, AttemptFailure> {
         let fail = |kind, message: String, retryable| AttemptFailure {
             backend: self.config.name.clone(),
             kind,
@@ -227,7 +231,11 @@ impl Backend {
             body: None,
         };
         if let Some(why) = &self.unavailable {
-            return Err(fail(ErrorKind::Unavailable, format!("not configured: {why}"), true));
+            return Err(fail(
+                ErrorKind::Unavailable,
+                format!("not configured: {why}"),
+                true,
+            ));
         }
         let mut builder = self
             .authorise(self.http.post(self.endpoint(request.dialect)))
@@ -238,7 +246,10 @@ impl Backend {
         }
         let first_byte = self.config.first_byte_timeout();
         let outcome = tokio::time::timeout(first_byte, async {
-            let response = builder.send().await.map_err(|e| transport_failure(self.name(), &e))?;
+            let response = builder
+                .send()
+                .await
+                .map_err(|e| transport_failure(self.name(), &e))?;
             let status = response.status().as_u16();
             let content_type = response
                 .headers()
@@ -269,7 +280,8 @@ impl Backend {
             None => Bytes::new(),
         };
         let backend = self.config.name.clone();
-        let rest: BodyStream = Box::pin(body.map(move |chunk| chunk.map_err(|e| transport_failure(&backend, &e))));
+        let rest: BodyStream =
+            Box::pin(body.map(move |chunk| chunk.map_err(|e| transport_failure(&backend, &e))));
         if !(200..300).contains(&status) {
             let body = UpstreamResponse {
                 status,

@@ -161,7 +161,10 @@ pub fn summarise(failures: &[AttemptFailure]) -> (ErrorKind, String) {
         return (last.kind, last.to_string());
     }
     if failures.is_empty() {
-        return (ErrorKind::Unavailable, "no backend is configured for this model".into());
+        return (
+            ErrorKind::Unavailable,
+            "no backend is configured for this model".into(),
+        );
     }
     let list: Vec<String> = failures.iter().map(ToString::to_string).collect();
     // Nothing was even reachable (missing keys, open breakers): 503, not 502.

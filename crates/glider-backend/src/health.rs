@@ -114,7 +114,11 @@ impl Backend {
             Ok(tags) => Health {
                 status: HealthStatus::Up,
                 served_models: names(&tags),
-                warm_models: self.fetch_json("/api/ps").await.map(|ps| names(&ps)).unwrap_or_default(),
+                warm_models: self
+                    .fetch_json("/api/ps")
+                    .await
+                    .map(|ps| names(&ps))
+                    .unwrap_or_default(),
                 ..Health::default()
             },
             Err(detail) => down(detail),
@@ -126,7 +130,12 @@ impl Backend {
             Ok(models) => {
                 let served: Vec<String> = models["data"]
                     .as_array()
-                    .map(|d| d.iter().filter_map(|m| m["id"].as_str()).map(str::to_owned).collect())
+                    .map(|d| {
+                        d.iter()
+                            .filter_map(|m| m["id"].as_str())
+                            .map(str::to_owned)
+                            .collect()
+                    })
                     .unwrap_or_default();
                 Health {
                     status: HealthStatus::Up,

@@ -21,7 +21,8 @@ pub struct Config {
     pub log_level: Option<String>,
     /// Model servers Glider can send requests to, in preference order (hot).
     pub backends: Vec<BackendConfig>,
-    /// Client model name → model name Glider asks for instead (hot).
+    /// Client model name → model name Glider asks for instead (hot). A key may be a
+    /// `*` pattern (`claude-*`); an exact key wins, then the longest matching pattern.
     pub model_aliases: BTreeMap<String, String>,
     /// How a request picks its backend (hot).
     pub routing: RoutingConfig,
@@ -410,18 +411,25 @@ impl Config {
                 problems.push(format!("{at}: duplicate backend name"));
             }
             let url = &backend.base_url;
-            if !(url.starts_with("http://") || url.starts_with("https://") || url.starts_with("${")) {
-                problems.push(format!("{at}: base_url must start with http:// or https://, got {url:?}"));
+            if !(url.starts_with("http://") || url.starts_with("https://") || url.starts_with("${"))
+            {
+                problems.push(format!(
+                    "{at}: base_url must start with http:// or https://, got {url:?}"
+                ));
             }
             if backend.kind.is_local() && backend.models.is_empty() {
-                problems.push(format!("{at}: a local backend must list the models it serves"));
+                problems.push(format!(
+                    "{at}: a local backend must list the models it serves"
+                ));
             }
         }
         for (from, to) in &self.model_aliases {
             if from == to {
                 problems.push(format!("model_aliases: {from:?} maps to itself"));
             } else if self.model_aliases.contains_key(to) {
-                problems.push(format!("model_aliases: {from:?} → {to:?} chains into another alias"));
+                problems.push(format!(
+                    "model_aliases: {from:?} → {to:?} chains into another alias"
+                ));
             }
         }
         if self.server.max_body_bytes < 1024 {
@@ -437,9 +445,18 @@ impl Config {
         problems
     }
 
-    /// The model Glider asks for when a client names `model`.
+    /// The model Glider asks for when a client names `model`: an exact alias first,
+    /// else the longest (most specific) `*` pattern that matches, else `model` itself.
     pub fn resolve_alias<'a>(&'a self, model: &'a str) -> &'a str {
-        self.model_aliases.get(model).map(String::as_str).unwrap_or(model)
+        if let Some(target) = self.model_aliases.get(model) {
+            return target;
+        }
+        self.model_aliases
+            .iter()
+            .filter(|(pattern, _)| pattern.contains('*') && glob_match(pattern, model))
+            .max_by_key(|(pattern, _)| pattern.len())
+            .map(|(_, target)| target.as_str())
+            .unwrap_or(model)
     }
 
     /// The restart-only settings that differ between `self` (running) and `next`.
@@ -485,7 +502,9 @@ mod tests {
     #[test]
     fn profiles_are_valid() {
         for name in ["glider.yaml", "glider.local.yaml", "glider.cloud.yaml"] {
-            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs").join(name);
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../configs")
+                .join(name);
             Config::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
     }
@@ -516,6 +535,19 @@ mod tests {
             Err("environment variable B is not set".to_owned())
         );
         assert!(format!("{:?}", Secret("sk-123".into())).contains("****"));
+    }
+
+    #[test]
+    fn aliases_match_exactly_then_by_the_longest_pattern() {
+        let config = Config::parse(
+            "model_aliases: {'claude-*': big, 'claude-*haiku*': small, claude-x: exact}\n",
+            "t",
+        )
+        .expect("valid");
+        assert_eq!(config.resolve_alias("claude-x"), "exact");
+        assert_eq!(config.resolve_alias("claude-3-5-haiku-latest"), "small");
+        assert_eq!(config.resolve_alias("claude-opus-4"), "big");
+        assert_eq!(config.resolve_alias("gpt-4o"), "gpt-4o");
     }
 
     #[test]

@@ -117,17 +117,18 @@ impl ConfigHandle {
             .to_path_buf();
         let file_name = path.file_name().map(|n| n.to_owned());
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if let Ok(event) = event
-                && event
-                    .paths
-                    .iter()
-                    .any(|p| p.file_name().map(|n| n.to_owned()) == file_name)
-            {
-                let _ = tx.send(());
-            }
-        })
-        .map_err(|e| watch_error(&path, e))?;
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                if let Ok(event) = event
+                    && event
+                        .paths
+                        .iter()
+                        .any(|p| p.file_name().map(|n| n.to_owned()) == file_name)
+                {
+                    let _ = tx.send(());
+                }
+            })
+            .map_err(|e| watch_error(&path, e))?;
         watcher
             .watch(&dir, RecursiveMode::NonRecursive)
             .map_err(|e| watch_error(&path, e))?;
@@ -163,7 +164,8 @@ mod tests {
         std::fs::rename(&tmp, path).expect("rename");
     }
 
-    const BASE: &str = "backends:\n  - {name: l, type: ollama, base_url: 'http://127.0.0.1:1', models: [m]}\n";
+    const BASE: &str =
+        "backends:\n  - {name: l, type: ollama, base_url: 'http://127.0.0.1:1', models: [m]}\n";
 
     #[tokio::test]
     async fn reload_applies_hot_keys_and_rejects_broken_files() {
@@ -173,7 +175,12 @@ mod tests {
         let handle = ConfigHandle::new(Config::load(&path).expect("valid"), Some(path.clone()));
 
         write(&path, &format!("{BASE}model_aliases: {{gpt-4o: m}}\n"));
-        assert_eq!(handle.reload(), ReloadOutcome::Applied { needs_restart: vec![] });
+        assert_eq!(
+            handle.reload(),
+            ReloadOutcome::Applied {
+                needs_restart: vec![]
+            }
+        );
         assert_eq!(handle.snapshot().resolve_alias("gpt-4o"), "m");
 
         write(&path, "backends: [oops\n");
@@ -182,7 +189,10 @@ mod tests {
 
         write(&path, &format!("{BASE}server: {{proxy_port: 9}}\n"));
         let outcome = handle.reload();
-        assert!(matches!(&outcome, ReloadOutcome::Applied { needs_restart } if needs_restart.len() == 1), "{outcome:?}");
+        assert!(
+            matches!(&outcome, ReloadOutcome::Applied { needs_restart } if needs_restart.len() == 1),
+            "{outcome:?}"
+        );
         assert_eq!(handle.snapshot().server.proxy_port, 8080);
         assert!(handle.snapshot().model_aliases.is_empty());
     }

@@ -78,7 +78,11 @@ impl Runtime {
             .iter()
             .map(|bc| {
                 previous
-                    .and_then(|p| p.backends.iter().find(|b| b.config.name == bc.name && raw_config_eq(b, bc)))
+                    .and_then(|p| {
+                        p.backends
+                            .iter()
+                            .find(|b| b.config.name == bc.name && raw_config_eq(b, bc))
+                    })
                     .cloned()
                     .unwrap_or_else(|| Backend::new(bc.clone()))
             })
@@ -198,11 +202,20 @@ impl Engine {
                 });
             }
         }
-        for (alias, target) in &runtime.config.model_aliases {
+        // Pattern aliases (`claude-*`) are not models a client can pick from a list.
+        for (alias, target) in runtime
+            .config
+            .model_aliases
+            .iter()
+            .filter(|(a, _)| !a.contains('*'))
+        {
             let backend = models.iter().find(|m| &m.id == target).cloned();
             models.push(ModelInfo {
                 id: alias.clone(),
-                backend: backend.as_ref().map(|m| m.backend.clone()).unwrap_or_default(),
+                backend: backend
+                    .as_ref()
+                    .map(|m| m.backend.clone())
+                    .unwrap_or_default(),
                 alias_of: Some(target.clone()),
                 unavailable: backend.and_then(|m| m.unavailable),
             });
@@ -220,7 +233,12 @@ impl Engine {
     }
 
     /// Route a prepared request.
-    pub fn decide(&self, request: &Request, model: &str, tokens: u64) -> Result<RouteDecision, ApiError> {
+    pub fn decide(
+        &self,
+        request: &Request,
+        model: &str,
+        tokens: u64,
+    ) -> Result<RouteDecision, ApiError> {
         let runtime = self.runtime();
         route(
             &runtime.config,
@@ -274,7 +292,10 @@ impl Engine {
                 response.rest,
             ))
         } else {
-            let body = response.collect().await.map_err(|f| ApiError::new(f.kind, f.to_string()))?;
+            let body = response
+                .collect()
+                .await
+                .map_err(|f| ApiError::new(f.kind, f.to_string()))?;
             CompletionBody::Whole(codec(backend_dialect).decode_response(&body)?)
         };
         Ok(Completion {
@@ -295,22 +316,29 @@ impl Engine {
         if let Some(map) = value.as_object_mut() {
             map.entry("max_tokens").or_insert(1.into());
         }
-        let normalized = serde_json::to_vec(&value).map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?;
+        let normalized = serde_json::to_vec(&value)
+            .map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?;
         let (request, model, tokens) = self.prepare(Dialect::Anthropic, &normalized)?;
         let runtime = self.runtime();
-        let exact = runtime
-            .backends
-            .iter()
-            .find(|b| b.kind() == BackendKind::Anthropic && b.unavailable.is_none() && b.config.model_spec(&model).is_some());
+        let exact = runtime.backends.iter().find(|b| {
+            b.kind() == BackendKind::Anthropic
+                && b.unavailable.is_none()
+                && b.config.model_spec(&model).is_some()
+        });
         if let Some(backend) = exact {
             let mut upstream_body = value;
             upstream_body["model"] = model.clone().into();
             if let Some(map) = upstream_body.as_object_mut() {
                 map.remove("max_tokens");
             }
-            match backend.count_tokens(&upstream_body, forward_headers(headers, backend)).await {
+            match backend
+                .count_tokens(&upstream_body, forward_headers(headers, backend))
+                .await
+            {
                 Ok(count) => return Ok(count),
-                Err(e) => tracing::warn!(backend = backend.name(), error = %e, "count_tokens upstream failed; estimating"),
+                Err(e) => {
+                    tracing::warn!(backend = backend.name(), error = %e, "count_tokens upstream failed; estimating")
+                }
             }
         }
         let _ = request;
@@ -319,12 +347,21 @@ impl Engine {
 }
 
 /// The request body and headers for one candidate.
-fn build_upstream(front: Dialect, incoming: &CompletionRequest, request: &Request, candidate: &Candidate) -> UpstreamRequest {
+fn build_upstream(
+    front: Dialect,
+    incoming: &CompletionRequest,
+    request: &Request,
+    candidate: &Candidate,
+) -> UpstreamRequest {
     let backend = &candidate.backend;
     let dialect = backend.dialect_for(front);
     let strip_thinking = backend.kind() == BackendKind::Ollama
         && request.thinking.is_some()
-        && backend.config.model_spec(&candidate.model).and_then(|s| s.thinking) != Some(true);
+        && backend
+            .config
+            .model_spec(&candidate.model)
+            .and_then(|s| s.thinking)
+            != Some(true);
     let body = if dialect == front && !strip_thinking {
         rewrite_model(&incoming.body, &request.model, &candidate.model)
     } else {
@@ -354,7 +391,9 @@ fn hoist_system_turns(turns: &mut Vec<Turn>) {
     if !later_system {
         return;
     }
-    let (system, rest): (Vec<Turn>, Vec<Turn>) = std::mem::take(turns).into_iter().partition(|t| t.role == Role::System);
+    let (system, rest): (Vec<Turn>, Vec<Turn>) = std::mem::take(turns)
+        .into_iter()
+        .partition(|t| t.role == Role::System);
     let parts = system.into_iter().flat_map(|t| t.parts).collect();
     turns.push(Turn {
         role: Role::System,
@@ -398,7 +437,9 @@ fn rewrite_model(body: &Bytes, from: &str, to: &str) -> Bytes {
     match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body) {
         Ok(mut map) => {
             map.insert("model".into(), to.into());
-            serde_json::to_vec(&map).map(Bytes::from).unwrap_or_else(|_| body.clone())
+            serde_json::to_vec(&map)
+                .map(Bytes::from)
+                .unwrap_or_else(|_| body.clone())
         }
         Err(_) => body.clone(),
     }
@@ -480,7 +521,8 @@ mod tests {
     fn model_rewrite_keeps_untouched_bytes_when_unchanged() {
         let body = Bytes::from_static(b"{\"model\":\"a\",  \"x\":1}");
         assert_eq!(rewrite_model(&body, "a", "a"), body);
-        let rewritten: serde_json::Value = serde_json::from_slice(&rewrite_model(&body, "a", "b")).expect("json");
+        let rewritten: serde_json::Value =
+            serde_json::from_slice(&rewrite_model(&body, "a", "b")).expect("json");
         assert_eq!(rewritten, serde_json::json!({"model": "b", "x": 1}));
     }
 }

@@ -29,11 +29,20 @@ pub struct RouteDecision {
 impl RouteDecision {
     /// The `x-glider-route` header value.
     pub fn header_value(&self, backend: &str, model: &str) -> String {
-        let value = format!("rule={}; backend={backend}; model={model}; reason={}", self.rule, self.reason);
+        let value = format!(
+            "rule={}; backend={backend}; model={model}; reason={}",
+            self.rule, self.reason
+        );
         // Header values must be visible ASCII.
         value
             .chars()
-            .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' })
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    '?'
+                }
+            })
             .collect()
     }
 }
@@ -48,19 +57,30 @@ pub struct RouteInput<'a> {
 }
 
 /// Decide the candidates for `input` among `backends`.
-pub fn route(config: &Config, backends: &[Arc<Backend>], input: &RouteInput) -> Result<RouteDecision, ApiError> {
+pub fn route(
+    config: &Config,
+    backends: &[Arc<Backend>],
+    input: &RouteInput,
+) -> Result<RouteDecision, ApiError> {
     let serving: Vec<&Arc<Backend>> = backends
         .iter()
         .filter(|b| b.config.enabled && b.config.model_spec(input.model).is_some())
         .collect();
     if serving.is_empty() {
-        let known: Vec<String> = backends.iter().flat_map(|b| b.config.concrete_models()).collect();
+        let known: Vec<String> = backends
+            .iter()
+            .flat_map(|b| b.config.concrete_models())
+            .collect();
         return Err(ApiError::new(
             ErrorKind::NotFound,
             format!(
                 "model {:?} is not served by any configured backend (known models: {})",
                 input.model,
-                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
             ),
         )
         .with_param("model"));
@@ -89,7 +109,10 @@ pub fn route(config: &Config, backends: &[Arc<Backend>], input: &RouteInput) -> 
         push_cloud_fallbacks(backends, input, &mut candidates);
     }
     let (rule, reason) = if too_long.is_empty() {
-        ("model", format!("{} is served by {}", input.model, names(&candidates)))
+        (
+            "model",
+            format!("{} is served by {}", input.model, names(&candidates)),
+        )
     } else {
         (
             "context_limit",
@@ -115,10 +138,20 @@ pub fn route(config: &Config, backends: &[Arc<Backend>], input: &RouteInput) -> 
 
 /// Cloud backends behind the local ones: first those serving the model the client
 /// named (before any alias), then any with a `default_model`.
-fn push_cloud_fallbacks(backends: &[Arc<Backend>], input: &RouteInput, candidates: &mut Vec<Candidate>) {
-    let cloud = || backends.iter().filter(|b| b.config.enabled && !b.kind().is_local());
+fn push_cloud_fallbacks(
+    backends: &[Arc<Backend>],
+    input: &RouteInput,
+    candidates: &mut Vec<Candidate>,
+) {
+    let cloud = || {
+        backends
+            .iter()
+            .filter(|b| b.config.enabled && !b.kind().is_local())
+    };
     for backend in cloud() {
-        if backend.config.model_spec(input.requested_model).is_some() && !contains(candidates, backend) {
+        if backend.config.model_spec(input.requested_model).is_some()
+            && !contains(candidates, backend)
+        {
             candidates.push(Candidate {
                 backend: backend.clone(),
                 model: input.requested_model.to_owned(),
@@ -180,11 +213,15 @@ mod tests {
     #[test]
     fn local_first_then_cloud_with_the_requested_model() {
         let (config, backends) = setup(YAML);
-        let decision = route(&config, &backends, &input("claude-sonnet", "qwen", 10)).expect("routes");
+        let decision =
+            route(&config, &backends, &input("claude-sonnet", "qwen", 10)).expect("routes");
         assert_eq!(decision.rule, "model");
         assert_eq!(
             order(&decision),
-            vec![("local".into(), "qwen".into()), ("claude".into(), "claude-sonnet".into())]
+            vec![
+                ("local".into(), "qwen".into()),
+                ("claude".into(), "claude-sonnet".into())
+            ]
         );
     }
 
@@ -201,7 +238,11 @@ mod tests {
         let (config, backends) = setup(&format!("{YAML}routing: {{cloud_fallback: false}}\n"));
         let err = route(&config, &backends, &input("qwen", "qwen", 5000)).expect_err("refused");
         assert_eq!(err.kind, ErrorKind::InvalidRequest);
-        assert!(err.message.contains("cloud fallback is off"), "{}", err.message);
+        assert!(
+            err.message.contains("cloud fallback is off"),
+            "{}",
+            err.message
+        );
         let decision = route(&config, &backends, &input("qwen", "qwen", 10)).expect("routes");
         assert_eq!(order(&decision), vec![("local".into(), "qwen".into())]);
     }

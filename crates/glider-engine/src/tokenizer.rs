@@ -23,8 +23,13 @@ pub enum Method {
 pub fn estimate_request_tokens(request: &Request, model: &str) -> (u64, Method) {
     let text = request_text(request);
     let framing = TOKENS_PER_MESSAGE * request.turns.len() as u64;
-    match tiktoken_rs::tokenizer::get_tokenizer(model).and_then(|t| tiktoken_rs::bpe_for_tokenizer(t).ok()) {
-        Some(bpe) => (bpe.encode_ordinary(&text).len() as u64 + framing, Method::Tiktoken),
+    match tiktoken_rs::tokenizer::get_tokenizer(model)
+        .and_then(|t| tiktoken_rs::bpe_for_tokenizer(t).ok())
+    {
+        Some(bpe) => (
+            bpe.encode_ordinary(&text).len() as u64 + framing,
+            Method::Tiktoken,
+        ),
         None => (estimate_text(&text) + framing, Method::ByteRatio),
     }
 }
@@ -55,7 +60,9 @@ fn push_parts(text: &mut String, parts: &[Part]) {
         match part {
             Part::Text { text: t, .. } => text.push_str(t),
             Part::Thinking { text: t, .. } => text.push_str(t),
-            Part::ToolCall { name, arguments, .. } => {
+            Part::ToolCall {
+                name, arguments, ..
+            } => {
                 text.push_str(name);
                 text.push_str(&arguments.to_string());
             }

@@ -45,7 +45,9 @@ pub async fn serve(
     engine: Arc<Engine>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(engine)).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, router(engine))
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 async fn root() -> &'static str {
@@ -69,7 +71,11 @@ async fn ollama_chat(State(gw): State<Gateway>, request: Request) -> Response {
 }
 
 /// Read the body under the configured limit; over it is a 413 in the caller's dialect.
-async fn read_body(gw: &Gateway, front: Dialect, request: Request) -> Result<(HeaderMap, Bytes), Response> {
+async fn read_body(
+    gw: &Gateway,
+    front: Dialect,
+    request: Request,
+) -> Result<(HeaderMap, Bytes), Response> {
     let limit = gw.engine.runtime().config.server.max_body_bytes;
     let (parts, body) = request.into_parts();
     match Limited::new(body, limit).collect().await {
@@ -78,7 +84,9 @@ async fn read_body(gw: &Gateway, front: Dialect, request: Request) -> Result<(He
             front,
             &ApiError::new(
                 ErrorKind::RequestTooLarge,
-                format!("request body exceeds the configured limit of {limit} bytes (server.max_body_bytes)"),
+                format!(
+                    "request body exceeds the configured limit of {limit} bytes (server.max_body_bytes)"
+                ),
             ),
         )),
         Err(e) => Err(error_response(
@@ -93,7 +101,15 @@ async fn complete(gw: Gateway, front: Dialect, request: Request) -> Response {
         Ok(read) => read,
         Err(response) => return response,
     };
-    match gw.engine.complete(CompletionRequest { front, body, headers }).await {
+    match gw
+        .engine
+        .complete(CompletionRequest {
+            front,
+            body,
+            headers,
+        })
+        .await
+    {
         Ok(completion) => render::completion(front, completion),
         Err(error) => {
             tracing::info!(front = front.as_str(), kind = ?error.kind, message = %error.message, "request failed");
@@ -158,7 +174,8 @@ async fn ollama_tags(State(gw): State<Gateway>) -> Response {
 }
 
 async fn ollama_version() -> Response {
-    axum::Json(serde_json::json!({ "version": concat!("glider-", env!("CARGO_PKG_VERSION")) })).into_response()
+    axum::Json(serde_json::json!({ "version": concat!("glider-", env!("CARGO_PKG_VERSION")) }))
+        .into_response()
 }
 
 async fn not_found(request: Request) -> Response {
@@ -172,7 +189,10 @@ async fn not_found(request: Request) -> Response {
     };
     let mut response = error_response(
         front,
-        &ApiError::new(ErrorKind::NotFound, format!("no route for {} {path}", request.method())),
+        &ApiError::new(
+            ErrorKind::NotFound,
+            format!("no route for {} {path}", request.method()),
+        ),
     );
     if request.method() != axum::http::Method::GET && request.method() != axum::http::Method::POST {
         *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;

@@ -12,7 +12,8 @@ use glider_vendors::codec;
 
 /// An error in `front`'s own JSON shape with its status.
 pub fn error_response(front: Dialect, error: &ApiError) -> Response {
-    let status = StatusCode::from_u16(error.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status =
+        StatusCode::from_u16(error.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, axum::Json(codec(front).encode_error(error))).into_response()
 }
 
@@ -42,7 +43,10 @@ pub(crate) fn completion(front: Dialect, completion: Completion) -> Response {
                             let mut out = Vec::new();
                             front_codec.stream_encoder().encode(
                                 &StreamEvent::Error {
-                                    error: ApiError::new(failure.kind, format!("backend stream failed: {failure}")),
+                                    error: ApiError::new(
+                                        failure.kind,
+                                        format!("backend stream failed: {failure}"),
+                                    ),
                                 },
                                 &mut out,
                             );
@@ -54,7 +58,8 @@ pub(crate) fn completion(front: Dialect, completion: Completion) -> Response {
                 }))
             });
             let body = Body::from_stream(first.chain(tail).map(Ok::<_, std::convert::Infallible>));
-            let content_type = content_type.unwrap_or_else(|| default_content_type(front, streaming).to_owned());
+            let content_type =
+                content_type.unwrap_or_else(|| default_content_type(front, streaming).to_owned());
             let mut response = Response::new(body);
             if let Ok(value) = HeaderValue::from_str(&content_type) {
                 response.headers_mut().insert(header::CONTENT_TYPE, value);
@@ -75,7 +80,9 @@ pub(crate) fn completion(front: Dialect, completion: Completion) -> Response {
             );
             response
         }
-        CompletionBody::Whole(reply) => axum::Json(front_codec.encode_response(&reply)).into_response(),
+        CompletionBody::Whole(reply) => {
+            axum::Json(front_codec.encode_response(&reply)).into_response()
+        }
     };
     if completion.stream {
         response

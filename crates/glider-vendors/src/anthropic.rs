@@ -3294,8 +3294,13 @@ data: {\"type\":\"message_stop\"}\n\
         let request = Anthropic
             .decode_request(body.to_string().as_bytes())
             .expect("unknown blocks are kept, not refused");
-        assert!(matches!(&request.turns[0].parts[0], Part::Native { dialect: Dialect::Anthropic, raw } if raw["type"] == "document"));
+        assert!(
+            matches!(&request.turns[0].parts[0], Part::Native { dialect: Dialect::Anthropic, raw } if raw["type"] == "document")
+        );
         let encoded = Anthropic.encode_request(&request);
-        assert_eq!(encoded["messages"][0]["content"][0], body["messages"][0]["content"][0]);
+        assert_eq!(
+            encoded["messages"][0]["content"][0],
+            body["messages"][0]["content"][0]
+        );
     }
 }

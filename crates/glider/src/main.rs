@@ -13,7 +13,11 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 
 #[derive(Parser)]
-#[command(name = "glider", version, about = "Route AI coding CLI requests to a local model or the cloud")]
+#[command(
+    name = "glider",
+    version,
+    about = "Route AI coding CLI requests to a local model or the cloud"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -63,7 +67,11 @@ fn main() -> std::process::ExitCode {
 fn check(path: &std::path::Path) -> std::process::ExitCode {
     match Config::load(path) {
         Ok(config) => {
-            println!("{}: valid ({} backends)", path.display(), config.backends.len());
+            println!(
+                "{}: valid ({} backends)",
+                path.display(),
+                config.backends.len()
+            );
             for backend in &config.backends {
                 let missing: Vec<String> = backend
                     .api_key
@@ -71,7 +79,11 @@ fn check(path: &std::path::Path) -> std::process::ExitCode {
                     .filter_map(|k| k.resolve().err())
                     .collect();
                 if !missing.is_empty() {
-                    println!("  note: backend {} is unusable until {}", backend.name, missing.join(", "));
+                    println!(
+                        "  note: backend {} is unusable until {}",
+                        backend.name,
+                        missing.join(", ")
+                    );
                 }
             }
             std::process::ExitCode::SUCCESS
@@ -99,8 +111,9 @@ async fn serve(config_path: Option<PathBuf>, port: Option<u16>) -> anyhow::Resul
     if let Some(port) = port {
         config.server.proxy_port = port;
     }
-    let filter = EnvFilter::try_from_env("GLIDER_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(config.log_level.clone().unwrap_or_else(|| "info".into())));
+    let filter = EnvFilter::try_from_env("GLIDER_LOG").unwrap_or_else(|_| {
+        EnvFilter::new(config.log_level.clone().unwrap_or_else(|| "info".into()))
+    });
     let (filter, filter_handle) = tracing_subscriber::reload::Layer::new(filter);
     tracing_subscriber::registry()
         .with(filter)
@@ -108,7 +121,8 @@ async fn serve(config_path: Option<PathBuf>, port: Option<u16>) -> anyhow::Resul
         .init();
 
     let home = glider_home();
-    std::fs::create_dir_all(&home).with_context(|| format!("cannot create GLIDER_HOME {}", home.display()))?;
+    std::fs::create_dir_all(&home)
+        .with_context(|| format!("cannot create GLIDER_HOME {}", home.display()))?;
     let handle = ConfigHandle::new(config, config_path.clone());
     let _watcher = handle.watch()?;
     let engine = Engine::new(handle.clone());
@@ -158,11 +172,19 @@ async fn report_backends(engine: &Arc<Engine>) {
         let health = backend.health();
         let kind = format!("{:?}", backend.kind()).to_lowercase();
         match (&backend.unavailable, health.detail) {
-            (Some(why), _) => tracing::warn!("backend {} ({kind}): unusable: {why}", backend.name()),
-            (None, Some(detail)) => tracing::warn!("backend {} ({kind}): down: {detail}", backend.name()),
+            (Some(why), _) => {
+                tracing::warn!("backend {} ({kind}): unusable: {why}", backend.name())
+            }
+            (None, Some(detail)) => {
+                tracing::warn!("backend {} ({kind}): down: {detail}", backend.name())
+            }
             (None, None) => {
                 usable += 1;
-                tracing::info!("backend {} ({kind}) at {}: ready", backend.name(), backend.config.base_url);
+                tracing::info!(
+                    "backend {} ({kind}) at {}: ready",
+                    backend.name(),
+                    backend.config.base_url
+                );
             }
         }
     }

@@ -42,8 +42,13 @@ async fn a_failing_local_model_falls_back_to_the_cloud() {
         let route = reply.headers["x-glider-route"].to_str().expect("ascii");
         assert!(route.contains("backend=claude"), "{route}");
         // The cloud is asked for the model the client named, not the local alias.
-        assert_eq!(cloud.requests().last().expect("cloud asked").body["model"], "claude-sonnet");
-        let response = reply.decode(Dialect::Anthropic, stream).expect("valid reply");
+        assert_eq!(
+            cloud.requests().last().expect("cloud asked").body["model"],
+            "claude-sonnet"
+        );
+        let response = reply
+            .decode(Dialect::Anthropic, stream)
+            .expect("valid reply");
         assert!(response.plain_text().contains("echo: hello"));
     }
 }
@@ -58,7 +63,10 @@ async fn when_every_backend_fails_the_client_gets_502_listing_each() {
     let body = reply.json();
     assert_eq!(body["type"], "error");
     let message = body["error"]["message"].as_str().expect("message");
-    assert!(message.contains("local: HTTP 500") && message.contains("claude: HTTP 529"), "{message}");
+    assert!(
+        message.contains("local: HTTP 500") && message.contains("claude: HTTP 529"),
+        "{message}"
+    );
 
     // The same failure in OpenAI's dialect.
     let reply = post_json(
@@ -83,7 +91,11 @@ async fn the_breaker_stops_calling_a_backend_after_five_failures() {
     assert_eq!(local_calls, 5);
     let reply = post_json(&gw.base, "/v1/messages", &ask("claude-sonnet", false)).await;
     assert_eq!(reply.status, 200);
-    assert_eq!(local.requests().len(), local_calls, "an open breaker does not call the backend");
+    assert_eq!(
+        local.requests().len(),
+        local_calls,
+        "an open breaker does not call the backend"
+    );
     assert_eq!(cloud.requests().len(), 6);
     let runtime = gw.engine.runtime();
     let backend = runtime.backend("local").expect("local backend");
@@ -99,9 +111,19 @@ async fn pure_local_mode_shows_the_local_error() {
     );
     let gw = gateway(&yaml).await;
     local.set_failure(Failure::Status(500));
-    let reply = post_json(&gw.base, "/api/chat", &json!({"model": "qwen", "messages": [{"role": "user", "content": "hi"}]})).await;
+    let reply = post_json(
+        &gw.base,
+        "/api/chat",
+        &json!({"model": "qwen", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
     assert_eq!(reply.status, 502);
-    assert!(reply.json()["error"].as_str().expect("ollama error string").contains("local: HTTP 500"));
+    assert!(
+        reply.json()["error"]
+            .as_str()
+            .expect("ollama error string")
+            .contains("local: HTTP 500")
+    );
 }
 
 #[tokio::test]
@@ -115,20 +137,36 @@ async fn bad_input_gets_a_clear_error_in_each_dialect() {
         assert_eq!(body["type"], "error");
         assert_eq!(body["error"]["type"], kind, "{body}");
         let message = body["error"]["message"].as_str().expect("message");
-        assert!(message.contains(needle), "{message:?} should mention {needle:?}");
+        assert!(
+            message.contains(needle),
+            "{message:?} should mention {needle:?}"
+        );
     };
     let openai_error = |reply: &Reply, status: u16, needle: &str| {
         assert_eq!(reply.status, status, "{}", reply.text());
         let body = reply.json();
         let message = body["error"]["message"].as_str().expect("message");
-        assert!(message.contains(needle), "{message:?} should mention {needle:?}");
+        assert!(
+            message.contains(needle),
+            "{message:?} should mention {needle:?}"
+        );
     };
 
     let reply = post(&gw.base, "/v1/messages", "{not json", &[]).await;
     anthropic_error(&reply, 400, "invalid_request_error", "JSON");
-    let reply = post_json(&gw.base, "/v1/messages", &json!({"model": "m-anthropic", "messages": [{"role": "user", "content": "x"}]})).await;
+    let reply = post_json(
+        &gw.base,
+        "/v1/messages",
+        &json!({"model": "m-anthropic", "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await;
     anthropic_error(&reply, 400, "invalid_request_error", "max_tokens");
-    let reply = post_json(&gw.base, "/v1/messages", &json!({"model": "m-anthropic", "max_tokens": "ten", "messages": []})).await;
+    let reply = post_json(
+        &gw.base,
+        "/v1/messages",
+        &json!({"model": "m-anthropic", "max_tokens": "ten", "messages": []}),
+    )
+    .await;
     anthropic_error(&reply, 400, "invalid_request_error", "max_tokens");
     let reply = post_json(&gw.base, "/v1/messages", &ask("no-such-model", false)).await;
     anthropic_error(&reply, 404, "not_found_error", "no-such-model");
@@ -138,10 +176,20 @@ async fn bad_input_gets_a_clear_error_in_each_dialect() {
 
     let reply = post(&gw.base, "/v1/chat/completions", "[]", &[]).await;
     openai_error(&reply, 400, "");
-    let reply = post_json(&gw.base, "/v1/chat/completions", &json!({"model": "no-such", "messages": [{"role": "user", "content": "x"}]})).await;
+    let reply = post_json(
+        &gw.base,
+        "/v1/chat/completions",
+        &json!({"model": "no-such", "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await;
     openai_error(&reply, 404, "no-such");
     assert_eq!(reply.json()["error"]["param"], "model");
-    let reply = post_json(&gw.base, "/v1/responses", &json!({"model": "m-openai", "input": 42})).await;
+    let reply = post_json(
+        &gw.base,
+        "/v1/responses",
+        &json!({"model": "m-openai", "input": 42}),
+    )
+    .await;
     openai_error(&reply, 400, "input");
     let reply = post_json(&gw.base, "/v1/nothing-here", &json!({})).await;
     openai_error(&reply, 404, "/v1/nothing-here");
@@ -172,7 +220,10 @@ async fn a_stream_cut_mid_reply_ends_with_an_error_event_in_the_client_dialect()
         assert_eq!(reply.status, 200, "headers were sent before the cut");
         let text = reply.text();
         assert!(text.contains("event: error"), "{model}: {text}");
-        assert!(!text.contains("message_stop"), "{model}: a cut stream must not look complete: {text}");
+        assert!(
+            !text.contains("message_stop"),
+            "{model}: a cut stream must not look complete: {text}"
+        );
         assert!(reply.decode(Dialect::Anthropic, true).is_err(), "{model}");
     }
     // OpenAI chat front: an error object, and no [DONE].
@@ -201,7 +252,10 @@ async fn a_client_that_disconnects_cancels_the_upstream_request() {
     );
     let gw = gateway(&yaml).await;
     for path in ["/v1/messages", "/api/chat"] {
-        let client = reqwest::Client::builder().no_proxy().build().expect("client");
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("client");
         let response = client
             .post(format!("{}{path}", gw.base))
             .json(&ask("qwen", true))
@@ -211,7 +265,11 @@ async fn a_client_that_disconnects_cancels_the_upstream_request() {
         let mut body = response.bytes_stream();
         let first = body.next().await.expect("a first chunk").expect("readable");
         assert!(!first.is_empty());
-        assert_eq!(mock.open_streams(), 1, "{path}: the upstream stream is open");
+        assert_eq!(
+            mock.open_streams(),
+            1,
+            "{path}: the upstream stream is open"
+        );
         drop(body);
         drop(client);
         assert!(
@@ -222,7 +280,8 @@ async fn a_client_that_disconnects_cancels_the_upstream_request() {
     // A request still waiting for its first byte is cancelled too.
     mock.set_failure(Failure::Hang);
     let base = gw.base.clone();
-    let pending = tokio::spawn(async move { post_json(&base, "/v1/messages", &ask("qwen", false)).await });
+    let pending =
+        tokio::spawn(async move { post_json(&base, "/v1/messages", &ask("qwen", false)).await });
     let mut seen = false;
     for _ in 0..200 {
         if mock.open_streams() == 1 {
@@ -248,10 +307,14 @@ async fn count_tokens_is_exact_from_anthropic_and_estimated_otherwise() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     let exact = reply.json()["input_tokens"].as_u64().expect("count");
     let upstream = mock.requests();
-    assert_eq!(upstream.last().expect("asked upstream").path, "/v1/messages/count_tokens");
+    assert_eq!(
+        upstream.last().expect("asked upstream").path,
+        "/v1/messages/count_tokens"
+    );
     assert!(exact > 0);
 
-    let body = json!({"model": "m-ollama", "messages": [{"role": "user", "content": "x".repeat(350)}]});
+    let body =
+        json!({"model": "m-ollama", "messages": [{"role": "user", "content": "x".repeat(350)}]});
     let reply = post_json(&gw.base, "/v1/messages/count_tokens", &body).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     // 350 bytes at 3.5 bytes a token, the newline, and 4 framing tokens.
@@ -262,14 +325,34 @@ async fn count_tokens_is_exact_from_anthropic_and_estimated_otherwise() {
 async fn models_lists_backends_and_aliases_in_both_shapes() {
     let (_mock, yaml) = mock_and_config("model_aliases: {gpt-4o: m-ollama}\n").await;
     let gw = gateway(&yaml).await;
-    let client = reqwest::Client::builder().no_proxy().build().expect("client");
-    let openai: serde_json::Value = client.get(format!("{}/v1/models", gw.base)).send().await.expect("ok").json().await.expect("json");
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let openai: serde_json::Value = client
+        .get(format!("{}/v1/models", gw.base))
+        .send()
+        .await
+        .expect("ok")
+        .json()
+        .await
+        .expect("json");
     assert_eq!(openai["object"], "list");
-    let ids: Vec<&str> = openai["data"].as_array().expect("data").iter().filter_map(|m| m["id"].as_str()).collect();
+    let ids: Vec<&str> = openai["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
     for id in ["m-ollama", "m-vllm", "m-openai", "m-anthropic", "gpt-4o"] {
         assert!(ids.contains(&id), "{id} missing from {ids:?}");
     }
-    let alias = openai["data"].as_array().expect("data").iter().find(|m| m["id"] == "gpt-4o").expect("alias");
+    let alias = openai["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .find(|m| m["id"] == "gpt-4o")
+        .expect("alias");
     assert_eq!(alias["glider"]["alias_of"], "m-ollama");
     let anthropic: serde_json::Value = client
         .get(format!("{}/v1/models", gw.base))
@@ -290,17 +373,26 @@ async fn an_alias_added_by_reload_applies_to_the_next_request() {
     let gw = gateway(&yaml).await;
     let reply = post_json(&gw.base, "/v1/messages", &ask("claude-haiku", false)).await;
     assert_eq!(reply.status, 404);
-    let next = glider_config::Config::parse(&format!("{yaml}model_aliases: {{claude-haiku: m-ollama}}\n"), "reload").expect("valid");
+    let next = glider_config::Config::parse(
+        &format!("{yaml}model_aliases: {{claude-haiku: m-ollama}}\n"),
+        "reload",
+    )
+    .expect("valid");
     gw.config.apply(next);
     // The engine follows the config on a background task: wait for it by polling.
     let mut status = 0;
     for _ in 0..100 {
-        status = post_json(&gw.base, "/v1/messages", &ask("claude-haiku", false)).await.status;
+        status = post_json(&gw.base, "/v1/messages", &ask("claude-haiku", false))
+            .await
+            .status;
         if status == 200 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(status, 200);
-    assert_eq!(mock.requests().last().expect("served").body["model"], "m-ollama");
+    assert_eq!(
+        mock.requests().last().expect("served").body["model"],
+        "m-ollama"
+    );
 }

@@ -34,7 +34,9 @@ pub async fn gateway(yaml: &str) -> Gateway {
     let engine = Engine::new(handle.clone());
     // Follow reloads, but no periodic probes: tests count the requests mocks receive.
     engine.follow_config();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (tx, rx) = tokio::sync::oneshot::channel();
     let serve_engine = engine.clone();
@@ -104,7 +106,10 @@ pub fn weather_tool() -> ToolDef {
 pub fn text_request(model: &str, text: &str, stream: bool) -> glider_ngl::Request {
     glider_ngl::Request {
         model: model.into(),
-        turns: vec![Turn::text(Role::System, "be brief"), Turn::text(Role::User, text)],
+        turns: vec![
+            Turn::text(Role::System, "be brief"),
+            Turn::text(Role::User, text),
+        ],
         max_tokens: Some(200),
         stream,
         ..glider_ngl::Request::default()
@@ -115,7 +120,11 @@ pub fn text_request(model: &str, text: &str, stream: bool) -> glider_ngl::Reques
 pub fn tool_request(model: &str, stream: bool) -> glider_ngl::Request {
     glider_ngl::Request {
         tools: vec![weather_tool()],
-        ..text_request(model, "weather in Paris? [[call:get_weather {\"city\":\"Paris\"}]]", stream)
+        ..text_request(
+            model,
+            "weather in Paris? [[call:get_weather {\"city\":\"Paris\"}]]",
+            stream,
+        )
     }
 }
 
@@ -155,7 +164,12 @@ pub struct Reply {
 
 impl Reply {
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "reply is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
     }
 
     pub fn text(&self) -> String {
@@ -180,9 +194,20 @@ impl Reply {
     }
 }
 
-pub async fn post(base: &str, path: &str, body: impl Into<reqwest::Body>, headers: &[(&str, &str)]) -> Reply {
-    let client = reqwest::Client::builder().no_proxy().build().expect("client");
-    let mut request = client.post(format!("{base}{path}")).header("content-type", "application/json").body(body);
+pub async fn post(
+    base: &str,
+    path: &str,
+    body: impl Into<reqwest::Body>,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let mut request = client
+        .post(format!("{base}{path}"))
+        .header("content-type", "application/json")
+        .body(body);
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
@@ -201,7 +226,11 @@ pub async fn post_json(base: &str, path: &str, body: &Value) -> Reply {
 /// The first tool call in a reply.
 pub fn first_tool_call(response: &Response) -> Option<(String, String, Value)> {
     response.parts.iter().find_map(|p| match p {
-        Part::ToolCall { id, name, arguments } => Some((id.clone(), name.clone(), arguments.clone())),
+        Part::ToolCall {
+            id,
+            name,
+            arguments,
+        } => Some((id.clone(), name.clone(), arguments.clone())),
         _ => None,
     })
 }
