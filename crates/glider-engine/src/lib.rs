@@ -2,9 +2,13 @@
 //! with `router` and the tokenizer half of `transform`). Every door — gateway, MITM —
 //! hands a request to [`Engine::complete`]; nothing in here looks at which CLI sent it.
 
+pub mod events;
 pub mod pipeline;
 pub mod router;
 pub mod tokenizer;
 
-pub use pipeline::{Completion, CompletionBody, CompletionRequest, Engine, ModelInfo};
+pub use events::{Bus, PipelineEvent, RequestRecord, Tracker};
+pub use pipeline::{
+    CompleteError, Completion, CompletionBody, CompletionRequest, Engine, ModelInfo,
+};
 pub use router::RouteDecision;

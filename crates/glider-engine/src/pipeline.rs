@@ -18,6 +18,7 @@ use glider_vendors::{StreamDecoder, codec};
 use http::HeaderMap;
 use serde::Serialize;
 
+use crate::events::{Bus, Tracker};
 use crate::router::{RouteDecision, RouteInput, route};
 use crate::tokenizer::estimate_request_tokens;
 
@@ -27,6 +28,59 @@ pub struct CompletionRequest {
     pub front: Dialect,
     pub body: Bytes,
     pub headers: HeaderMap,
+    /// Which door took it (`gateway`, `mitm`), for the record.
+    pub door: &'static str,
+    /// MITM only: a request that is not for a local backend is not executed; the
+    /// pipeline answers [`CompleteError::OriginPassthrough`] and the door forwards the
+    /// original request to the CLI's origin with its credentials unchanged. Cloud
+    /// fallback is the origin's job then, so only local candidates are tried.
+    pub origin_passthrough: bool,
+}
+
+impl CompletionRequest {
+    /// A gateway request.
+    pub fn gateway(front: Dialect, body: Bytes, headers: HeaderMap) -> Self {
+        CompletionRequest {
+            front,
+            body,
+            headers,
+            door: "gateway",
+            origin_passthrough: false,
+        }
+    }
+}
+
+/// Why the pipeline did not produce a reply.
+pub enum CompleteError {
+    /// Show this error to the client, in its dialect.
+    Api(ApiError),
+    /// MITM only: not a local request; forward it to the origin. The tracker records
+    /// the request; the door fills in the origin's status before dropping it.
+    OriginPassthrough {
+        decision: Box<RouteDecision>,
+        tracker: Box<Tracker>,
+    },
+}
+
+impl From<ApiError> for CompleteError {
+    fn from(error: ApiError) -> Self {
+        CompleteError::Api(error)
+    }
+}
+
+impl std::fmt::Debug for CompleteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CompleteError::Api(error) => write!(f, "Api({error})"),
+            CompleteError::OriginPassthrough { decision, .. } => {
+                write!(
+                    f,
+                    "OriginPassthrough({}: {})",
+                    decision.rule, decision.reason
+                )
+            }
+        }
+    }
 }
 
 /// How the reply body reaches the client.
@@ -45,6 +99,8 @@ pub enum CompletionBody {
 
 /// A reply with the decision that produced it.
 pub struct Completion {
+    /// The request's id on the event bus.
+    pub id: u64,
     pub decision: RouteDecision,
     /// The backend and model that answered.
     pub backend: String,
@@ -123,6 +179,7 @@ pub struct ModelInfo {
 pub struct Engine {
     config: ConfigHandle,
     runtime: ArcSwap<Runtime>,
+    bus: Bus,
 }
 
 /// How often local backends are probed.
@@ -134,6 +191,7 @@ impl Engine {
         Arc::new(Engine {
             config,
             runtime: ArcSwap::from_pointee(runtime),
+            bus: Bus::default(),
         })
     }
 
@@ -144,6 +202,11 @@ impl Engine {
 
     pub fn config(&self) -> &ConfigHandle {
         &self.config
+    }
+
+    /// The event bus every request is reported on.
+    pub fn bus(&self) -> &Bus {
+        &self.bus
     }
 
     /// Follow config reloads and probe local backends, until the engine is dropped.
@@ -251,21 +314,72 @@ impl Engine {
         )
     }
 
-    /// Run one completion through the pipeline.
-    pub async fn complete(&self, incoming: CompletionRequest) -> Result<Completion, ApiError> {
+    /// Run one completion through the pipeline. Every call is reported on the bus.
+    pub async fn complete(&self, incoming: CompletionRequest) -> Result<Completion, CompleteError> {
+        let client = incoming
+            .headers
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut tracker = self.bus.start(incoming.door, incoming.front, client);
+        match self.run(&incoming, &mut tracker).await {
+            Ok(Run::Answered(parts)) => Ok(parts.finish(tracker)),
+            Ok(Run::Origin(decision)) => {
+                tracker.record.backend = Some("origin".into());
+                tracker.record.local = Some(false);
+                tracker.announce();
+                Err(CompleteError::OriginPassthrough {
+                    decision,
+                    tracker: Box::new(tracker),
+                })
+            }
+            Err(error) => {
+                tracing::info!(front = incoming.front.as_str(), kind = ?error.kind, message = %error.message, "request failed");
+                tracker.fail(error.kind.status(), &error.message);
+                Err(CompleteError::Api(error))
+            }
+        }
+    }
+
+    async fn run(
+        &self,
+        incoming: &CompletionRequest,
+        tracker: &mut Tracker,
+    ) -> Result<Run, ApiError> {
         let front = incoming.front;
         let (request, model, tokens) = self.prepare(front, &incoming.body)?;
-        let decision = self.decide(&request, &model, tokens)?;
+        tracker.record.model_requested = request.model.clone();
+        tracker.record.stream = request.stream;
+        tracker.record.estimated_tokens = tokens;
+        let mut decision = self.decide(&request, &model, tokens)?;
+        tracker.record.rule = Some(decision.rule.to_owned());
+        tracker.record.reason = Some(decision.reason.clone());
+        if incoming.origin_passthrough {
+            decision.candidates.retain(|c| c.backend.kind().is_local());
+            if decision.candidates.is_empty() {
+                return Ok(Run::Origin(Box::new(decision)));
+            }
+        }
+        tracker.announce();
         let stream = request.stream;
         let executed = glider_backend::execute(&decision.candidates, |candidate| {
-            Ok(build_upstream(front, &incoming, &request, candidate))
+            Ok(build_upstream(front, incoming, &request, candidate))
         })
-        .await
-        .map_err(|failures| {
-            let (kind, message) = summarise(&failures);
-            ApiError::new(kind, message)
-        })?;
+        .await;
+        let executed = match executed {
+            Ok(executed) => executed,
+            Err(failures) => {
+                tracker.record.fallbacks = failures.iter().map(ToString::to_string).collect();
+                let (kind, message) = summarise(&failures);
+                return Err(ApiError::new(kind, message));
+            }
+        };
         let candidate = &decision.candidates[executed.index];
+        tracker.record.fallbacks = executed.failures.iter().map(ToString::to_string).collect();
+        tracker.record.backend = Some(candidate.backend.name().to_owned());
+        tracker.record.model_used = Some(candidate.model.clone());
+        tracker.record.local = Some(candidate.backend.kind().is_local());
+        tracker.first_byte();
         let backend_dialect = candidate.backend.dialect_for(front);
         let response = executed.response;
         tracing::info!(
@@ -280,6 +394,7 @@ impl Engine {
             "completion routed"
         );
         let body = if backend_dialect == front {
+            tracker.observe_raw_in(backend_dialect, stream);
             CompletionBody::Raw {
                 content_type: response.content_type,
                 first_chunk: response.first_chunk,
@@ -298,14 +413,14 @@ impl Engine {
                 .map_err(|f| ApiError::new(f.kind, f.to_string()))?;
             CompletionBody::Whole(codec(backend_dialect).decode_response(&body)?)
         };
-        Ok(Completion {
+        Ok(Run::Answered(Answered {
             backend: candidate.backend.name().to_owned(),
             model: candidate.model.clone(),
             decision,
             stream,
             body,
             failures: executed.failures,
-        })
+        }))
     }
 
     /// Count input tokens: an Anthropic backend that serves the model counts exactly;
@@ -344,6 +459,95 @@ impl Engine {
         let _ = request;
         Ok(tokens)
     }
+}
+
+enum Run {
+    Answered(Answered),
+    Origin(Box<RouteDecision>),
+}
+
+/// A completion before its body is wrapped for tracking.
+struct Answered {
+    backend: String,
+    model: String,
+    decision: RouteDecision,
+    stream: bool,
+    body: CompletionBody,
+    failures: Vec<AttemptFailure>,
+}
+
+impl Answered {
+    /// Hand the tracker to the body, so the request is recorded when the reply ends
+    /// (or when the client drops it).
+    fn finish(self, mut tracker: Tracker) -> Completion {
+        let id = tracker.id();
+        let body = match self.body {
+            CompletionBody::Raw {
+                content_type,
+                first_chunk,
+                rest,
+            } => {
+                tracker.raw_bytes(&first_chunk);
+                CompletionBody::Raw {
+                    content_type,
+                    first_chunk,
+                    rest: Box::pin(tracked(rest, tracker, |t, chunk| match chunk {
+                        Ok(bytes) => t.raw_bytes(bytes),
+                        Err(failure) => t.record.error = Some(failure.to_string()),
+                    })),
+                }
+            }
+            CompletionBody::Events(events) => {
+                CompletionBody::Events(Box::pin(tracked(events, tracker, Tracker::event)))
+            }
+            CompletionBody::Whole(response) => {
+                tracker.response(&response);
+                tracker.end();
+                CompletionBody::Whole(response)
+            }
+        };
+        Completion {
+            id,
+            backend: self.backend,
+            model: self.model,
+            decision: self.decision,
+            stream: self.stream,
+            body,
+            failures: self.failures,
+        }
+    }
+}
+
+/// `stream`, with each item shown to the tracker, which ends with the stream (or is
+/// dropped with it, which records a client that went away).
+fn tracked<S, T>(
+    stream: S,
+    tracker: Tracker,
+    observe: fn(&mut Tracker, &T),
+) -> impl Stream<Item = T> + Send
+where
+    S: Stream<Item = T> + Send + Unpin + 'static,
+    T: Send + 'static,
+{
+    futures_util::stream::unfold(
+        (stream, Some(tracker)),
+        move |(mut stream, mut tracker)| async move {
+            match stream.next().await {
+                Some(item) => {
+                    if let Some(t) = &mut tracker {
+                        observe(t, &item);
+                    }
+                    Some((item, (stream, tracker)))
+                }
+                None => {
+                    if let Some(mut t) = tracker.take() {
+                        t.end();
+                    }
+                    None
+                }
+            }
+        },
+    )
 }
 
 /// The request body and headers for one candidate.

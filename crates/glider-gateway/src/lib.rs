@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
-use glider_engine::{CompletionRequest, Engine};
+use glider_engine::{CompleteError, CompletionRequest, Engine};
 use glider_ngl::{ApiError, Dialect, ErrorKind};
 use http_body_util::{BodyExt, Limited};
 
@@ -103,18 +103,20 @@ async fn complete(gw: Gateway, front: Dialect, request: Request) -> Response {
     };
     match gw
         .engine
-        .complete(CompletionRequest {
-            front,
-            body,
-            headers,
-        })
+        .complete(CompletionRequest::gateway(front, body, headers))
         .await
     {
         Ok(completion) => render::completion(front, completion),
-        Err(error) => {
-            tracing::info!(front = front.as_str(), kind = ?error.kind, message = %error.message, "request failed");
-            error_response(front, &error)
-        }
+        Err(CompleteError::Api(error)) => error_response(front, &error),
+        // The gateway never asks for origin passthrough; if it happened anyway, saying
+        // so beats a silent hang.
+        Err(error @ CompleteError::OriginPassthrough { .. }) => error_response(
+            front,
+            &ApiError::new(
+                ErrorKind::Internal,
+                format!("unexpected pipeline outcome: {error:?}"),
+            ),
+        ),
     }
 }
 

@@ -396,3 +396,142 @@ async fn an_alias_added_by_reload_applies_to_the_next_request() {
         "m-ollama"
     );
 }
+
+async fn next_finished(
+    events: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<glider_engine::PipelineEvent>>,
+) -> glider_engine::RequestRecord {
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("an event within 10 s")
+            .expect("bus open");
+        if let glider_engine::PipelineEvent::RequestFinished(record) = &*event {
+            return record.clone();
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_request_is_reported_once_on_the_bus() {
+    let (_mock, yaml) = mock_and_config("").await;
+    let gw = gateway(&yaml).await;
+    let mut events = gw.engine.bus().subscribe();
+
+    // A translated stream and a forwarded one both carry usage to the record.
+    for model in ["m-ollama", "m-anthropic"] {
+        let reply = post(
+            &gw.base,
+            "/v1/messages",
+            ask(model, true).to_string(),
+            &[("user-agent", "test-cli/1.0")],
+        )
+        .await;
+        assert_eq!(reply.status, 200);
+        let started = loop {
+            let event = events.recv().await.expect("bus open");
+            if let glider_engine::PipelineEvent::RequestStarted(record) = &*event {
+                break record.clone();
+            }
+        };
+        let finished = next_finished(&mut events).await;
+        assert_eq!(started.id, finished.id);
+        assert_eq!(finished.status, Some(200), "{model}: {finished:?}");
+        assert_eq!(
+            finished.backend.as_deref(),
+            Some(model.trim_start_matches("m-"))
+        );
+        assert_eq!(finished.model_used.as_deref(), Some(model));
+        assert_eq!(finished.client.as_deref(), Some("test-cli/1.0"));
+        assert_eq!(finished.rule.as_deref(), Some("model"));
+        assert!(finished.usage.output_tokens > 0, "{model}: {finished:?}");
+        assert!(finished.ttft_ms.is_some() && finished.total_ms.is_some());
+    }
+
+    // A refused request is recorded with its status and error.
+    let reply = post_json(&gw.base, "/v1/messages", &ask("no-such-model", false)).await;
+    assert_eq!(reply.status, 404);
+    let finished = next_finished(&mut events).await;
+    assert_eq!(finished.status, Some(404));
+    assert!(
+        finished
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("no-such-model")
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_is_recorded_as_499() {
+    let mock = MockVendor::start(MockConfig {
+        deltas: 100,
+        delta_delay: Duration::from_millis(50),
+        ..MockConfig::default()
+    })
+    .await;
+    let yaml = format!(
+        "backends:\n  - {{name: local, type: ollama, base_url: '{}', models: [qwen]}}\n",
+        mock.base_url()
+    );
+    let gw = gateway(&yaml).await;
+    let mut events = gw.engine.bus().subscribe();
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let response = client
+        .post(format!("{}/v1/messages", gw.base))
+        .json(&ask("qwen", true))
+        .send()
+        .await
+        .expect("answers");
+    let mut body = response.bytes_stream();
+    body.next().await.expect("first chunk").expect("readable");
+    drop(body);
+    drop(client);
+    let finished = next_finished(&mut events).await;
+    assert_eq!(finished.status, Some(499), "{finished:?}");
+}
+
+#[tokio::test]
+async fn origin_passthrough_answers_locally_only_what_is_local() {
+    use glider_engine::{CompleteError, CompletionRequest};
+    let (local, _cloud, gw) = local_and_cloud().await;
+    let request = |model: &str| CompletionRequest {
+        front: Dialect::Anthropic,
+        body: ask(model, false).to_string().into(),
+        headers: Default::default(),
+        door: "mitm",
+        origin_passthrough: true,
+    };
+    // claude-sonnet is aliased to the local qwen: answered here, never the cloud.
+    let completion = gw
+        .engine
+        .complete(request("claude-sonnet"))
+        .await
+        .expect("local answer");
+    assert_eq!(completion.backend, "local");
+    // claude-opus is only served by the cloud: the door must go to the CLI's origin.
+    match gw.engine.complete(request("claude-opus")).await {
+        Err(CompleteError::OriginPassthrough { decision, tracker }) => {
+            assert!(decision.candidates.is_empty());
+            assert_eq!(tracker.record.backend.as_deref(), Some("origin"));
+        }
+        other => panic!(
+            "expected origin passthrough, got {:?}",
+            other.map(|c| c.backend)
+        ),
+    }
+    // A local failure is an error (the door decides about origin_on_local_error), not
+    // a silent use of the configured cloud key.
+    local.set_failure(Failure::Status(500));
+    match gw.engine.complete(request("claude-sonnet")).await {
+        Err(CompleteError::Api(error)) => {
+            assert!(error.message.contains("local: HTTP 500"), "{error}")
+        }
+        other => panic!(
+            "expected the local error, got {:?}",
+            other.map(|c| c.backend)
+        ),
+    }
+}

@@ -1,0 +1,234 @@
+//! The pipeline's event bus (spec package `metrics`' collector end): every request
+//! produces a `RequestStarted` and exactly one `RequestFinished` record, whether it
+//! succeeded, failed, went to the CLI's origin, or its client went away. Subscribers
+//! (dashboard, history, metrics) read a bounded broadcast channel: a slow reader loses
+//! the oldest events and is told how many; it never slows a request.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime};
+
+use glider_ngl::{Dialect, Response, StreamEvent, Usage};
+use glider_vendors::{StreamDecoder, codec};
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+/// Events kept for a subscriber that falls behind.
+pub const BUS_CAPACITY: usize = 4096;
+/// Largest non-streamed reply body kept to read its usage from.
+const MAX_OBSERVED_BODY: usize = 8 * 1024 * 1024;
+
+/// One request as the dashboard and the history see it. Never holds prompt text.
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestRecord {
+    pub id: u64,
+    /// Unix milliseconds at arrival.
+    pub started_at_ms: u64,
+    /// Which door took it (`gateway`, `mitm`).
+    pub door: String,
+    /// The client's `user-agent`, shown to the operator (never used to decide).
+    pub client: Option<String>,
+    pub front: Dialect,
+    pub stream: bool,
+    pub model_requested: String,
+    pub model_used: Option<String>,
+    pub backend: Option<String>,
+    /// Whether a local backend answered.
+    pub local: Option<bool>,
+    pub rule: Option<String>,
+    pub reason: Option<String>,
+    pub estimated_tokens: u64,
+    pub usage: Usage,
+    /// Milliseconds to the first byte of the reply.
+    pub ttft_ms: Option<u64>,
+    pub total_ms: Option<u64>,
+    /// HTTP status the client got (499: the client went away first).
+    pub status: Option<u16>,
+    pub error: Option<String>,
+    /// Backends that failed before the one that answered.
+    pub fallbacks: Vec<String>,
+}
+
+/// What the bus carries.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PipelineEvent {
+    RequestStarted(RequestRecord),
+    RequestFinished(RequestRecord),
+}
+
+/// The sending side, cheap to clone.
+#[derive(Clone)]
+pub struct Bus {
+    sender: broadcast::Sender<Arc<PipelineEvent>>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        Bus {
+            sender: broadcast::channel(BUS_CAPACITY).0,
+            next_id: Arc::new(AtomicU64::new(1)),
+        }
+    }
+}
+
+impl Bus {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<PipelineEvent>> {
+        self.sender.subscribe()
+    }
+
+    pub fn publish(&self, event: PipelineEvent) {
+        // No subscriber is fine: nothing is listening.
+        let _ = self.sender.send(Arc::new(event));
+    }
+
+    /// Open a record for a request that just arrived and announce it.
+    pub fn start(&self, door: &str, front: Dialect, client: Option<String>) -> Tracker {
+        let record = RequestRecord {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            started_at_ms: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            door: door.to_owned(),
+            client,
+            front,
+            stream: false,
+            model_requested: String::new(),
+            model_used: None,
+            backend: None,
+            local: None,
+            rule: None,
+            reason: None,
+            estimated_tokens: 0,
+            usage: Usage::default(),
+            ttft_ms: None,
+            total_ms: None,
+            status: None,
+            error: None,
+            fallbacks: Vec::new(),
+        };
+        Tracker {
+            bus: self.clone(),
+            record,
+            started: Instant::now(),
+            announced: false,
+            raw_stream: None,
+            raw_whole: None,
+            ended: false,
+        }
+    }
+}
+
+/// Follows one request to its end and publishes `RequestFinished` when dropped, so a
+/// request whose client vanished mid-stream is still recorded (status 499).
+pub struct Tracker {
+    bus: Bus,
+    pub record: RequestRecord,
+    started: Instant,
+    announced: bool,
+    raw_stream: Option<Box<dyn StreamDecoder>>,
+    raw_whole: Option<(Dialect, Vec<u8>)>,
+    ended: bool,
+}
+
+impl Tracker {
+    /// Publish `RequestStarted` (once the request is decoded and routed).
+    pub fn announce(&mut self) {
+        if !self.announced {
+            self.announced = true;
+            self.bus
+                .publish(PipelineEvent::RequestStarted(self.record.clone()));
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.record.id
+    }
+
+    /// The first byte of the reply is on its way to the client.
+    pub fn first_byte(&mut self) {
+        if self.record.ttft_ms.is_none() {
+            self.record.ttft_ms = Some(self.started.elapsed().as_millis() as u64);
+        }
+    }
+
+    /// Read usage from the reply bytes of a same-dialect backend as they pass.
+    pub fn observe_raw_in(&mut self, dialect: Dialect, stream: bool) {
+        if stream {
+            self.raw_stream = Some(codec(dialect).stream_decoder());
+        } else {
+            self.raw_whole = Some((dialect, Vec::new()));
+        }
+    }
+
+    /// Bytes of a forwarded reply.
+    pub fn raw_bytes(&mut self, bytes: &[u8]) {
+        if let Some(decoder) = &mut self.raw_stream {
+            if let Ok(events) = decoder.feed(bytes) {
+                for event in &events {
+                    self.event(event);
+                }
+            }
+        } else if let Some((_, body)) = &mut self.raw_whole
+            && body.len() + bytes.len() <= MAX_OBSERVED_BODY
+        {
+            body.extend_from_slice(bytes);
+        }
+    }
+
+    /// An event of a translated stream.
+    pub fn event(&mut self, event: &StreamEvent) {
+        match event {
+            StreamEvent::Start { usage, .. } | StreamEvent::Finish { usage, .. } => {
+                self.record.usage.merge(usage)
+            }
+            StreamEvent::Error { error } => {
+                self.record.error = Some(error.message.clone());
+            }
+            _ => {}
+        }
+    }
+
+    /// A whole translated reply.
+    pub fn response(&mut self, response: &Response) {
+        self.record.usage.merge(&response.usage);
+    }
+
+    /// The reply was delivered completely.
+    pub fn end(&mut self) {
+        self.ended = true;
+        if let Some((dialect, body)) = self.raw_whole.take()
+            && let Ok(response) = codec(dialect).decode_response(&body)
+        {
+            self.record.usage.merge(&response.usage);
+        }
+    }
+
+    /// The request failed before any reply: record why.
+    pub fn fail(&mut self, status: u16, message: &str) {
+        self.record.status = Some(status);
+        self.record.error = Some(message.to_owned());
+        self.ended = true;
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        self.announce();
+        self.record.total_ms = Some(self.started.elapsed().as_millis() as u64);
+        if self.record.status.is_none() {
+            self.record.status = Some(match (&self.record.error, self.ended) {
+                (_, false) => 499,
+                (Some(_), true) => 502,
+                (None, true) => 200,
+            });
+        }
+        if self.record.status == Some(499) && self.record.error.is_none() {
+            self.record.error = Some("client closed the connection before the reply ended".into());
+        }
+        self.bus
+            .publish(PipelineEvent::RequestFinished(self.record.clone()));
+    }
+}
