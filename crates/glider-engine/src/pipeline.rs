@@ -413,14 +413,14 @@ impl Engine {
                 .map_err(|f| ApiError::new(f.kind, f.to_string()))?;
             CompletionBody::Whole(codec(backend_dialect).decode_response(&body)?)
         };
-        Ok(Run::Answered(Answered {
+        Ok(Run::Answered(Box::new(Answered {
             backend: candidate.backend.name().to_owned(),
             model: candidate.model.clone(),
             decision,
             stream,
             body,
             failures: executed.failures,
-        }))
+        })))
     }
 
     /// Count input tokens: an Anthropic backend that serves the model counts exactly;
@@ -462,7 +462,7 @@ impl Engine {
 }
 
 enum Run {
-    Answered(Answered),
+    Answered(Box<Answered>),
     Origin(Box<RouteDecision>),
 }
 
