@@ -78,7 +78,7 @@ backends:
   - {{name: vllm, type: vllm, base_url: '{url}/v1', models: [m-vllm]}}
   - {{name: openai, type: openai, base_url: '{url}/v1', api_key: k-openai, models: [m-openai]}}
   - {{name: anthropic, type: anthropic, base_url: '{url}', api_key: k-anthropic, models: [m-anthropic]}}
-routing: {{cloud_fallback: false}}
+routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}
 {extra}
 """
     path = pathlib.Path(directory) / "glider.yaml"

@@ -5,8 +5,9 @@
 pub mod schema;
 pub mod watch;
 
+pub use notify::RecommendedWatcher as FileWatcher;
 pub use schema::*;
-pub use watch::{ConfigHandle, ReloadOutcome};
+pub use watch::{ConfigHandle, ReloadOutcome, watch_path};
 
 /// What can be wrong with a config file.
 #[derive(Debug, thiserror::Error)]

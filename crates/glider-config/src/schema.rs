@@ -26,6 +26,10 @@ pub struct Config {
     pub model_aliases: BTreeMap<String, String>,
     /// How a request picks its backend (hot).
     pub routing: RoutingConfig,
+    /// Prompt rewriting for local backends, off by default (hot).
+    pub transform: TransformConfig,
+    /// History bound for local requests (hot).
+    pub context: ContextConfig,
     /// The TLS-intercepting proxy (its ports, CA, hosts and transparent settings are
     /// restart-only).
     pub mitm: MitmConfig,
@@ -286,7 +290,9 @@ pub fn interpolate(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Resul
     Ok(out)
 }
 
-/// Routing settings owned by this simple router; the rule engine extends it.
+/// How a request picks its backend. Rules apply in priority order — explicit, sticky,
+/// classifier, Starlark — and the first with an opinion decides the side; then the token
+/// limit has the last word (see docs/routing.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RoutingConfig {
@@ -295,6 +301,15 @@ pub struct RoutingConfig {
     pub cloud_fallback: bool,
     /// Context window assumed for a local model that states none.
     pub default_local_context: u64,
+    /// Explicit requests: a leading `/local` or `/cloud` in the last user message, and
+    /// a request header.
+    pub explicit: ExplicitConfig,
+    /// A session keeps an explicit choice for its follow-on requests.
+    pub sticky: StickyConfig,
+    /// The scoring classifier.
+    pub classifier: ClassifierConfig,
+    /// User rules in Starlark.
+    pub starlark: StarlarkConfig,
 }
 
 impl Default for RoutingConfig {
@@ -302,6 +317,158 @@ impl Default for RoutingConfig {
         RoutingConfig {
             cloud_fallback: true,
             default_local_context: 32_768,
+            explicit: ExplicitConfig::default(),
+            sticky: StickyConfig::default(),
+            classifier: ClassifierConfig::default(),
+            starlark: StarlarkConfig::default(),
+        }
+    }
+}
+
+/// The explicit rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExplicitConfig {
+    /// Honour `/local`, `/cloud` and `/via <backend>` at the start of the last user
+    /// message (stripped before forwarding).
+    pub flags: bool,
+    /// Request header naming `local`, `cloud` or a backend; empty turns it off.
+    pub header: String,
+}
+
+impl Default for ExplicitConfig {
+    fn default() -> Self {
+        ExplicitConfig {
+            flags: true,
+            header: "x-glider-route".into(),
+        }
+    }
+}
+
+/// The sticky rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StickyConfig {
+    pub enabled: bool,
+    /// How long a session keeps an explicit choice after its last use.
+    pub ttl_secs: u64,
+    /// Sessions remembered at most (the least recently used is forgotten first).
+    pub max_sessions: usize,
+    /// A sticky-cloud choice younger than this cannot be replaced by a concurrent
+    /// sticky-local one (spec: a live StickyCloud is not replaced by a StickyLocal).
+    pub cloud_guard_secs: u64,
+}
+
+impl Default for StickyConfig {
+    fn default() -> Self {
+        StickyConfig {
+            enabled: true,
+            ttl_secs: 1800,
+            max_sessions: 10_000,
+            cloud_guard_secs: 5,
+        }
+    }
+}
+
+/// The scoring classifier: a weighted sum of request features. A score at or above
+/// `local_threshold` says local, at or below `cloud_threshold` says cloud, in between
+/// it has no opinion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClassifierConfig {
+    pub enabled: bool,
+    pub local_threshold: f64,
+    pub cloud_threshold: f64,
+    /// Feature weights; a feature left out keeps its default weight (docs/routing.md).
+    pub weights: BTreeMap<String, f64>,
+}
+
+/// The classifier's features and their default weights (positive favours local).
+/// `routing.classifier.weights` may override any of them by name.
+pub const CLASSIFIER_FEATURES: &[(&str, f64)] = &[
+    // A title request: no tools, a JSON-schema output with a `title` field.
+    ("title_request", 4.0),
+    // The last user message asks for a summary of the conversation (compaction).
+    ("summary_request", 3.0),
+    // The client named a small model class (haiku, mini, nano, flash, small).
+    ("small_model", 2.0),
+    // The client capped the reply at 1024 tokens or less.
+    ("small_max_tokens", 1.0),
+    // A short last user message (under 200 characters) without tool traffic.
+    ("short_followup", 1.0),
+    // The last turn relays a tool result back to the model.
+    ("tool_result", 0.5),
+    // Tools are offered (an agentic main turn).
+    ("has_tools", -1.0),
+    // Tools that edit files are offered.
+    ("edit_tools", -1.0),
+    // Thinking or reasoning was requested.
+    ("thinking", -2.0),
+    // High reasoning effort or a thinking budget of 16k tokens or more.
+    ("heavy_reasoning", -2.0),
+    // Images in the conversation.
+    ("images", -2.0),
+    // Per 10k tokens of conversation (system and tool definitions excluded).
+    ("conversation_10k_tokens", -1.0),
+    // More than 40 turns of conversation.
+    ("long_conversation", -2.0),
+];
+
+impl Default for ClassifierConfig {
+    fn default() -> Self {
+        ClassifierConfig {
+            enabled: true,
+            local_threshold: 2.0,
+            cloud_threshold: -2.0,
+            weights: BTreeMap::new(),
+        }
+    }
+}
+
+/// The Starlark rule.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StarlarkConfig {
+    /// A `.star` file defining `route(req)`; relative paths are relative to the config
+    /// file. Reloaded when it changes.
+    pub file: Option<String>,
+    /// Steps one call may take before it is stopped (default 100000).
+    pub max_steps: Option<u64>,
+    /// Request headers (lowercase names) the script may read as `req["headers"]`.
+    pub expose_headers: Vec<String>,
+}
+
+/// Optional prompt rewriting for local backends (spec: off when you start).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TransformConfig {
+    pub enabled: bool,
+    /// Cap `max_tokens` of a local request to this.
+    pub local_max_tokens: Option<u32>,
+    /// Replace all system text of a local request with this.
+    pub local_system_prompt: Option<String>,
+    /// Trim the system text of a local request to this many characters.
+    pub local_system_max_chars: Option<usize>,
+}
+
+/// How much history a local request keeps (spec: BoundLocalContext, local only).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContextConfig {
+    /// Cut the history of a local request to fit its budget.
+    pub bound_local: bool,
+    /// Budget in tokens; default: the model's context window minus `output_reserve`.
+    pub local_budget_tokens: Option<u64>,
+    /// Tokens kept free for the reply when the budget is derived from the window.
+    pub output_reserve_tokens: u64,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        ContextConfig {
+            bound_local: true,
+            local_budget_tokens: None,
+            output_reserve_tokens: 4096,
         }
     }
 }
@@ -431,6 +598,26 @@ impl Config {
                     "model_aliases: {from:?} → {to:?} chains into another alias"
                 ));
             }
+        }
+        let classifier = &self.routing.classifier;
+        for name in classifier.weights.keys() {
+            if !CLASSIFIER_FEATURES
+                .iter()
+                .any(|(feature, _)| feature == name)
+            {
+                let known: Vec<&str> = CLASSIFIER_FEATURES.iter().map(|(f, _)| *f).collect();
+                problems.push(format!(
+                    "routing.classifier.weights: unknown feature {name:?} (known: {})",
+                    known.join(", ")
+                ));
+            }
+        }
+        if classifier.cloud_threshold >= classifier.local_threshold {
+            problems
+                .push("routing.classifier: cloud_threshold must be below local_threshold".into());
+        }
+        if self.routing.starlark.max_steps == Some(0) {
+            problems.push("routing.starlark.max_steps must be at least 1".into());
         }
         if self.server.max_body_bytes < 1024 {
             problems.push("server.max_body_bytes must be at least 1024".into());

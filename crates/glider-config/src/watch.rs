@@ -110,41 +110,58 @@ impl ConfigHandle {
         let Some(path) = self.inner.path.clone() else {
             return Ok(None);
         };
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."))
-            .to_path_buf();
-        let file_name = path.file_name().map(|n| n.to_owned());
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-        let mut watcher =
-            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-                if let Ok(event) = event
-                    && event
-                        .paths
-                        .iter()
-                        .any(|p| p.file_name().map(|n| n.to_owned()) == file_name)
-                {
-                    let _ = tx.send(());
-                }
-            })
-            .map_err(|e| watch_error(&path, e))?;
-        watcher
-            .watch(&dir, RecursiveMode::NonRecursive)
-            .map_err(|e| watch_error(&path, e))?;
         let weak = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
-            while rx.recv().await.is_some() {
-                // Editors write in bursts (truncate, write, rename): let the burst settle.
-                tokio::time::sleep(Duration::from_millis(150)).await;
-                while rx.try_recv().is_ok() {}
-                let Some(inner) = weak.upgrade() else { break };
-                let outcome = ConfigHandle { inner }.reload();
-                tracing::debug!(?outcome, "config file changed");
-            }
-        });
-        Ok(Some(watcher))
+        watch_path(&path, move || {
+            let Some(inner) = weak.upgrade() else {
+                return false;
+            };
+            let outcome = ConfigHandle { inner }.reload();
+            tracing::debug!(?outcome, "config file changed");
+            true
+        })
+        .map(Some)
     }
+}
+
+/// Call `on_change` (on a tokio task) after `path` changes, a burst of writes counted
+/// once. Watches the parent directory, since editors save by rename. Stops when
+/// `on_change` returns false or the returned watcher is dropped.
+pub fn watch_path(
+    path: &Path,
+    on_change: impl Fn() -> bool + Send + 'static,
+) -> Result<notify::RecommendedWatcher, ConfigError> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let file_name = path.file_name().map(|n| n.to_owned());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if let Ok(event) = event
+            && event
+                .paths
+                .iter()
+                .any(|p| p.file_name().map(|n| n.to_owned()) == file_name)
+        {
+            let _ = tx.send(());
+        }
+    })
+    .map_err(|e| watch_error(path, e))?;
+    watcher
+        .watch(&dir, RecursiveMode::NonRecursive)
+        .map_err(|e| watch_error(path, e))?;
+    tokio::spawn(async move {
+        while rx.recv().await.is_some() {
+            // Editors write in bursts (truncate, write, rename): let the burst settle.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            while rx.try_recv().is_ok() {}
+            if !on_change() {
+                break;
+            }
+        }
+    });
+    Ok(watcher)
 }
 
 fn watch_error(path: &Path, e: notify::Error) -> ConfigError {

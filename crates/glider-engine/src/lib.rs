@@ -6,6 +6,7 @@ pub mod events;
 pub mod pipeline;
 pub mod router;
 pub mod tokenizer;
+pub mod transform;
 
 pub use events::{Bus, PipelineEvent, RequestRecord, Tracker};
 pub use pipeline::{

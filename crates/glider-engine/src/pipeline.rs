@@ -3,6 +3,7 @@
 //! rewrite but the model: the body and the reply are forwarded as bytes.
 
 use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,13 +15,17 @@ use glider_backend::executor::summarise;
 use glider_backend::{AttemptFailure, Backend, BodyStream, Candidate, UpstreamRequest};
 use glider_config::{BackendKind, Config, ConfigHandle};
 use glider_ngl::{ApiError, Dialect, ErrorKind, Request, Response, Role, StreamEvent, Turn};
+use glider_starlark::Rules;
 use glider_vendors::{StreamDecoder, codec};
 use http::HeaderMap;
 use serde::Serialize;
 
 use crate::events::{Bus, Tracker};
-use crate::router::{RouteDecision, RouteInput, route};
+use crate::router::classifier::{Classifier, ScoringClassifier};
+use crate::router::sticky::StickyStore;
+use crate::router::{self, RouteDecision, RouteInput, Router, explicit};
 use crate::tokenizer::estimate_request_tokens;
+use crate::transform;
 
 /// A request as a door received it.
 #[derive(Debug, Clone)]
@@ -123,12 +128,19 @@ impl Completion {
 pub struct Runtime {
     pub config: Arc<Config>,
     pub backends: Vec<Arc<Backend>>,
+    /// The classifier built from `routing.classifier` (rebuilt on reload: the hot swap).
+    pub classifier: Box<dyn Classifier>,
+    /// The compiled Starlark rules, if configured and valid.
+    pub starlark: Option<Arc<Rules>>,
+    /// Why the configured Starlark file is not in use, if so.
+    pub starlark_error: Option<String>,
 }
 
 impl Runtime {
     /// Build from `config`, reusing `previous` backends whose config did not change (so
-    /// their breaker and health survive the reload).
-    fn build(config: Arc<Config>, previous: Option<&Runtime>) -> Runtime {
+    /// their breaker and health survive the reload). `base` is the directory relative
+    /// paths in the config are read from.
+    fn build(config: Arc<Config>, previous: Option<&Runtime>, base: &Path) -> Runtime {
         let backends = config
             .backends
             .iter()
@@ -143,12 +155,66 @@ impl Runtime {
                     .unwrap_or_else(|| Backend::new(bc.clone()))
             })
             .collect();
-        Runtime { config, backends }
+        let classifier = Box::new(ScoringClassifier::from_config(&config.routing.classifier));
+        let (starlark, starlark_error) = match load_rules(&config, base) {
+            Ok(rules) => (rules.map(Arc::new), None),
+            Err(error) => {
+                tracing::error!(%error, "starlark rules not loaded; the rule is skipped");
+                (None, Some(error))
+            }
+        };
+        Runtime {
+            config,
+            backends,
+            classifier,
+            starlark,
+            starlark_error,
+        }
+    }
+
+    /// The router over this snapshot.
+    pub fn router<'a>(&'a self, sticky: &'a StickyStore) -> Router<'a> {
+        Router {
+            config: &self.config,
+            backends: &self.backends,
+            classifier: self.classifier.as_ref(),
+            starlark: self.starlark.as_deref(),
+            sticky,
+        }
     }
 
     pub fn backend(&self, name: &str) -> Option<&Arc<Backend>> {
         self.backends.iter().find(|b| b.name() == name)
     }
+}
+
+/// The directory of the config file (relative paths in it are read from there).
+fn config_dir(config: &ConfigHandle) -> PathBuf {
+    config
+        .path()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// The path of the configured Starlark file, relative paths read from `base`.
+pub fn rules_path(config: &Config, base: &Path) -> Option<PathBuf> {
+    let file = config.routing.starlark.file.as_ref()?;
+    let path = Path::new(file);
+    Some(if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base.join(path)
+    })
+}
+
+fn load_rules(config: &Config, base: &Path) -> Result<Option<Rules>, String> {
+    let Some(path) = rules_path(config, base) else {
+        return Ok(None);
+    };
+    let source = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Rules::compile(&path.display().to_string(), &source).map(Some)
 }
 
 fn raw_config_eq(backend: &Backend, config: &glider_config::BackendConfig) -> bool {
@@ -180,6 +246,7 @@ pub struct Engine {
     config: ConfigHandle,
     runtime: ArcSwap<Runtime>,
     bus: Bus,
+    sticky: StickyStore,
 }
 
 /// How often local backends are probed.
@@ -187,11 +254,12 @@ pub const HEALTH_INTERVAL: Duration = Duration::from_secs(10);
 
 impl Engine {
     pub fn new(config: ConfigHandle) -> Arc<Engine> {
-        let runtime = Runtime::build(config.snapshot(), None);
+        let runtime = Runtime::build(config.snapshot(), None, &config_dir(&config));
         Arc::new(Engine {
             config,
             runtime: ArcSwap::from_pointee(runtime),
             bus: Bus::default(),
+            sticky: StickyStore::default(),
         })
     }
 
@@ -224,10 +292,37 @@ impl Engine {
             while changes.changed().await.is_ok() {
                 let Some(engine) = weak.upgrade() else { break };
                 let config = changes.borrow_and_update().clone();
-                let next = Runtime::build(config, Some(&engine.runtime()));
-                engine.runtime.store(Arc::new(next));
+                engine.rebuild(config);
             }
         });
+    }
+
+    /// Build a new runtime from `config` (keeping unchanged backends) and publish it.
+    fn rebuild(&self, config: Arc<Config>) {
+        let next = Runtime::build(config, Some(&self.runtime()), &config_dir(&self.config));
+        self.runtime.store(Arc::new(next));
+    }
+
+    /// Recompile the Starlark rules whenever their file changes (the file named by the
+    /// config at start; a config reload that names another file recompiles at once).
+    /// Returns the OS watcher, which must be kept alive.
+    pub fn watch_rules(self: &Arc<Self>) -> Option<glider_config::FileWatcher> {
+        let path = rules_path(&self.runtime().config, &config_dir(&self.config))?;
+        let weak = Arc::downgrade(self);
+        match glider_config::watch_path(&path, move || {
+            let Some(engine) = weak.upgrade() else {
+                return false;
+            };
+            engine.rebuild(engine.runtime().config.clone());
+            tracing::info!("starlark rules reloaded");
+            true
+        }) {
+            Ok(watcher) => Some(watcher),
+            Err(error) => {
+                tracing::warn!(%error, "cannot watch the starlark rules file");
+                None
+            }
+        }
     }
 
     /// Probe every backend now and every [`HEALTH_INTERVAL`].
@@ -295,23 +390,37 @@ impl Engine {
         Ok((request, model, tokens))
     }
 
-    /// Route a prepared request.
+    /// Route a prepared request. With `explain`, every rule gives its opinion.
     pub fn decide(
         &self,
+        front: Dialect,
         request: &Request,
+        headers: &HeaderMap,
         model: &str,
         tokens: u64,
+        explain: bool,
     ) -> Result<RouteDecision, ApiError> {
         let runtime = self.runtime();
-        route(
-            &runtime.config,
-            &runtime.backends,
-            &RouteInput {
-                requested_model: &request.model,
-                model,
-                estimated_tokens: tokens,
-            },
-        )
+        let input = RouteInput {
+            front,
+            request,
+            headers,
+            model,
+            estimated_tokens: tokens,
+        };
+        runtime.router(&self.sticky).decide(&input, explain)
+    }
+
+    /// `glider route explain`: decode, alias, estimate and route a body without sending
+    /// it anywhere.
+    pub fn explain(
+        &self,
+        front: Dialect,
+        body: &[u8],
+        headers: &HeaderMap,
+    ) -> Result<RouteDecision, ApiError> {
+        let (request, model, tokens) = self.prepare(front, body)?;
+        self.decide(front, &request, headers, &model, tokens, true)
     }
 
     /// Run one completion through the pipeline. Every call is reported on the bus.
@@ -347,11 +456,21 @@ impl Engine {
         tracker: &mut Tracker,
     ) -> Result<Run, ApiError> {
         let front = incoming.front;
-        let (request, model, tokens) = self.prepare(front, &incoming.body)?;
+        let (mut request, model, tokens) = self.prepare(front, &incoming.body)?;
         tracker.record.model_requested = request.model.clone();
         tracker.record.stream = request.stream;
         tracker.record.estimated_tokens = tokens;
-        let mut decision = self.decide(&request, &model, tokens)?;
+        let mut decision =
+            self.decide(front, &request, &incoming.headers, &model, tokens, false)?;
+        // A routing flag is the user's instruction to Glider, not to the model.
+        let mut body = incoming.body.clone();
+        if let Some(flag) = &decision.flag {
+            explicit::strip_from_request(&mut request, flag);
+            if let Some(stripped) = explicit::strip_from_body(front, &body, flag) {
+                body = stripped;
+            }
+        }
+        let runtime = self.runtime();
         tracker.record.rule = Some(decision.rule.to_owned());
         tracker.record.reason = Some(decision.reason.clone());
         if incoming.origin_passthrough {
@@ -363,7 +482,9 @@ impl Engine {
         tracker.announce();
         let stream = request.stream;
         let executed = glider_backend::execute(&decision.candidates, |candidate| {
-            Ok(build_upstream(front, incoming, &request, candidate))
+            Ok(build_upstream(
+                front, incoming, &body, &request, candidate, &runtime,
+            ))
         })
         .await;
         let executed = match executed {
@@ -550,12 +671,15 @@ where
     )
 }
 
-/// The request body and headers for one candidate.
+/// The request body and headers for one candidate. `body` is the client's body (with
+/// any routing flag already stripped).
 fn build_upstream(
     front: Dialect,
     incoming: &CompletionRequest,
+    body: &Bytes,
     request: &Request,
     candidate: &Candidate,
+    runtime: &Runtime,
 ) -> UpstreamRequest {
     let backend = &candidate.backend;
     let dialect = backend.dialect_for(front);
@@ -566,18 +690,42 @@ fn build_upstream(
             .model_spec(&candidate.model)
             .and_then(|s| s.thinking)
             != Some(true);
-    let body = if dialect == front && !strip_thinking {
-        rewrite_model(&incoming.body, &request.model, &candidate.model)
-    } else {
-        let mut adapted = request.clone();
-        adapted.model = candidate.model.clone();
-        if strip_thinking {
-            adapted.thinking = None;
+    let local = backend.kind().is_local();
+    let mut adapted = None;
+    if local {
+        // Local only (spec): a bounded history, then the opt-in transform.
+        let mut local_request = request.clone();
+        let window = router::local_window(&runtime.config, candidate);
+        let cut =
+            transform::bound_local_context(&mut local_request, &runtime.config.context, window);
+        let transformed = transform::apply(&mut local_request, &runtime.config.transform);
+        if cut.dropped_turns > 0 {
+            tracing::debug!(
+                backend = backend.name(),
+                dropped = cut.dropped_turns,
+                kept_tokens = cut.kept_tokens,
+                "local history bounded"
+            );
         }
-        if backend.kind().is_local() {
-            hoist_system_turns(&mut adapted.turns);
+        if cut.dropped_turns > 0 || transformed {
+            adapted = Some(local_request);
         }
-        Bytes::from(codec(dialect).encode_request(&adapted).to_string())
+    }
+    let body = match adapted {
+        None if dialect == front && !strip_thinking => {
+            rewrite_model(body, &request.model, &candidate.model)
+        }
+        adapted => {
+            let mut adapted = adapted.unwrap_or_else(|| request.clone());
+            adapted.model = candidate.model.clone();
+            if strip_thinking {
+                adapted.thinking = None;
+            }
+            if local {
+                hoist_system_turns(&mut adapted.turns);
+            }
+            Bytes::from(codec(dialect).encode_request(&adapted).to_string())
+        }
     };
     UpstreamRequest {
         dialect,

@@ -20,7 +20,8 @@ async fn local_and_cloud() -> (MockVendor, MockVendor, Gateway) {
         "backends:\n\
          \x20 - {{name: local, type: ollama, base_url: '{}', models: [qwen]}}\n\
          \x20 - {{name: claude, type: anthropic, base_url: '{}', api_key: k, models: ['claude-*']}}\n\
-         model_aliases: {{claude-sonnet: qwen}}\n",
+         model_aliases: {{claude-sonnet: qwen}}\n\
+         routing: {{classifier: {{enabled: false}}}}\n",
         local.base_url(),
         cloud.base_url()
     );

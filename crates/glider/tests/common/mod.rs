@@ -64,7 +64,7 @@ pub async fn mock_and_config(extra: &str) -> (MockVendor, String) {
          \x20 - {{name: vllm, type: vllm, base_url: '{url}/v1', models: [m-vllm]}}\n\
          \x20 - {{name: openai, type: openai, base_url: '{url}/v1', api_key: k-openai, models: [m-openai]}}\n\
          \x20 - {{name: anthropic, type: anthropic, base_url: '{url}', api_key: k-anthropic, models: [m-anthropic]}}\n\
-         routing: {{cloud_fallback: false}}\n{extra}"
+         routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}\n{extra}"
     );
     (mock, yaml)
 }

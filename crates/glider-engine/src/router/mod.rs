@@ -1,0 +1,599 @@
+//! Choosing where a request goes (spec package `router`). Rules apply in the spec's
+//! priority order — explicit, sticky, classifier, Starlark — and the first with an
+//! opinion picks the side (local, cloud, or a named backend); with no opinion the model
+//! decides (the backends that list it). Then the token limit has the last word: a local
+//! model whose context window the request exceeds is dropped in favour of the cloud, or
+//! the request is refused in pure-local mode. Every decision says which rule made it
+//! and why (`x-glider-route`, the dashboard, `glider route explain`).
+
+pub mod classifier;
+pub mod explicit;
+pub mod sticky;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use glider_backend::{Backend, Candidate};
+use glider_config::Config;
+use glider_ngl::{ApiError, Dialect, ErrorKind, Request};
+use glider_starlark::Rules;
+use http::HeaderMap;
+use serde::Serialize;
+
+use classifier::{Classifier, features};
+use explicit::Flag;
+use sticky::StickyStore;
+
+/// Where a rule wants a request to go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    Local,
+    Cloud,
+    Backend(String),
+}
+
+impl Target {
+    /// `local`, `cloud` or a backend name.
+    pub fn parse(text: &str) -> Option<Target> {
+        match text.trim() {
+            "" => None,
+            "local" => Some(Target::Local),
+            "cloud" => Some(Target::Cloud),
+            name => Some(Target::Backend(name.to_owned())),
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match self {
+            Target::Local => "local".into(),
+            Target::Cloud => "cloud".into(),
+            Target::Backend(name) => name.clone(),
+        }
+    }
+}
+
+/// One rule's view of a request.
+#[derive(Debug, Clone, Serialize)]
+pub struct Opinion {
+    pub rule: &'static str,
+    /// `local`, `cloud`, a backend name, or `None` (no opinion).
+    pub target: Option<String>,
+    pub detail: String,
+}
+
+/// Why a request went where it went; returned in `x-glider-route` and kept for the
+/// dashboard.
+#[derive(Debug, Clone, Serialize)]
+pub struct RouteDecision {
+    /// The rule that decided: `explicit`, `sticky`, `classifier`, `starlark`, `model`
+    /// (no rule had an opinion) or `token_limit`.
+    pub rule: &'static str,
+    /// A short human reason.
+    pub reason: String,
+    /// The classifier's score, when it ran.
+    pub score: Option<f64>,
+    /// Input tokens estimated for the request.
+    pub estimated_tokens: u64,
+    /// The session the request belongs to.
+    pub session: Option<String>,
+    /// The opinions gathered (all rules when explaining; up to the deciding one otherwise).
+    pub opinions: Vec<Opinion>,
+    /// Candidates in the order the executor should consider them.
+    #[serde(skip)]
+    pub candidates: Vec<Candidate>,
+    /// A routing flag to strip from the request before it is forwarded.
+    #[serde(skip)]
+    pub flag: Option<Flag>,
+}
+
+impl RouteDecision {
+    /// The `x-glider-route` header value.
+    pub fn header_value(&self, backend: &str, model: &str) -> String {
+        let score = self
+            .score
+            .map(|s| format!("; score={s:.1}"))
+            .unwrap_or_default();
+        let value = format!(
+            "rule={}; backend={backend}; model={model}{score}; reason={}",
+            self.rule, self.reason
+        );
+        // Header values must be visible ASCII.
+        value
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect()
+    }
+}
+
+/// What the router reads of a request.
+pub struct RouteInput<'a> {
+    pub front: Dialect,
+    pub request: &'a Request,
+    pub headers: &'a HeaderMap,
+    /// After `model_aliases`.
+    pub model: &'a str,
+    pub estimated_tokens: u64,
+}
+
+/// The router's parts for one request: config, backends and rules of one snapshot,
+/// and the sticky store that outlives snapshots.
+pub struct Router<'a> {
+    pub config: &'a Config,
+    pub backends: &'a [Arc<Backend>],
+    pub classifier: &'a dyn Classifier,
+    pub starlark: Option<&'a Rules>,
+    pub sticky: &'a StickyStore,
+}
+
+impl Router<'_> {
+    /// Decide. With `explain`, every rule is asked even after one decided.
+    pub fn decide(&self, input: &RouteInput, explain: bool) -> Result<RouteDecision, ApiError> {
+        let routing = &self.config.routing;
+        let session = sticky::session_id(input.request, input.headers);
+        let mut opinions = Vec::new();
+        let mut decided: Option<(&'static str, Target, String)> = None;
+        let mut model_override = None;
+        let mut flag = None;
+        let mut score = None;
+
+        // 1. Explicit: a flag, the header, or a model naming a backend.
+        let explicit = self.explicit(input, &mut flag, &mut model_override)?;
+        self.note(&mut opinions, &mut decided, "explicit", explicit);
+
+        // 2. Sticky: an explicit choice earlier in this session.
+        if routing.sticky.enabled && (explain || decided.is_none()) {
+            let kept = session.as_deref().and_then(|s| {
+                self.sticky
+                    .get(s, Duration::from_secs(routing.sticky.ttl_secs))
+            });
+            let opinion = kept.map(|(target, age)| {
+                let detail = format!(
+                    "session kept {} (chosen {}s ago)",
+                    target.label(),
+                    age.as_secs()
+                );
+                (target, detail)
+            });
+            self.note(&mut opinions, &mut decided, "sticky", opinion);
+        }
+
+        // 3. Classifier: a weighted score of the request's features.
+        if routing.classifier.enabled && (explain || decided.is_none() || self.starlark.is_some()) {
+            let scored = self.classifier.score(&features(input.request));
+            score = Some(scored.score);
+            let target = if scored.score >= self.classifier.local_threshold() {
+                Some(Target::Local)
+            } else if scored.score <= self.classifier.cloud_threshold() {
+                Some(Target::Cloud)
+            } else {
+                None
+            };
+            let detail = format!("score {:.1} ({})", scored.score, scored.explain());
+            match target {
+                Some(target) => self.note(
+                    &mut opinions,
+                    &mut decided,
+                    "classifier",
+                    Some((target, detail)),
+                ),
+                None => opinions.push(Opinion {
+                    rule: "classifier",
+                    target: None,
+                    detail,
+                }),
+            }
+        }
+
+        // 4. Starlark: the user's `route(req)`; an error never fails the request.
+        if let Some(rules) = self.starlark
+            && (explain || decided.is_none())
+        {
+            let view = starlark_view(input, &session, score, &routing.starlark.expose_headers);
+            let steps = routing
+                .starlark
+                .max_steps
+                .unwrap_or(glider_starlark::DEFAULT_MAX_STEPS);
+            match rules.route(&view, steps) {
+                Ok(answer) => {
+                    let opinion = answer
+                        .as_deref()
+                        .and_then(Target::parse)
+                        .map(|t| (t, format!("{} returned it", rules.name())));
+                    if opinion.is_none() {
+                        opinions.push(Opinion {
+                            rule: "starlark",
+                            target: None,
+                            detail: format!("{} returned None", rules.name()),
+                        });
+                    }
+                    self.note(&mut opinions, &mut decided, "starlark", opinion);
+                }
+                Err(error) => {
+                    tracing::warn!(rules = rules.name(), %error, "starlark rule failed; falling through");
+                    opinions.push(Opinion {
+                        rule: "starlark",
+                        target: None,
+                        detail: format!("error, ignored: {error}"),
+                    });
+                }
+            }
+        }
+
+        let model = model_override.as_deref().unwrap_or(input.model);
+        let (rule, reason, mut candidates) = match &decided {
+            Some((rule, target, detail)) => {
+                // Resolvable by construction (`note` only keeps resolvable targets).
+                (
+                    *rule,
+                    detail.clone(),
+                    self.resolve(target, input.request, model)
+                        .unwrap_or_default(),
+                )
+            }
+            None => {
+                let candidates = self.by_model(input.request, model)?;
+                let reason = format!("{model} is served by {}", names(&candidates));
+                ("model", reason, candidates)
+            }
+        };
+        if let (Some(session), Some(("explicit", target, _))) = (&session, &decided) {
+            let sticky = &routing.sticky;
+            self.sticky.set(
+                session,
+                target.clone(),
+                Duration::from_secs(sticky.ttl_secs),
+                Duration::from_secs(sticky.cloud_guard_secs),
+                sticky.max_sessions,
+            );
+        }
+
+        // 5. Token limit: a local model must hold the request.
+        let (rule, reason) =
+            self.token_limit(input.estimated_tokens, &mut candidates, rule, reason)?;
+        if candidates.is_empty() {
+            return Err(ApiError::new(
+                ErrorKind::Unavailable,
+                format!("{reason}; no backend can take it"),
+            ));
+        }
+        Ok(RouteDecision {
+            rule,
+            reason,
+            score,
+            estimated_tokens: input.estimated_tokens,
+            session,
+            opinions,
+            candidates,
+            flag,
+        })
+    }
+
+    /// Record an opinion; the first resolvable one decides.
+    fn note(
+        &self,
+        opinions: &mut Vec<Opinion>,
+        decided: &mut Option<(&'static str, Target, String)>,
+        rule: &'static str,
+        opinion: Option<(Target, String)>,
+    ) {
+        let Some((target, detail)) = opinion else {
+            if rule != "classifier" && rule != "starlark" {
+                opinions.push(Opinion {
+                    rule,
+                    target: None,
+                    detail: "no opinion".into(),
+                });
+            }
+            return;
+        };
+        let resolvable = match &target {
+            Target::Backend(name) => self.backend(name).is_some(),
+            Target::Local => self
+                .backends
+                .iter()
+                .any(|b| b.config.enabled && b.kind().is_local()),
+            Target::Cloud => self
+                .backends
+                .iter()
+                .any(|b| b.config.enabled && !b.kind().is_local()),
+        };
+        let detail = if resolvable {
+            detail
+        } else {
+            format!("{detail}, but no enabled backend is {}", target.label())
+        };
+        opinions.push(Opinion {
+            rule,
+            target: Some(target.label()),
+            detail: detail.clone(),
+        });
+        if resolvable && decided.is_none() {
+            *decided = Some((rule, target, detail));
+        }
+    }
+
+    fn explicit(
+        &self,
+        input: &RouteInput,
+        flag: &mut Option<Flag>,
+        model_override: &mut Option<String>,
+    ) -> Result<Option<(Target, String)>, ApiError> {
+        let explicit = &self.config.routing.explicit;
+        if explicit.flags
+            && let Some(found) = explicit::find_flag(input.request)
+        {
+            let detail = format!("flag {}", found.prefix.trim());
+            let target = found.target.clone();
+            self.require_backend(&target, "flag")?;
+            *flag = Some(found);
+            return Ok(Some((target, detail)));
+        }
+        if let Some(target) = explicit::header_target(input.headers, &explicit.header) {
+            self.require_backend(&target, &format!("header {}", explicit.header))?;
+            return Ok(Some((
+                target.clone(),
+                format!("header {}: {}", explicit.header, target.label()),
+            )));
+        }
+        let names: Vec<&str> = self.backends.iter().map(|b| b.name()).collect();
+        if let Some((target, model)) = explicit::model_target(input.model, &names) {
+            *model_override = model;
+            return Ok(Some((
+                target,
+                format!("model {} names a backend", input.model),
+            )));
+        }
+        Ok(None)
+    }
+
+    fn require_backend(&self, target: &Target, source: &str) -> Result<(), ApiError> {
+        match target {
+            Target::Backend(name) if self.backend(name).is_none() => {
+                let known: Vec<&str> = self.backends.iter().map(|b| b.name()).collect();
+                Err(ApiError::invalid(format!(
+                    "{source} names backend {name:?}, which is not configured (known: local, cloud, {})",
+                    known.join(", ")
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn backend(&self, name: &str) -> Option<&Arc<Backend>> {
+        self.backends
+            .iter()
+            .find(|b| b.config.enabled && b.name() == name)
+    }
+
+    /// The model a backend should be asked for: the request's if it serves it, else its
+    /// default, else the first it lists.
+    fn model_on(backend: &Backend, preferred: &[&str]) -> Option<String> {
+        preferred
+            .iter()
+            .find(|m| backend.config.model_spec(m).is_some())
+            .map(|m| (*m).to_owned())
+            .or_else(|| backend.config.default_model.clone())
+            .or_else(|| backend.config.concrete_models().into_iter().next())
+    }
+
+    /// Candidates for a chosen side.
+    fn resolve(&self, target: &Target, request: &Request, model: &str) -> Option<Vec<Candidate>> {
+        let preferred = [model, request.model.as_str()];
+        let on_side = |local: bool| -> Vec<Candidate> {
+            let enabled = || {
+                self.backends
+                    .iter()
+                    .filter(|b| b.config.enabled && b.kind().is_local() == local)
+            };
+            // Backends serving the model first, then the others with their own model.
+            let serving =
+                enabled().filter(|b| preferred.iter().any(|m| b.config.model_spec(m).is_some()));
+            let others =
+                enabled().filter(|b| !preferred.iter().any(|m| b.config.model_spec(m).is_some()));
+            serving
+                .chain(others)
+                .filter_map(|b| {
+                    Self::model_on(b, &preferred).map(|model| Candidate {
+                        backend: b.clone(),
+                        model,
+                    })
+                })
+                .collect()
+        };
+        let mut candidates = match target {
+            Target::Local => on_side(true),
+            Target::Cloud => on_side(false),
+            Target::Backend(name) => {
+                let backend = self.backend(name)?;
+                vec![Candidate {
+                    backend: backend.clone(),
+                    model: Self::model_on(backend, &preferred)?,
+                }]
+            }
+        };
+        if candidates
+            .first()
+            .is_some_and(|c| c.backend.kind().is_local())
+            && self.config.routing.cloud_fallback
+        {
+            self.push_cloud_fallbacks(request, &mut candidates);
+        }
+        (!candidates.is_empty()).then_some(candidates)
+    }
+
+    /// No rule had an opinion: the backends that list the model answer it.
+    fn by_model(&self, request: &Request, model: &str) -> Result<Vec<Candidate>, ApiError> {
+        let mut candidates: Vec<Candidate> = self
+            .backends
+            .iter()
+            .filter(|b| b.config.enabled && b.config.model_spec(model).is_some())
+            .map(|b| Candidate {
+                backend: b.clone(),
+                model: model.to_owned(),
+            })
+            .collect();
+        if candidates.is_empty() {
+            let known: Vec<String> = self
+                .backends
+                .iter()
+                .flat_map(|b| b.config.concrete_models())
+                .collect();
+            return Err(ApiError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "model {model:?} is not served by any configured backend (known models: {})",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            )
+            .with_param("model"));
+        }
+        if candidates.iter().any(|c| c.backend.kind().is_local())
+            && self.config.routing.cloud_fallback
+        {
+            self.push_cloud_fallbacks(request, &mut candidates);
+        }
+        Ok(candidates)
+    }
+
+    /// Cloud backends behind local ones: first those serving the model the client named
+    /// (before any alias), then any with a `default_model`.
+    fn push_cloud_fallbacks(&self, request: &Request, candidates: &mut Vec<Candidate>) {
+        let cloud = || {
+            self.backends
+                .iter()
+                .filter(|b| b.config.enabled && !b.kind().is_local())
+        };
+        let contains = |candidates: &[Candidate], b: &Arc<Backend>| {
+            candidates.iter().any(|c| Arc::ptr_eq(&c.backend, b))
+        };
+        for backend in cloud() {
+            if backend.config.model_spec(&request.model).is_some() && !contains(candidates, backend)
+            {
+                candidates.push(Candidate {
+                    backend: backend.clone(),
+                    model: request.model.clone(),
+                });
+            }
+        }
+        for backend in cloud() {
+            if let Some(model) = &backend.config.default_model
+                && !contains(candidates, backend)
+            {
+                candidates.push(Candidate {
+                    backend: backend.clone(),
+                    model: model.clone(),
+                });
+            }
+        }
+    }
+
+    /// Drop local candidates whose context window the request exceeds.
+    fn token_limit(
+        &self,
+        tokens: u64,
+        candidates: &mut Vec<Candidate>,
+        rule: &'static str,
+        reason: String,
+    ) -> Result<(&'static str, String), ApiError> {
+        let mut too_long = Vec::new();
+        candidates.retain(|c| {
+            if !c.backend.kind().is_local() {
+                return true;
+            }
+            let window = self.local_window(c);
+            let fits = tokens <= window;
+            if !fits {
+                too_long.push(format!("{} holds {window}", c.backend.name()));
+            }
+            fits
+        });
+        if too_long.is_empty() {
+            return Ok((rule, reason));
+        }
+        let why = format!(
+            "~{tokens} tokens exceed the local context ({})",
+            too_long.join(", ")
+        );
+        if candidates.is_empty() {
+            let hint = if self.config.routing.cloud_fallback {
+                "and no cloud backend can take it"
+            } else {
+                "and cloud fallback is off (routing.cloud_fallback: false)"
+            };
+            return Err(ApiError::invalid(format!("{why}, {hint}")));
+        }
+        if candidates
+            .first()
+            .is_some_and(|c| c.backend.kind().is_local())
+        {
+            // A local backend with a larger window still takes it.
+            return Ok((rule, format!("{reason}; {why}")));
+        }
+        Ok(("token_limit", format!("{why} (chosen by {rule}: {reason})")))
+    }
+
+    fn local_window(&self, candidate: &Candidate) -> u64 {
+        local_window(self.config, candidate)
+    }
+}
+
+/// The context window of a local candidate's model.
+pub fn local_window(config: &Config, candidate: &Candidate) -> u64 {
+    candidate
+        .backend
+        .config
+        .context_window_of(&candidate.model)
+        .unwrap_or(config.routing.default_local_context)
+}
+
+/// The read-only request view a Starlark `route(req)` gets.
+fn starlark_view(
+    input: &RouteInput,
+    session: &Option<String>,
+    score: Option<f64>,
+    expose: &[String],
+) -> serde_json::Value {
+    let request = input.request;
+    let headers: serde_json::Map<String, serde_json::Value> = expose
+        .iter()
+        .filter_map(|name| {
+            let value = input.headers.get(name.as_str())?.to_str().ok()?;
+            Some((name.clone(), value.into()))
+        })
+        .collect();
+    serde_json::json!({
+        "front": input.front.as_str(),
+        "model": input.model,
+        "requested_model": request.model,
+        "tokens": input.estimated_tokens,
+        "tools": request.tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
+        "tool_count": request.tools.len(),
+        "last_user_text": request.last_user_text().unwrap_or_default(),
+        "turns": request.turns.len(),
+        "stream": request.stream,
+        "max_tokens": request.max_tokens,
+        "thinking": request.thinking.is_some(),
+        "session": session,
+        "score": score,
+        "headers": headers,
+    })
+}
+
+fn names(candidates: &[Candidate]) -> String {
+    candidates
+        .iter()
+        .map(|c| c.backend.name())
+        .collect::<Vec<_>>()
+        .join(" -> ")
+}
