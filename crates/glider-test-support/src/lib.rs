@@ -5,6 +5,7 @@
 
 mod anthropic;
 mod clock;
+pub mod fixtures;
 mod ollama;
 mod openai_chat;
 mod openai_responses;

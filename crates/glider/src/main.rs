@@ -2,6 +2,8 @@
 //! config, wire the engine to its doors, serve until a signal, drain. No logic of the
 //! pipeline lives here.
 
+mod explain;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -39,12 +41,55 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
+    /// Routing tools.
+    Route {
+        #[command(subcommand)]
+        action: RouteAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum RouteAction {
+    /// Route a request body read from standard input (any of the four dialects) without
+    /// sending it, and print the decision and each rule's opinion.
+    Explain {
+        /// Config file. Default: the embedded configs/glider.yaml.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// anthropic, openai-chat, openai-responses or ollama (default: guessed from the body).
+        #[arg(long)]
+        dialect: Option<String>,
+        /// A request header the rules may read, as NAME:VALUE (repeatable).
+        #[arg(short = 'H', long = "header")]
+        headers: Vec<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => check(&config),
+        Command::Route {
+            action:
+                RouteAction::Explain {
+                    config,
+                    dialect,
+                    headers,
+                    json,
+                },
+        } => match explain::explain(config, dialect, headers, json) {
+            Ok(text) => {
+                println!("{text}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("glider route explain: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        },
         Command::Serve { config, port } => {
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
@@ -127,6 +172,7 @@ async fn serve(config_path: Option<PathBuf>, port: Option<u16>) -> anyhow::Resul
     let _watcher = handle.watch()?;
     let engine = Engine::new(handle.clone());
     engine.spawn_background();
+    let _rules_watcher = engine.watch_rules();
 
     // Hot log level: follow `log_level` on reload.
     let mut changes = handle.subscribe();

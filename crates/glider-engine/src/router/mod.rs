@@ -145,7 +145,16 @@ impl Router<'_> {
 
         // 1. Explicit: a flag, the header, or a model naming a backend.
         let explicit = self.explicit(input, &mut flag, &mut model_override)?;
-        self.note(&mut opinions, &mut decided, "explicit", explicit);
+        self.note(
+            (
+                input.request,
+                model_override.as_deref().unwrap_or(input.model),
+            ),
+            &mut opinions,
+            &mut decided,
+            "explicit",
+            explicit,
+        );
 
         // 2. Sticky: an explicit choice earlier in this session.
         if routing.sticky.enabled && (explain || decided.is_none()) {
@@ -161,7 +170,16 @@ impl Router<'_> {
                 );
                 (target, detail)
             });
-            self.note(&mut opinions, &mut decided, "sticky", opinion);
+            self.note(
+                (
+                    input.request,
+                    model_override.as_deref().unwrap_or(input.model),
+                ),
+                &mut opinions,
+                &mut decided,
+                "sticky",
+                opinion,
+            );
         }
 
         // 3. Classifier: a weighted score of the request's features.
@@ -178,6 +196,10 @@ impl Router<'_> {
             let detail = format!("score {:.1} ({})", scored.score, scored.explain());
             match target {
                 Some(target) => self.note(
+                    (
+                        input.request,
+                        model_override.as_deref().unwrap_or(input.model),
+                    ),
                     &mut opinions,
                     &mut decided,
                     "classifier",
@@ -213,7 +235,16 @@ impl Router<'_> {
                             detail: format!("{} returned None", rules.name()),
                         });
                     }
-                    self.note(&mut opinions, &mut decided, "starlark", opinion);
+                    self.note(
+                        (
+                            input.request,
+                            model_override.as_deref().unwrap_or(input.model),
+                        ),
+                        &mut opinions,
+                        &mut decided,
+                        "starlark",
+                        opinion,
+                    );
                 }
                 Err(error) => {
                     tracing::warn!(rules = rules.name(), %error, "starlark rule failed; falling through");
@@ -278,6 +309,7 @@ impl Router<'_> {
     /// Record an opinion; the first resolvable one decides.
     fn note(
         &self,
+        scope: (&Request, &str),
         opinions: &mut Vec<Opinion>,
         decided: &mut Option<(&'static str, Target, String)>,
         rule: &'static str,
@@ -293,21 +325,12 @@ impl Router<'_> {
             }
             return;
         };
-        let resolvable = match &target {
-            Target::Backend(name) => self.backend(name).is_some(),
-            Target::Local => self
-                .backends
-                .iter()
-                .any(|b| b.config.enabled && b.kind().is_local()),
-            Target::Cloud => self
-                .backends
-                .iter()
-                .any(|b| b.config.enabled && !b.kind().is_local()),
-        };
+        let (request, model) = scope;
+        let resolvable = self.resolve(&target, request, model).is_some();
         let detail = if resolvable {
             detail
         } else {
-            format!("{detail}, but no enabled backend is {}", target.label())
+            format!("{detail}, but no enabled backend can serve it there")
         };
         opinions.push(Opinion {
             rule,

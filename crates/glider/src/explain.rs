@@ -1,0 +1,167 @@
+//! `glider route explain`: route a request body read from standard input, in any of
+//! the four dialects, without sending it anywhere, and print the decision with every
+//! rule's opinion.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use glider_config::{Config, ConfigHandle};
+use glider_engine::Engine;
+use glider_ngl::Dialect;
+use serde_json::Value;
+
+/// Guess the dialect of a request body: Responses has `input`; Anthropic has
+/// `max_tokens` with a top-level `system` or typed content blocks; Ollama has
+/// `options`, `keep_alive`, `think` or `format`; anything else is Chat Completions.
+pub fn guess_dialect(body: &Value) -> Dialect {
+    if body.get("input").is_some() {
+        return Dialect::OpenAiResponses;
+    }
+    let typed_blocks = body["messages"].as_array().is_some_and(|messages| {
+        messages.iter().any(|m| {
+            m["content"].as_array().is_some_and(|parts| {
+                parts.iter().any(|p| {
+                    matches!(
+                        p["type"].as_str(),
+                        Some("tool_use" | "tool_result" | "thinking")
+                    ) || (p["type"] == "image" && p.get("source").is_some())
+                })
+            })
+        })
+    });
+    if body.get("max_tokens").is_some() && (body.get("system").is_some() || typed_blocks) {
+        return Dialect::Anthropic;
+    }
+    if ["options", "keep_alive", "think", "format"]
+        .iter()
+        .any(|k| body.get(*k).is_some())
+    {
+        return Dialect::Ollama;
+    }
+    if body.get("max_tokens").is_some() && body.get("stop_sequences").is_some() {
+        return Dialect::Anthropic;
+    }
+    Dialect::OpenAiChat
+}
+
+pub fn parse_dialect(name: &str) -> anyhow::Result<Dialect> {
+    Ok(match name {
+        "anthropic" => Dialect::Anthropic,
+        "openai" | "openai-chat" | "chat" => Dialect::OpenAiChat,
+        "responses" | "openai-responses" => Dialect::OpenAiResponses,
+        "ollama" => Dialect::Ollama,
+        other => anyhow::bail!(
+            "unknown dialect {other:?} (anthropic, openai-chat, openai-responses, ollama)"
+        ),
+    })
+}
+
+/// Run the command; returns the text to print.
+pub fn explain(
+    config: Option<PathBuf>,
+    dialect: Option<String>,
+    headers: Vec<String>,
+    json: bool,
+) -> anyhow::Result<String> {
+    let loaded = match &config {
+        Some(path) => Config::load(path)?,
+        None => Config::embedded_default()?,
+    };
+    let mut body = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut body)
+        .context("reading the request body from standard input")?;
+    let value: Value = serde_json::from_slice(&body).context("the request body is not JSON")?;
+    let front = match dialect {
+        Some(name) => parse_dialect(&name)?,
+        None => guess_dialect(&value),
+    };
+    let mut header_map = http::HeaderMap::new();
+    for header in headers {
+        let (name, value) = header
+            .split_once(':')
+            .with_context(|| format!("header {header:?} is not NAME:VALUE"))?;
+        header_map.insert(
+            http::HeaderName::from_bytes(name.trim().to_ascii_lowercase().as_bytes())?,
+            http::HeaderValue::from_str(value.trim())?,
+        );
+    }
+    let engine = Engine::new(ConfigHandle::new(loaded, config));
+    let decision = engine
+        .explain(front, &body, &header_map)
+        .map_err(|e| anyhow::anyhow!("{} ({:?}, HTTP {})", e.message, e.kind, e.kind.status()))?;
+    let candidates: Vec<String> = decision
+        .candidates
+        .iter()
+        .map(|c| format!("{} ({})", c.backend.name(), c.model))
+        .collect();
+    if json {
+        let mut out = serde_json::to_value(&decision)?;
+        out["dialect"] = front.as_str().into();
+        out["candidates"] = candidates.into();
+        return Ok(serde_json::to_string_pretty(&out)?);
+    }
+    let mut out = String::new();
+    out.push_str(&format!("dialect:    {}\n", front.as_str()));
+    out.push_str(&format!(
+        "decision:   {} -> {}\n",
+        decision.rule,
+        candidates.join(", then ")
+    ));
+    out.push_str(&format!("reason:     {}\n", decision.reason));
+    out.push_str(&format!("tokens:     ~{}\n", decision.estimated_tokens));
+    if let Some(session) = &decision.session {
+        out.push_str(&format!("session:    {session}\n"));
+    }
+    out.push_str("opinions:\n");
+    for opinion in &decision.opinions {
+        out.push_str(&format!(
+            "  {:<11} {:<8} {}\n",
+            opinion.rule,
+            opinion.target.as_deref().unwrap_or("-"),
+            opinion.detail
+        ));
+    }
+    let runtime = engine.runtime();
+    if runtime.starlark.is_none() {
+        let why = runtime
+            .starlark_error
+            .clone()
+            .unwrap_or_else(|| "not configured".into());
+        out.push_str(&format!("  {:<11} {:<8} {why}\n", "starlark", "-"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn dialects_are_recognised_by_shape() {
+        assert_eq!(
+            guess_dialect(&json!({"model": "m", "input": "hi"})),
+            Dialect::OpenAiResponses
+        );
+        assert_eq!(
+            guess_dialect(&json!({"model": "m", "max_tokens": 5, "system": "s", "messages": []})),
+            Dialect::Anthropic
+        );
+        assert_eq!(
+            guess_dialect(
+                &json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x"}]}]})
+            ),
+            Dialect::Anthropic
+        );
+        assert_eq!(
+            guess_dialect(&json!({"model": "m", "messages": [], "options": {}})),
+            Dialect::Ollama
+        );
+        assert_eq!(
+            guess_dialect(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})),
+            Dialect::OpenAiChat
+        );
+    }
+}
