@@ -7,7 +7,7 @@ pub mod pipeline;
 pub mod router;
 pub mod tokenizer;
 
-pub use events::{Bus, PipelineEvent, RequestRecord, Tracker};
+pub use events::{BackendState, Bus, PipelineEvent, RequestRecord, Tracker, unix_ms};
 pub use pipeline::{
     CompleteError, Completion, CompletionBody, CompletionRequest, Engine, ModelInfo,
 };

@@ -18,7 +18,7 @@ use glider_vendors::{StreamDecoder, codec};
 use http::HeaderMap;
 use serde::Serialize;
 
-use crate::events::{Bus, Tracker};
+use crate::events::{Bus, PipelineEvent, Tracker, unix_ms};
 use crate::router::{RouteDecision, RouteInput, route};
 use crate::tokenizer::estimate_request_tokens;
 
@@ -216,7 +216,7 @@ impl Engine {
     }
 
     /// Rebuild the runtime whenever the config changes (backends whose settings did not
-    /// change keep their breaker and health).
+    /// change keep their breaker and health), then say so on the bus.
     pub fn follow_config(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         let mut changes = self.config.subscribe();
@@ -225,7 +225,12 @@ impl Engine {
                 let Some(engine) = weak.upgrade() else { break };
                 let config = changes.borrow_and_update().clone();
                 let next = Runtime::build(config, Some(&engine.runtime()));
+                let backends = next.backends.iter().map(|b| b.name().to_owned()).collect();
                 engine.runtime.store(Arc::new(next));
+                engine.bus.publish(PipelineEvent::ConfigReloaded {
+                    at_ms: unix_ms(),
+                    backends,
+                });
             }
         });
     }
