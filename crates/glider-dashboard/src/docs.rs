@@ -4,7 +4,7 @@
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
-use pulldown_cmark::{CowStr, Event, Options, Parser, Tag};
+use pulldown_cmark::{CowStr, Event, Options, Parser, Tag, TagEnd};
 
 include!(concat!(env!("OUT_DIR"), "/docs.rs"));
 
@@ -36,7 +36,42 @@ fn rewrite_link(dest: &str) -> Option<String> {
     })
 }
 
-/// Markdown to HTML, with doc links rewritten.
+/// A heading's anchor as GitHub makes it: lowercase, spaces to `-`, other punctuation
+/// dropped (so `docs/x.md#some-heading` links keep working here).
+fn slug(text: &str) -> String {
+    text.trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Give every heading without an explicit id its slug.
+fn with_heading_ids(mut events: Vec<Event<'_>>) -> Vec<Event<'_>> {
+    for i in 0..events.len() {
+        if !matches!(&events[i], Event::Start(Tag::Heading { id: None, .. })) {
+            continue;
+        }
+        let text: String = events[i + 1..]
+            .iter()
+            .take_while(|e| !matches!(e, Event::End(TagEnd::Heading(_))))
+            .filter_map(|e| match e {
+                Event::Text(t) | Event::Code(t) => Some(t.as_ref()),
+                _ => None,
+            })
+            .collect();
+        if let Event::Start(Tag::Heading { id, .. }) = &mut events[i] {
+            *id = Some(CowStr::from(slug(&text)));
+        }
+    }
+    events
+}
+
+/// Markdown to HTML, with doc links rewritten and headings given anchors.
 pub fn render(markdown: &str) -> String {
     let options = Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH;
     let events = Parser::new_ext(markdown, options).map(|event| match event {
@@ -59,7 +94,7 @@ pub fn render(markdown: &str) -> String {
         other => other,
     });
     let mut html = String::new();
-    pulldown_cmark::html::push_html(&mut html, events);
+    pulldown_cmark::html::push_html(&mut html, with_heading_ids(events.collect()).into_iter());
     html
 }
 
@@ -140,5 +175,8 @@ mod tests {
         let html = render("| a | b |\n|---|---|\n| 1 | 2 |\n\nsee [c](docs/configuration.md)");
         assert!(html.contains("<table>"), "{html}");
         assert!(html.contains("href=\"/docs/configuration\""), "{html}");
+        let html = render("## `GET /api/status`: now\n\n## Security\n");
+        assert!(html.contains("<h2 id=\"get-apistatus-now\">"), "{html}");
+        assert!(html.contains("<h2 id=\"security\">"), "{html}");
     }
 }
