@@ -23,6 +23,8 @@ pub struct Stack {
     pub gateway: String,
     pub base: String,
     pub home: PathBuf,
+    /// One client for the stack's requests (building one per request is slow).
+    pub http: reqwest::Client,
     pub _tmp: Option<tempfile::TempDir>,
     stops: Vec<tokio::sync::oneshot::Sender<()>>,
 }
@@ -176,6 +178,7 @@ pub async fn start_on(
         gateway: format!("http://{gateway_addr}"),
         base: format!("http://{dashboard_addr}"),
         home,
+        http: client(),
         _tmp: tmp,
         stops: vec![gateway_stop, dashboard_stop],
     }
@@ -211,7 +214,7 @@ pub async fn send(request: reqwest::RequestBuilder) -> Reply {
 
 impl Stack {
     pub async fn get(&self, path: &str) -> Reply {
-        send(client().get(format!("{}{path}", self.base))).await
+        send(self.http.get(format!("{}{path}", self.base))).await
     }
 
     pub async fn get_json(&self, path: &str) -> Value {
@@ -221,7 +224,7 @@ impl Stack {
     }
 
     pub async fn post(&self, path: &str, headers: &[(&str, &str)]) -> Reply {
-        let mut request = client().post(format!("{}{path}", self.base));
+        let mut request = self.http.post(format!("{}{path}", self.base));
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
@@ -237,7 +240,7 @@ impl Stack {
             "messages": [{"role": "user", "content": "say something short"}],
         });
         send(
-            client()
+            self.http
                 .post(format!("{}/v1/messages", self.gateway))
                 .header("content-type", "application/json")
                 .header("user-agent", "dashboard-test/1.0")
