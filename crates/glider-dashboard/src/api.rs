@@ -140,7 +140,20 @@ pub struct Page {
 
 /// `GET /api/requests?limit=N&before=SEQ`: finished requests newest first, then older
 /// pages from the history files; the first page also lists those in flight.
-pub async fn requests(State(shared): State<Arc<Shared>>, Query(page): Query<Page>) -> Response {
+pub async fn requests(
+    State(shared): State<Arc<Shared>>,
+    page: Result<Query<Page>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Query(page) = match page {
+        Ok(page) => page,
+        Err(rejection) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                &format!("limit and before must be non-negative integers: {rejection}"),
+            );
+        }
+    };
     let limit = page.limit.unwrap_or(50).clamp(1, MAX_PAGE);
     let (mut list, in_flight) = {
         let recent = lock(&shared.recent);

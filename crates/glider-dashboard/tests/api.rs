@@ -72,6 +72,9 @@ async fn requests_stats_and_status_describe_what_happened() {
         .collect();
     assert_eq!(rest, [1]);
     assert!(second["next_before"].is_null());
+    let bad = stack.get("/api/requests?limit=lots").await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.json()["error"]["type"], "invalid_request");
 
     let stats = stack.get_json("/api/stats").await;
     let totals = &stats["totals"];
