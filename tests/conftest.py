@@ -5,10 +5,11 @@ Readiness is read from each process's "listening on" line, never from a sleep.""
 import contextlib
 import os
 import pathlib
+import queue
 import re
-import select
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
@@ -25,31 +26,43 @@ def _binary(name):
 
 
 class Process:
-    """A child process whose first matching stdout line announces readiness."""
+    """A child process whose first matching stdout line announces readiness. A thread
+    reads its output (so a chatty child never blocks on a full pipe, and lines that
+    arrive together are all seen)."""
 
     def __init__(self, args, pattern, env=None, timeout=60):
         self.proc = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, start_new_session=True
         )
         self.lines = []
+        self._queue = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.match = self.wait_for(pattern, timeout)
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def wait_for(self, pattern, timeout=60):
+        """Read output lines until one matches `pattern`; return the match."""
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.stop()
-                raise RuntimeError(f"{args[0]} did not become ready: {''.join(self.lines)}")
-            ready, _, _ = select.select([self.proc.stdout], [], [], remaining)
-            if not ready:
+                raise RuntimeError(f"{self.proc.args[0]} did not become ready: {''.join(self.lines)}")
+            try:
+                line = self._queue.get(timeout=remaining)
+            except queue.Empty:
                 continue
-            line = self.proc.stdout.readline()
-            if not line:
+            if line is None:
                 self.stop()
-                raise RuntimeError(f"{args[0]} exited before it was ready: {''.join(self.lines)}")
+                raise RuntimeError(f"{self.proc.args[0]} exited before it was ready: {''.join(self.lines)}")
             self.lines.append(line)
             match = re.search(pattern, line)
             if match:
-                self.match = match
-                break
+                return match
 
     def stop(self):
         if self.proc.poll() is None:
@@ -90,28 +103,42 @@ def start_glider(config_path, home):
     env = dict(os.environ, GLIDER_HOME=str(home), GLIDER_LOG="warn")
     for key in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY"):
         env.pop(key, None)
-    return Process(
-        [_binary("glider"), "serve", "-c", str(config_path), "--port", "0"],
+    glider = Process(
+        [_binary("glider"), "serve", "-c", str(config_path), "--port", "0", "--dashboard-port", "0"],
         r"listening on (http://127\.0\.0\.1:\d+)",
         env=env,
     )
+    glider.dashboard = glider.wait_for(r"dashboard on (http://127\.0\.0\.1:\d+)").group(1)
+    return glider
+
+
+@contextlib.contextmanager
+def running_glider(config_text=None):
+    """Start glider-mock and `glider serve` in front of it; yield the glider Process
+    (`.match.group(1)`: gateway URL, `.dashboard`: dashboard URL, `.mock`: mock
+    address, `.home`: GLIDER_HOME); stop both."""
+    with tempfile.TemporaryDirectory() as tmp:
+        mock = start_mock()
+        glider = None
+        try:
+            config = write_config(tmp, mock.match.group(1), text=config_text)
+            home = pathlib.Path(tmp) / "home"
+            glider = start_glider(config, home)
+            glider.mock = mock.match.group(1)
+            glider.home = home
+            yield glider
+        finally:
+            if glider:
+                glider.stop()
+            mock.stop()
 
 
 @contextlib.contextmanager
 def running_stack(config_text=None):
     """Start glider-mock and `glider serve` in front of it; yield (gateway URL, mock
     address); stop both."""
-    with tempfile.TemporaryDirectory() as tmp:
-        mock = start_mock()
-        glider = None
-        try:
-            config = write_config(tmp, mock.match.group(1), text=config_text)
-            glider = start_glider(config, pathlib.Path(tmp) / "home")
-            yield glider.match.group(1), mock.match.group(1)
-        finally:
-            if glider:
-                glider.stop()
-            mock.stop()
+    with running_glider(config_text) as glider:
+        yield glider.match.group(1), glider.mock
 
 
 @pytest.fixture(scope="session")

@@ -47,6 +47,20 @@ pub struct ServerConfig {
     pub dashboard_port: u16,
     /// Largest request body accepted, in bytes (bigger gets 413 in the caller's dialect).
     pub max_body_bytes: usize,
+    /// Token the dashboard requires (`Authorization: Bearer`, `?token=` or its cookie);
+    /// `${VAR}` is interpolated. Required when `bind` is not a loopback address.
+    pub dashboard_token: Option<Secret>,
+}
+
+impl ServerConfig {
+    /// Whether `bind` only accepts connections from this machine.
+    pub fn is_loopback(&self) -> bool {
+        let host = self.bind.trim_start_matches('[').trim_end_matches(']');
+        host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
 }
 
 impl Default for ServerConfig {
@@ -56,6 +70,7 @@ impl Default for ServerConfig {
             proxy_port: 8080,
             dashboard_port: 8081,
             max_body_bytes: 32 * 1024 * 1024,
+            dashboard_token: None,
         }
     }
 }
@@ -629,6 +644,12 @@ impl Config {
         if ports[0].1 != 0 && ports[0].1 == ports[1].1 {
             problems.push("server.proxy_port and server.dashboard_port must differ".into());
         }
+        if !self.server.is_loopback() && self.server.dashboard_token.is_none() {
+            problems.push(format!(
+                "server.bind is {:?}, reachable from other machines: set server.dashboard_token (e.g. \"${{GLIDER_DASHBOARD_TOKEN}}\") so the dashboard is not open to them",
+                self.server.bind
+            ));
+        }
         problems
     }
 
@@ -755,6 +776,18 @@ mod tests {
         assert_eq!(b.context_window_of("b"), Some(100));
         assert_eq!(b.model_spec("qwen").map(|s| s.name), Some("qwen".into()));
         assert_eq!(b.model_spec("z"), None);
+    }
+
+    #[test]
+    fn a_non_loopback_bind_needs_a_dashboard_token() {
+        for bind in ["127.0.0.1", "::1", "[::1]", "localhost", "127.0.0.2"] {
+            let yaml = format!("server: {{bind: '{bind}'}}\n");
+            Config::parse(&yaml, "t").unwrap_or_else(|e| panic!("{bind}: {e}"));
+        }
+        let err = Config::parse("server: {bind: 0.0.0.0}\n", "t").expect_err("needs a token");
+        assert!(err.to_string().contains("dashboard_token"), "{err}");
+        Config::parse("server: {bind: 0.0.0.0, dashboard_token: '${T}'}\n", "t")
+            .expect("a token makes it valid");
     }
 
     #[test]

@@ -50,11 +50,23 @@ fn main() {
     assert!(engine.runtime().starlark.is_some(), "rules compiled");
 
     let cases: Vec<(&str, Dialect, Value)> = vec![
-        ("claude code main turn (~80 KB)", Dialect::Anthropic, claude_code_main("refactor the parser")),
+        (
+            "claude code main turn (~80 KB)",
+            Dialect::Anthropic,
+            claude_code_main("refactor the parser"),
+        ),
         ("claude code title", Dialect::Anthropic, claude_code_title()),
-        ("claude code compaction", Dialect::Anthropic, claude_code_compaction()),
+        (
+            "claude code compaction",
+            Dialect::Anthropic,
+            claude_code_compaction(),
+        ),
         ("haiku-class call", Dialect::Anthropic, claude_code_haiku()),
-        ("codex main turn", Dialect::OpenAiResponses, codex_main("add a flag")),
+        (
+            "codex main turn",
+            Dialect::OpenAiResponses,
+            codex_main("add a flag"),
+        ),
     ];
     let headers = http::HeaderMap::new();
     let mut rows = Vec::new();
@@ -65,7 +77,9 @@ fn main() {
         let mut prepare = Vec::with_capacity(ITERATIONS);
         for _ in 0..ITERATIONS {
             let start = Instant::now();
-            let decision = engine.decide(*front, &request, &headers, &model, tokens, false).expect("routes");
+            let decision = engine
+                .decide(*front, &request, &headers, &model, tokens, false)
+                .expect("routes");
             decide.push(start.elapsed().as_nanos());
             std::hint::black_box(decision);
             let start = Instant::now();
@@ -74,7 +88,9 @@ fn main() {
         }
         decide.sort_unstable();
         prepare.sort_unstable();
-        let decision = engine.decide(*front, &request, &headers, &model, tokens, false).expect("routes");
+        let decision = engine
+            .decide(*front, &request, &headers, &model, tokens, false)
+            .expect("routes");
         rows.push(format!(
             "| {name} | {} KB | {} | {:.1} | {:.1} | {:.1} | {:.1} |",
             bytes.len() / 1024,
@@ -85,12 +101,22 @@ fn main() {
             percentile(&prepare, 0.99),
         ));
     }
-    let date = std::process::Command::new("date").arg("+%Y-%m-%d").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default();
+    let date = std::process::Command::new("date")
+        .arg("+%Y-%m-%d")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
         .unwrap_or_default();
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
     let report = format!(
         "# Route decision cost — {date}\n\n\
          Machine: {cores} cores, {cpu}. `cargo bench -p glider-engine --bench route_cost` ({ITERATIONS} iterations per row, one process).\n\n\
@@ -101,7 +127,9 @@ fn main() {
          |---|---|---|---|---|---|---|\n{}\n",
         rows.join("\n")
     );
-    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/results").join(format!("router-{date}.md"));
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../bench/results")
+        .join(format!("router-{date}.md"));
     std::fs::create_dir_all(out.parent().expect("parent")).expect("results dir");
     std::fs::write(&out, &report).expect("write results");
     println!("{report}\nwritten to {}", out.display());

@@ -2,12 +2,17 @@
 //! produces a `RequestStarted` and exactly one `RequestFinished` record, whether it
 //! succeeded, failed, went to the CLI's origin, or its client went away. Subscribers
 //! (dashboard, history, metrics) read a bounded broadcast channel: a slow reader loses
-//! the oldest events and is told how many; it never slows a request.
+//! the oldest events and is told how many; it never slows a request. The bus also
+//! carries backend state changes and config reloads, so one stream tells the whole story.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime};
 
+use glider_backend::Backend;
+use glider_backend::breaker::BreakerState;
+use glider_backend::health::HealthStatus;
+use glider_config::BackendKind;
 use glider_ngl::{Dialect, Response, StreamEvent, Usage};
 use glider_vendors::{StreamDecoder, codec};
 use serde::Serialize;
@@ -49,12 +54,59 @@ pub struct RequestRecord {
     pub fallbacks: Vec<String>,
 }
 
+/// A backend's live state as an operator sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BackendState {
+    pub backend: String,
+    #[serde(rename = "type")]
+    pub kind: BackendKind,
+    /// Runs on this machine (Ollama, vLLM) rather than spending a cloud key.
+    pub local: bool,
+    pub enabled: bool,
+    pub health: HealthStatus,
+    /// Why the last probe failed, when it did.
+    pub detail: Option<String>,
+    pub breaker: BreakerState,
+    /// Models loaded in memory (answer without a load).
+    pub warm_models: Vec<String>,
+    /// Why the backend cannot be used at all (a missing `${VAR}`), if so.
+    pub unavailable: Option<String>,
+}
+
+impl BackendState {
+    /// The state of `backend` now.
+    pub fn of(backend: &Backend) -> BackendState {
+        let health = backend.health();
+        BackendState {
+            backend: backend.name().to_owned(),
+            kind: backend.kind(),
+            local: backend.kind().is_local(),
+            enabled: backend.config.enabled,
+            health: health.status,
+            detail: health.detail,
+            breaker: backend.breaker.state(),
+            warm_models: health.warm_models,
+            unavailable: backend.unavailable.clone(),
+        }
+    }
+}
+
 /// What the bus carries.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum PipelineEvent {
     RequestStarted(RequestRecord),
     RequestFinished(RequestRecord),
+    /// A backend's health, breaker or warm models changed (published by whoever watches
+    /// the backends: the dashboard polls them, so time-driven breaker moves show too).
+    BackendStateChanged(BackendState),
+    /// A new config is running (hot keys applied; the backends were rebuilt).
+    ConfigReloaded {
+        /// Unix milliseconds.
+        at_ms: u64,
+        /// The backends of the new config, in order.
+        backends: Vec<String>,
+    },
 }
 
 /// The sending side, cheap to clone.
@@ -87,10 +139,7 @@ impl Bus {
     pub fn start(&self, door: &str, front: Dialect, client: Option<String>) -> Tracker {
         let record = RequestRecord {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            started_at_ms: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
+            started_at_ms: unix_ms(),
             door: door.to_owned(),
             client,
             front,
@@ -119,6 +168,14 @@ impl Bus {
             ended: false,
         }
     }
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Follows one request to its end and publishes `RequestFinished` when dropped, so a

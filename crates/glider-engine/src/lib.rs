@@ -8,7 +8,7 @@ pub mod router;
 pub mod tokenizer;
 pub mod transform;
 
-pub use events::{Bus, PipelineEvent, RequestRecord, Tracker};
+pub use events::{BackendState, Bus, PipelineEvent, RequestRecord, Tracker, unix_ms};
 pub use pipeline::{
     CompleteError, Completion, CompletionBody, CompletionRequest, Engine, ModelInfo,
 };

@@ -20,7 +20,7 @@ use glider_vendors::{StreamDecoder, codec};
 use http::HeaderMap;
 use serde::Serialize;
 
-use crate::events::{Bus, Tracker};
+use crate::events::{Bus, PipelineEvent, Tracker, unix_ms};
 use crate::router::classifier::{Classifier, ScoringClassifier};
 use crate::router::sticky::StickyStore;
 use crate::router::{self, RouteDecision, RouteInput, Router, explicit};
@@ -284,7 +284,7 @@ impl Engine {
     }
 
     /// Rebuild the runtime whenever the config changes (backends whose settings did not
-    /// change keep their breaker and health).
+    /// change keep their breaker and health), then say so on the bus.
     pub fn follow_config(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         let mut changes = self.config.subscribe();
@@ -300,7 +300,12 @@ impl Engine {
     /// Build a new runtime from `config` (keeping unchanged backends) and publish it.
     fn rebuild(&self, config: Arc<Config>) {
         let next = Runtime::build(config, Some(&self.runtime()), &config_dir(&self.config));
+        let backends = next.backends.iter().map(|b| b.name().to_owned()).collect();
         self.runtime.store(Arc::new(next));
+        self.bus.publish(PipelineEvent::ConfigReloaded {
+            at_ms: unix_ms(),
+            backends,
+        });
     }
 
     /// Recompile the Starlark rules whenever their file changes (the file named by the

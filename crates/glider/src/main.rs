@@ -35,6 +35,9 @@ enum Command {
         /// Override server.proxy_port (0 picks a free port).
         #[arg(long)]
         port: Option<u16>,
+        /// Override server.dashboard_port (0 picks a free port).
+        #[arg(long)]
+        dashboard_port: Option<u16>,
     },
     /// Validate a config file and print what is wrong, with line and column.
     Check {
@@ -90,7 +93,11 @@ fn main() -> std::process::ExitCode {
                 std::process::ExitCode::FAILURE
             }
         },
-        Command::Serve { config, port } => {
+        Command::Serve {
+            config,
+            port,
+            dashboard_port,
+        } => {
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
                 Err(e) => {
@@ -98,7 +105,7 @@ fn main() -> std::process::ExitCode {
                     return std::process::ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(serve(config, port)) {
+            match runtime.block_on(serve(config, port, dashboard_port)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("glider: {e:#}");
@@ -148,13 +155,23 @@ fn glider_home() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(".glider"))
 }
 
-async fn serve(config_path: Option<PathBuf>, port: Option<u16>) -> anyhow::Result<()> {
+async fn serve(
+    config_path: Option<PathBuf>,
+    port: Option<u16>,
+    dashboard_port: Option<u16>,
+) -> anyhow::Result<()> {
     let mut config = match &config_path {
         Some(path) => Config::load(path)?,
         None => Config::embedded_default()?,
     };
+    // The file as written: the dashboard compares the file on disk with it to say what
+    // a restart would change (command-line overrides are not the file's doing).
+    let baseline = config_path.as_ref().map(|_| Arc::new(config.clone()));
     if let Some(port) = port {
         config.server.proxy_port = port;
+    }
+    if let Some(port) = dashboard_port {
+        config.server.dashboard_port = port;
     }
     let filter = EnvFilter::try_from_env("GLIDER_LOG").unwrap_or_else(|_| {
         EnvFilter::new(config.log_level.clone().unwrap_or_else(|| "info".into()))
@@ -202,9 +219,64 @@ async fn serve(config_path: Option<PathBuf>, port: Option<u16>) -> anyhow::Resul
         "gateway listening on http://{local}"
     );
     println!("glider gateway listening on http://{local}");
+
+    let token = match &snapshot.server.dashboard_token {
+        Some(secret) => Some(
+            secret
+                .resolve()
+                .map_err(|e| anyhow::anyhow!("server.dashboard_token: {e}"))?,
+        ),
+        None => None,
+    };
+    let dashboard_addr = format!(
+        "{}:{}",
+        snapshot.server.bind, snapshot.server.dashboard_port
+    );
+    let dashboard_listener = tokio::net::TcpListener::bind(&dashboard_addr)
+        .await
+        .with_context(|| format!("cannot listen on {dashboard_addr} (server.dashboard_port)"))?;
+    let dashboard_local = dashboard_listener.local_addr()?;
+    let mut options = glider_dashboard::Options::new(home.clone());
+    options.doors = vec![
+        glider_dashboard::Door {
+            name: "gateway".into(),
+            url: format!("http://{local}"),
+        },
+        glider_dashboard::Door {
+            name: "dashboard".into(),
+            url: format!("http://{dashboard_local}"),
+        },
+    ];
+    options.token = token;
+    options.baseline = baseline;
+    let dashboard = glider_dashboard::Dashboard::start(engine.clone(), options)
+        .with_context(|| format!("cannot open the request history under {}", home.display()))?;
+    tracing::info!("dashboard on http://{dashboard_local}");
+    println!(
+        "glider dashboard on http://{dashboard_local}{}",
+        if snapshot.server.dashboard_token.is_some() {
+            " (token required: open /?token=<server.dashboard_token>)"
+        } else {
+            ""
+        }
+    );
     report_backends(&engine).await;
 
-    glider_gateway::serve(listener, engine, shutdown_signal()).await?;
+    // One signal stops both doors.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        stop.send_replace(true);
+    });
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let (gateway, dashboard) = tokio::join!(
+        glider_gateway::serve(listener, engine, until_stopped(stopped.clone())),
+        dashboard.serve(dashboard_listener, until_stopped(stopped)),
+    );
+    gateway?;
+    dashboard?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -1,0 +1,198 @@
+//! The dashboard door (spec packages `dashboard` and `metrics`): the operator's web page,
+//! the REST `/api/*` endpoints, live events on `/ws`, Prometheus `/metrics`, the request
+//! history under `GLIDER_HOME/history/`, and the project's docs under `/docs`. Everything
+//! it shows comes from the engine's event bus, read by one collector task that never
+//! makes a request wait.
+
+mod api;
+mod collector;
+mod docs;
+pub mod history;
+pub mod metrics;
+mod redact;
+mod security;
+mod ui;
+mod ws;
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::{get, post};
+use glider_config::Config;
+use glider_engine::Engine;
+pub(crate) use glider_engine::unix_ms;
+use serde::Serialize;
+
+pub use history::HistoryOptions;
+
+/// One network door of this process, as `/api/status` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Door {
+    /// `gateway`, `dashboard`, `mitm`, ...
+    pub name: String,
+    /// Where it listens, e.g. `http://127.0.0.1:8080`.
+    pub url: String,
+}
+
+/// How the dashboard runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// `GLIDER_HOME`, shown in `/api/status`.
+    pub home: PathBuf,
+    pub history: HistoryOptions,
+    /// The doors of this process (the dashboard's own included).
+    pub doors: Vec<Door>,
+    /// When set, every request must present it (`Authorization: Bearer`, `?token=` or
+    /// the cookie that `?token=` sets). Required when bound beyond loopback.
+    pub token: Option<String>,
+    /// The config as its file said at start (before command-line overrides): a file on
+    /// disk that differs from it in restart-only keys needs a restart.
+    pub baseline: Option<Arc<Config>>,
+    /// Events a WebSocket client may fall behind by before the oldest are dropped.
+    pub ws_queue: usize,
+    /// Finished requests kept in memory for `/api/requests` (older pages come from the
+    /// history files).
+    pub recent: usize,
+    /// How often backend state (health, breaker, warm models) is compared for changes.
+    pub poll_interval: Duration,
+}
+
+impl Options {
+    /// Defaults for `home` (`GLIDER_HOME`).
+    pub fn new(home: PathBuf) -> Options {
+        Options {
+            history: HistoryOptions::under(&home),
+            home,
+            doors: Vec::new(),
+            token: None,
+            baseline: None,
+            ws_queue: 256,
+            recent: 1000,
+            poll_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+/// State shared by the handlers and the background tasks.
+pub(crate) struct Shared {
+    pub engine: Arc<Engine>,
+    pub options: Options,
+    pub started: Instant,
+    pub started_at_ms: u64,
+    pub metrics: metrics::Metrics,
+    pub recent: Mutex<collector::Recent>,
+    pub hub: tokio::sync::broadcast::Sender<axum::extract::ws::Utf8Bytes>,
+    pub history: history::History,
+    /// Sequence number of the last finished request (continues across restarts).
+    pub last_seq: AtomicU64,
+    /// Bus events the collector missed because it fell behind.
+    pub bus_lagged: AtomicU64,
+    /// Events dropped for slow WebSocket clients, all sockets together.
+    pub ws_dropped: AtomicU64,
+    pub ws_clients: AtomicU64,
+    /// Backend states last published, for change detection.
+    pub backend_states: Mutex<std::collections::BTreeMap<String, glider_engine::BackendState>>,
+    pub tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Set when the server shuts down: open sockets close so the drain can finish.
+    pub closing: tokio::sync::watch::Sender<bool>,
+}
+
+/// A running dashboard: cheap to clone; serve its [`Dashboard::router`].
+#[derive(Clone)]
+pub struct Dashboard {
+    shared: Arc<Shared>,
+}
+
+impl Dashboard {
+    /// Subscribe to `engine`'s bus, open the history and start the collector and the
+    /// backend watcher. Call inside a tokio runtime, before requests flow.
+    pub fn start(engine: Arc<Engine>, options: Options) -> std::io::Result<Dashboard> {
+        let history = history::History::start(options.history.clone())?;
+        let last_seq = history::last_seq(&options.history.dir);
+        let seeded = history::read_before(&options.history.dir, None, options.recent);
+        let events = engine.bus().subscribe();
+        let (hub, _) = tokio::sync::broadcast::channel(options.ws_queue.max(1));
+        let shared = Arc::new(Shared {
+            engine,
+            started: Instant::now(),
+            started_at_ms: unix_ms(),
+            metrics: metrics::Metrics::new(),
+            recent: Mutex::new(collector::Recent::seeded(seeded, options.recent)),
+            hub,
+            history,
+            last_seq: AtomicU64::new(last_seq),
+            bus_lagged: AtomicU64::new(0),
+            ws_dropped: AtomicU64::new(0),
+            ws_clients: AtomicU64::new(0),
+            backend_states: Mutex::new(Default::default()),
+            tasks: Mutex::new(Vec::new()),
+            closing: tokio::sync::watch::channel(false).0,
+            options,
+        });
+        let tasks = vec![
+            collector::spawn_collector(&shared, events),
+            collector::spawn_backend_watch(&shared),
+        ];
+        *shared.tasks.lock().unwrap_or_else(|p| p.into_inner()) = tasks;
+        Ok(Dashboard { shared })
+    }
+
+    /// The dashboard's routes: `/`, `/assets/*`, `/api/*`, `/ws`, `/metrics`, `/docs`.
+    pub fn router(&self) -> Router {
+        let shared = self.shared.clone();
+        Router::new()
+            .route("/", get(ui::index))
+            .route("/assets/{file}", get(ui::asset))
+            .route("/favicon.ico", get(ui::favicon))
+            .route("/docs", get(docs::index))
+            .route("/docs/", get(docs::index))
+            .route("/docs/{page}", get(docs::page))
+            .route("/api/status", get(api::status))
+            .route("/api/backends", get(api::backends))
+            .route("/api/backends/{name}/reset", post(api::reset_breaker))
+            .route("/api/requests", get(api::requests))
+            .route("/api/stats", get(api::stats))
+            .route("/api/config", get(api::config))
+            .route("/api/config/reload", post(api::reload))
+            .route("/metrics", get(api::metrics))
+            .route("/ws", get(ws::upgrade))
+            .fallback(api::not_found)
+            .layer(axum::middleware::from_fn_with_state(
+                shared.clone(),
+                security::guard,
+            ))
+            .with_state(shared)
+    }
+
+    /// Serve on `listener` until `shutdown` resolves, then write out the history.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let shared = self.shared.clone();
+        let served = axum::serve(listener, self.router())
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                // Live sockets would hold the drain open forever.
+                shared.closing.send_replace(true);
+            })
+            .await;
+        self.close().await;
+        served
+    }
+
+    /// Stop the background tasks and write out the queued history. Idempotent.
+    pub async fn close(&self) {
+        self.shared.closing.send_replace(true);
+        let tasks =
+            std::mem::take(&mut *self.shared.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        for task in tasks {
+            task.abort();
+        }
+        self.shared.history.close().await;
+    }
+}

@@ -1,0 +1,503 @@
+//! The metrics facade (spec package `metrics`): a finished request is recorded once,
+//! here, into the Prometheus families served at `/metrics` and into the per-backend and
+//! per-route aggregates (with latency percentiles) served at `/api/stats`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+
+use glider_backend::BreakerState;
+use glider_backend::health::HealthStatus;
+use glider_engine::{BackendState, RequestRecord};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+
+/// Latency samples kept per aggregate for percentiles (the most recent ones).
+const SAMPLES: usize = 1024;
+
+const DURATION_BUCKETS: [f64; 13] = [
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+const TTFT_BUCKETS: [f64; 12] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    door: String,
+    front: String,
+    backend: String,
+    rule: String,
+    local: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    backend: String,
+    rule: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabels {
+    backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    backend: String,
+    direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DropLabels {
+    source: String,
+}
+
+type HistogramFamily = Family<BackendLabels, Histogram, fn() -> Histogram>;
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+fn ttft_histogram() -> Histogram {
+    Histogram::new(TTFT_BUCKETS)
+}
+
+/// Every number the dashboard and Prometheus see.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    duration: HistogramFamily,
+    ttft: HistogramFamily,
+    tokens: Family<TokenLabels, Counter>,
+    in_flight: Gauge,
+    local_share: Gauge<f64, AtomicU64>,
+    breaker: Family<BackendLabels, Gauge>,
+    health: Family<BackendLabels, Gauge>,
+    dropped: Family<DropLabels, Counter>,
+    stats: Mutex<Stats>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("glider");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Finished requests, by door, front dialect, backend, route rule, locality and HTTP status",
+            requests.clone(),
+        );
+        let errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "request_errors",
+            "Finished requests whose status was an error (4xx/5xx; a client that went away, 499, is not counted)",
+            errors.clone(),
+        );
+        let duration: HistogramFamily = Family::new_with_constructor(duration_histogram);
+        registry.register(
+            "request_duration_seconds",
+            "Time from arrival to the end of the reply, by backend",
+            duration.clone(),
+        );
+        let ttft: HistogramFamily = Family::new_with_constructor(ttft_histogram);
+        registry.register(
+            "time_to_first_token_seconds",
+            "Time from arrival to the first byte of the reply, by backend",
+            ttft.clone(),
+        );
+        let tokens = Family::<TokenLabels, Counter>::default();
+        registry.register(
+            "tokens",
+            "Tokens reported by backends, by backend and direction (input includes cached input)",
+            tokens.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "requests_in_flight",
+            "Requests started and not yet finished",
+            in_flight.clone(),
+        );
+        let local_share = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "local_share",
+            "Share of answered requests that a local backend answered (0 to 1), since start",
+            local_share.clone(),
+        );
+        let breaker = Family::<BackendLabels, Gauge>::default();
+        registry.register(
+            "backend_breaker_state",
+            "Circuit breaker of each backend: 0 closed, 1 half-open, 2 open",
+            breaker.clone(),
+        );
+        let health = Family::<BackendLabels, Gauge>::default();
+        registry.register(
+            "backend_health",
+            "Last probe of each backend: 1 up, 0 down, -1 unknown (cloud backends are not probed)",
+            health.clone(),
+        );
+        let dropped = Family::<DropLabels, Counter>::default();
+        registry.register(
+            "dashboard_events_dropped",
+            "Live events dropped because a reader fell behind (source: bus or websocket)",
+            dropped.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            errors,
+            duration,
+            ttft,
+            tokens,
+            in_flight,
+            local_share,
+            breaker,
+            health,
+            dropped,
+            stats: Mutex::new(Stats::new(crate::unix_ms())),
+        }
+    }
+
+    /// A request started.
+    pub fn started(&self) {
+        self.in_flight.inc();
+    }
+
+    /// A request finished (`was_in_flight`: its start was counted).
+    pub fn finished(&self, record: &RequestRecord, was_in_flight: bool) {
+        if was_in_flight {
+            self.in_flight.dec();
+        }
+        let backend = record.backend.clone().unwrap_or_else(|| "none".into());
+        let rule = record.rule.clone().unwrap_or_else(|| "none".into());
+        let status = record.status.unwrap_or(0);
+        self.requests
+            .get_or_create(&RequestLabels {
+                door: record.door.clone(),
+                front: record.front.as_str().to_owned(),
+                backend: backend.clone(),
+                rule: rule.clone(),
+                local: match record.local {
+                    Some(true) => "true",
+                    Some(false) => "false",
+                    None => "unknown",
+                }
+                .to_owned(),
+                status: status.to_string(),
+            })
+            .inc();
+        if is_error(status) {
+            self.errors
+                .get_or_create(&ErrorLabels {
+                    backend: backend.clone(),
+                    rule,
+                    status: status.to_string(),
+                })
+                .inc();
+        }
+        let labels = BackendLabels {
+            backend: backend.clone(),
+        };
+        if let Some(ms) = record.total_ms {
+            self.duration
+                .get_or_create(&labels)
+                .observe(ms as f64 / 1000.0);
+        }
+        if let Some(ms) = record.ttft_ms {
+            self.ttft.get_or_create(&labels).observe(ms as f64 / 1000.0);
+        }
+        for (direction, count) in [
+            ("input", tokens_in(record)),
+            ("output", record.usage.output_tokens),
+        ] {
+            if count > 0 {
+                self.tokens
+                    .get_or_create(&TokenLabels {
+                        backend: backend.clone(),
+                        direction: direction.into(),
+                    })
+                    .inc_by(count);
+            }
+        }
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        stats.record(record);
+        self.local_share
+            .set(stats.totals.local_share().unwrap_or(0.0));
+    }
+
+    /// Events lost by a lagging reader.
+    pub fn dropped(&self, source: &str, count: u64) {
+        self.dropped
+            .get_or_create(&DropLabels {
+                source: source.into(),
+            })
+            .inc_by(count);
+    }
+
+    /// The aggregates for `/api/stats`.
+    pub fn stats(&self) -> StatsView {
+        self.stats.lock().unwrap_or_else(|p| p.into_inner()).view()
+    }
+
+    /// The OpenMetrics text for `/metrics`, with backend gauges read from `backends` now
+    /// (a backend removed by a reload disappears).
+    pub fn encode(&self, backends: &[BackendState]) -> String {
+        self.breaker.clear();
+        self.health.clear();
+        for state in backends {
+            let labels = BackendLabels {
+                backend: state.backend.clone(),
+            };
+            self.breaker
+                .get_or_create(&labels)
+                .set(match state.breaker {
+                    BreakerState::Closed => 0,
+                    BreakerState::HalfOpen => 1,
+                    BreakerState::Open => 2,
+                });
+            self.health.get_or_create(&labels).set(match state.health {
+                HealthStatus::Up => 1,
+                HealthStatus::Down => 0,
+                HealthStatus::Unknown => -1,
+            });
+        }
+        let mut text = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            tracing::warn!(error = %e, "metrics encoding failed");
+        }
+        text
+    }
+}
+
+/// 4xx and 5xx, except 499 (the client went away: nobody's failure to report).
+fn is_error(status: u16) -> bool {
+    status >= 400 && status != 499
+}
+
+/// Input tokens as billed: fresh plus cached input.
+fn tokens_in(record: &RequestRecord) -> u64 {
+    record.usage.input_tokens + record.usage.cache_read_tokens + record.usage.cache_write_tokens
+}
+
+/// Recent latency samples in milliseconds.
+#[derive(Debug, Default)]
+struct Samples(VecDeque<u64>);
+
+impl Samples {
+    fn push(&mut self, value: u64) {
+        if self.0.len() >= SAMPLES {
+            self.0.pop_front();
+        }
+        self.0.push_back(value);
+    }
+
+    fn percentiles(&self) -> Option<Percentiles> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let mut sorted: Vec<u64> = self.0.iter().copied().collect();
+        sorted.sort_unstable();
+        // Nearest rank: the smallest sample with at least p of the samples at or below it.
+        let rank = |p: f64| {
+            let index = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+            sorted[index]
+        };
+        Some(Percentiles {
+            p50: rank(0.50),
+            p90: rank(0.90),
+            p99: rank(0.99),
+            max: sorted[sorted.len() - 1],
+            samples: sorted.len(),
+        })
+    }
+}
+
+/// Percentiles of the most recent samples (up to 1024), in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub max: u64,
+    pub samples: usize,
+}
+
+/// Totals for one backend, one route rule, or everything.
+#[derive(Debug, Default)]
+struct Aggregate {
+    requests: u64,
+    errors: u64,
+    cancelled: u64,
+    tokens_in: u64,
+    tokens_out: u64,
+    /// Requests a backend answered (local or cloud).
+    answered: u64,
+    local: u64,
+    latency: Samples,
+    ttft: Samples,
+}
+
+impl Aggregate {
+    fn record(&mut self, record: &RequestRecord) {
+        let status = record.status.unwrap_or(0);
+        self.requests += 1;
+        if is_error(status) {
+            self.errors += 1;
+        }
+        if status == 499 {
+            self.cancelled += 1;
+        }
+        self.tokens_in += tokens_in(record);
+        self.tokens_out += record.usage.output_tokens;
+        if record.backend.is_some() && (200..400).contains(&status) {
+            self.answered += 1;
+            if record.local == Some(true) {
+                self.local += 1;
+            }
+        }
+        if let Some(ms) = record.total_ms {
+            self.latency.push(ms);
+        }
+        if let Some(ms) = record.ttft_ms {
+            self.ttft.push(ms);
+        }
+    }
+
+    fn local_share(&self) -> Option<f64> {
+        (self.answered > 0).then(|| self.local as f64 / self.answered as f64)
+    }
+
+    fn view(&self) -> AggregateView {
+        AggregateView {
+            requests: self.requests,
+            errors: self.errors,
+            cancelled: self.cancelled,
+            tokens_in: self.tokens_in,
+            tokens_out: self.tokens_out,
+            answered: self.answered,
+            local: self.local,
+            local_share: self.local_share(),
+            latency_ms: self.latency.percentiles(),
+            ttft_ms: self.ttft.percentiles(),
+        }
+    }
+}
+
+/// One aggregate as `/api/stats` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct AggregateView {
+    pub requests: u64,
+    /// 4xx/5xx answers (499, the client going away, is counted in `cancelled`).
+    pub errors: u64,
+    pub cancelled: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    /// Requests a backend answered successfully.
+    pub answered: u64,
+    /// Of those, answered by a local backend.
+    pub local: u64,
+    /// `local / answered`; null before the first answer.
+    pub local_share: Option<f64>,
+    pub latency_ms: Option<Percentiles>,
+    pub ttft_ms: Option<Percentiles>,
+}
+
+#[derive(Debug)]
+struct Stats {
+    since_ms: u64,
+    totals: Aggregate,
+    backends: BTreeMap<String, Aggregate>,
+    routes: BTreeMap<String, Aggregate>,
+}
+
+/// `/api/stats`: since this process started.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatsView {
+    pub since_ms: u64,
+    pub totals: AggregateView,
+    /// By the backend that answered (`none`: the request failed before one did).
+    pub backends: BTreeMap<String, AggregateView>,
+    /// By the route rule that decided (`none`: it failed before routing).
+    pub routes: BTreeMap<String, AggregateView>,
+}
+
+impl Stats {
+    fn new(since_ms: u64) -> Stats {
+        Stats {
+            since_ms,
+            totals: Aggregate::default(),
+            backends: BTreeMap::new(),
+            routes: BTreeMap::new(),
+        }
+    }
+
+    fn record(&mut self, record: &RequestRecord) {
+        self.totals.record(record);
+        let backend = record.backend.as_deref().unwrap_or("none");
+        self.backends
+            .entry(backend.to_owned())
+            .or_default()
+            .record(record);
+        let rule = record.rule.as_deref().unwrap_or("none");
+        self.routes
+            .entry(rule.to_owned())
+            .or_default()
+            .record(record);
+    }
+
+    fn view(&self) -> StatsView {
+        StatsView {
+            since_ms: self.since_ms,
+            totals: self.totals.view(),
+            backends: self
+                .backends
+                .iter()
+                .map(|(k, v)| (k.clone(), v.view()))
+                .collect(),
+            routes: self
+                .routes
+                .iter()
+                .map(|(k, v)| (k.clone(), v.view()))
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let mut samples = Samples::default();
+        for v in 1..=100 {
+            samples.push(v);
+        }
+        let p = samples.percentiles().expect("samples");
+        assert_eq!(
+            (p.p50, p.p90, p.p99, p.max, p.samples),
+            (50, 90, 99, 100, 100)
+        );
+        let mut one = Samples::default();
+        one.push(7);
+        let p = one.percentiles().expect("one sample");
+        assert_eq!((p.p50, p.p99), (7, 7));
+        for v in 0..(SAMPLES as u64 + 10) {
+            one.push(v);
+        }
+        assert_eq!(one.percentiles().map(|p| p.samples), Some(SAMPLES));
+    }
+}

@@ -1,0 +1,78 @@
+// End-to-end: Debian's headless Chromium loads the dashboard, a request goes through the
+// gateway, and its row appears in the page live (over /ws, without a reload). Prints one
+// JSON line with what it saw; exits non-zero on any failure. Driven by
+// test_dashboard_e2e.py, which starts `glider serve` and passes the URLs.
+import { chromium } from "playwright-core";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const dashboard = process.env.DASHBOARD_URL;
+const gateway = process.env.GATEWAY_URL;
+const screenshot = process.env.SCREENSHOT;
+const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
+const model = process.env.MODEL;
+if (!dashboard || !gateway || !screenshot || !model) {
+  throw new Error("DASHBOARD_URL, GATEWAY_URL, SCREENSHOT and MODEL are required");
+}
+
+const TIMEOUT = 30_000;
+const profile = mkdtempSync(join(tmpdir(), "glider-e2e-chromium-"));
+let context;
+try {
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath,
+    headless: true,
+    viewport: { width: 1500, height: 1300 },
+    args: [
+      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    ],
+  });
+  const page = context.pages()[0] || (await context.newPage());
+  page.setDefaultTimeout(TIMEOUT);
+  const problems = [];
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
+  page.on("response", (r) => { if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`); });
+  page.on("requestfailed", (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
+
+  await page.goto(dashboard);
+  await page.locator("#conn", { hasText: "live" }).waitFor();
+  await page.locator('#backends tr[data-backend="local"]').waitFor();
+  await page.locator("#restart.ok").waitFor();
+  // A marker that a reload would wipe: the row must arrive without one.
+  await page.evaluate(() => { window.__gliderE2E = "same page"; });
+
+  const ask = (body) => fetch(`${gateway}/v1/messages`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "user-agent": "e2e-client/1.0" },
+    body: JSON.stringify(body),
+  });
+  const reply = await ask({
+    model, max_tokens: 64, stream: true,
+    messages: [{ role: "user", content: "hello from the browser test" }],
+  });
+  if (reply.status !== 200) throw new Error(`gateway answered ${reply.status}: ${await reply.text()}`);
+  await reply.text();
+  const missing = await ask({ model: "no-such-model", max_tokens: 8, messages: [{ role: "user", content: "x" }] });
+  if (missing.status !== 404) throw new Error(`expected 404 for an unknown model, got ${missing.status}`);
+
+  const row = page.locator('#requests tbody tr[data-key^="seq:"]', { hasText: model, has: page.locator(".pill-ok") });
+  await row.waitFor();
+  await page.locator('#requests tbody tr[data-key^="seq:"]', { hasText: "no-such-model", has: page.locator(".pill-err") }).waitFor();
+  const cells = await row.locator("td").allInnerTexts();
+  await page.locator('#by-backend tr[data-group="local"]').waitFor();
+  await page.locator("#sum-local", { hasText: "100%" }).waitFor();
+  const marker = await page.evaluate(() => window.__gliderE2E);
+  if (marker !== "same page") throw new Error("the page reloaded instead of updating live");
+  const backendCells = await page.locator('#backends tr[data-backend="local"] td').allInnerTexts();
+  const byBackend = await page.locator('#by-backend tr[data-group="local"] td').allInnerTexts();
+
+  await page.screenshot({ path: screenshot, fullPage: true });
+  if (problems.length) throw new Error(`the page reported problems:\n${problems.join("\n")}`);
+  console.log(JSON.stringify({ row: cells, backend: backendCells, by_backend: byBackend }));
+} finally {
+  if (context) await context.close();
+  rmSync(profile, { recursive: true, force: true });
+}
