@@ -120,8 +120,8 @@ fn main() {
     let report = format!(
         "# Route decision cost — {date}\n\n\
          Machine: {cores} cores, {cpu}. `cargo bench -p glider-engine --bench route_cost` ({ITERATIONS} iterations per row, one process).\n\n\
-         `decide` is the rules (explicit, sticky, classifier, Starlark with a small script, token limit) and candidate\n\
-         resolution; `prepare` is decoding the body, aliasing and the token estimate that precede it. Times in µs.\n\
+         `decide` asks every rule (explicit, sticky, classifier, Starlark with a small script, token limit — the\n\
+         worst case, as `glider route explain` does) and resolves candidates; `prepare` is decoding the body, aliasing and the token estimate that precede it. Times in µs.\n\
          Target: decide ≤ 50 µs at p99.\n\n\
          | request | body | rule | decide p50 | decide p99 | prepare p50 | prepare p99 |\n\
          |---|---|---|---|---|---|---|\n{}\n",
