@@ -351,7 +351,21 @@ impl Engine {
         tracker.record.model_requested = request.model.clone();
         tracker.record.stream = request.stream;
         tracker.record.estimated_tokens = tokens;
-        let mut decision = self.decide(&request, &model, tokens)?;
+        let mut decision = match self.decide(&request, &model, tokens) {
+            // No backend serves the model: for MITM that is not a local request, so it
+            // belongs to the CLI's origin, which knows every model it offers.
+            Err(error) if incoming.origin_passthrough && error.kind == ErrorKind::NotFound => {
+                tracker.record.rule = Some("origin".into());
+                tracker.record.reason = Some(error.message.clone());
+                return Ok(Run::Origin(Box::new(RouteDecision {
+                    rule: "origin",
+                    reason: error.message,
+                    estimated_tokens: tokens,
+                    candidates: Vec::new(),
+                })));
+            }
+            other => other?,
+        };
         tracker.record.rule = Some(decision.rule.to_owned());
         tracker.record.reason = Some(decision.reason.clone());
         if incoming.origin_passthrough {
