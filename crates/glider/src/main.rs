@@ -24,6 +24,21 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum CaAction {
+    /// Print the path of ca.crt.
+    Path,
+    /// Print ca.crt (PEM).
+    Print,
+    /// Add ca.crt to the system trust store (as root), or print the exact commands;
+    /// also print the variables for Node- and Codex-based CLIs.
+    Install {
+        /// Only print what would be done.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Run the gateway (and the other doors) until interrupted.
     Serve {
@@ -33,6 +48,27 @@ enum Command {
         /// Override server.proxy_port (0 picks a free port).
         #[arg(long)]
         port: Option<u16>,
+        /// Override mitm.port (0 picks a free port).
+        #[arg(long)]
+        mitm_port: Option<u16>,
+    },
+    /// Glider's CA for the MITM proxy (made on first use under GLIDER_HOME/mitm).
+    Ca {
+        #[command(subcommand)]
+        action: CaAction,
+        /// Config file whose mitm.ca_dir to use. Default: the embedded profile.
+        #[arg(short, long, env = "GLIDER_CONFIG", global = true)]
+        config: Option<PathBuf>,
+    },
+    /// Start a CLI with the MITM proxy and Glider's CA set for that one process:
+    /// `glider run claude -p "hi"`. Its exit status is the CLI's.
+    Run {
+        /// Config file whose mitm.port and CA to use. Default: the embedded profile.
+        #[arg(short, long, env = "GLIDER_CONFIG")]
+        config: Option<PathBuf>,
+        /// The CLI and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
     },
     /// Validate a config file and print what is wrong, with line and column.
     Check {
@@ -45,7 +81,13 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => check(&config),
-        Command::Serve { config, port } => {
+        Command::Ca { action, config } => ca(action, config.as_deref()),
+        Command::Run { config, command } => run_cli(config.as_deref(), &command),
+        Command::Serve {
+            config,
+            port,
+            mitm_port,
+        } => {
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
                 Err(e) => {
@@ -53,7 +95,7 @@ fn main() -> std::process::ExitCode {
                     return std::process::ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(serve(config, port)) {
+            match runtime.block_on(serve(config, port, mitm_port)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("glider: {e:#}");
@@ -103,13 +145,25 @@ fn glider_home() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(".glider"))
 }
 
-async fn serve(config_path: Option<PathBuf>, port: Option<u16>) -> anyhow::Result<()> {
-    let mut config = match &config_path {
+/// The config file, or the embedded default profile.
+fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
+    Ok(match path {
         Some(path) => Config::load(path)?,
         None => Config::embedded_default()?,
-    };
+    })
+}
+
+async fn serve(
+    config_path: Option<PathBuf>,
+    port: Option<u16>,
+    mitm_port: Option<u16>,
+) -> anyhow::Result<()> {
+    let mut config = load_config(config_path.as_deref())?;
     if let Some(port) = port {
         config.server.proxy_port = port;
+    }
+    if let Some(port) = mitm_port {
+        config.mitm.port = port;
     }
     let filter = EnvFilter::try_from_env("GLIDER_LOG").unwrap_or_else(|_| {
         EnvFilter::new(config.log_level.clone().unwrap_or_else(|| "info".into()))
@@ -123,6 +177,19 @@ async fn serve(config_path: Option<PathBuf>, port: Option<u16>) -> anyhow::Resul
     let home = glider_home();
     std::fs::create_dir_all(&home)
         .with_context(|| format!("cannot create GLIDER_HOME {}", home.display()))?;
+    let mut features = Vec::new();
+    if config.mitm.enabled {
+        features.push("mitm");
+        if config.mitm.transparent {
+            features.push("transparent");
+        }
+    }
+    let (runstate, previous) =
+        glider_sys::runstate::RunState::start(&home, env!("CARGO_PKG_VERSION"), &features)
+            .with_context(|| format!("cannot record the run state in {}", home.display()))?;
+    if let Some(warning) = previous.warning() {
+        tracing::warn!("{warning}");
+    }
     let handle = ConfigHandle::new(config, config_path.clone());
     let _watcher = handle.watch()?;
     let engine = Engine::new(handle.clone());
@@ -156,11 +223,188 @@ async fn serve(config_path: Option<PathBuf>, port: Option<u16>) -> anyhow::Resul
         "gateway listening on http://{local}"
     );
     println!("glider gateway listening on http://{local}");
+
+    // One signal stops every door.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+
+    if snapshot.mitm.enabled {
+        if snapshot.mitm.transparent {
+            tracing::warn!(
+                "mitm.transparent is set, but transparent redirection is not implemented yet; only the CONNECT proxy runs"
+            );
+        }
+        let mitm = glider_mitm::Mitm::new(engine.clone(), &home)?;
+        let addr = format!("{}:{}", snapshot.server.bind, snapshot.mitm.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} (mitm.port)"))?;
+        let local = listener.local_addr()?;
+        let ca = mitm.authority().cert_path();
+        tracing::info!(ca = %ca.display(), hosts = ?snapshot.mitm.hosts, "MITM proxy listening on {local}");
+        println!(
+            "glider mitm proxy listening on {local} (HTTPS_PROXY=http://{local}, CA {})",
+            ca.display()
+        );
+        tokio::spawn(mitm.serve(listener, stopped(stop_rx.clone())));
+    }
     report_backends(&engine).await;
 
-    glider_gateway::serve(listener, engine, shutdown_signal()).await?;
+    glider_gateway::serve(listener, engine, stopped(stop_rx)).await?;
+    if let Err(e) = runstate.stopped() {
+        tracing::warn!(error = %e, "could not record the clean stop");
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// `glider ca path|print|install`.
+fn ca(action: CaAction, config: Option<&std::path::Path>) -> std::process::ExitCode {
+    match ca_inner(action, config) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("glider: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn ca_inner(
+    action: CaAction,
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<std::process::ExitCode> {
+    use glider_mitm::trust;
+    let config = load_config(config)?;
+    let authority =
+        glider_mitm::Authority::load_or_create(&glider_mitm::ca_dir(&config.mitm, &glider_home()))?;
+    let cert = authority.cert_path();
+    match action {
+        CaAction::Path => println!("{}", cert.display()),
+        CaAction::Print => print!("{}", authority.cert_pem()),
+        CaAction::Install { dry_run } => {
+            let trust_dir = std::path::Path::new(trust::SYSTEM_TRUST_DIR);
+            let commands = trust::install_commands(&cert, trust_dir);
+            let bundle = trust::write_bundle(&authority).with_context(|| {
+                format!("cannot write the CA bundle next to {}", cert.display())
+            })?;
+            if dry_run || !trust::is_root() {
+                if !dry_run {
+                    println!("Not running as root. To trust Glider's CA system-wide, run:");
+                } else {
+                    println!("Would run:");
+                }
+                for command in &commands {
+                    println!("  sudo {command}");
+                }
+            } else {
+                let output = trust::install(&cert, trust_dir)?;
+                print!("{output}");
+                println!(
+                    "Installed {} in the system trust store.",
+                    trust_dir.join(trust::SYSTEM_TRUST_NAME).display()
+                );
+            }
+            println!();
+            println!(
+                "Node-based CLIs (Cursor, and Claude Code when it does not read the system store) and Codex also need, in your shell profile:"
+            );
+            for line in trust::env_lines(&cert, &bundle) {
+                println!("  {line}");
+            }
+            println!();
+            println!(
+                "Or start one CLI with all of this set, for that process only: glider run <cli> [args...]"
+            );
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `glider run <cli> [args...]`: replace this process with the CLI, its environment
+/// pointed at the MITM proxy and Glider's CA. Replacing (exec) rather than supervising
+/// means the CLI's exit status and every signal (Ctrl-C, SIGTERM, job control) reach it
+/// and come back exactly as if it had been started directly.
+fn run_cli(config: Option<&std::path::Path>, command: &[String]) -> std::process::ExitCode {
+    match run_cli_inner(config, command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("glider: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_cli_inner(
+    config: Option<&std::path::Path>,
+    command: &[String],
+) -> anyhow::Result<std::process::ExitCode> {
+    use glider_mitm::trust;
+    let config = load_config(config)?;
+    let authority =
+        glider_mitm::Authority::load_or_create(&glider_mitm::ca_dir(&config.mitm, &glider_home()))?;
+    let bundle = trust::write_bundle(&authority)?;
+    let host = match config.server.bind.as_str() {
+        "0.0.0.0" | "::" | "[::]" => "127.0.0.1",
+        bind => bind,
+    };
+    let proxy = format!("http://{host}:{}", config.mitm.port);
+    if !config.mitm.enabled {
+        eprintln!(
+            "glider: note: mitm.enabled is false in this config; start a `glider serve` whose config enables it"
+        );
+    }
+    let reachable = format!("{host}:{}", config.mitm.port)
+        .parse::<std::net::SocketAddr>()
+        .ok()
+        .is_some_and(|addr| {
+            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(1)).is_ok()
+        });
+    if !reachable {
+        eprintln!(
+            "glider: warning: nothing answers on {host}:{} yet; start `glider serve` (with mitm.enabled: true) or the CLI's requests will fail",
+            config.mitm.port
+        );
+    }
+    let env = trust::child_env(
+        &proxy,
+        &authority.cert_path(),
+        &bundle,
+        &config.mitm.hosts,
+        |name| std::env::var(name).ok(),
+    );
+    let Some((program, args)) = command.split_first() else {
+        anyhow::bail!("glider run needs a command");
+    };
+    let mut child = std::process::Command::new(program);
+    child.args(args).envs(env);
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let error = child.exec();
+        eprintln!("glider: cannot run {program}: {error}");
+        Ok(std::process::ExitCode::from(
+            if error.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            },
+        ))
+    }
+    #[cfg(not(unix))]
+    {
+        let status = child
+            .status()
+            .with_context(|| format!("cannot run {program}"))?;
+        Ok(std::process::ExitCode::from(
+            status.code().unwrap_or(1).clamp(0, 255) as u8,
+        ))
+    }
 }
 
 /// Say plainly, at start, which backends can answer and what is missing for the others.
