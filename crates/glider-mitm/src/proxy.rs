@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 
 use crate::Mitm;
 use crate::body::OriginBody;
-use crate::upstream::strip_hop_by_hop;
+use crate::upstream::{strip_hop_by_hop, upgrade_protocol};
 
 /// Longest a client may take to finish the TLS handshake inside a tunnel.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -213,7 +213,8 @@ impl Mitm {
             async move { Ok::<_, Infallible>(mitm.decrypted_request(request, &target).await) }
         });
         let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-        if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+        if let Err(e) = connection.await {
             tracing::debug!(error = %e, "decrypted connection ended with an error");
         }
     }
@@ -351,6 +352,9 @@ impl Mitm {
         mut tracker: Option<Tracker>,
     ) -> Response<Body> {
         let (mut parts, body) = request.into_parts();
+        if let Some(protocol) = upgrade_protocol(&parts.headers) {
+            return self.forward_upgrade(parts, body, protocol, target).await;
+        }
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let uri = format!("{}://{}{path}", target.scheme, target.authority());
         parts.uri = match uri.parse() {
@@ -407,6 +411,87 @@ impl Mitm {
                 }
             }
         }
+    }
+}
+
+impl Mitm {
+    /// An HTTP/1.1 protocol upgrade (WebSocket): ask the origin over HTTP/1.1 with the
+    /// upgrade headers kept; on its `101`, join the two upgraded connections byte for
+    /// byte. Anything else it answers is passed back as a normal reply.
+    async fn forward_upgrade(
+        &self,
+        mut parts: http::request::Parts,
+        body: Body,
+        protocol: HeaderValue,
+        target: &Target,
+    ) -> Response<Body> {
+        let client_upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri = format!("{}://{}{path}", target.scheme, target.authority());
+        parts.uri = match uri.parse() {
+            Ok(uri) => uri,
+            Err(e) => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    &format!("bad request target {uri}: {e}\n"),
+                );
+            }
+        };
+        strip_hop_by_hop(&mut parts.headers);
+        parts.headers.remove(header::HOST);
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        parts.headers.insert(header::UPGRADE, protocol);
+        parts.version = Version::HTTP_11;
+        let mut response = match self
+            .upstream
+            .send_upgrade(Request::from_parts(parts, body))
+            .await
+        {
+            Ok(response) => response,
+            Err(e) => {
+                let message = format!(
+                    "Glider could not reach the origin {}: {}",
+                    target.authority(),
+                    error_chain(&e)
+                );
+                tracing::warn!("{message}");
+                return text(StatusCode::BAD_GATEWAY, &format!("{message}\n"));
+            }
+        };
+        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+            let (mut parts, incoming) = response.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            return Response::from_parts(parts, Body::new(incoming));
+        }
+        let origin_upgrade = hyper::upgrade::on(&mut response);
+        let (mut parts, _) = response.into_parts();
+        let upgrade = parts.headers.get(header::UPGRADE).cloned();
+        strip_hop_by_hop(&mut parts.headers);
+        if let Some(upgrade) = upgrade {
+            parts.headers.insert(header::UPGRADE, upgrade);
+        }
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        let host = target.host.clone();
+        tokio::spawn(async move {
+            let Some(client_upgrade) = client_upgrade else {
+                tracing::debug!(%host, "the client's connection cannot be upgraded");
+                return;
+            };
+            match tokio::try_join!(client_upgrade, origin_upgrade) {
+                Ok((client, origin)) => {
+                    let (mut client, mut origin) = (TokioIo::new(client), TokioIo::new(origin));
+                    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut origin).await {
+                        tracing::debug!(%host, error = %e, "upgraded connection closed with an error");
+                    }
+                }
+                Err(e) => tracing::debug!(%host, error = %e, "protocol upgrade failed"),
+            }
+        });
+        Response::from_parts(parts, Body::empty())
     }
 }
 

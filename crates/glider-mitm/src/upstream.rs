@@ -31,6 +31,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Clone)]
 pub struct Upstream {
     client: Client<HttpsConnector<OverrideConnector>, Body>,
+    /// HTTP/1.1 only: protocol upgrades (WebSocket) exist only there.
+    client_h1: Client<HttpsConnector<OverrideConnector>, Body>,
     overrides: Arc<HashMap<String, String>>,
 }
 
@@ -84,18 +86,30 @@ impl Upstream {
         http.enforce_http(false);
         http.set_connect_timeout(Some(CONNECT_TIMEOUT));
         http.set_nodelay(true);
+        let dialer = OverrideConnector {
+            inner: http,
+            overrides: overrides.clone(),
+        };
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
+            .with_tls_config(tls.clone())
             .https_or_http()
             .enable_all_versions()
-            .wrap_connector(OverrideConnector {
-                inner: http,
-                overrides: overrides.clone(),
-            });
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector);
-        Ok(Upstream { client, overrides })
+            .wrap_connector(dialer.clone());
+        let connector_h1 = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(dialer);
+        let build = |connector| {
+            Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .build(connector)
+        };
+        Ok(Upstream {
+            client: build(connector),
+            client_h1: build(connector_h1),
+            overrides,
+        })
     }
 
     /// Send `request` (absolute URI) to its origin.
@@ -104,6 +118,14 @@ impl Upstream {
         request: http::Request<Body>,
     ) -> Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
         self.client.request(request).await
+    }
+
+    /// Send a protocol-upgrade request (WebSocket) over HTTP/1.1.
+    pub async fn send_upgrade(
+        &self,
+        request: http::Request<Body>,
+    ) -> Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
+        self.client_h1.request(request).await
     }
 
     /// Open a TCP connection to `host:port` (or its override) for a raw tunnel.
@@ -161,6 +183,21 @@ impl tower::Service<Uri> for OverrideConnector {
         };
         let future = self.inner.call(dst);
         Box::pin(async move { future.await.map_err(Into::into) })
+    }
+}
+
+/// The protocol a request asks to upgrade to (`Connection: upgrade` + `Upgrade`).
+pub fn upgrade_protocol(headers: &HeaderMap) -> Option<http::HeaderValue> {
+    let asks = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    if asks {
+        headers.get(header::UPGRADE).cloned()
+    } else {
+        None
     }
 }
 

@@ -538,3 +538,41 @@ async fn debug_dumps_hold_the_body_and_no_credentials() {
     assert!(text.contains("secret prompt text"));
     assert!(!text.contains(KEY.1), "credentials redacted");
 }
+
+#[tokio::test]
+async fn a_protocol_upgrade_on_an_intercepted_host_reaches_the_origin() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = stack("").await;
+    let (mut client, _) = client(s.proxy, "api.anthropic.com", &[s.glider_ca()], Http::One).await;
+    let Client::One(sender) = &mut client else {
+        unreachable!("asked for HTTP/1.1")
+    };
+    let request = request(
+        Http::One,
+        "GET",
+        "api.anthropic.com",
+        "/v1/realtime",
+        &[KEY, ("connection", "upgrade"), ("upgrade", "echo-test")],
+        "",
+    );
+    let response = bounded("upgrade", sender.send_request(request))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), 101);
+    assert_eq!(response.headers()["upgrade"], "echo-test");
+    let upgraded = bounded("upgraded", hyper::upgrade::on(response))
+        .await
+        .expect("upgraded");
+    let mut io = hyper_util::rt::TokioIo::new(upgraded);
+    io.write_all(b"ping through glider").await.expect("write");
+    let mut echoed = [0u8; 19];
+    bounded("echo", io.read_exact(&mut echoed))
+        .await
+        .expect("read");
+    assert_eq!(&echoed, b"ping through glider");
+    let seen = s.origin.seen();
+    assert_eq!(
+        seen.last().map(|r| r.headers["x-api-key"].clone()),
+        Some(http::HeaderValue::from_static(KEY.1))
+    );
+}

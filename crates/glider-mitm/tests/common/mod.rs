@@ -135,7 +135,7 @@ impl Origin {
                         origin_reply(request, seen.clone(), gate.clone())
                     });
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(tls), service)
+                        .serve_connection_with_upgrades(TokioIo::new(tls), service)
                         .await;
                 });
             }
@@ -166,10 +166,37 @@ impl Origin {
 type OriginBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
 
 async fn origin_reply(
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
     seen: Arc<Mutex<Vec<Seen>>>,
     gate: Arc<Notify>,
 ) -> Result<Response<OriginBody>, std::convert::Infallible> {
+    // `Upgrade: echo-test`: switch protocols and echo every byte back.
+    if request
+        .headers()
+        .get("upgrade")
+        .is_some_and(|v| v == "echo-test")
+    {
+        seen.lock().expect("lock").push(Seen {
+            method: request.method().to_string(),
+            path_and_query: request.uri().to_string(),
+            version: request.version(),
+            headers: request.headers().clone(),
+            body: Bytes::new(),
+        });
+        let upgrade = hyper::upgrade::on(&mut request);
+        tokio::spawn(async move {
+            if let Ok(upgraded) = upgrade.await {
+                let (mut reader, mut writer) = tokio::io::split(TokioIo::new(upgraded));
+                let _ = tokio::io::copy(&mut reader, &mut writer).await;
+            }
+        });
+        return Ok(Response::builder()
+            .status(StatusCode::SWITCHING_PROTOCOLS)
+            .header("connection", "upgrade")
+            .header("upgrade", "echo-test")
+            .body(Full::new(Bytes::new()).boxed())
+            .expect("response"));
+    }
     let (parts, body) = request.into_parts();
     let body = body
         .collect()
@@ -451,7 +478,7 @@ pub async fn client(
             let (sender, connection) = hyper::client::conn::http1::handshake(io)
                 .await
                 .expect("h1 handshake");
-            tokio::spawn(connection);
+            tokio::spawn(connection.with_upgrades());
             Client::One(sender)
         }
         Http::Two => {
