@@ -246,6 +246,11 @@ async fn serve(
             .await
             .with_context(|| format!("cannot listen on {addr} (mitm.port)"))?;
         let local = listener.local_addr()?;
+        if !local.ip().is_loopback() {
+            tracing::warn!(
+                "the MITM proxy listens on {local}, reachable from other machines: it has no authentication, so anyone who reaches it can use it as a proxy; prefer server.bind: 127.0.0.1"
+            );
+        }
         let ca = mitm.authority().cert_path();
         tracing::info!(ca = %ca.display(), hosts = ?snapshot.mitm.hosts, "MITM proxy listening on {local}");
         println!(
@@ -353,6 +358,11 @@ fn run_cli_inner(
         "0.0.0.0" | "::" | "[::]" => "127.0.0.1",
         bind => bind,
     };
+    if config.mitm.port == 0 {
+        anyhow::bail!(
+            "mitm.port is 0 in this config (a different free port at each start), so glider run cannot know where the proxy is; set a fixed port"
+        );
+    }
     let proxy = format!("http://{host}:{}", config.mitm.port);
     if !config.mitm.enabled {
         eprintln!(

@@ -34,6 +34,14 @@ fn config(dir: &Path, port: u16, extra: &str) -> std::path::PathBuf {
     path
 }
 
+/// A port nothing listens on (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
 #[test]
 fn ca_commands_make_print_and_explain_the_ca() {
     let home = tempfile::tempdir().expect("tempdir");
@@ -80,11 +88,7 @@ fn ca_commands_make_print_and_explain_the_ca() {
 #[test]
 fn run_sets_the_proxy_for_the_child_only_and_returns_its_status() {
     let home = tempfile::tempdir().expect("tempdir");
-    // A port nothing listens on (bound, then released).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = free_port();
     let cfg = config(home.path(), port, "  hosts: [api.anthropic.com]\n");
     let script = r#"echo "$HTTPS_PROXY|$HTTP_PROXY|$NO_PROXY|$NODE_EXTRA_CA_CERTS|$CODEX_CA_CERTIFICATE|$SSL_CERT_FILE"; exit 7"#;
     let out = glider(home.path())
@@ -127,6 +131,16 @@ fn run_sets_the_proxy_for_the_child_only_and_returns_its_status() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(127));
+    // A config whose proxy port is chosen at each start cannot be targeted.
+    let zero = config(home.path(), 0, "");
+    let out = glider(home.path())
+        .args(["run", "-c"])
+        .arg(&zero)
+        .arg("true")
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mitm.port is 0"));
 }
 
 #[cfg(unix)]
@@ -134,7 +148,7 @@ fn run_sets_the_proxy_for_the_child_only_and_returns_its_status() {
 fn run_passes_signals_to_the_cli() {
     use std::os::unix::process::ExitStatusExt;
     let home = tempfile::tempdir().expect("tempdir");
-    let cfg = config(home.path(), 0, "");
+    let cfg = config(home.path(), free_port(), "");
     // The CLI is the process `glider run` started: a signal to that pid is a signal to
     // the CLI, and its death by signal is the status the caller sees.
     let mut child = glider(home.path())
