@@ -455,6 +455,25 @@ async fn plain_http_proxy_requests_are_forwarded() {
     .expect("response");
     assert_eq!(response.status(), 200);
     assert!(s.mock.requests().iter().any(|r| r.path == "/api/tags"));
+    // A listed host over plain HTTP takes the same decrypted route: answered locally.
+    let response = bounded(
+        "plain listed",
+        client
+            .post("http://api.intercepted.test/v1/messages")
+            .header(KEY.0, KEY.1)
+            .body(messages_body("claude-local-1", "plain http", false))
+            .send(),
+    )
+    .await
+    .expect("response");
+    assert_eq!(response.status(), 200);
+    assert!(
+        response
+            .text()
+            .await
+            .expect("text")
+            .contains("echo: plain http")
+    );
     // Not a proxy request at all: a helpful 400.
     let direct = bounded(
         "direct",
