@@ -119,7 +119,10 @@ impl ConfigHandle {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
         let mut watcher =
             notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                // Reading the file (another `glider` command, an editor opening it) is
+                // not a change; only writes, creates, renames and removals are.
                 if let Ok(event) = event
+                    && !matches!(event.kind, notify::EventKind::Access(_))
                     && event
                         .paths
                         .iter()

@@ -1,4 +1,4 @@
-"""The real Claude Code CLI through Glider's MITM proxy, as a user runs it: only
+"""The real Claude Code (and Codex) CLI through Glider's MITM proxy, as a user runs it: only
 HTTPS_PROXY and the CA trust are set, the base URL and the key are left alone, so the
 CLI talks to https://api.anthropic.com. Glider decrypts that host; `mitm.upstream_overrides`
 sends its origin traffic to a local TLS mock of Anthropic (its own test CA, trusted by
@@ -26,7 +26,7 @@ def openssl(*args, cwd):
 
 
 def make_origin_certs(directory):
-    """A test CA and a leaf for api.anthropic.com signed by it (openssl CLI)."""
+    """A test CA and a leaf for api.anthropic.com and api.openai.com signed by it."""
     d = pathlib.Path(directory)
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
@@ -35,7 +35,7 @@ def make_origin_certs(directory):
             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
     openssl("req", *ec, "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=api.anthropic.com", cwd=d)
     (d / "leaf.ext").write_text(
-        "subjectAltName=DNS:api.anthropic.com\nbasicConstraints=CA:FALSE\n"
+        "subjectAltName=DNS:api.anthropic.com,DNS:api.openai.com\nbasicConstraints=CA:FALSE\n"
         "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n")
     openssl("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
             "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.ext", cwd=d)
@@ -140,13 +140,13 @@ def mitm_stack(tmp_path_factory):
         config.write_text(f"""
 backends:
   - {{name: local, type: ollama, base_url: 'http://{mock.match.group(1)}', models: [qwen-local]}}
-model_aliases: {{'claude-local-*': qwen-local}}
+model_aliases: {{'claude-local-*': qwen-local, 'gpt-*': qwen-local}}
 routing: {{cloud_fallback: false}}
 mitm:
   enabled: true
   port: {port}
-  hosts: [api.anthropic.com]
-  upstream_overrides: {{api.anthropic.com: '127.0.0.1:{origin.port}'}}
+  hosts: [api.anthropic.com, api.openai.com]
+  upstream_overrides: {{api.anthropic.com: '127.0.0.1:{origin.port}', api.openai.com: '127.0.0.1:{origin.port}'}}
   upstream_ca_file: '{ca}'
 """)
         home = tmp / "glider-home"
@@ -226,3 +226,39 @@ def test_claude_code_passed_through_to_the_origin_with_its_key(mitm_stack, tmp_p
     assert main[0]["headers"]["x-api-key"] == "sk-ant-user-own-key"
     assert "ask the cloud" in main[0]["body"].decode()
     assert "claude-cli" in main[0]["headers"].get("user-agent", ""), main[0]["headers"]
+
+
+def test_codex_answered_locally_through_glider_run(mitm_stack, tmp_path):
+    """Codex with its default provider (https://api.openai.com/v1) and an API key,
+    started by `glider run`: its Responses request is decrypted and answered by the
+    local model. (It first tries the Responses WebSocket; the origin mock refuses the
+    upgrade and Codex falls back to HTTPS, as it does against any origin without one.)"""
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / "config.toml").write_text("""
+model = "gpt-5.5"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+""")
+    origin = mitm_stack["origin"]
+    before = len(origin.requests)
+    env = clean_env(home, CODEX_HOME=str(home), OPENAI_API_KEY="sk-user-own-openai-key",
+                    GLIDER_HOME=str(mitm_stack["home"]))
+    for name in ("OPENAI_BASE_URL", "CODEX_CA_CERTIFICATE", "SSL_CERT_FILE"):
+        env.pop(name, None)
+    code, out, err = run([_binary("glider"), "run", "-c", str(mitm_stack["config"]), cli("codex"), "exec",
+                          "--skip-git-repo-check", "--ephemeral", "--color", "never", "--json",
+                          "reply via glider"], env, work)
+    assert code == 0, f"codex failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    texts = [e["item"].get("text", "") for e in events
+             if e.get("type") == "item.completed" and e["item"].get("type") == "agent_message"]
+    assert any("echo:" in t and "reply via glider" in t for t in texts), events
+    posted = [r for r in origin.requests[before:] if r["method"] == "POST" and "/responses" in r["path"]]
+    assert not posted, posted
