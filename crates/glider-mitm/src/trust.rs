@@ -262,6 +262,19 @@ mod tests {
     }
 
     #[test]
+    fn install_outside_debian_says_what_to_do_and_touches_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("no-ca-certificates-here");
+        let err = install(Path::new("/h/ca.crt"), &missing).expect_err("no trust dir");
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+        assert!(
+            err.to_string().contains("not a Debian-style system"),
+            "{err}"
+        );
+        assert!(!missing.exists());
+    }
+
+    #[test]
     fn bundle_holds_the_base_roots_and_glider_ca() {
         let dir = tempfile::tempdir().expect("tempdir");
         let ca = Authority::load_or_create(dir.path()).expect("ca");
