@@ -14,13 +14,32 @@ use hyper::body::Incoming;
 pub struct OriginBody {
     inner: Incoming,
     tracker: Option<Tracker>,
+    /// The origin's status, recorded once the reply has been delivered. A body dropped
+    /// before its end leaves the record's status unset, so it reads 499 (client gone).
+    status: u16,
 }
 
 impl OriginBody {
-    pub fn new(inner: Incoming, tracker: Tracker) -> OriginBody {
-        OriginBody {
+    pub fn new(inner: Incoming, tracker: Tracker, status: u16) -> OriginBody {
+        let mut body = OriginBody {
             inner,
             tracker: Some(tracker),
+            status,
+        };
+        // An empty reply may never be polled.
+        if body.inner.is_end_stream() {
+            body.finish(None);
+        }
+        body
+    }
+
+    fn finish(&mut self, error: Option<String>) {
+        if let Some(mut tracker) = self.tracker.take() {
+            tracker.record.status = Some(self.status);
+            if error.is_some() {
+                tracker.record.error = error;
+            }
+            tracker.end();
         }
     }
 }
@@ -42,23 +61,14 @@ impl Body for OriginBody {
                     tracker.raw_bytes(data);
                 }
                 // A reader may stop polling once the body says it is complete.
-                if this.inner.is_end_stream()
-                    && let Some(mut tracker) = this.tracker.take()
-                {
-                    tracker.end();
+                if this.inner.is_end_stream() {
+                    this.finish(None);
                 }
             }
             Poll::Ready(Some(Err(error))) => {
-                if let Some(mut tracker) = this.tracker.take() {
-                    tracker.record.error = Some(format!("origin stream failed: {error}"));
-                    tracker.end();
-                }
+                this.finish(Some(format!("origin stream failed: {error}")));
             }
-            Poll::Ready(None) => {
-                if let Some(mut tracker) = this.tracker.take() {
-                    tracker.end();
-                }
-            }
+            Poll::Ready(None) => this.finish(None),
             Poll::Pending => {}
         }
         polled

@@ -377,7 +377,6 @@ impl Mitm {
                 parts.version = Version::HTTP_11;
                 let body = match tracker {
                     Some(mut tracker) => {
-                        tracker.record.status = Some(parts.status.as_u16());
                         if parts.status.is_success() {
                             let (dialect, stream) = (tracker.record.front, tracker.record.stream);
                             tracker.observe_raw_in(dialect, stream);
@@ -385,7 +384,7 @@ impl Mitm {
                             tracker.record.error =
                                 Some(format!("origin answered {}", parts.status));
                         }
-                        Body::new(OriginBody::new(incoming, tracker))
+                        Body::new(OriginBody::new(incoming, tracker, parts.status.as_u16()))
                     }
                     None => Body::new(incoming),
                 };

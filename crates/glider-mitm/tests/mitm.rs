@@ -595,3 +595,29 @@ async fn a_protocol_upgrade_on_an_intercepted_host_reaches_the_origin() {
         Some(http::HeaderValue::from_static(KEY.1))
     );
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_an_origin_stream_early_is_recorded_as_gone() {
+    let s = stack("").await;
+    let mut events = s.engine.bus().subscribe();
+    let (mut client, _) = client(s.proxy, "api.anthropic.com", &[s.glider_ca()], Http::Two).await;
+    let response = client
+        .send(request(
+            Http::Two,
+            "POST",
+            "api.anthropic.com",
+            "/v1/messages",
+            &[KEY],
+            messages_body("claude-opus-4", "q", true),
+        ))
+        .await;
+    let mut body = response.into_body();
+    read_until(&mut body, "from-origin").await;
+    drop(body);
+    drop(client);
+    let finished = next_finished(&mut events).await;
+    assert_eq!(finished.backend.as_deref(), Some("origin"));
+    assert_eq!(finished.status, Some(499), "{finished:?}");
+    assert!(finished.ttft_ms.is_some());
+    s.origin.release();
+}
