@@ -488,27 +488,42 @@ impl Default for ContextConfig {
     }
 }
 
-/// The MITM proxy's settings (used by the proxy; listed here so one file configures all).
+/// The MITM proxy's settings (`crates/glider-mitm`; see docs/mitm.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MitmConfig {
+    /// Run the proxy at all (restart-only).
     pub enabled: bool,
-    /// CONNECT proxy port (restart-only).
+    /// CONNECT proxy port on `server.bind` (restart-only).
     pub port: u16,
-    /// Hosts to decrypt; `*.example.com` patterns allowed (restart-only).
+    /// Hosts to decrypt; `*.example.com` matches any subdomain (restart-only).
     pub hosts: Vec<String>,
-    /// Tunnel (true) or refuse (false) a host that is not listed.
+    /// Tunnel (true) or refuse (false) a host that is not listed (hot).
     pub passthrough_default: bool,
-    /// In hybrid mode a failed local answer goes to the CLI's origin.
+    /// A failed local answer goes to the CLI's origin (true, hybrid) or is shown to the
+    /// client (false, pure local) (hot).
     pub origin_on_local_error: bool,
     /// Transparent interception (restart-only).
     pub transparent: bool,
+    /// Port the transparent redirect sends packets to (restart-only).
     pub transparent_port: u16,
+    /// Destination ports the transparent redirect catches (restart-only).
     pub transparent_ports: Vec<u16>,
     /// Directory of the CA (`ca.crt`, `ca.key`); default `GLIDER_HOME/mitm` (restart-only).
     pub ca_dir: Option<String>,
+    /// Dump every decrypted API request body under `GLIDER_HOME/mitm/debug/` (hot; the
+    /// environment variable `GLIDER_MITM_DEBUG_RPC` does the same). Dumps contain
+    /// source code and prompts.
     pub debug_agent_rpc: bool,
+    /// Cursor Agent RPC: map the usual ToolCall frames (hot).
     pub agent_rpc_tool_codec: bool,
+    /// Origin host → `ip:port` to connect to instead of resolving the host, for both
+    /// decrypted and tunnelled traffic; TLS still names and verifies the host. For tests
+    /// and private mirrors (restart-only).
+    pub upstream_overrides: BTreeMap<String, String>,
+    /// A PEM file of extra CA certificates trusted for origin connections, in addition
+    /// to the system's roots (restart-only).
+    pub upstream_ca_file: Option<String>,
 }
 
 impl Default for MitmConfig {
@@ -525,6 +540,8 @@ impl Default for MitmConfig {
             ca_dir: None,
             debug_agent_rpc: false,
             agent_rpc_tool_codec: false,
+            upstream_overrides: BTreeMap::new(),
+            upstream_ca_file: None,
         }
     }
 }
@@ -533,14 +550,38 @@ impl MitmConfig {
     /// The part of this section that only a restart can apply.
     fn restart_only(&self) -> impl PartialEq + '_ {
         (
-            self.port,
-            &self.hosts,
-            self.transparent,
-            self.transparent_port,
-            &self.transparent_ports,
-            &self.ca_dir,
-            self.enabled,
+            (
+                self.port,
+                &self.hosts,
+                self.transparent,
+                self.transparent_port,
+                &self.transparent_ports,
+                &self.ca_dir,
+                self.enabled,
+            ),
+            (&self.upstream_overrides, &self.upstream_ca_file),
         )
+    }
+
+    fn problems(&self, problems: &mut Vec<String>) {
+        for (i, host) in self.hosts.iter().enumerate() {
+            let bare = host.strip_prefix("*.").unwrap_or(host);
+            if bare.is_empty() || bare.contains(['*', '/', ':', ' ']) {
+                problems.push(format!(
+                    "mitm.hosts[{i}]: {host:?} must be a host name or *.domain"
+                ));
+            }
+        }
+        for (host, target) in &self.upstream_overrides {
+            let valid = target
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !valid {
+                problems.push(format!(
+                    "mitm.upstream_overrides.{host}: {target:?} must be host:port"
+                ));
+            }
+        }
     }
 }
 
@@ -650,6 +691,14 @@ impl Config {
                 self.server.bind
             ));
         }
+        if self.mitm.enabled {
+            for (name, port) in ports {
+                if port != 0 && port == self.mitm.port {
+                    problems.push(format!("mitm.port and {name} must differ"));
+                }
+            }
+        }
+        self.mitm.problems(&mut problems);
         problems
     }
 
@@ -674,7 +723,9 @@ impl Config {
             changed.push("server (ports, bind address, body limit)");
         }
         if self.mitm.restart_only() != next.mitm.restart_only() {
-            changed.push("mitm (port, CA, hosts, transparent settings)");
+            changed.push(
+                "mitm (port, CA, hosts, transparent settings, upstream overrides and CA file)",
+            );
         }
         changed
     }
@@ -788,6 +839,26 @@ mod tests {
         assert!(err.to_string().contains("dashboard_token"), "{err}");
         Config::parse("server: {bind: 0.0.0.0, dashboard_token: '${T}'}\n", "t")
             .expect("a token makes it valid");
+    }
+
+    #[test]
+    fn mitm_upstream_keys_are_restart_only_and_validated() {
+        let old = Config::default();
+        let mut next = Config::default();
+        next.mitm
+            .upstream_overrides
+            .insert("api.anthropic.com".into(), "127.0.0.1:9".into());
+        next.mitm.passthrough_default = false;
+        assert_eq!(old.restart_only_changes(&next).len(), 1);
+        let applied = old.hot_applicable(next);
+        assert!(applied.mitm.upstream_overrides.is_empty());
+        assert!(!applied.mitm.passthrough_default);
+
+        let yaml = "mitm: {enabled: true, port: 8080, hosts: ['*.ok.com', 'a/b'], upstream_overrides: {x: 'nope'}}\n";
+        let Err(ConfigError::Invalid { problems, .. }) = Config::parse(yaml, "t") else {
+            panic!("expected invalid");
+        };
+        assert_eq!(problems.len(), 3, "{problems:?}");
     }
 
     #[test]

@@ -138,7 +138,10 @@ pub fn watch_path(
     let file_name = path.file_name().map(|n| n.to_owned());
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Reading the file (another `glider` command, an editor opening it) is not a
+        // change; only writes, creates, renames and removals are.
         if let Ok(event) = event
+            && !matches!(event.kind, notify::EventKind::Access(_))
             && event
                 .paths
                 .iter()

@@ -466,7 +466,25 @@ impl Engine {
         tracker.record.stream = request.stream;
         tracker.record.estimated_tokens = tokens;
         let mut decision =
-            self.decide(front, &request, &incoming.headers, &model, tokens, false)?;
+            match self.decide(front, &request, &incoming.headers, &model, tokens, false) {
+                // No backend serves the model: for MITM that is not a local request, so
+                // it belongs to the CLI's origin, which knows every model it offers.
+                Err(error) if incoming.origin_passthrough && error.kind == ErrorKind::NotFound => {
+                    tracker.record.rule = Some("origin".into());
+                    tracker.record.reason = Some(error.message.clone());
+                    return Ok(Run::Origin(Box::new(RouteDecision {
+                        rule: "origin",
+                        reason: error.message,
+                        score: None,
+                        estimated_tokens: tokens,
+                        session: None,
+                        opinions: Vec::new(),
+                        candidates: Vec::new(),
+                        flag: None,
+                    })));
+                }
+                other => other?,
+            };
         // A routing flag is the user's instruction to Glider, not to the model.
         let mut body = incoming.body.clone();
         if let Some(flag) = &decision.flag {

@@ -2,7 +2,7 @@
 //! bodies read under a size limit, replies rendered as bytes, SSE or NDJSON, and every
 //! error in the caller's own dialect with its status decided by `ErrorKind::status`.
 
-mod render;
+pub mod render;
 
 use std::sync::Arc;
 

@@ -17,7 +17,9 @@ pub fn error_response(front: Dialect, error: &ApiError) -> Response {
     (status, axum::Json(codec(front).encode_error(error))).into_response()
 }
 
-pub(crate) fn completion(front: Dialect, completion: Completion) -> Response {
+/// The HTTP response for a completion in `front`'s dialect (shared by every door, so
+/// the gateway and the MITM proxy send the same bytes).
+pub fn completion(front: Dialect, completion: Completion) -> Response {
     let route = completion.route_header();
     let front_codec = codec(front);
     let mut response = match completion.body {

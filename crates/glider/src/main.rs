@@ -11,6 +11,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use glider_config::{Config, ConfigHandle};
 use glider_engine::Engine;
+
+mod mitm_commands;
+use mitm_commands::{CaAction, ca, run_cli};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 
@@ -38,6 +41,27 @@ enum Command {
         /// Override server.dashboard_port (0 picks a free port).
         #[arg(long)]
         dashboard_port: Option<u16>,
+        /// Override mitm.port (0 picks a free port).
+        #[arg(long)]
+        mitm_port: Option<u16>,
+    },
+    /// Glider's CA for the MITM proxy (made on first use under GLIDER_HOME/mitm).
+    Ca {
+        #[command(subcommand)]
+        action: CaAction,
+        /// Config file whose mitm.ca_dir to use. Default: the embedded profile.
+        #[arg(short, long, env = "GLIDER_CONFIG", global = true)]
+        config: Option<PathBuf>,
+    },
+    /// Start a CLI with the MITM proxy and Glider's CA set for that one process:
+    /// `glider run claude -p "hi"`. Its exit status is the CLI's.
+    Run {
+        /// Config file whose mitm.port and CA to use. Default: the embedded profile.
+        #[arg(short, long, env = "GLIDER_CONFIG")]
+        config: Option<PathBuf>,
+        /// The CLI and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
     },
     /// Validate a config file and print what is wrong, with line and column.
     Check {
@@ -93,10 +117,13 @@ fn main() -> std::process::ExitCode {
                 std::process::ExitCode::FAILURE
             }
         },
+        Command::Ca { action, config } => ca(action, config.as_deref()),
+        Command::Run { config, command } => run_cli(config.as_deref(), &command),
         Command::Serve {
             config,
             port,
             dashboard_port,
+            mitm_port,
         } => {
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
@@ -105,7 +132,7 @@ fn main() -> std::process::ExitCode {
                     return std::process::ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(serve(config, port, dashboard_port)) {
+            match runtime.block_on(serve(config, port, dashboard_port, mitm_port)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("glider: {e:#}");
@@ -155,15 +182,21 @@ fn glider_home() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(".glider"))
 }
 
+/// The config file, or the embedded default profile.
+fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
+    Ok(match path {
+        Some(path) => Config::load(path)?,
+        None => Config::embedded_default()?,
+    })
+}
+
 async fn serve(
     config_path: Option<PathBuf>,
     port: Option<u16>,
     dashboard_port: Option<u16>,
+    mitm_port: Option<u16>,
 ) -> anyhow::Result<()> {
-    let mut config = match &config_path {
-        Some(path) => Config::load(path)?,
-        None => Config::embedded_default()?,
-    };
+    let mut config = load_config(config_path.as_deref())?;
     // The file as written: the dashboard compares the file on disk with it to say what
     // a restart would change (command-line overrides are not the file's doing).
     let baseline = config_path.as_ref().map(|_| Arc::new(config.clone()));
@@ -172,6 +205,9 @@ async fn serve(
     }
     if let Some(port) = dashboard_port {
         config.server.dashboard_port = port;
+    }
+    if let Some(port) = mitm_port {
+        config.mitm.port = port;
     }
     let filter = EnvFilter::try_from_env("GLIDER_LOG").unwrap_or_else(|_| {
         EnvFilter::new(config.log_level.clone().unwrap_or_else(|| "info".into()))
@@ -185,6 +221,19 @@ async fn serve(
     let home = glider_home();
     std::fs::create_dir_all(&home)
         .with_context(|| format!("cannot create GLIDER_HOME {}", home.display()))?;
+    let mut features = Vec::new();
+    if config.mitm.enabled {
+        features.push("mitm");
+        if config.mitm.transparent {
+            features.push("transparent");
+        }
+    }
+    let (runstate, previous) =
+        glider_sys::runstate::RunState::start(&home, env!("CARGO_PKG_VERSION"), &features)
+            .with_context(|| format!("cannot record the run state in {}", home.display()))?;
+    if let Some(warning) = previous.warning() {
+        tracing::warn!("{warning}");
+    }
     let handle = ConfigHandle::new(config, config_path.clone());
     let _watcher = handle.watch()?;
     let engine = Engine::new(handle.clone());
@@ -220,6 +269,49 @@ async fn serve(
     );
     println!("glider gateway listening on http://{local}");
 
+    // One signal stops every door.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+
+    let mut doors = vec![glider_dashboard::Door {
+        name: "gateway".into(),
+        url: format!("http://{local}"),
+    }];
+    if snapshot.mitm.enabled {
+        if snapshot.mitm.transparent {
+            tracing::warn!(
+                "mitm.transparent is set, but transparent redirection is not implemented yet; only the CONNECT proxy runs"
+            );
+        }
+        let mitm = glider_mitm::Mitm::new(engine.clone(), &home)?;
+        let addr = format!("{}:{}", snapshot.server.bind, snapshot.mitm.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} (mitm.port)"))?;
+        let local = listener.local_addr()?;
+        if !local.ip().is_loopback() {
+            tracing::warn!(
+                "the MITM proxy listens on {local}, reachable from other machines: it has no authentication, so anyone who reaches it can use it as a proxy; prefer server.bind: 127.0.0.1"
+            );
+        }
+        let ca = mitm.authority().cert_path();
+        tracing::info!(ca = %ca.display(), hosts = ?snapshot.mitm.hosts, "MITM proxy listening on {local}");
+        println!(
+            "glider mitm proxy listening on {local} (HTTPS_PROXY=http://{local}, CA {})",
+            ca.display()
+        );
+        doors.push(glider_dashboard::Door {
+            name: "mitm".into(),
+            url: format!("http://{local}"),
+        });
+        tokio::spawn(mitm.serve(listener, stopped(stop_rx.clone())));
+    }
     let token = match &snapshot.server.dashboard_token {
         Some(secret) => Some(
             secret
@@ -237,16 +329,11 @@ async fn serve(
         .with_context(|| format!("cannot listen on {dashboard_addr} (server.dashboard_port)"))?;
     let dashboard_local = dashboard_listener.local_addr()?;
     let mut options = glider_dashboard::Options::new(home.clone());
-    options.doors = vec![
-        glider_dashboard::Door {
-            name: "gateway".into(),
-            url: format!("http://{local}"),
-        },
-        glider_dashboard::Door {
-            name: "dashboard".into(),
-            url: format!("http://{dashboard_local}"),
-        },
-    ];
+    doors.push(glider_dashboard::Door {
+        name: "dashboard".into(),
+        url: format!("http://{dashboard_local}"),
+    });
+    options.doors = doors;
     options.token = token;
     options.baseline = baseline;
     let dashboard = glider_dashboard::Dashboard::start(engine.clone(), options)
@@ -262,21 +349,15 @@ async fn serve(
     );
     report_backends(&engine).await;
 
-    // One signal stops both doors.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        stop.send_replace(true);
-    });
-    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    };
     let (gateway, dashboard) = tokio::join!(
-        glider_gateway::serve(listener, engine, until_stopped(stopped.clone())),
-        dashboard.serve(dashboard_listener, until_stopped(stopped)),
+        glider_gateway::serve(listener, engine, stopped(stop_rx.clone())),
+        dashboard.serve(dashboard_listener, stopped(stop_rx)),
     );
     gateway?;
     dashboard?;
+    if let Err(e) = runstate.stopped() {
+        tracing::warn!(error = %e, "could not record the clean stop");
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -523,6 +523,21 @@ async fn origin_passthrough_answers_locally_only_what_is_local() {
             other.map(|c| c.backend)
         ),
     }
+    // A model no backend serves is not local either: the origin knows its own models.
+    match gw.engine.complete(request("model-nobody-serves")).await {
+        Err(CompleteError::OriginPassthrough { decision, .. }) => {
+            assert_eq!(decision.rule, "origin");
+            assert!(
+                decision.reason.contains("not served"),
+                "{}",
+                decision.reason
+            );
+        }
+        other => panic!(
+            "expected origin passthrough, got {:?}",
+            other.map(|c| c.backend)
+        ),
+    }
     // A local failure is an error (the door decides about origin_on_local_error), not
     // a silent use of the configured cloud key.
     local.set_failure(Failure::Status(500));

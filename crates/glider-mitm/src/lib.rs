@@ -1,0 +1,124 @@
+//! The MITM proxy door (spec package `mitm`): a CONNECT proxy on `mitm.port` that
+//! decrypts the hosts in `mitm.hosts` with leaf certificates from Glider's own CA,
+//! answers model requests through the shared pipeline with `origin_passthrough` set,
+//! and sends everything else to the CLI's origin untouched. Hosts not listed are
+//! tunnelled as bytes, or refused when `mitm.passthrough_default` is false.
+
+mod body;
+pub mod ca;
+pub mod debug;
+pub mod hosts;
+pub mod proxy;
+pub mod trust;
+pub mod upstream;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use glider_config::MitmConfig;
+use glider_engine::Engine;
+use tokio::net::TcpListener;
+
+pub use ca::{Authority, CaError, LeafCache};
+pub use hosts::HostMatcher;
+pub use proxy::{Target, api_front};
+pub use upstream::Upstream;
+
+/// What can stop the proxy from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum MitmError {
+    #[error("Glider CA: {0}")]
+    Ca(#[from] CaError),
+    #[error("{0}")]
+    Config(String),
+}
+
+/// The CA directory: `mitm.ca_dir` (a leading `~/` is the home directory), else
+/// `GLIDER_HOME/mitm`.
+pub fn ca_dir(config: &MitmConfig, home: &Path) -> PathBuf {
+    match &config.ca_dir {
+        Some(dir) => expand_home(dir),
+        None => home.join("mitm"),
+    }
+}
+
+/// `~/x` → `$HOME/x`; anything else as written.
+pub fn expand_home(path: &str) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(path),
+    }
+}
+
+/// The proxy: shared by every connection it serves.
+pub struct Mitm {
+    engine: Arc<Engine>,
+    authority: Arc<Authority>,
+    leaves: LeafCache,
+    hosts: HostMatcher,
+    upstream: Upstream,
+    dumps: debug::DebugDumps,
+}
+
+impl Mitm {
+    /// Build the proxy from the engine's config: load or make the CA, build the host
+    /// matcher and the origin client. `home` is `GLIDER_HOME`.
+    pub fn new(engine: Arc<Engine>, home: &Path) -> Result<Arc<Mitm>, MitmError> {
+        let config = engine.runtime().config.clone();
+        let mitm = &config.mitm;
+        let authority = Arc::new(Authority::load_or_create(&ca_dir(mitm, home))?);
+        let extra_ca = mitm.upstream_ca_file.as_deref().map(expand_home);
+        let upstream = Upstream::new(&mitm.upstream_overrides, extra_ca.as_deref())?;
+        for (host, target) in &mitm.upstream_overrides {
+            tracing::info!(%host, %target, "origin override (mitm.upstream_overrides)");
+        }
+        let dumps = debug::DebugDumps::new(home.join("mitm").join("debug"));
+        if mitm.debug_agent_rpc || debug::env_enabled() {
+            dumps.warn_once();
+        }
+        Ok(Arc::new(Mitm {
+            leaves: LeafCache::new(authority.clone()),
+            hosts: HostMatcher::new(&mitm.hosts),
+            engine,
+            authority,
+            upstream,
+            dumps,
+        }))
+    }
+
+    /// Glider's CA.
+    pub fn authority(&self) -> &Authority {
+        &self.authority
+    }
+
+    /// The leaf certificate cache.
+    pub fn leaves(&self) -> &LeafCache {
+        &self.leaves
+    }
+
+    /// Accept proxy clients on `listener` until `shutdown` resolves. Connections already
+    /// open keep running until they close or the runtime stops.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> std::io::Result<()> {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _peer)) => {
+                        tokio::spawn(proxy::serve_client(self.clone(), stream));
+                    }
+                    Err(e) => {
+                        // Out of file descriptors and the like: say so, pause, go on.
+                        tracing::warn!(error = %e, "MITM proxy accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
+                },
+            }
+        }
+    }
+}

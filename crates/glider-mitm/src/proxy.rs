@@ -1,0 +1,569 @@
+//! The proxy's two layers. Outside: an HTTP/1.1 proxy server that answers `CONNECT`
+//! (decrypt a listed host, tunnel or refuse the others) and plain-HTTP absolute-form
+//! requests. Inside a decrypted tunnel: TLS with a leaf for the host, then an HTTP/1.1 +
+//! HTTP/2 server whose API requests go through the engine and everything else to the
+//! origin untouched.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use glider_engine::{CompleteError, CompletionRequest, Tracker};
+use glider_ngl::{ApiError, Dialect, ErrorKind};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpStream;
+
+use crate::Mitm;
+use crate::body::OriginBody;
+use crate::upstream::{strip_hop_by_hop, upgrade_protocol};
+
+/// Longest a client may take to finish the TLS handshake inside a tunnel.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where a proxied connection or request goes.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Host name or IP (no brackets), as the client named it.
+    pub host: String,
+    pub port: u16,
+    /// `https` inside a CONNECT tunnel, `http` for a plain proxy request.
+    pub scheme: &'static str,
+}
+
+impl Target {
+    /// `host[:port]` as it goes in a URI (default port left out, IPv6 bracketed).
+    pub fn authority(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        let default = if self.scheme == "https" { 443 } else { 80 };
+        if self.port == default {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+}
+
+/// The dialect of a request Glider may answer: a POST to a known API path. Everything
+/// else on a decrypted host goes to the origin untouched.
+pub fn api_front(method: &Method, path: &str) -> Option<Dialect> {
+    if method != Method::POST {
+        return None;
+    }
+    match path {
+        "/v1/messages" => Some(Dialect::Anthropic),
+        "/v1/chat/completions" => Some(Dialect::OpenAiChat),
+        "/v1/responses" => Some(Dialect::OpenAiResponses),
+        _ => None,
+    }
+}
+
+/// Serve one client connection to the proxy port.
+pub(crate) async fn serve_client(mitm: Arc<Mitm>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let service = service_fn(move |request| {
+        let mitm = mitm.clone();
+        async move { Ok::<_, Infallible>(mitm.proxy_request(request).await) }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    if let Err(e) = connection.await {
+        tracing::debug!(error = %e, "proxy client connection ended with an error");
+    }
+}
+
+impl Mitm {
+    /// One request on the proxy port: CONNECT, or an absolute-form plain-HTTP request.
+    async fn proxy_request(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        if request.method() == Method::CONNECT {
+            return self.connect(request).await;
+        }
+        let uri = request.uri();
+        let (Some(host), Some(scheme)) = (uri.host(), uri.scheme_str()) else {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "This is Glider's MITM proxy. Use it as a proxy (HTTPS_PROXY=http://<this address>), not as a server.\n",
+            );
+        };
+        let scheme = if scheme.eq_ignore_ascii_case("https") {
+            "https"
+        } else {
+            "http"
+        };
+        let target = Target {
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port: uri
+                .port_u16()
+                .unwrap_or(if scheme == "https" { 443 } else { 80 }),
+            scheme,
+        };
+        if self.hosts.matches(&target.host) {
+            return self.decrypted_request(request, &target).await;
+        }
+        if !self.passthrough_default() {
+            return refuse(&target.host);
+        }
+        self.forward(request.map(Body::new), &target, None).await
+    }
+
+    fn passthrough_default(&self) -> bool {
+        self.engine.runtime().config.mitm.passthrough_default
+    }
+
+    /// `CONNECT host:port`: decrypt, tunnel or refuse.
+    async fn connect(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        let Some(authority) = request.uri().authority().cloned() else {
+            return text(StatusCode::BAD_REQUEST, "CONNECT needs host:port\n");
+        };
+        let target = Target {
+            host: authority
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port: authority.port_u16().unwrap_or(443),
+            scheme: "https",
+        };
+        if self.hosts.matches(&target.host) {
+            tracing::debug!(host = %target.host, "CONNECT: decrypting");
+            tokio::spawn(async move {
+                match hyper::upgrade::on(request).await {
+                    Ok(upgraded) => self.intercept(TokioIo::new(upgraded), target).await,
+                    Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
+                }
+            });
+            return established();
+        }
+        if !self.passthrough_default() {
+            tracing::info!(host = %target.host, "CONNECT refused: not in mitm.hosts and mitm.passthrough_default is false");
+            return refuse(&target.host);
+        }
+        // Connect first, so a dead origin is a clear 502 instead of a tunnel that closes.
+        let mut origin = match self.upstream.connect_tcp(&target.host, target.port).await {
+            Ok(origin) => origin,
+            Err(e) => {
+                tracing::info!(host = %target.host, port = target.port, error = %e, "CONNECT: origin unreachable");
+                return text(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("Glider could not reach {}: {e}\n", target.authority()),
+                );
+            }
+        };
+        tracing::debug!(host = %target.host, "CONNECT: tunnelling untouched");
+        tokio::spawn(async move {
+            match hyper::upgrade::on(request).await {
+                Ok(upgraded) => {
+                    let mut client = TokioIo::new(upgraded);
+                    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut origin).await {
+                        tracing::debug!(host = %target.host, error = %e, "tunnel closed with an error");
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
+            }
+        });
+        established()
+    }
+
+    /// Terminate TLS for `target` with a leaf from Glider's CA, then serve HTTP/1.1 or
+    /// HTTP/2 (as ALPN chose) on the decrypted stream. `io` is the client's side of the
+    /// tunnel; the transparent door hands its accepted socket here too.
+    pub async fn intercept<IO>(self: Arc<Self>, io: IO, target: Target)
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let config = match self.leaves.server_config(&target.host) {
+            Ok(config) => config,
+            Err(e) => {
+                tracing::error!(host = %target.host, error = %e, "cannot make a certificate for this host");
+                return;
+            }
+        };
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                tracing::warn!(
+                    host = %target.host,
+                    "TLS handshake with the client failed: {e}{}",
+                    self.trust_hint(&e)
+                );
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(host = %target.host, "TLS handshake with the client timed out after {}s", HANDSHAKE_TIMEOUT.as_secs());
+                return;
+            }
+        };
+        let service = service_fn(move |request: Request<Incoming>| {
+            let mitm = self.clone();
+            let target = target.clone();
+            async move { Ok::<_, Infallible>(mitm.decrypted_request(request, &target).await) }
+        });
+        let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "decrypted connection ended with an error");
+        }
+    }
+
+    /// Why a handshake failed, in words a user can act on.
+    fn trust_hint(&self, error: &std::io::Error) -> String {
+        let rustls_error = error
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<rustls::Error>());
+        match rustls_error {
+            Some(rustls::Error::AlertReceived(alert)) => {
+                use rustls::AlertDescription as A;
+                if matches!(
+                    alert,
+                    A::UnknownCA | A::BadCertificate | A::CertificateUnknown | A::AccessDenied
+                ) {
+                    format!(
+                        " — the client does not trust Glider's CA. Trust {} (glider ca install), or set NODE_EXTRA_CA_CERTS for Node-based CLIs; `glider run <cli>` does this for one command",
+                        self.authority.cert_path().display()
+                    )
+                } else {
+                    String::new()
+                }
+            }
+            _ => String::new(),
+        }
+    }
+
+    /// One request inside a decrypted tunnel (or a plain-HTTP request to a listed host).
+    async fn decrypted_request(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+        target: &Target,
+    ) -> Response<Body> {
+        match api_front(request.method(), request.uri().path()) {
+            Some(front) => self.api_request(request, front, target).await,
+            None => {
+                tracing::debug!(host = %target.host, method = %request.method(), path = request.uri().path(), "to the origin untouched");
+                self.forward(request.map(Body::new), target, None).await
+            }
+        }
+    }
+
+    /// A model request: the engine answers it locally, or it goes to the origin with its
+    /// bytes and credentials unchanged.
+    async fn api_request(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+        front: Dialect,
+        target: &Target,
+    ) -> Response<Body> {
+        let config = self.engine.runtime().config.clone();
+        let limit = config.server.max_body_bytes;
+        let (parts, body) = request.into_parts();
+        let body: Bytes = match Limited::new(body, limit).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return glider_gateway::error_response(
+                    front,
+                    &ApiError::new(
+                        ErrorKind::RequestTooLarge,
+                        format!(
+                            "request body exceeds Glider's limit of {limit} bytes (server.max_body_bytes)"
+                        ),
+                    ),
+                );
+            }
+            Err(e) => {
+                return glider_gateway::error_response(
+                    front,
+                    &ApiError::invalid(format!("could not read the request body: {e}")),
+                );
+            }
+        };
+        if config.mitm.debug_agent_rpc || crate::debug::env_enabled() {
+            self.dumps.dump(
+                &target.host,
+                parts.method.as_str(),
+                parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+                &parts.headers,
+                &body,
+            );
+        }
+        let outcome = self
+            .engine
+            .complete(CompletionRequest {
+                front,
+                body: body.clone(),
+                headers: parts.headers.clone(),
+                door: "mitm",
+                origin_passthrough: true,
+            })
+            .await;
+        match outcome {
+            Ok(completion) => {
+                tracing::info!(host = %target.host, backend = %completion.backend, model = %completion.model, "answered locally");
+                glider_gateway::render::completion(front, completion)
+            }
+            Err(CompleteError::OriginPassthrough { decision, tracker }) => {
+                tracing::info!(host = %target.host, rule = decision.rule, reason = %decision.reason, "to the origin");
+                let request = Request::from_parts(parts, Body::from(body));
+                self.forward(request, target, Some(*tracker)).await
+            }
+            Err(CompleteError::Api(error)) if config.mitm.origin_on_local_error => {
+                tracing::info!(host = %target.host, error = %error, "local answer failed; to the origin (mitm.origin_on_local_error)");
+                let client = parts
+                    .headers
+                    .get(header::USER_AGENT)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                let mut tracker = self.engine.bus().start("mitm", front, client);
+                tracker.record.backend = Some("origin".into());
+                tracker.record.local = Some(false);
+                tracker.record.rule = Some("origin_on_local_error".into());
+                tracker.record.reason = Some(format!("local answer failed: {}", error.message));
+                tracker.record.fallbacks = vec![error.message.clone()];
+                tracker.announce();
+                let request = Request::from_parts(parts, Body::from(body));
+                self.forward(request, target, Some(tracker)).await
+            }
+            Err(CompleteError::Api(error)) => {
+                tracing::info!(host = %target.host, error = %error, "local answer failed; shown to the client (mitm.origin_on_local_error: false)");
+                glider_gateway::error_response(front, &error)
+            }
+        }
+    }
+
+    /// Send `request` to `target`'s origin and stream its reply back. The body is not
+    /// re-encoded; hop-by-hop headers are dropped both ways. `tracker` records a model
+    /// request that went to the origin.
+    async fn forward(
+        &self,
+        request: Request<Body>,
+        target: &Target,
+        mut tracker: Option<Tracker>,
+    ) -> Response<Body> {
+        let (mut parts, body) = request.into_parts();
+        if let Some(protocol) = upgrade_protocol(&parts.headers) {
+            return self.forward_upgrade(parts, body, protocol, target).await;
+        }
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri = format!("{}://{}{path}", target.scheme, target.authority());
+        parts.uri = match uri.parse() {
+            Ok(uri) => uri,
+            Err(e) => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    &format!("bad request target {uri}: {e}\n"),
+                );
+            }
+        };
+        strip_hop_by_hop(&mut parts.headers);
+        // The URI carries the authority; the client picks HTTP/1.1 or HTTP/2 by ALPN.
+        parts.headers.remove(header::HOST);
+        parts.version = Version::HTTP_11;
+        match self.upstream.send(Request::from_parts(parts, body)).await {
+            Ok(response) => {
+                let (mut parts, incoming) = response.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                parts.version = Version::HTTP_11;
+                let body = match tracker {
+                    Some(mut tracker) => {
+                        if parts.status.is_success() {
+                            let (dialect, stream) = (tracker.record.front, tracker.record.stream);
+                            tracker.observe_raw_in(dialect, stream);
+                        } else {
+                            tracker.record.error =
+                                Some(format!("origin answered {}", parts.status));
+                        }
+                        Body::new(OriginBody::new(incoming, tracker, parts.status.as_u16()))
+                    }
+                    None => Body::new(incoming),
+                };
+                Response::from_parts(parts, body)
+            }
+            Err(e) => {
+                let message = format!(
+                    "Glider could not reach the origin {}: {}",
+                    target.authority(),
+                    error_chain(&e)
+                );
+                tracing::warn!("{message}");
+                match tracker.take() {
+                    Some(mut tracker) => {
+                        tracker.fail(502, &message);
+                        let front = tracker.record.front;
+                        glider_gateway::error_response(
+                            front,
+                            &ApiError::new(ErrorKind::BadGateway, message),
+                        )
+                    }
+                    None => text(StatusCode::BAD_GATEWAY, &format!("{message}\n")),
+                }
+            }
+        }
+    }
+}
+
+impl Mitm {
+    /// An HTTP/1.1 protocol upgrade (WebSocket): ask the origin over HTTP/1.1 with the
+    /// upgrade headers kept; on its `101`, join the two upgraded connections byte for
+    /// byte. Anything else it answers is passed back as a normal reply.
+    async fn forward_upgrade(
+        &self,
+        mut parts: http::request::Parts,
+        body: Body,
+        protocol: HeaderValue,
+        target: &Target,
+    ) -> Response<Body> {
+        let client_upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri = format!("{}://{}{path}", target.scheme, target.authority());
+        parts.uri = match uri.parse() {
+            Ok(uri) => uri,
+            Err(e) => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    &format!("bad request target {uri}: {e}\n"),
+                );
+            }
+        };
+        strip_hop_by_hop(&mut parts.headers);
+        parts.headers.remove(header::HOST);
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        parts.headers.insert(header::UPGRADE, protocol);
+        parts.version = Version::HTTP_11;
+        let mut response = match self
+            .upstream
+            .send_upgrade(Request::from_parts(parts, body))
+            .await
+        {
+            Ok(response) => response,
+            Err(e) => {
+                let message = format!(
+                    "Glider could not reach the origin {}: {}",
+                    target.authority(),
+                    error_chain(&e)
+                );
+                tracing::warn!("{message}");
+                return text(StatusCode::BAD_GATEWAY, &format!("{message}\n"));
+            }
+        };
+        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+            let (mut parts, incoming) = response.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            return Response::from_parts(parts, Body::new(incoming));
+        }
+        let origin_upgrade = hyper::upgrade::on(&mut response);
+        let (mut parts, _) = response.into_parts();
+        let upgrade = parts.headers.get(header::UPGRADE).cloned();
+        strip_hop_by_hop(&mut parts.headers);
+        if let Some(upgrade) = upgrade {
+            parts.headers.insert(header::UPGRADE, upgrade);
+        }
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        let host = target.host.clone();
+        tokio::spawn(async move {
+            let Some(client_upgrade) = client_upgrade else {
+                tracing::debug!(%host, "the client's connection cannot be upgraded");
+                return;
+            };
+            match tokio::try_join!(client_upgrade, origin_upgrade) {
+                Ok((client, origin)) => {
+                    let (mut client, mut origin) = (TokioIo::new(client), TokioIo::new(origin));
+                    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut origin).await {
+                        tracing::debug!(%host, error = %e, "upgraded connection closed with an error");
+                    }
+                }
+                Err(e) => tracing::debug!(%host, error = %e, "protocol upgrade failed"),
+            }
+        });
+        Response::from_parts(parts, Body::empty())
+    }
+}
+
+/// An error with its sources, on one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}
+
+fn established() -> Response<Body> {
+    let mut response = Response::new(Body::empty());
+    response
+        .extensions_mut()
+        .insert(hyper::ext::ReasonPhrase::from_static(
+            b"Connection Established",
+        ));
+    response
+}
+
+fn refuse(host: &str) -> Response<Body> {
+    text(
+        StatusCode::FORBIDDEN,
+        &format!(
+            "Glider refuses {host}: it is not in mitm.hosts and mitm.passthrough_default is false\n"
+        ),
+    )
+}
+
+fn text(status: StatusCode, message: &str) -> Response<Body> {
+    let mut response = Response::new(Body::from(message.to_owned()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_api_paths_only() {
+        assert_eq!(
+            api_front(&Method::POST, "/v1/messages"),
+            Some(Dialect::Anthropic)
+        );
+        assert_eq!(
+            api_front(&Method::POST, "/v1/responses"),
+            Some(Dialect::OpenAiResponses)
+        );
+        assert_eq!(api_front(&Method::POST, "/v1/messages/count_tokens"), None);
+        assert_eq!(api_front(&Method::HEAD, "/v1/messages"), None);
+        assert_eq!(api_front(&Method::GET, "/api/claude_code/settings"), None);
+    }
+
+    #[test]
+    fn authority_leaves_out_the_default_port() {
+        let t = |host: &str, port, scheme| Target {
+            host: host.into(),
+            port,
+            scheme,
+        };
+        assert_eq!(t("a.com", 443, "https").authority(), "a.com");
+        assert_eq!(t("a.com", 8443, "https").authority(), "a.com:8443");
+        assert_eq!(t("a.com", 80, "http").authority(), "a.com");
+        assert_eq!(t("::1", 443, "https").authority(), "[::1]");
+    }
+}

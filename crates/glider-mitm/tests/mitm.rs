@@ -1,0 +1,623 @@
+//! The MITM proxy end to end on loopback: CONNECT, decryption with Glider's CA, local
+//! replies through the engine, origin passthrough with bytes and credentials unchanged,
+//! raw tunnels (proved by the certificate the client sees), refusal, HTTP/1.1 and
+//! HTTP/2 clients, streaming, and clients that do not trust the CA.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use glider_engine::PipelineEvent;
+use http_body_util::BodyExt;
+
+const KEY: (&str, &str) = ("x-api-key", "sk-ant-user-own-key");
+
+#[tokio::test]
+async fn an_unlisted_host_is_tunnelled_without_decryption() {
+    let s = stack("").await;
+    // Trusting ONLY the origin's CA: the handshake succeeds, and the certificate the
+    // client sees is the origin's own, byte for byte — Glider never decrypted.
+    for http in [Http::One, Http::Two] {
+        let (mut client, presented) = client(
+            s.proxy,
+            "tunnel.test",
+            std::slice::from_ref(&s.origin_ca.der),
+            http,
+        )
+        .await;
+        assert_eq!(
+            presented, s.origin.cert,
+            "{http:?}: the origin's certificate"
+        );
+        let (response, body) = client
+            .fetch(request(
+                http,
+                "GET",
+                "tunnel.test",
+                "/hello?x=1",
+                &[KEY],
+                "",
+            ))
+            .await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["x-origin"], "yes");
+        let json: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(json["path"], "/hello?x=1");
+    }
+    // And a client trusting only Glider's CA cannot talk to a tunnelled host.
+    let (code, _, stream) = connect(s.proxy, "tunnel.test:443").await;
+    assert_eq!(code, 200);
+    let refused = tls(stream, "tunnel.test", &[s.glider_ca()], &[b"http/1.1"]).await;
+    assert!(
+        refused.is_err(),
+        "Glider's CA must not validate a tunnelled origin"
+    );
+    assert_eq!(
+        s.mitm.leaves().len(),
+        0,
+        "no leaf was made for a tunnelled host"
+    );
+}
+
+#[tokio::test]
+async fn an_intercepted_request_for_a_local_model_is_answered_locally() {
+    let s = stack("").await;
+    for http in [Http::One, Http::Two] {
+        for stream in [false, true] {
+            let (mut client, presented) =
+                client(s.proxy, "api.anthropic.com", &[s.glider_ca()], http).await;
+            assert_ne!(presented, s.origin.cert, "Glider's leaf, not the origin's");
+            let body = messages_body("claude-local-1", "hello local", stream);
+            let (response, reply) = client
+                .fetch(request(
+                    http,
+                    "POST",
+                    "api.anthropic.com",
+                    "/v1/messages?beta=true",
+                    &[KEY, ("content-type", "application/json")],
+                    body,
+                ))
+                .await;
+            let text = String::from_utf8_lossy(&reply);
+            assert_eq!(response.status(), 200, "{http:?} {stream}: {text}");
+            let answer = if stream {
+                sse_text(&text)
+            } else {
+                text.to_string()
+            };
+            assert!(
+                answer.contains("echo: hello local"),
+                "{http:?} {stream}: {text}"
+            );
+            let route = response.headers()["x-glider-route"]
+                .to_str()
+                .expect("ascii");
+            assert!(route.contains("backend=local"), "{route}");
+            if stream {
+                assert!(text.contains("event: message_stop"), "{text}");
+            }
+        }
+    }
+    assert!(
+        s.origin.seen().is_empty(),
+        "the origin saw nothing: {:?}",
+        s.origin.seen()
+    );
+    let local = s.mock.requests();
+    assert_eq!(local.len(), 4);
+    assert_eq!(local[0].path, "/api/chat");
+    assert_eq!(local[0].body["model"], "qwen-local");
+}
+
+#[tokio::test]
+async fn a_cloud_request_goes_to_the_origin_with_bytes_and_credentials_unchanged() {
+    let s = stack("").await;
+    let mut events = s.engine.bus().subscribe();
+    // Spacing and key order a re-encoder would not keep.
+    let body = "{\"model\":  \"claude-sonnet-4-5\", \"max_tokens\":64,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    for http in [Http::One, Http::Two] {
+        s.origin.clear();
+        let (mut client, _) = client(s.proxy, "api.anthropic.com", &[s.glider_ca()], http).await;
+        let (response, reply) = client
+            .fetch(request(
+                http,
+                "POST",
+                "api.anthropic.com",
+                "/v1/messages?beta=true",
+                &[
+                    KEY,
+                    ("authorization", "Bearer oauth-user-token"),
+                    ("anthropic-beta", "oauth-2025-04-20"),
+                    ("content-type", "application/json"),
+                ],
+                body,
+            ))
+            .await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["x-origin"], "yes");
+        assert!(String::from_utf8_lossy(&reply).contains("from-origin"));
+        let seen = s.origin.seen();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        let got = &seen[0];
+        assert_eq!(got.path_and_query, "/v1/messages?beta=true");
+        assert_eq!(
+            got.body,
+            Bytes::from_static(body.as_bytes()),
+            "body bytes unchanged"
+        );
+        assert_eq!(got.headers["x-api-key"], KEY.1);
+        assert_eq!(got.headers["authorization"], "Bearer oauth-user-token");
+        assert_eq!(got.headers["anthropic-beta"], "oauth-2025-04-20");
+    }
+    // The pipeline recorded the origin leg with the origin's status.
+    let finished = next_finished(&mut events).await;
+    assert_eq!(finished.backend.as_deref(), Some("origin"));
+    assert_eq!(finished.door, "mitm");
+    assert_eq!(finished.status, Some(200));
+    assert_eq!(finished.usage.output_tokens, 2, "{finished:?}");
+}
+
+/// The text of an Anthropic SSE reply (its text deltas joined).
+fn sse_text(sse: &str) -> String {
+    sse.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .filter_map(|v| v["delta"]["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+async fn next_finished(
+    events: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<PipelineEvent>>,
+) -> glider_engine::RequestRecord {
+    loop {
+        let event = bounded("pipeline event", events.recv())
+            .await
+            .expect("event");
+        if let PipelineEvent::RequestFinished(record) = &*event {
+            return record.clone();
+        }
+    }
+}
+
+#[tokio::test]
+async fn everything_else_on_an_intercepted_host_goes_to_the_origin_untouched() {
+    let s = stack("").await;
+    let (mut client, _) = client(s.proxy, "api.anthropic.com", &[s.glider_ca()], Http::One).await;
+    for (method, path, body) in [
+        ("GET", "/api/claude_code/settings", ""),
+        ("GET", "/api/oauth/claude_cli/policy_limits", ""),
+        (
+            "POST",
+            "/v1/messages/count_tokens",
+            "{\"model\":\"claude-local-1\",\"messages\":[]}",
+        ),
+        ("POST", "/api/event_logging/batch", "{\"events\":[1,2,3]}"),
+        ("HEAD", "/v1/messages", ""),
+        ("GET", "/v1/messages", ""),
+    ] {
+        let (response, _) = client
+            .fetch(request(
+                Http::One,
+                method,
+                "api.anthropic.com",
+                path,
+                &[KEY],
+                body,
+            ))
+            .await;
+        assert!(
+            response.status().is_success(),
+            "{method} {path}: {}",
+            response.status()
+        );
+        assert_eq!(response.headers()["x-origin"], "yes", "{method} {path}");
+        let seen = s.origin.seen();
+        let last = seen.last().expect("seen");
+        assert_eq!(
+            (last.method.as_str(), last.path_and_query.as_str()),
+            (method, path)
+        );
+        assert_eq!(last.body, Bytes::from(body));
+        assert_eq!(last.headers["x-api-key"], KEY.1);
+    }
+    assert!(
+        s.mock.requests().is_empty(),
+        "nothing reached the local backend"
+    );
+}
+
+#[tokio::test]
+async fn a_local_failure_goes_to_the_origin_or_is_shown_per_origin_on_local_error() {
+    let s = stack("").await;
+    let body = messages_body("claude-down-1", "q", false);
+    let send = |http| {
+        let body = body.clone();
+        let s = &s;
+        async move {
+            let (mut client, _) =
+                client(s.proxy, "api.anthropic.com", &[s.glider_ca()], http).await;
+            client
+                .fetch(request(
+                    http,
+                    "POST",
+                    "api.anthropic.com",
+                    "/v1/messages",
+                    &[KEY],
+                    body,
+                ))
+                .await
+        }
+    };
+    // Hybrid (default): the origin answers.
+    let (response, reply) = send(Http::One).await;
+    assert_eq!(response.status(), 200);
+    assert!(String::from_utf8_lossy(&reply).contains("from-origin"));
+    assert_eq!(s.origin.seen().len(), 1);
+    assert_eq!(s.origin.seen()[0].body, Bytes::from(body.clone()));
+
+    // Pure local (a hot change): the error, in Anthropic's shape; the origin is not used.
+    s.apply("  origin_on_local_error: false\n");
+    s.origin.clear();
+    let (response, reply) = send(Http::Two).await;
+    assert!(response.status().is_server_error(), "{}", response.status());
+    let json: serde_json::Value = serde_json::from_slice(&reply).expect("json error");
+    assert_eq!(json["type"], "error", "{json}");
+    assert!(
+        json["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("down"),
+        "{json}"
+    );
+    assert!(s.origin.seen().is_empty());
+}
+
+#[tokio::test]
+async fn passthrough_default_false_refuses_unlisted_hosts() {
+    let s = stack("").await;
+    let (code, _, _) = connect(s.proxy, "tunnel.test:443").await;
+    assert_eq!(code, 200, "tunnelled by default");
+    s.apply("  passthrough_default: false\n");
+    let (code, head, _) = connect(s.proxy, "tunnel.test:443").await;
+    assert_eq!(code, 403, "{head}");
+    // Listed hosts still work.
+    let (code, _, _) = connect(s.proxy, "api.anthropic.com:443").await;
+    assert_eq!(code, 200);
+    let (code, _, _) = connect(s.proxy, "x.intercepted.test:443").await;
+    assert_eq!(code, 200, "wildcard entry");
+}
+
+#[tokio::test]
+async fn connect_reply_says_connection_established() {
+    let s = stack("").await;
+    let (code, head, _) = connect(s.proxy, "api.anthropic.com:443").await;
+    assert_eq!(code, 200);
+    assert!(
+        head.starts_with("HTTP/1.1 200 Connection Established"),
+        "{head}"
+    );
+}
+
+/// Read body frames until `needle` has arrived; returns what was read.
+async fn read_until(body: &mut hyper::body::Incoming, needle: &str) -> String {
+    let mut seen = String::new();
+    while !seen.contains(needle) {
+        let frame = bounded("next frame", body.frame())
+            .await
+            .unwrap_or_else(|| panic!("stream ended before {needle:?}: {seen}"))
+            .expect("frame");
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    seen
+}
+
+#[tokio::test]
+async fn origin_streams_reach_the_client_as_they_are_produced() {
+    let s = stack("").await;
+    // Decrypted passthrough: the first SSE events arrive while the origin still holds
+    // the rest (it sends them only after `release`).
+    for http in [Http::One, Http::Two] {
+        let (mut client, _) = client(s.proxy, "api.anthropic.com", &[s.glider_ca()], http).await;
+        let response = client
+            .send(request(
+                http,
+                "POST",
+                "api.anthropic.com",
+                "/v1/messages",
+                &[KEY],
+                messages_body("claude-opus-4", "q", true),
+            ))
+            .await;
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let first = read_until(&mut body, "from-origin").await;
+        assert!(!first.contains("message_stop"), "{first}");
+        s.origin.release();
+        let rest = read_until(&mut body, "message_stop").await;
+        assert!(rest.contains("message_stop"));
+    }
+    // Raw tunnel: the same, undecrypted.
+    let (mut client, _) = client(
+        s.proxy,
+        "tunnel.test",
+        std::slice::from_ref(&s.origin_ca.der),
+        Http::One,
+    )
+    .await;
+    let response = client
+        .send(request(Http::One, "GET", "tunnel.test", "/stream", &[], ""))
+        .await;
+    let mut body = response.into_body();
+    read_until(&mut body, "one\n").await;
+    s.origin.release();
+    read_until(&mut body, "two\n").await;
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_trust_glider_fails_the_handshake_clearly_and_nothing_hangs() {
+    let s = stack("").await;
+    let started = std::time::Instant::now();
+    let (code, _, stream) = connect(s.proxy, "api.anthropic.com:443").await;
+    assert_eq!(code, 200);
+    let error = tls(
+        stream,
+        "api.anthropic.com",
+        std::slice::from_ref(&s.origin_ca.der),
+        &[b"h2"],
+    )
+    .await
+    .expect_err("untrusted CA");
+    let text = error.to_string();
+    assert!(
+        text.contains("UnknownIssuer") || text.contains("unknown"),
+        "{text}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "failed fast");
+    // The proxy still serves the next (trusting) client.
+    let (mut trusting, _) = client(s.proxy, "api.anthropic.com", &[s.glider_ca()], Http::One).await;
+    let (response, _) = trusting
+        .fetch(request(
+            Http::One,
+            "GET",
+            "api.anthropic.com",
+            "/api/claude_code/settings",
+            &[],
+            "",
+        ))
+        .await;
+    assert_eq!(response.status(), 200);
+    // A client that connects and never starts TLS is dropped after the handshake
+    // timeout; it does not hold anything else up.
+    let (_code, _, _idle) = connect(s.proxy, "api.anthropic.com:443").await;
+    let (mut client, _) = client(s.proxy, "api.anthropic.com", &[s.glider_ca()], Http::Two).await;
+    let (response, _) = client
+        .fetch(request(
+            Http::Two,
+            "GET",
+            "api.anthropic.com",
+            "/x",
+            &[],
+            "",
+        ))
+        .await;
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn a_standard_proxy_client_works_end_to_end() {
+    // reqwest as a user's HTTPS_PROXY client would: CONNECT, then TLS with ALPN.
+    let s = stack("").await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(s.glider_ca()).expect("root");
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!("http://{}", s.proxy)).expect("proxy"))
+        .tls_backend_preconfigured(tls)
+        .build()
+        .expect("client");
+    let response = bounded(
+        "reqwest",
+        client
+            .post("https://api.anthropic.com/v1/messages")
+            .header(KEY.0, KEY.1)
+            .body(messages_body("claude-local-x", "via reqwest", false))
+            .send(),
+    )
+    .await
+    .expect("response");
+    assert_eq!(response.version(), http::Version::HTTP_2, "ALPN picked h2");
+    let text = response.text().await.expect("text");
+    assert!(text.contains("echo: via reqwest"), "{text}");
+}
+
+#[tokio::test]
+async fn plain_http_proxy_requests_are_forwarded() {
+    let s = stack("").await;
+    // An absolute-form request for an unlisted plain-HTTP host goes straight through.
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::http(format!("http://{}", s.proxy)).expect("proxy"))
+        .build()
+        .expect("client");
+    let response = bounded(
+        "plain proxy",
+        client.get(format!("{}/api/tags", s.mock.base_url())).send(),
+    )
+    .await
+    .expect("response");
+    assert_eq!(response.status(), 200);
+    assert!(s.mock.requests().iter().any(|r| r.path == "/api/tags"));
+    // A listed host over plain HTTP takes the same decrypted route: answered locally.
+    let response = bounded(
+        "plain listed",
+        client
+            .post("http://api.intercepted.test/v1/messages")
+            .header(KEY.0, KEY.1)
+            .body(messages_body("claude-local-1", "plain http", false))
+            .send(),
+    )
+    .await
+    .expect("response");
+    assert_eq!(response.status(), 200);
+    assert!(
+        response
+            .text()
+            .await
+            .expect("text")
+            .contains("echo: plain http")
+    );
+    // Not a proxy request at all: a helpful 400.
+    let direct = bounded(
+        "direct",
+        reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("client")
+            .get(format!("http://{}/", s.proxy))
+            .send(),
+    )
+    .await
+    .expect("response");
+    assert_eq!(direct.status(), 400);
+    assert!(direct.text().await.expect("text").contains("HTTPS_PROXY"));
+}
+
+#[tokio::test]
+async fn the_ca_is_created_private_and_reloaded_on_the_next_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = stack("").await;
+    let ca_dir = home_file(&s, "mitm");
+    let mode = |name: &str| {
+        std::fs::metadata(ca_dir.join(name))
+            .expect("file")
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode("ca.key"), 0o600);
+    assert_eq!(mode("ca.crt"), 0o644);
+    assert!(s.mitm.authority().created());
+    let pem = s.mitm.authority().cert_pem().to_owned();
+    // A second proxy on the same GLIDER_HOME loads the same CA, and a client that
+    // trusts the first one's ca.crt (from the file) trusts the second's leaves.
+    let again = glider_mitm::Mitm::new(s.engine.clone(), s.home.path()).expect("mitm");
+    assert!(!again.authority().created());
+    assert_eq!(again.authority().cert_pem(), pem);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let proxy = listener.local_addr().expect("addr");
+    tokio::spawn(again.serve(listener, std::future::pending()));
+    let from_file = std::fs::read_to_string(ca_dir.join("ca.crt")).expect("ca.crt");
+    let root = glider_mitm::ca::first_certificate(&from_file).expect("der");
+    let (mut client, _) = client(proxy, "api.anthropic.com", &[root], Http::Two).await;
+    let (response, _) = client
+        .fetch(request(
+            Http::Two,
+            "GET",
+            "api.anthropic.com",
+            "/ok",
+            &[],
+            "",
+        ))
+        .await;
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn debug_dumps_hold_the_body_and_no_credentials() {
+    let s = stack("  debug_agent_rpc: true\n").await;
+    let (mut client, _) = client(s.proxy, "api.anthropic.com", &[s.glider_ca()], Http::One).await;
+    let (response, _) = client
+        .fetch(request(
+            Http::One,
+            "POST",
+            "api.anthropic.com",
+            "/v1/messages",
+            &[KEY],
+            messages_body("claude-local-1", "secret prompt text", false),
+        ))
+        .await;
+    assert_eq!(response.status(), 200);
+    let dir = home_file(&s, "mitm/debug");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("debug dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(files.len(), 1);
+    let text = std::fs::read_to_string(&files[0]).expect("dump");
+    assert!(text.contains("secret prompt text"));
+    assert!(!text.contains(KEY.1), "credentials redacted");
+}
+
+#[tokio::test]
+async fn a_protocol_upgrade_on_an_intercepted_host_reaches_the_origin() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = stack("").await;
+    let (mut client, _) = client(s.proxy, "api.anthropic.com", &[s.glider_ca()], Http::One).await;
+    let Client::One(sender) = &mut client else {
+        unreachable!("asked for HTTP/1.1")
+    };
+    let request = request(
+        Http::One,
+        "GET",
+        "api.anthropic.com",
+        "/v1/realtime",
+        &[KEY, ("connection", "upgrade"), ("upgrade", "echo-test")],
+        "",
+    );
+    let response = bounded("upgrade", sender.send_request(request))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), 101);
+    assert_eq!(response.headers()["upgrade"], "echo-test");
+    let upgraded = bounded("upgraded", hyper::upgrade::on(response))
+        .await
+        .expect("upgraded");
+    let mut io = hyper_util::rt::TokioIo::new(upgraded);
+    io.write_all(b"ping through glider").await.expect("write");
+    let mut echoed = [0u8; 19];
+    bounded("echo", io.read_exact(&mut echoed))
+        .await
+        .expect("read");
+    assert_eq!(&echoed, b"ping through glider");
+    let seen = s.origin.seen();
+    assert_eq!(
+        seen.last().map(|r| r.headers["x-api-key"].clone()),
+        Some(http::HeaderValue::from_static(KEY.1))
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_an_origin_stream_early_is_recorded_as_gone() {
+    let s = stack("").await;
+    let mut events = s.engine.bus().subscribe();
+    let (mut client, _) = client(s.proxy, "api.anthropic.com", &[s.glider_ca()], Http::Two).await;
+    let response = client
+        .send(request(
+            Http::Two,
+            "POST",
+            "api.anthropic.com",
+            "/v1/messages",
+            &[KEY],
+            messages_body("claude-opus-4", "q", true),
+        ))
+        .await;
+    let mut body = response.into_body();
+    read_until(&mut body, "from-origin").await;
+    drop(body);
+    drop(client);
+    let finished = next_finished(&mut events).await;
+    assert_eq!(finished.backend.as_deref(), Some("origin"));
+    assert_eq!(finished.status, Some(499), "{finished:?}");
+    assert!(finished.ttft_ms.is_some());
+    s.origin.release();
+}

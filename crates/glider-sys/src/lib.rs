@@ -1,0 +1,7 @@
+//! Small operating-system helpers shared by Glider's crates (spec packages `atomicfile`,
+//! `fileacl` and `runstate`): write a file completely or not at all, keep secret files
+//! private to their owner, and remember whether the previous run stopped cleanly.
+
+pub mod atomicfile;
+pub mod fileacl;
+pub mod runstate;

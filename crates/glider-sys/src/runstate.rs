@@ -1,0 +1,212 @@
+//! Whether the previous run of Glider stopped cleanly (spec package `runstate`). A run
+//! writes `GLIDER_HOME/runstate.json` when it starts and marks it clean when it stops.
+//! A crash or SIGKILL runs no code, so it leaves state behind that Glider cannot see
+//! then (redirect rules, orphaned delegate processes); the NEXT start finds the mark
+//! missing and says what to check. It warns; it does not repair.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::atomicfile;
+
+/// File name of the record under `GLIDER_HOME`.
+pub const FILE_NAME: &str = "runstate.json";
+
+/// What one run wrote about itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub pid: u32,
+    /// Unix seconds.
+    pub started_at: u64,
+    pub version: String,
+    /// Parts of Glider that leave state on the machine while they run (`mitm`,
+    /// `transparent`), so the advice after an unclean stop can be specific.
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// Set when the run stopped cleanly.
+    #[serde(default)]
+    pub stopped_at: Option<u64>,
+}
+
+/// What the previous run left.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Previous {
+    /// No record: the first run with this `GLIDER_HOME`.
+    None,
+    /// It stopped cleanly.
+    Clean(Record),
+    /// It did not stop cleanly (crash, SIGKILL, power loss).
+    Unclean(Record),
+    /// Its process is still alive: another Glider uses this `GLIDER_HOME`.
+    StillRunning(Record),
+    /// The record could not be read; the text says why.
+    Unreadable(String),
+}
+
+impl Previous {
+    /// A warning for the operator, or None when all is well.
+    pub fn warning(&self) -> Option<String> {
+        match self {
+            Previous::None | Previous::Clean(_) => None,
+            Previous::StillRunning(record) => Some(format!(
+                "another Glider (pid {}) seems to be running with this GLIDER_HOME; two instances share the CA and state files",
+                record.pid
+            )),
+            Previous::Unreadable(why) => Some(format!(
+                "could not read the previous run's state ({why}); if Glider crashed last time, check for leftover iptables rules (iptables -t nat -S OUTPUT) and orphaned delegate processes"
+            )),
+            Previous::Unclean(record) => {
+                let ago = now().saturating_sub(record.started_at);
+                let mut checks = Vec::new();
+                if record.features.iter().any(|f| f == "transparent") {
+                    checks.push(
+                        "transparent mode was on: look for redirect rules that stayed with `iptables -t nat -S OUTPUT` (and `ip6tables -t nat -S OUTPUT`); remove a leftover REDIRECT rule with `iptables -t nat -D OUTPUT <rule>`"
+                            .to_owned(),
+                    );
+                } else {
+                    checks.push(
+                        "if transparent mode was used, look for redirect rules that stayed with `iptables -t nat -S OUTPUT`".to_owned(),
+                    );
+                }
+                checks.push(
+                    "look for delegate CLI processes whose parent is gone: `ps -eo pid,ppid,etime,cmd | grep -E 'claude|codex|cursor-agent|agy'` (a ppid of 1 means orphaned)".to_owned(),
+                );
+                Some(format!(
+                    "the previous Glider run (pid {}, version {}, started {} ago) did not stop cleanly (a crash, SIGKILL or power loss), so it could not clean up after itself. Glider does not repair this for you; check: {}",
+                    record.pid,
+                    record.version,
+                    human_duration(ago),
+                    checks.join("; ")
+                ))
+            }
+        }
+    }
+}
+
+/// The record of the running process; mark it clean with [`RunState::stopped`].
+#[derive(Debug)]
+pub struct RunState {
+    path: PathBuf,
+    record: Record,
+}
+
+impl RunState {
+    /// Read what the previous run left in `home`, then record this run as started
+    /// (not yet clean). `features` names what this run turns on (`mitm`, `transparent`).
+    pub fn start(
+        home: &Path,
+        version: &str,
+        features: &[&str],
+    ) -> io::Result<(RunState, Previous)> {
+        let path = home.join(FILE_NAME);
+        let previous = read_previous(&path);
+        let record = Record {
+            pid: std::process::id(),
+            started_at: now(),
+            version: version.to_owned(),
+            features: features.iter().map(|f| (*f).to_owned()).collect(),
+            stopped_at: None,
+        };
+        write(&path, &record)?;
+        Ok((RunState { path, record }, previous))
+    }
+
+    /// Mark this run as stopped cleanly.
+    pub fn stopped(mut self) -> io::Result<()> {
+        self.record.stopped_at = Some(now());
+        write(&self.path, &self.record)
+    }
+
+    /// Where the record lives.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn read_previous(path: &Path) -> Previous {
+    let text = match std::fs::read(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Previous::None,
+        Err(e) => return Previous::Unreadable(format!("{}: {e}", path.display())),
+    };
+    let record: Record = match serde_json::from_slice(&text) {
+        Ok(record) => record,
+        Err(e) => return Previous::Unreadable(format!("{}: {e}", path.display())),
+    };
+    if record.stopped_at.is_some() {
+        Previous::Clean(record)
+    } else if record.pid != std::process::id() && is_alive(record.pid) {
+        Previous::StillRunning(record)
+    } else {
+        Previous::Unclean(record)
+    }
+}
+
+/// Whether a process with `pid` that looks like Glider is alive (Linux: `/proc`).
+fn is_alive(pid: u32) -> bool {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    comm.trim().starts_with("glider")
+}
+
+fn write(path: &Path, record: &Record) -> io::Result<()> {
+    let mut text = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
+    text.push(b'\n');
+    atomicfile::write(path, &text, 0o644)
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn human_duration(secs: u64) -> String {
+    match secs {
+        0..60 => format!("{secs} s"),
+        60..3600 => format!("{} min", secs / 60),
+        3600..86400 => format!("{} h", secs / 3600),
+        _ => format!("{} days", secs / 86400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_then_unclean() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let (run, previous) = RunState::start(home.path(), "1", &["mitm"]).expect("start");
+        assert_eq!(previous, Previous::None);
+        run.stopped().expect("stop");
+
+        let (run, previous) = RunState::start(home.path(), "1", &["transparent"]).expect("start");
+        assert!(matches!(previous, Previous::Clean(_)), "{previous:?}");
+        assert!(previous.warning().is_none());
+        // Dropped without `stopped`: what a crash leaves. Our own pid is not "another
+        // instance", so the next start reads it as unclean.
+        drop(run);
+        let (_run, previous) = RunState::start(home.path(), "1", &[]).expect("start");
+        let Previous::Unclean(record) = &previous else {
+            panic!("expected unclean, got {previous:?}");
+        };
+        assert_eq!(record.features, vec!["transparent".to_owned()]);
+        let warning = previous.warning().expect("warns");
+        assert!(warning.contains("did not stop cleanly"), "{warning}");
+        assert!(warning.contains("iptables -t nat -S OUTPUT"), "{warning}");
+        assert!(warning.contains("ppid"), "{warning}");
+    }
+
+    #[test]
+    fn a_broken_record_is_reported_not_fatal() {
+        let home = tempfile::tempdir().expect("tempdir");
+        std::fs::write(home.path().join(FILE_NAME), "{not json").expect("write");
+        let (_run, previous) = RunState::start(home.path(), "1", &[]).expect("start");
+        assert!(matches!(previous, Previous::Unreadable(_)));
+        assert!(previous.warning().is_some());
+    }
+}
