@@ -57,6 +57,18 @@ impl Turn {
     }
 }
 
+/// Append a tool result to the conversation: consecutive results share one
+/// [`Role::Tool`] turn, as every dialect's parallel tool calls expect.
+pub fn push_tool_result(turns: &mut Vec<Turn>, result: Part) {
+    match turns.last_mut() {
+        Some(last) if last.role == Role::Tool => last.parts.push(result),
+        _ => turns.push(Turn {
+            role: Role::Tool,
+            parts: vec![result],
+        }),
+    }
+}
+
 /// Where an image comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -361,13 +361,7 @@ fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
                     content,
                     is_error: false,
                 };
-                match turns.last_mut() {
-                    Some(last) if last.role == Role::Tool => last.parts.push(result),
-                    _ => turns.push(Turn {
-                        role: Role::Tool,
-                        parts: vec![result],
-                    }),
-                }
+                glider_ngl::push_tool_result(&mut turns, result);
             }
             other => {
                 return Err(invalid_at(
