@@ -593,7 +593,8 @@ def run_all(res):
                            "glider-anthropic", "glider-anthropic-openai", "glider-anthropic-ollama",
                            "ccr-anthropic-openai", "direct-ollama"]):
                 key = f"{t.name}|{size}"
-                r = attempt(res["c"], key, lambda: load(t, t.body(size, True), 1))
+                r = attempt(res["c"], key, lambda: load(t, t.body(size, True), 1,
+                                                        seconds=max(3, SECONDS // 2)))
                 if r and r.get("ttfb_us"):
                     log(f"  {key}: ttfb p50 {r['ttfb_us']['p50']} us, ttlb p50 {r['latency_us']['p50']} us")
     if "f" in CASES:
@@ -623,6 +624,7 @@ def run_all(res):
             st = Target(t.name, t.proc, t.url, t.dialect, model, t.label)
             st.headers = t.headers
             before = t.proc.peak_rss
+            t.proc.load_peak = before
             t.proc.peak_rss = 0
             r = attempt(res["d"], f"{name}|streams", lambda: wrk(
                 st, st.body("small", True), STREAMS, seconds=min(SECONDS, 10), threads=2))
@@ -635,7 +637,7 @@ def run_all(res):
     for p in procs.values():
         rss, hwm = p.memory()
         res["d"][p.name] = {"idle_rss_kib": p.idle[0] if p.idle else None,
-                            "peak_rss_load_kib": p.peak_rss, "hwm_kib": hwm, "rss_end_kib": rss,
+                            "peak_rss_load_kib": getattr(p, "load_peak", p.peak_rss), "hwm_kib": hwm, "rss_end_kib": rss,
                             "processes": len(p.pids())}
     if "hotpath" in CASES:
         log("glider-hotpath: codec, estimate and route timings in-process")

@@ -133,7 +133,8 @@ def render(res):
         L.append(f"| {name} | {r['rps']:,.0f} | {ms(r['latency_us']['p50'])} | "
                  f"{ms(r['latency_us']['p99'])} | {errors(r)} | {vs} | {ratio} |")
 
-    L.append("\n## (c) Streaming: time to first and last byte (glider-load, 1 connection, 20 deltas)\n")
+    L.append("\n## (c) Streaming: time to first and last byte (glider-load, 1 connection, 20 deltas, "
+             f"{max(3, res['seconds'] // 2)} s per run)\n")
     L.append("| target | body | TTFB p50 ms | TTFB p99 ms | TTLB p50 ms | TTLB p99 ms | added TTFB p50 µs | added TTFB p99 µs | errors |")
     L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     c = res["c"]
@@ -152,7 +153,7 @@ def render(res):
                  f"{delta(d99)} | {r['errors']} |")
 
     L.append("\n## (d) Memory (VmRSS summed over each proxy's process group, MB = 10⁶ bytes)\n")
-    L.append("| proxy | processes | idle | peak under cases a–f | VmHWM at end | "
+    L.append("| proxy | processes | idle | peak under cases a–c, e, f | VmHWM at end | "
              f"peak under {res.get('streams', 1000)} concurrent streams | streams/s | errors |")
     L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     d = res["d"]
