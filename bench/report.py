@@ -127,7 +127,8 @@ def render(res):
             L.append(f"| {name} | failed: {str(r.get('failed'))[:120]} | | | | | |")
             continue
         base = b.get(BASELINE.get(name, ""))
-        vs = f"{r['rps'] / base['rps'] * 100:.0f} %" if not failed(base) else "—"
+        share = r["rps"] / base["rps"] * 100 if not failed(base) and base["rps"] else None
+        vs = "—" if share is None else (f"{share:.0f} %" if share >= 10 else f"{share:.1f} %")
         g = b.get(same_work.get(name, ""))
         ratio = f"{g['rps'] / r['rps']:.1f}×" if not failed(g) and r["rps"] else "—"
         L.append(f"| {name} | {r['rps']:,.0f} | {ms(r['latency_us']['p50'])} | "
@@ -163,7 +164,8 @@ def render(res):
             continue
         s = d.get(f"{name}|streams")
         sp = "—" if failed(s) else mb(s.get("peak_rss_kib"))
-        srate = "—" if failed(s) else f"{s['rps']:,.0f}"
+        srate = "—" if failed(s) else (f"{s['rps']:,.0f}" if s["requests"] else
+                                        f"none completed in {s['duration_s']:.0f} s")
         serr = "—" if failed(s) else errors(s)
         if s is not None and failed(s):
             sp = "failed: " + str(s.get("failed"))[:80]
