@@ -58,6 +58,9 @@ pub struct Backend {
     pub breaker: CircuitBreaker,
     pub(crate) health: HealthCell,
     http: reqwest::Client,
+    /// The generation endpoint per dialect, parsed once: reqwest parses a URL string
+    /// (IDNA host processing included) on every request otherwise.
+    endpoints: [Option<reqwest::Url>; 4],
 }
 
 impl std::fmt::Debug for Backend {
@@ -119,6 +122,8 @@ impl Backend {
             reqwest::Client::new()
         });
         let unavailable = (!problems.is_empty()).then(|| problems.join("; "));
+        let endpoints =
+            DIALECTS.map(|d| reqwest::Url::parse(&format!("{base_url}{}", path_of(d))).ok());
         Arc::new(Backend {
             config: BackendConfig { base_url, ..config },
             api_key,
@@ -127,6 +132,7 @@ impl Backend {
             breaker: CircuitBreaker::default(),
             health: HealthCell::default(),
             http,
+            endpoints,
         })
     }
 
@@ -187,14 +193,14 @@ impl Backend {
         format!("{}{}", self.config.base_url, path)
     }
 
-    fn endpoint(&self, dialect: Dialect) -> String {
-        let path = match dialect {
-            Dialect::Ollama => "/api/chat",
-            Dialect::OpenAiChat => "/chat/completions",
-            Dialect::OpenAiResponses => "/responses",
-            Dialect::Anthropic => "/v1/messages",
-        };
-        self.url(path)
+    /// The generation endpoint for `dialect` (parsed once; a base URL that does not
+    /// parse is left to reqwest, which reports it on send).
+    fn endpoint(&self, dialect: Dialect) -> reqwest::RequestBuilder {
+        let index = DIALECTS.iter().position(|d| *d == dialect).unwrap_or(0);
+        match &self.endpoints[index] {
+            Some(url) => self.http.post(url.clone()),
+            None => self.http.post(self.url(path_of(dialect))),
+        }
     }
 
     /// A GET for health probes and model lists.
@@ -238,7 +244,7 @@ impl Backend {
             ));
         }
         let mut builder = self
-            .authorise(self.http.post(self.endpoint(request.dialect)))
+            .authorise(self.endpoint(request.dialect))
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(request.body.clone());
         for (name, value) in &request.headers {
@@ -312,6 +318,23 @@ impl Backend {
             first_chunk,
             rest,
         })
+    }
+}
+
+const DIALECTS: [Dialect; 4] = [
+    Dialect::Ollama,
+    Dialect::OpenAiChat,
+    Dialect::OpenAiResponses,
+    Dialect::Anthropic,
+];
+
+/// The generation path of `dialect` under a backend's base URL.
+fn path_of(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Ollama => "/api/chat",
+        Dialect::OpenAiChat => "/chat/completions",
+        Dialect::OpenAiResponses => "/responses",
+        Dialect::Anthropic => "/v1/messages",
     }
 }
 

@@ -21,22 +21,30 @@ pub enum Method {
 
 /// Estimate the input tokens of `request` for `model`.
 pub fn estimate_request_tokens(request: &Request, model: &str) -> (u64, Method) {
-    let text = request_text(request);
     let framing = TOKENS_PER_MESSAGE * request.turns.len() as u64;
     match tiktoken_rs::tokenizer::get_tokenizer(model)
         .and_then(|t| tiktoken_rs::bpe_for_tokenizer(t).ok())
     {
         Some(bpe) => (
-            bpe.encode_ordinary(&text).len() as u64 + framing,
+            bpe.encode_ordinary(&request_text(request)).len() as u64 + framing,
             Method::Tiktoken,
         ),
-        None => (estimate_text(&text) + framing, Method::ByteRatio),
+        // The byte ratio needs only the text's length: counting it without building the
+        // text saves copying (and re-serialising) every tool schema on each request.
+        None => (
+            estimate_len(request_text_len(request)) + framing,
+            Method::ByteRatio,
+        ),
     }
 }
 
 /// The byte-ratio estimate for a piece of text.
 pub fn estimate_text(text: &str) -> u64 {
-    (text.len() as f64 / BYTES_PER_TOKEN).ceil() as u64
+    estimate_len(text.len())
+}
+
+fn estimate_len(bytes: usize) -> u64 {
+    (bytes as f64 / BYTES_PER_TOKEN).ceil() as u64
 }
 
 /// All the text a model reads: turns, tool definitions and tool traffic.
@@ -55,6 +63,62 @@ fn request_text(request: &Request) -> String {
     text
 }
 
+/// `request_text(request).len()`, counted without building the text.
+fn request_text_len(request: &Request) -> usize {
+    let turns: usize = request.turns.iter().map(|t| parts_len(&t.parts)).sum();
+    let tools: usize = request
+        .tools
+        .iter()
+        .map(|tool| {
+            tool.name.len()
+                + tool.description.as_ref().map_or(0, String::len)
+                + json_len(&tool.parameters)
+        })
+        .sum();
+    turns + tools
+}
+
+/// What [`push_parts`] would append, in bytes.
+fn parts_len(parts: &[Part]) -> usize {
+    parts
+        .iter()
+        .map(|part| {
+            let len = match part {
+                Part::Text { text, .. } | Part::Thinking { text, .. } => text.len(),
+                Part::ToolCall {
+                    name, arguments, ..
+                } => name.len() + json_len(arguments),
+                Part::ToolResult { content, .. } => parts_len(content),
+                Part::Native { raw, .. } => json_len(raw),
+                Part::Image { .. } => IMAGE_TEXT_BYTES,
+            };
+            len + 1
+        })
+        .sum()
+}
+
+/// Bytes of `value.to_string()` (compact JSON), counted without allocating.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` to an infallible writer cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// Text an image stands for: vendors bill images by size; a flat allowance of 1,500
+/// tokens keeps the estimate sane.
+const IMAGE_TEXT_BYTES: usize = 1_500 * 4;
+
 fn push_parts(text: &mut String, parts: &[Part]) {
     for part in parts {
         match part {
@@ -68,8 +132,7 @@ fn push_parts(text: &mut String, parts: &[Part]) {
             }
             Part::ToolResult { content, .. } => push_parts(text, content),
             Part::Native { raw, .. } => text.push_str(&raw.to_string()),
-            // Vendors bill images by size; a flat allowance keeps the estimate sane.
-            Part::Image { .. } => text.push_str(&" ".repeat(1_500 * 4)),
+            Part::Image { .. } => text.push_str(&" ".repeat(IMAGE_TEXT_BYTES)),
         }
         text.push('\n');
     }
@@ -94,6 +157,64 @@ mod tests {
         assert_eq!(method, Method::Tiktoken);
         // "hello world" is 2 tokens in o200k, plus the newline separator and framing.
         assert!((6..=8).contains(&tokens), "{tokens}");
+    }
+
+    #[test]
+    fn counted_length_matches_the_built_text() {
+        use glider_ngl::{ImageSource, ToolDef};
+        let request = Request {
+            model: "m".into(),
+            turns: vec![
+                Turn::text(Role::System, "be brief \u{e9}\"quoted\""),
+                Turn {
+                    role: Role::Assistant,
+                    parts: vec![
+                        Part::Thinking {
+                            text: "hmm".into(),
+                            signature: None,
+                            redacted: None,
+                        },
+                        Part::ToolCall {
+                            id: "c1".into(),
+                            name: "Read".into(),
+                            arguments: serde_json::json!({"path": "a\nb", "n": [1, 2.5, null]}),
+                        },
+                    ],
+                },
+                Turn {
+                    role: Role::Tool,
+                    parts: vec![Part::ToolResult {
+                        call_id: "c1".into(),
+                        name: None,
+                        content: vec![
+                            Part::text("file body"),
+                            Part::Image {
+                                source: ImageSource::Url {
+                                    url: "http://x/y.png".into(),
+                                },
+                                cache_control: None,
+                            },
+                        ],
+                        is_error: false,
+                    }],
+                },
+                Turn {
+                    role: Role::User,
+                    parts: vec![Part::Native {
+                        dialect: glider_ngl::Dialect::Anthropic,
+                        raw: serde_json::json!({"type": "document", "title": "t\u{1F600}"}),
+                    }],
+                },
+            ],
+            tools: vec![ToolDef {
+                name: "Read".into(),
+                description: Some("Read a file".into()),
+                parameters: serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+                native: None,
+            }],
+            ..Request::default()
+        };
+        assert_eq!(request_text_len(&request), request_text(&request).len());
     }
 
     #[test]

@@ -40,11 +40,21 @@ pub fn router(engine: Arc<Engine>) -> Router {
 }
 
 /// Serve the gateway on `listener` until `shutdown` resolves.
+///
+/// Accepted connections get `TCP_NODELAY`: a streamed reply is written as many small
+/// chunks, and with Nagle's algorithm each chunk after the first waits for the client's
+/// (delayed) ACK — about 40 ms per reply on Linux.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     engine: Arc<Engine>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted connection");
+        }
+    });
     axum::serve(listener, router(engine))
         .with_graceful_shutdown(shutdown)
         .await

@@ -205,7 +205,18 @@ pub(crate) fn decode_tools(
     let mut tools = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
         let here = format!("{path}.{i}");
-        let raw = item.clone();
+        // Only a tool that is not a function is kept verbatim; cloning every tool (each
+        // with its whole JSON schema) just in case doubled the decode's allocations.
+        let maybe_function = match item.get("type") {
+            Some(Value::String(kind)) => kind == "function",
+            Some(_) => true, // not a string: `take_string` below refuses it
+            None => item.get("function").is_some(),
+        };
+        let raw = if maybe_function {
+            Value::Null
+        } else {
+            item.clone()
+        };
         let mut tool = expect_object(item, &here)?;
         let kind = take_string(&mut tool, "type", &here)?;
         let is_function = match kind.as_deref() {

@@ -98,7 +98,10 @@ impl RouteDecision {
             "rule={}; backend={backend}; model={model}{score}; reason={}",
             self.rule, self.reason
         );
-        // Header values must be visible ASCII.
+        // Header values must be visible ASCII; most already are.
+        if value.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+            return value;
+        }
         value
             .chars()
             .map(|c| {

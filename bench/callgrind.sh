@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# bench/callgrind.sh — instructions per request of `glider serve` under valgrind's
+# callgrind: stable on a noisy shared machine, so it is what the optimisation commits
+# quote as before/after. Starts a mock upstream and Glider on loopback, sends 50
+# requests uninstrumented, then N instrumented ones with glider-load, and prints the
+# total and per-request instruction count; the profile stays in bench/.run/callgrind/
+# for `callgrind_annotate --inclusive=yes bench/.run/callgrind/cg.out`.
+#
+#   bench/callgrind.sh [openai|anthropic|anthropic-ollama] [small|large] [N]
+#
+# Needs valgrind (apt-get install valgrind) and the release binaries (bench/run.sh
+# builds them, or: cargo build --release -p glider -p glider-test-support -p glider-bench --bins).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+bin="$root/target/release"
+front="${1:-openai}"
+size="${2:-small}"
+n="${3:-1000}"
+dir="$here/.run/callgrind"
+rm -rf "$dir" && mkdir -p "$dir"
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+case "$front" in
+  openai) dialect=openai; model=bench-chat; path=/v1/chat/completions ;;
+  anthropic) dialect=anthropic; model=bench-claude; path=/v1/messages ;;
+  anthropic-ollama) dialect=anthropic; model=bench-ollama; path=/v1/messages ;;
+  *) echo "unknown front $front" >&2; exit 2 ;;
+esac
+python3 -c "
+import json, sys
+sys.path.insert(0, '$here')
+import bodies
+json.dump(bodies.render(bodies.conversation('$size'), '$dialect', '$model', False), open('$dir/body.json', 'w'))
+"
+
+"$bin/glider-mock" --port 0 --reply-text "Benchmark reply" >"$dir/mock.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do grep -q listening "$dir/mock.log" && break; sleep 0.1; done
+mock=$(grep -o '127.0.0.1:[0-9]*' "$dir/mock.log" | head -1)
+cat >"$dir/glider.yaml" <<YAML
+server: { bind: 127.0.0.1, proxy_port: 0 }
+backends:
+  - { name: vllm, type: vllm, base_url: "http://$mock/v1", models: [{ name: bench-chat, context_window: 131072 }] }
+  - { name: ollama, type: ollama, base_url: "http://$mock", models: [{ name: bench-ollama, context_window: 131072 }] }
+  - { name: claude, type: anthropic, base_url: "http://$mock", api_key: bench, models: ["bench-claude"] }
+routing: { cloud_fallback: false }
+YAML
+GLIDER_HOME="$dir/home" valgrind --tool=callgrind --instr-atstart=no \
+  --callgrind-out-file="$dir/cg.out" "$bin/glider" serve -c "$dir/glider.yaml" --port 0 \
+  >"$dir/glider.log" 2>&1 &
+glider=$!
+pids+=($glider)
+for _ in $(seq 1 300); do grep -q 'gateway listening' "$dir/glider.log" && break; sleep 0.2; done
+port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/glider.log" | head -1 | cut -d: -f3)
+load=("$bin/glider-load" --url "http://127.0.0.1:$port$path" --body "$dir/body.json"
+  --connections 1 --duration 600 --warmup 0
+  --header 'anthropic-version: 2023-06-01' --header 'x-api-key: bench')
+"${load[@]}" --max-requests 50 >/dev/null
+callgrind_control -i on "$glider" >/dev/null
+"${load[@]}" --max-requests "$n" | grep -o '"requests":[0-9]*,"errors":[0-9]*'
+callgrind_control -i off "$glider" >/dev/null
+kill "$glider"; wait "$glider" 2>/dev/null || true
+total=$(callgrind_annotate "$dir/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
+echo "glider $front $size: $total instructions for $n requests, $((total / n)) per request"

@@ -1,0 +1,331 @@
+"""Renders the raw results of bench/harness.py as the Markdown report: machine line,
+pinning, one table per case, the targets (met / not met with the numbers) and the
+hot-path timings. `python3 bench/report.py RESULTS.json` re-renders a saved run."""
+
+import json
+import sys
+
+# Which direct run a target's added latency is measured against: the mock spoken to
+# directly in the dialect the client speaks.
+BASELINE = {
+    "glider-openai": "direct-openai",
+    "litellm-openai": "direct-openai",
+    "glider-anthropic": "direct-anthropic",
+    "glider-anthropic-openai": "direct-anthropic",
+    "glider-anthropic-ollama": "direct-anthropic",
+    "ccr-anthropic-openai": "direct-anthropic",
+    "litellm-anthropic-openai": "direct-anthropic",
+}
+
+MB = 1e6
+
+
+def mb(kib):
+    return "—" if kib is None else f"{kib * 1024 / MB:.1f}"
+
+
+def ms(us):
+    return "—" if us is None else f"{us / 1000:.2f}"
+
+
+def delta(us):
+    return "—" if us is None else f"{us:+,.0f}"
+
+
+def ok(flag):
+    return "**met**" if flag else "**not met**"
+
+
+def failed(r):
+    return r is None or "failed" in r or "not_measured" in r
+
+
+def pct(r, key, p):
+    if failed(r):
+        return None
+    block = r.get(key) or {}
+    return block.get(p)
+
+
+def errors(r):
+    if failed(r):
+        return "—"
+    return str(r.get("error_count", r.get("errors", 0)))
+
+
+def label(res, name):
+    return name
+
+
+def latency_table(res, case, names, sizes=("small", "large"), conns=(1, 10)):
+    out = []
+    for size in sizes:
+        for c in conns:
+            out.append(f"\n**{size} body, {c} connection{'s' if c > 1 else ''}** "
+                       "(latency in ms; added = this target's percentile minus the direct "
+                       "run's, in µs)\n")
+            out.append("| target | p50 | p90 | p99 | req/s | errors | added p50 µs | added p99 µs |")
+            out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+            for name in names:
+                r = res[case].get(f"{name}|{size}|{c}")
+                if r is None:
+                    continue
+                if failed(r):
+                    out.append(f"| {name} | failed: {r.get('failed', '')[:120]} | | | | | | |")
+                    continue
+                base = res[case].get(f"{BASELINE.get(name, '')}|{size}|{c}") or res["a"].get(
+                    f"{BASELINE.get(name, '')}|{size}|{c}")
+                d50 = d99 = None
+                if name in BASELINE and not failed(base):
+                    d50 = r["latency_us"]["p50"] - base["latency_us"]["p50"]
+                    d99 = r["latency_us"]["p99"] - base["latency_us"]["p99"]
+                lat = r["latency_us"]
+                out.append(f"| {name} | {ms(lat['p50'])} | {ms(lat['p90'])} | {ms(lat['p99'])} | "
+                           f"{r['rps']:,.0f} | {errors(r)} | {delta(d50)} | {delta(d99)} |")
+    return "\n".join(out)
+
+
+def render(res):
+    m = res["machine"]
+    L = []
+    L.append(f"# Glider benchmark — {m.get('glider', '?')}\n")
+    L.append(f"Machine: {m['nproc']} cores ({m['cpu']}), {m['memory_gib']} GiB, Linux {m['kernel']}; "
+             f"load average {' '.join(m['loadavg_start'])} at start, "
+             f"{' '.join(m.get('loadavg_end', ['?']))} at end (the cores are shared with other work).  ")
+    L.append(f"Versions: Glider {m['glider']} ({m['rustc']}), LiteLLM {m['litellm']}, "
+             f"claude-code-router {m['claude-code-router']}, mitmproxy {m['mitmproxy']}, "
+             f"{m['wrk']}, {m['python']}, Node {m['node']}.  ")
+    L.append(f"Each measured run: {res['seconds']} s after a {res['warmup']} s warm-up; "
+             f"whole run {res.get('wall_s', '?')} s.\n")
+    p = res["pinning"]
+    if p["enabled"]:
+        L.append(f"Pinning (`taskset`): mock upstream on core {p['mock']}, the proxy under test on "
+                 f"core {p['proxy']}, the load generator (wrk / glider-load) on core {p['load']}, "
+                 "sharing it with the mock. Every proxy runs all the time on the same core; only "
+                 "one is loaded at a time. A direct run leaves the proxy core idle.\n")
+    else:
+        L.append("Pinning: off (fewer than 2 cores).\n")
+
+    L.append("## Targets\n")
+    L.append("| target | what it is |")
+    L.append("|---|---|")
+    for name, t in res["targets"].items():
+        L.append(f"| {name} | {t.get('label', '')}{' — **failed**: ' + t['failed'][:200] if 'failed' in t else ''} |")
+
+    L.append("\n## (a) Non-streaming latency (wrk, closed loop)\n")
+    L.append(latency_table(res, "a", ["direct-openai", "glider-openai", "litellm-openai",
+                                      "direct-anthropic", "glider-anthropic",
+                                      "glider-anthropic-openai", "ccr-anthropic-openai"]))
+
+    L.append(f"\n\n## (b) Throughput at saturation (small body, {res.get('sat_conns', 32)} connections)\n")
+    L.append("| target | req/s | p50 ms | p99 ms | errors | vs its direct | Glider (same work) ÷ this |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|")
+    b = res["b"]
+    same_work = {"litellm-openai": "glider-openai", "ccr-anthropic-openai": "glider-anthropic-openai"}
+    for name, r in b.items():
+        if failed(r):
+            L.append(f"| {name} | failed: {str(r.get('failed'))[:120]} | | | | | |")
+            continue
+        base = b.get(BASELINE.get(name, ""))
+        share = r["rps"] / base["rps"] * 100 if not failed(base) and base["rps"] else None
+        vs = "—" if share is None else (f"{share:.0f} %" if share >= 10 else f"{share:.1f} %")
+        g = b.get(same_work.get(name, ""))
+        ratio = f"{g['rps'] / r['rps']:.1f}×" if not failed(g) and r["rps"] else "—"
+        L.append(f"| {name} | {r['rps']:,.0f} | {ms(r['latency_us']['p50'])} | "
+                 f"{ms(r['latency_us']['p99'])} | {errors(r)} | {vs} | {ratio} |")
+
+    L.append("\n## (c) Streaming: time to first and last byte (glider-load, 1 connection, 20 deltas, "
+             f"{max(3, res['seconds'] // 2)} s per run)\n")
+    L.append("| target | body | TTFB p50 ms | TTFB p99 ms | TTLB p50 ms | TTLB p99 ms | added TTFB p50 µs | added TTFB p99 µs | errors |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    c = res["c"]
+    for key, r in c.items():
+        name, size = key.split("|")
+        if failed(r):
+            L.append(f"| {name} | {size} | failed: {str(r.get('failed'))[:120]} | | | | | | |")
+            continue
+        base = c.get(f"{BASELINE.get(name, '')}|{size}")
+        d50 = d99 = None
+        if name in BASELINE and not failed(base):
+            d50 = r["ttfb_us"]["p50"] - base["ttfb_us"]["p50"]
+            d99 = r["ttfb_us"]["p99"] - base["ttfb_us"]["p99"]
+        L.append(f"| {name} | {size} | {ms(r['ttfb_us']['p50'])} | {ms(r['ttfb_us']['p99'])} | "
+                 f"{ms(r['latency_us']['p50'])} | {ms(r['latency_us']['p99'])} | {delta(d50)} | "
+                 f"{delta(d99)} | {r['errors']} |")
+
+    L.append("\n## (d) Memory (VmRSS summed over each proxy's process group, MB = 10⁶ bytes)\n")
+    L.append("| proxy | processes | idle | peak under cases a–c, e, f | VmHWM at end | "
+             f"peak under {res.get('streams', 1000)} concurrent streams | streams/s | errors |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    d = res["d"]
+    for name in ("glider", "litellm", "ccr"):
+        r = d.get(name)
+        if r is None:
+            continue
+        s = d.get(f"{name}|streams")
+        sp = "—" if failed(s) else mb(s.get("peak_rss_kib"))
+        srate = "—" if failed(s) else (f"{s['rps']:,.0f}" if s["requests"] else
+                                        f"none completed in {s['duration_s']:.0f} s")
+        serr = "—" if failed(s) else errors(s)
+        if s is not None and failed(s):
+            sp = "failed: " + str(s.get("failed"))[:80]
+        L.append(f"| {name} | {r['processes']} | {mb(r['idle_rss_kib'])} | {mb(r['peak_rss_load_kib'])} | "
+                 f"{mb(r['hwm_kib'])} | {sp} | {srate} | {serr} |")
+    mm = res["e"].get("mitmproxy-memory")
+    if mm:
+        L.append(f"| mitmdump | 1 | {mb(mm['idle_rss_kib'])} | {mb(mm['peak_rss_load_kib'])} | "
+                 f"{mb(mm['hwm_kib'])} | — | — | — |")
+
+    L.append("\n## (e) MITM: decrypted path and raw tunnel (glider-load, small Anthropic body)\n")
+    L.append("| path | connections | req/s | p50 ms | p99 ms | errors | reply from the mock |")
+    L.append("|---|---:|---:|---:|---:|---:|---|")
+    e = res["e"]
+    for key, r in e.items():
+        if "|" not in key:
+            continue
+        name, conns = key.split("|")
+        if failed(r):
+            L.append(f"| {name} | {conns} | failed: {str(r.get('failed'))[:120]} | | | | |")
+            continue
+        L.append(f"| {name} | {conns} | {r['rps']:,.0f} | {ms(r['latency_us']['p50'])} | "
+                 f"{ms(r['latency_us']['p99'])} | {r['errors']} | {r.get('expected_reply')} |")
+    ge = e.get("glider", {})
+    if "not_measured" in ge:
+        L.append(f"\nGlider MITM: **not yet measured: {ge['not_measured']}**. The harness slot is "
+                 "in place: when `glider serve` listens on `mitm.port` and writes its CA to "
+                 "`mitm.ca_dir/ca.crt`, the same client measures it the same way.")
+
+    L.append("\n## (f) Cross-dialect: Anthropic front → another backend dialect\n")
+    L.append("Glider decodes the Anthropic request into its own message format and encodes it for "
+             "Ollama `/api/chat` (or OpenAI Chat), then translates the reply back; "
+             "claude-code-router (`@musistudio/llms` transformers) does Anthropic → OpenAI Chat "
+             "and back; LiteLLM's `/v1/messages` does Anthropic → its OpenAI provider. "
+             "`direct-ollama` is the mock's Ollama endpoint spoken to directly (its own dialect); "
+             "added latency is against `direct-anthropic`.\n")
+    L.append(latency_table(res, "f", ["direct-ollama", "glider-anthropic-ollama",
+                                      "glider-anthropic-openai", "ccr-anthropic-openai",
+                                      "litellm-anthropic-openai"]))
+
+    L.append("\n\n## Targets (met / not met)\n")
+    L.extend(targets(res))
+
+    hp = res.get("hotpath")
+    if hp and not failed(hp):
+        L.append(f"\n## Glider's own hot path, in-process (glider-hotpath, {hp['iterations']} iterations)\n")
+        L.append("Times per call; × parse is the median against a plain `serde_json::from_slice::<Value>` "
+                 "of the same bytes.\n")
+        L.append("| body | dialect | operation | p50 µs | p99 µs | × parse |")
+        L.append("|---|---|---|---:|---:|---:|")
+        for row in hp["rows"]:
+            if row["size"] == "small" and not row["op"].startswith(("prepare", "serde", "decode")):
+                continue
+            L.append(f"| {row['size']} ({row['bytes']:,} B) | {row['dialect']} | {row['op']} | "
+                     f"{row['p50_us']} | {row['p99_us']} | {row['x_parse']} |")
+    elif hp:
+        L.append(f"\n## Glider's own hot path\n\nfailed: {hp.get('failed')}")
+    return "\n".join(L) + "\n"
+
+
+def targets(res):
+    out = []
+    a, c = res["a"], res["c"]
+
+    def added(case, name, key_suffix, block):
+        r = case.get(f"{name}|{key_suffix}")
+        base = case.get(f"{BASELINE[name]}|{key_suffix}")
+        if failed(r) or failed(base):
+            return None
+        return (r[block]["p50"] - base[block]["p50"], r[block]["p99"] - base[block]["p99"])
+
+    out.append("Added latency over direct — target p50 ≤ 100 µs, p99 ≤ 300 µs:\n")
+    out.append("| Glider path | body | connections | added p50 µs | added p99 µs | verdict |")
+    out.append("|---|---|---:|---:|---:|---|")
+    for name in ("glider-openai", "glider-anthropic", "glider-anthropic-openai", "glider-anthropic-ollama"):
+        for size in ("small", "large"):
+            for conns in (1, 10):
+                case = a if name in ("glider-openai", "glider-anthropic", "glider-anthropic-openai") else res["f"]
+                v = added(case, name, f"{size}|{conns}", "latency_us")
+                if v:
+                    out.append(f"| {name} (non-streaming) | {size} | {conns} | {v[0]:+,} | {v[1]:+,} | "
+                               f"{ok(v[0] <= 100 and v[1] <= 300)} |")
+    for name in ("glider-openai", "glider-anthropic", "glider-anthropic-openai", "glider-anthropic-ollama"):
+        for size in ("small", "large"):
+            v = added(c, name, size, "ttfb_us")
+            if v:
+                out.append(f"| {name} (streaming TTFB) | {size} | 1 | {v[0]:+,} | {v[1]:+,} | "
+                           f"{ok(v[0] <= 100 and v[1] <= 300)} |")
+
+    b = res["b"]
+    out.append("\nThroughput (small body, saturation):\n")
+
+    def ratio(x, y):
+        if failed(b.get(x)) or failed(b.get(y)) or not b[y]["rps"]:
+            return None
+        return b[x]["rps"] / b[y]["rps"]
+
+    for x, y, goal, what in (
+        ("glider-openai", "litellm-openai", 10, "≥ 10× LiteLLM (both OpenAI Chat → OpenAI-compatible backend)"),
+        ("glider-anthropic-openai", "ccr-anthropic-openai", 3,
+         "≥ 3× claude-code-router (both translate Anthropic → OpenAI Chat)"),
+        ("glider-openai", "ccr-anthropic-openai", 3,
+         "≥ 3× claude-code-router (Glider's same-dialect path vs CCR's only path)"),
+        ("glider-openai", "direct-openai", 0.7, "≥ 70 % of direct (OpenAI Chat)"),
+        ("glider-anthropic", "direct-anthropic", 0.7, "≥ 70 % of direct (Anthropic)"),
+    ):
+        r = ratio(x, y)
+        if r is None:
+            out.append(f"- {what}: not measured ({x} or {y} missing)")
+        else:
+            shown = f"{r * 100:.0f} %" if goal < 1 else f"{r:.1f}×"
+            out.append(f"- {what}: {shown} ({b[x]['rps']:,.0f} vs {b[y]['rps']:,.0f} req/s) — {ok(r >= goal)}")
+
+    d = res["d"].get("glider")
+    out.append("\nMemory:\n")
+    if d:
+        idle = d["idle_rss_kib"] * 1024 / MB if d.get("idle_rss_kib") else None
+        out.append(f"- idle ≤ 30 MB: {idle:.1f} MB — {ok(idle <= 30)}" if idle else "- idle: not measured")
+    s = res["d"].get("glider|streams")
+    if s and not failed(s):
+        peak = s["peak_rss_kib"] * 1024 / MB
+        n = res.get("streams", 1000)
+        out.append(f"- ≤ 150 MB under {n} concurrent streams: {peak:.1f} MB peak "
+                   f"({s['rps']:,.0f} streams/s, {errors(s)} errors) — {ok(peak <= 150 and s['error_count'] == 0)}")
+    else:
+        out.append("- under concurrent streams: not measured")
+
+    e = res["e"]
+    out.append("\nMITM:\n")
+    ge = e.get("glider", {})
+    if "not_measured" in ge:
+        out.append(f"- decrypted path ≥ 3× mitmproxy: not yet measured: {ge['not_measured']}")
+    else:
+        g, mp = e.get("glider-decrypted|10"), e.get("mitmproxy-decrypted|10")
+        if failed(g) or failed(mp):
+            out.append("- decrypted path ≥ 3× mitmproxy: not measured (a run failed)")
+        else:
+            r = g["rps"] / mp["rps"]
+            out.append(f"- decrypted path ≥ 3× mitmproxy: {r:.1f}× ({g['rps']:,.0f} vs {mp['rps']:,.0f} req/s) — {ok(r >= 3)}")
+
+    out.append("\nRoute decision (token estimate + `glider_engine::router::route`, in-process):\n")
+    hp = res.get("hotpath")
+    if hp and not failed(hp):
+        rows = [r for r in hp["rows"] if r["op"] == "route decision (estimate + route)" and r["size"] == "large"]
+        worst = max(rows, key=lambda r: r["p99_us"]) if rows else None
+        if worst:
+            out.append(f"- ≤ 50 µs p99 over the ~80 KB body: worst dialect {worst['dialect']} p99 "
+                       f"{worst['p99_us']} µs (p50 {worst['p50_us']} µs) — {ok(worst['p99_us'] <= 50)}. "
+                       "No Starlark rules exist yet (the rule engine is being rebuilt); this is "
+                       "the current model router.")
+        tk = [r for r in hp["rows"] if r["op"].startswith("token estimate, tiktoken") and r["size"] == "large"]
+        if tk:
+            w = max(tk, key=lambda r: r["p99_us"])
+            out.append(f"- for OpenAI model names the estimate is tiktoken: p50 {w['p50_us']} µs, "
+                       f"p99 {w['p99_us']} µs over the same body ({w['dialect']}).")
+    else:
+        out.append("- not measured")
+    return out
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1]) as f:
+        sys.stdout.write(render(json.load(f)))
