@@ -72,6 +72,10 @@ impl Setup {
 }
 
 async fn setup(claude_path: Option<&str>, timeout_secs: u64) -> Setup {
+    setup_with(claude_path, timeout_secs, "").await
+}
+
+async fn setup_with(claude_path: Option<&str>, timeout_secs: u64, extra: &str) -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
     let script = dir.path().join("claude");
     std::fs::write(&script, FAKE_CLAUDE).expect("write fake claude");
@@ -80,7 +84,7 @@ async fn setup(claude_path: Option<&str>, timeout_secs: u64) -> Setup {
     std::fs::create_dir(&work).expect("workdir");
     let path = claude_path.map_or(script.display().to_string(), str::to_owned);
     let (mock, yaml) = mock_and_config(&format!(
-        "delegate:\n  workdir: '{}'\n  timeout_secs: {timeout_secs}\n  claude:\n    path: '{path}'\n    env: {{GLIDER_TEST_DIR: '{}'}}\n",
+        "delegate:\n{extra}  workdir: '{}'\n  timeout_secs: {timeout_secs}\n  claude:\n    path: '{path}'\n    env: {{GLIDER_TEST_DIR: '{}'}}\n",
         work.display(),
         dir.path().display()
     ))
@@ -288,4 +292,20 @@ async fn the_flag_alone_without_a_run_explains_itself() {
         .plain_text();
     assert!(text.contains("usage: /claude <task>"), "{text}");
     assert!(s.pids().is_empty());
+}
+
+#[tokio::test]
+async fn output_past_the_limit_is_cut_and_the_run_stopped() {
+    // "slow" prints `started` (7 bytes) and then sleeps: only stopping the run ends it.
+    let s = setup_with(None, 30, "  max_output_bytes: 5\n").await;
+    let reply = ask(&s, Dialect::Anthropic, "/claude slow job", true).await;
+    let response = reply.decode(Dialect::Anthropic, true).expect("decodes");
+    let text = response.plain_text();
+    assert!(text.starts_with("start\n"), "{text}");
+    assert!(
+        text.contains("delegate.max_output_bytes (5 bytes)"),
+        "{text}"
+    );
+    assert_eq!(response.stop_reason, glider_ngl::StopReason::MaxTokens);
+    assert!(group_gone(s.pids()[0]).await.is_empty());
 }
