@@ -95,7 +95,7 @@ impl Delegator {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Option<Delegation> {
-        if !config.enabled {
+        if !config.enabled || !mentions_a_flag(body) {
             return None;
         }
         let request = glider_vendors::codec(front).decode_request(body).ok()?;
@@ -208,6 +208,15 @@ impl Delegator {
     }
 }
 
+/// Whether `body` could hold a delegation flag at all (JSON's escaped `\/claude` holds
+/// `/claude` too): a cheap scan that spares every ordinary request a second decode.
+fn mentions_a_flag(body: &[u8]) -> bool {
+    Vendor::ALL.iter().any(|vendor| {
+        let flag = vendor.flag().as_bytes();
+        body.windows(flag.len()).any(|window| window == flag)
+    })
+}
+
 /// A short reply from Glider itself (no CLI ran), as a complete event stream.
 fn note(model: &str, text: String) -> Events {
     Box::pin(futures_util::stream::iter([
@@ -232,4 +241,60 @@ fn note(model: &str, text: String) -> Events {
 /// The resolved working directory a delegate would run in, if configured.
 pub fn workdir(config: &DelegateConfig) -> Option<PathBuf> {
     config.workdir.as_deref().map(vendors::expand_home)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefilter_sees_plain_and_escaped_flags_only() {
+        assert!(mentions_a_flag(
+            br#"{"messages":[{"role":"user","content":"/claude hi"}]}"#
+        ));
+        assert!(mentions_a_flag(br#"{"input":"\/agy go"}"#));
+        assert!(!mentions_a_flag(
+            br#"{"messages":[{"role":"user","content":"claude hi"}]}"#
+        ));
+    }
+
+    #[test]
+    fn the_flag_is_the_first_word_of_the_last_user_turn() {
+        let request = |turns: Vec<(Role, &str)>| Request {
+            turns: turns
+                .into_iter()
+                .map(|(role, text)| glider_ngl::Turn {
+                    role,
+                    parts: vec![Part::Text {
+                        text: text.to_owned(),
+                        cache_control: None,
+                    }],
+                })
+                .collect(),
+            ..Request::default()
+        };
+        assert_eq!(
+            find_flag(&request(vec![(Role::User, "  /claude  fix it \n")])),
+            Some(Flagged {
+                vendor: Vendor::Claude,
+                task: "fix it".into()
+            })
+        );
+        // Not the first word, not the last turn, or glued to more letters: no flag.
+        assert_eq!(
+            find_flag(&request(vec![(Role::User, "please /claude fix")])),
+            None
+        );
+        assert_eq!(
+            find_flag(&request(vec![
+                (Role::User, "/claude x"),
+                (Role::Assistant, "ok")
+            ])),
+            None
+        );
+        assert_eq!(
+            find_flag(&request(vec![(Role::User, "/claudex fix")])),
+            None
+        );
+    }
 }
