@@ -33,6 +33,8 @@ pub struct Config {
     /// The TLS-intercepting proxy (its ports, CA, hosts and transparent settings are
     /// restart-only).
     pub mitm: MitmConfig,
+    /// Delegation of `/claude`, `/cursor-agent` and `/agy` messages to another CLI (hot).
+    pub delegate: DelegateConfig,
 }
 
 /// Listeners. Changing any of these needs a restart.
@@ -486,6 +488,58 @@ impl Default for ContextConfig {
             output_reserve_tokens: 4096,
         }
     }
+}
+
+/// Delegation to another CLI (`crates/glider-delegate`; see docs/delegation.md). Read
+/// per request, so every key is hot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DelegateConfig {
+    /// Take `/claude`, `/cursor-agent` and `/agy` messages at all (false: they go to the
+    /// pipeline like any other text).
+    pub enabled: bool,
+    /// Working directory a delegate runs in. Required for a headless run: Glider never
+    /// runs a delegate in its own working directory by accident; `~` is expanded.
+    pub workdir: Option<String>,
+    /// Longest a headless run may take, in seconds, before its process group is killed.
+    pub timeout_secs: u64,
+    /// Most bytes of delegate text relayed to the client; the run is stopped past it.
+    pub max_output_bytes: usize,
+    /// Longest `<cli> --version` may take during discovery, in seconds.
+    pub version_timeout_secs: u64,
+    /// Claude Code (`/claude`).
+    pub claude: DelegateVendorConfig,
+    /// Cursor's agent CLI (`/cursor-agent`).
+    pub cursor_agent: DelegateVendorConfig,
+    /// Antigravity's CLI (`/agy`).
+    pub agy: DelegateVendorConfig,
+}
+
+impl Default for DelegateConfig {
+    fn default() -> Self {
+        DelegateConfig {
+            enabled: true,
+            workdir: None,
+            timeout_secs: 600,
+            max_output_bytes: 1 << 20,
+            version_timeout_secs: 5,
+            claude: DelegateVendorConfig::default(),
+            cursor_agent: DelegateVendorConfig::default(),
+            agy: DelegateVendorConfig::default(),
+        }
+    }
+}
+
+/// How to start one delegate CLI.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DelegateVendorConfig {
+    /// The executable; unset means the CLI's usual name looked up on `PATH`.
+    pub path: Option<String>,
+    /// Extra arguments put before Glider's own (e.g. `--model`, `--permission-mode`).
+    pub args: Vec<String>,
+    /// Environment variables set for the delegate (on top of Glider's own environment).
+    pub env: BTreeMap<String, String>,
 }
 
 /// The MITM proxy's settings (`crates/glider-mitm`; see docs/mitm.md).

@@ -21,6 +21,8 @@ pub use render::error_response;
 #[derive(Clone)]
 struct Gateway {
     engine: Arc<Engine>,
+    /// Takes `/claude`, `/cursor-agent` and `/agy` messages before the pipeline.
+    delegator: Arc<glider_delegate::Delegator>,
 }
 
 /// The gateway's routes over `engine`.
@@ -36,7 +38,10 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .route("/api/tags", get(ollama_tags))
         .route("/api/version", get(ollama_version))
         .fallback(not_found)
-        .with_state(Gateway { engine })
+        .with_state(Gateway {
+            engine,
+            delegator: Arc::new(glider_delegate::Delegator::new()),
+        })
 }
 
 /// Serve the gateway on `listener` until `shutdown` resolves.
@@ -111,6 +116,11 @@ async fn complete(gw: Gateway, front: Dialect, request: Request) -> Response {
         Ok(read) => read,
         Err(response) => return response,
     };
+    // Delegation comes first: a flagged message never enters the pipeline.
+    let delegate_config = &gw.engine.runtime().config.delegate;
+    if let Some(delegation) = gw.delegator.take(delegate_config, front, &headers, &body) {
+        return render::delegation(front, delegation).await;
+    }
     match gw
         .engine
         .complete(CompletionRequest::gateway(front, body, headers))

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use glider_engine::{Completion, CompletionBody};
-use glider_ngl::{ApiError, Dialect, StreamEvent};
+use glider_ngl::{ApiError, Dialect, ResponseBuilder, StreamEvent};
 use glider_vendors::codec;
 
 /// An error in `front`'s own JSON shape with its status.
@@ -68,20 +68,7 @@ pub fn completion(front: Dialect, completion: Completion) -> Response {
             }
             response
         }
-        CompletionBody::Events(events) => {
-            let mut encoder = front_codec.stream_encoder();
-            let body = events.map(move |event| {
-                let mut out = Vec::new();
-                encoder.encode(&event, &mut out);
-                Ok::<_, std::convert::Infallible>(Bytes::from(out))
-            });
-            let mut response = Response::new(Body::from_stream(body));
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(front_codec.stream_content_type()),
-            );
-            response
-        }
+        CompletionBody::Events(events) => event_stream(front, events),
         CompletionBody::Whole(reply) => {
             axum::Json(front_codec.encode_response(&reply)).into_response()
         }
@@ -91,6 +78,54 @@ pub fn completion(front: Dialect, completion: Completion) -> Response {
             .headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     }
+    if let Ok(value) = HeaderValue::from_str(&route) {
+        response.headers_mut().insert("x-glider-route", value);
+    }
+    response
+}
+
+/// A stream of ngl events encoded by `front`'s stream encoder as it is polled.
+fn event_stream(
+    front: Dialect,
+    events: impl futures_util::Stream<Item = StreamEvent> + Send + 'static,
+) -> Response {
+    let front_codec = codec(front);
+    let mut encoder = front_codec.stream_encoder();
+    let body = events.map(move |event| {
+        let mut out = Vec::new();
+        encoder.encode(&event, &mut out);
+        Ok::<_, std::convert::Infallible>(Bytes::from(out))
+    });
+    let mut response = Response::new(Body::from_stream(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(front_codec.stream_content_type()),
+    );
+    response
+}
+
+/// A delegate's reply in `front`'s dialect: streamed as it runs when the client asked
+/// for a stream, else gathered into one reply (an error mid-run becomes the error
+/// reply). Dropping the body ends the delegate's run.
+pub async fn delegation(front: Dialect, delegation: glider_delegate::Delegation) -> Response {
+    let route = format!("delegate:{}", delegation.vendor.binary());
+    let mut response = if delegation.stream {
+        let mut response = event_stream(front, delegation.events);
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        response
+    } else {
+        let mut builder = ResponseBuilder::new();
+        let mut events = delegation.events;
+        while let Some(event) = events.next().await {
+            builder.push(&event);
+        }
+        match builder.finish() {
+            Ok(reply) => axum::Json(codec(front).encode_response(&reply)).into_response(),
+            Err(error) => error_response(front, &error),
+        }
+    };
     if let Ok(value) = HeaderValue::from_str(&route) {
         response.headers_mut().insert("x-glider-route", value);
     }

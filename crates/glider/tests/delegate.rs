@@ -1,0 +1,311 @@
+//! Delegation through the gateway: `/claude <task>` runs a fake Claude Code (a shell
+//! script printing Claude Code's documented stream-json) in its own process group, and
+//! the reply streams back in the client's dialect; resume, crash, hang, disconnect and
+//! missing-CLI cases each end with a clear reply and no process left.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{gateway, mock_and_config, post, text_request, wire};
+use futures_util::StreamExt;
+use glider_ngl::Dialect;
+
+/// A fake `claude`: logs its argv (one line per run), records its pid (= its process
+/// group), and behaves by the task's text: `crash`, `hang` (with a grandchild), `slow`
+/// (a line, then waits with a grandchild), else a normal run. A resumed run keeps the
+/// resumed session id, a fresh one gets `sess-<pid>`.
+const FAKE_CLAUDE: &str = r#"#!/bin/sh
+printf '%s\n' "$*" >> "$GLIDER_TEST_DIR/argv.log"
+echo $$ >> "$GLIDER_TEST_DIR/pids.log"
+pwd > "$GLIDER_TEST_DIR/cwd.log"
+sid="sess-$$"
+prev=""
+for a in "$@"; do
+  if [ "$prev" = "--resume" ]; then sid="$a"; fi
+  prev="$a"
+done
+case "$*" in
+  *crash*) echo "boom: no credentials" >&2; exit 1 ;;
+  *hang*) sleep 300 & sleep 300 ;;
+esac
+echo '{"type":"system","subtype":"init","session_id":"'$sid'","tools":["Bash"]}'
+case "$*" in
+  *slow*)
+    sleep 300 &
+    echo '{"type":"assistant","message":{"content":[{"type":"text","text":"started"}]},"session_id":"'$sid'"}'
+    sleep 300 ;;
+esac
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Looking at the parser."},{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls src"}}]},"session_id":"'$sid'"}'
+echo '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"main.rs"}]},"session_id":"'$sid'"}'
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Refactored in session '$sid'."}]},"session_id":"'$sid'"}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"done","session_id":"'$sid'"}'
+"#;
+
+struct Setup {
+    dir: tempfile::TempDir,
+    gateway: common::Gateway,
+    _mock: glider_test_support::MockVendor,
+}
+
+impl Setup {
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn lines(&self, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.path(name))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.lines("pids.log")
+            .iter()
+            .filter_map(|l| l.parse().ok())
+            .collect()
+    }
+}
+
+async fn setup(claude_path: Option<&str>, timeout_secs: u64) -> Setup {
+    setup_with(claude_path, timeout_secs, "").await
+}
+
+async fn setup_with(claude_path: Option<&str>, timeout_secs: u64, extra: &str) -> Setup {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("claude");
+    std::fs::write(&script, FAKE_CLAUDE).expect("write fake claude");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).expect("workdir");
+    let path = claude_path.map_or(script.display().to_string(), str::to_owned);
+    let (mock, yaml) = mock_and_config(&format!(
+        "delegate:\n{extra}  workdir: '{}'\n  timeout_secs: {timeout_secs}\n  claude:\n    path: '{path}'\n    env: {{GLIDER_TEST_DIR: '{}'}}\n",
+        work.display(),
+        dir.path().display()
+    ))
+    .await;
+    let gateway = gateway(&yaml).await;
+    Setup {
+        dir,
+        gateway,
+        _mock: mock,
+    }
+}
+
+/// Processes whose process group is `pgid` (from /proc/<pid>/stat, field 5).
+fn group_members(pgid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let after = stat.rsplit_once(')')?.1;
+                    after.split_whitespace().nth(2)?.parse::<u32>().ok()
+                })
+                == Some(pgid)
+        })
+        .collect()
+}
+
+/// Wait (bounded) until no process of group `pgid` remains; the members left if any.
+async fn group_gone(pgid: u32) -> Vec<u32> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let members = group_members(pgid);
+        if members.is_empty() || tokio::time::Instant::now() > deadline {
+            return members;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn body(front: Dialect, text: &str, stream: bool) -> String {
+    wire(front, &text_request("m-anthropic", text, stream)).to_string()
+}
+
+async fn ask(s: &Setup, front: Dialect, text: &str, stream: bool) -> common::Reply {
+    post(
+        &s.gateway.base,
+        common::front_path(front),
+        body(front, text, stream),
+        &[("x-claude-code-session-id", "client-1")],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_delegated_task_streams_back_and_a_second_one_resumes_its_session() {
+    let s = setup(None, 30).await;
+    let reply = ask(&s, Dialect::Anthropic, "/claude refactor the parser", true).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.headers["x-glider-route"], "delegate:claude");
+    assert!(
+        reply.text().contains("event: content_block_delta"),
+        "{}",
+        reply.text()
+    );
+    let text = reply
+        .decode(Dialect::Anthropic, true)
+        .expect("decodes")
+        .plain_text();
+    let pids = s.pids();
+    let first = format!("sess-{}", pids[0]);
+    assert!(text.contains("Looking at the parser."), "{text}");
+    assert!(text.contains("[tool: Bash ls src]"), "{text}");
+    assert!(
+        text.contains(&format!("Refactored in session {first}.")),
+        "{text}"
+    );
+    let argv = s.lines("argv.log");
+    assert_eq!(
+        argv[0],
+        "-p --output-format stream-json --verbose -- refactor the parser"
+    );
+    // It ran in delegate.workdir, not the server's cwd.
+    assert_eq!(
+        s.lines("cwd.log")[0],
+        std::fs::canonicalize(s.path("work"))
+            .expect("canon")
+            .display()
+            .to_string()
+    );
+    assert!(group_gone(pids[0]).await.is_empty());
+
+    // Same client session, now from an OpenAI client, not streamed: resumes.
+    let reply = ask(&s, Dialect::OpenAiChat, "/claude now add tests", false).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let text = reply
+        .decode(Dialect::OpenAiChat, false)
+        .expect("decodes")
+        .plain_text();
+    assert!(
+        text.contains(&format!("Refactored in session {first}.")),
+        "{text}"
+    );
+    assert_eq!(
+        s.lines("argv.log")[1],
+        format!("-p --output-format stream-json --verbose --resume {first} -- now add tests")
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_flag_goes_to_the_pipeline() {
+    let s = setup(None, 30).await;
+    let reply = ask(&s, Dialect::Anthropic, "/codex hello", false).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_ne!(reply.headers["x-glider-route"], "delegate:claude");
+    assert!(s.pids().is_empty(), "no delegate ran");
+}
+
+#[tokio::test]
+async fn a_missing_cli_gets_a_clear_reply_in_the_clients_dialect() {
+    let s = setup(Some("/nonexistent/claude"), 30).await;
+    for front in [Dialect::Anthropic, Dialect::OpenAiResponses] {
+        let reply = ask(&s, front, "/claude do things", false).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let text = reply.decode(front, false).expect("decodes").plain_text();
+        assert!(text.contains("not installed"), "{text}");
+        assert!(text.contains("/nonexistent/claude"), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_crashing_delegate_is_a_clear_error_with_its_stderr() {
+    let s = setup(None, 30).await;
+    let reply = ask(&s, Dialect::Anthropic, "/claude crash please", false).await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    let message = reply.json()["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(message.contains("exited with exit status: 1"), "{message}");
+    assert!(message.contains("boom: no credentials"), "{message}");
+    assert!(group_gone(s.pids()[0]).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_hung_delegate_times_out_and_its_group_is_killed() {
+    let s = setup(None, 1).await;
+    let reply = ask(&s, Dialect::Anthropic, "/claude hang forever", true).await;
+    assert_eq!(reply.status, 200);
+    let text = reply.text();
+    assert!(text.contains("event: error"), "{text}");
+    assert!(text.contains("delegate.timeout_secs"), "{text}");
+    let pgid = s.pids()[0];
+    assert_eq!(
+        group_gone(pgid).await,
+        Vec::<u32>::new(),
+        "sleepers survived"
+    );
+}
+
+#[tokio::test]
+async fn a_client_disconnect_kills_the_process_group() {
+    let s = setup(None, 60).await;
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let response = client
+        .post(format!("{}/v1/messages", s.gateway.base))
+        .header("content-type", "application/json")
+        .body(body(Dialect::Anthropic, "/claude slow job", true))
+        .send()
+        .await
+        .expect("answers");
+    let mut stream = response.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("started") {
+        let chunk = stream.next().await.expect("more").expect("chunk");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let pgid = s.pids()[0];
+    assert!(
+        group_members(pgid).len() >= 2,
+        "script and its grandchild run"
+    );
+    drop(stream);
+    drop(client);
+    assert_eq!(
+        group_gone(pgid).await,
+        Vec::<u32>::new(),
+        "delegate survived"
+    );
+}
+
+#[tokio::test]
+async fn the_flag_alone_without_a_run_explains_itself() {
+    let s = setup(None, 30).await;
+    let reply = ask(&s, Dialect::OpenAiChat, "/claude", false).await;
+    let text = reply
+        .decode(Dialect::OpenAiChat, false)
+        .expect("decodes")
+        .plain_text();
+    assert!(text.contains("usage: /claude <task>"), "{text}");
+    assert!(s.pids().is_empty());
+}
+
+#[tokio::test]
+async fn output_past_the_limit_is_cut_and_the_run_stopped() {
+    // "slow" prints `started` (7 bytes) and then sleeps: only stopping the run ends it.
+    let s = setup_with(None, 30, "  max_output_bytes: 5\n").await;
+    let reply = ask(&s, Dialect::Anthropic, "/claude slow job", true).await;
+    let response = reply.decode(Dialect::Anthropic, true).expect("decodes");
+    let text = response.plain_text();
+    assert!(text.starts_with("start\n"), "{text}");
+    assert!(
+        text.contains("delegate.max_output_bytes (5 bytes)"),
+        "{text}"
+    );
+    assert_eq!(response.stop_reason, glider_ngl::StopReason::MaxTokens);
+    assert!(group_gone(s.pids()[0]).await.is_empty());
+}
