@@ -309,3 +309,94 @@ async fn output_past_the_limit_is_cut_and_the_run_stopped() {
     assert_eq!(response.stop_reason, glider_ngl::StopReason::MaxTokens);
     assert!(group_gone(s.pids()[0]).await.is_empty());
 }
+
+/// The real Claude Code (from npm, installed by `.ci/run` under tests/cli) as the
+/// delegate, headless with a throwaway HOME, its own requests pointed back at this
+/// Glider and on to the mock: the task's answer streams back, and a second `/claude`
+/// resumes the same Claude Code session (its next request carries the first exchange).
+#[tokio::test]
+async fn the_real_claude_code_is_a_delegate_and_resumes_its_session() {
+    let claude = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/cli/node_modules/.bin/claude");
+    assert!(
+        claude.exists(),
+        "{} is missing: run `npm ci --prefix tests/cli` (.ci/run does)",
+        claude.display()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (home, work) = (dir.path().join("home"), dir.path().join("work"));
+    std::fs::create_dir(&home).expect("home");
+    std::fs::create_dir(&work).expect("work");
+    let (mock, yaml) = mock_and_config("model_aliases: {'claude-*': m-anthropic}\n").await;
+    let gw = gateway(&yaml).await;
+    // The delegate's own base URL is this gateway, known only once it listens.
+    let with_delegate = format!(
+        "{yaml}delegate:\n  workdir: '{}'\n  timeout_secs: 120\n  claude:\n    path: '{}'\n    env: {{HOME: '{}', ANTHROPIC_BASE_URL: '{}', ANTHROPIC_API_KEY: test-key, CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1', DISABLE_TELEMETRY: '1', DISABLE_ERROR_REPORTING: '1', DISABLE_AUTOUPDATER: '1', CLAUDE_CODE_MAX_RETRIES: '0', NO_PROXY: '127.0.0.1,localhost'}}\n",
+        work.display(),
+        claude.display(),
+        home.display(),
+        gw.base
+    );
+    gw.config
+        .apply(glider_config::Config::parse(&with_delegate, "test").expect("valid"));
+    for _ in 0..200 {
+        if gw.engine.runtime().config.delegate.workdir.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        gw.engine.runtime().config.delegate.workdir.is_some(),
+        "the reload applied"
+    );
+
+    let session = [("x-claude-code-session-id", "real-client")];
+    let first = post(
+        &gw.base,
+        "/v1/messages",
+        body(
+            Dialect::Anthropic,
+            "/claude say hello from the delegate",
+            true,
+        ),
+        &session,
+    )
+    .await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.headers["x-glider-route"], "delegate:claude");
+    let text = first
+        .decode(Dialect::Anthropic, true)
+        .expect("decodes")
+        .plain_text();
+    // The mock echoes the task Claude Code sent it: the answer came through the real CLI.
+    assert!(text.contains("hello from the delegate"), "{text}");
+    let claude_turns = mock
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/messages")
+        .count();
+    assert!(
+        claude_turns >= 1,
+        "Claude Code asked the model through Glider"
+    );
+
+    let second = post(
+        &gw.base,
+        "/v1/messages",
+        body(Dialect::Anthropic, "/claude and once more", false),
+        &session,
+    )
+    .await;
+    assert_eq!(second.status, 200, "{}", second.text());
+    let last = mock
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.path == "/v1/messages")
+        .expect("a model request");
+    let conversation = last.body["messages"].to_string();
+    assert!(
+        conversation.contains("hello from the delegate") && conversation.contains("and once more"),
+        "the resumed run carries the first exchange: {conversation}"
+    );
+}
