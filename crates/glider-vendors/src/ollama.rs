@@ -40,10 +40,10 @@ use serde_json::{Map, Value, json};
 use crate::framing::LineSplitter;
 use crate::openai_chat::{
     backend_error, bad_gateway, decode_tools, encode_tools, error_fields, expect_object,
-    image_source, invalid_at, join_path, take, take_bool, take_i64, take_number, take_stop,
-    take_string, take_top_k,
+    image_source, invalid_at, join_path, model_and_messages, take, take_bool, take_i64,
+    take_number, take_stop, take_string, take_top_k,
 };
-use crate::{Codec, StreamDecoder, StreamEncoder, parse_json};
+use crate::{Codec, StreamDecoder, StreamEncoder};
 
 /// The Ollama native chat codec.
 pub struct Ollama;
@@ -166,16 +166,7 @@ fn flatten(parts: &[Part]) -> (String, Vec<Value>, String) {
 // ---------------------------------------------------------------------------------------
 
 fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
-    let Value::Object(mut obj) = parse_json(body)? else {
-        return Err(ApiError::invalid("request body: expected a JSON object"));
-    };
-    let model =
-        take_string(&mut obj, "model", "")?.ok_or_else(|| invalid_at("model", "required"))?;
-    let messages = match take(&mut obj, "messages") {
-        Some(Value::Array(messages)) => messages,
-        Some(_) => return Err(invalid_at("messages", "expected an array")),
-        None => return Err(invalid_at("messages", "required")),
-    };
+    let (mut obj, model, messages) = model_and_messages(body)?;
     let mut req = Request {
         model,
         turns: decode_messages(messages)?,

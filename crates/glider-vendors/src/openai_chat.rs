@@ -352,7 +352,12 @@ pub(crate) fn error_fields(value: &Value) -> (Option<String>, Option<String>) {
 // Request decoding.
 // ---------------------------------------------------------------------------------------
 
-fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
+/// A request body with its `model` and `messages` taken out, and the rest.
+pub(crate) type ChatBody = (Map<String, Value>, String, Vec<Value>);
+
+/// The body as an object with its required `model` and `messages` taken out (the
+/// shared start of the Chat Completions and Ollama request decoders).
+pub(crate) fn model_and_messages(body: &[u8]) -> Result<ChatBody, ApiError> {
     let Value::Object(mut obj) = parse_json(body)? else {
         return Err(ApiError::invalid("request body: expected a JSON object"));
     };
@@ -363,6 +368,11 @@ fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
         Some(_) => return Err(invalid_at("messages", "expected an array")),
         None => return Err(invalid_at("messages", "required")),
     };
+    Ok((obj, model, messages))
+}
+
+fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
+    let (mut obj, model, messages) = model_and_messages(body)?;
     let mut req = Request {
         model,
         turns: decode_messages(messages)?,
