@@ -577,7 +577,7 @@ impl Engine {
         }
         let normalized = serde_json::to_vec(&value)
             .map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?;
-        let (request, model, tokens) = self.prepare(Dialect::Anthropic, &normalized)?;
+        let (_, model, tokens) = self.prepare(Dialect::Anthropic, &normalized)?;
         let runtime = self.runtime();
         let exact = runtime.backends.iter().find(|b| {
             b.kind() == BackendKind::Anthropic
@@ -600,7 +600,6 @@ impl Engine {
                 }
             }
         }
-        let _ = request;
         Ok(tokens)
     }
 }
@@ -715,10 +714,11 @@ fn build_upstream(
             != Some(true);
     let local = backend.kind().is_local();
     let mut adapted = None;
-    if local {
+    let window = router::local_window(&runtime.config, candidate);
+    let config = &runtime.config;
+    if local && transform::needs_rewrite(request, &config.context, &config.transform, window) {
         // Local only (spec): a bounded history, then the opt-in transform.
         let mut local_request = request.clone();
-        let window = router::local_window(&runtime.config, candidate);
         let cut =
             transform::bound_local_context(&mut local_request, &runtime.config.context, window);
         let transformed = transform::apply(&mut local_request, &runtime.config.transform);

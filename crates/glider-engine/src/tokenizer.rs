@@ -38,6 +38,16 @@ pub fn estimate_request_tokens(request: &Request, model: &str) -> (u64, Method) 
     }
 }
 
+/// The byte-ratio estimate of one turn (its text plus the per-message framing).
+pub fn estimate_turn(turn: &glider_ngl::Turn) -> u64 {
+    estimate_len(parts_len(&turn.parts)) + TOKENS_PER_MESSAGE
+}
+
+/// The byte-ratio estimate of a set of tool definitions.
+pub fn estimate_tools(tools: &[glider_ngl::ToolDef]) -> u64 {
+    estimate_len(tools_len(tools))
+}
+
 /// The byte-ratio estimate for a piece of text.
 pub fn estimate_text(text: &str) -> u64 {
     estimate_len(text.len())
@@ -66,16 +76,19 @@ fn request_text(request: &Request) -> String {
 /// `request_text(request).len()`, counted without building the text.
 fn request_text_len(request: &Request) -> usize {
     let turns: usize = request.turns.iter().map(|t| parts_len(&t.parts)).sum();
-    let tools: usize = request
-        .tools
+    turns + tools_len(&request.tools)
+}
+
+/// Bytes of the tool definitions as [`request_text`] writes them.
+fn tools_len(tools: &[glider_ngl::ToolDef]) -> usize {
+    tools
         .iter()
         .map(|tool| {
             tool.name.len()
                 + tool.description.as_ref().map_or(0, String::len)
                 + json_len(&tool.parameters)
         })
-        .sum();
-    turns + tools
+        .sum()
 }
 
 /// What [`push_parts`] would append, in bytes.

@@ -10,7 +10,9 @@
 use glider_config::{ContextConfig, TransformConfig};
 use glider_ngl::{Part, Request, Role, Turn};
 
-use crate::tokenizer::{TOKENS_PER_MESSAGE, estimate_request_tokens, estimate_text};
+use crate::tokenizer::{
+    TOKENS_PER_MESSAGE, estimate_request_tokens, estimate_tools, estimate_turn,
+};
 
 /// What bounding did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -27,14 +29,18 @@ pub fn local_budget(config: &ContextConfig, window: u64) -> u64 {
         .min(window)
 }
 
-fn turn_tokens(turn: &Turn) -> u64 {
-    let single = Request {
-        turns: vec![turn.clone()],
-        ..Request::default()
-    };
-    // The byte ratio is enough to size history (the exact count is the backend's).
-    let (tokens, _) = estimate_request_tokens(&single, "");
-    tokens
+/// Whether a local request must be rewritten before it is sent: the transform is on,
+/// or its history is over the budget. Checked first so the common case (nothing to
+/// change) costs no copy of the request.
+pub fn needs_rewrite(
+    request: &Request,
+    context: &ContextConfig,
+    transform: &TransformConfig,
+    window: u64,
+) -> bool {
+    transform.enabled
+        || (context.bound_local
+            && estimate_request_tokens(request, "").0 > local_budget(context, window))
 }
 
 /// Cut `request`'s history to the budget for a local model with `window` tokens.
@@ -51,24 +57,12 @@ pub fn bound_local_context(request: &mut Request, config: &ContextConfig, window
         };
     }
     // Fixed cost: system turns and tool definitions.
-    let tools_text: String = request
-        .tools
-        .iter()
-        .map(|t| {
-            format!(
-                "{}{}{}",
-                t.name,
-                t.description.as_deref().unwrap_or(""),
-                t.parameters
-            )
-        })
-        .collect();
-    let mut used = estimate_text(&tools_text)
+    let mut used = estimate_tools(&request.tools)
         + request
             .turns
             .iter()
             .filter(|t| t.role == Role::System)
-            .map(turn_tokens)
+            .map(estimate_turn)
             .sum::<u64>();
 
     // Group the conversation into units that must stay together: an assistant turn with
@@ -98,7 +92,7 @@ pub fn bound_local_context(request: &mut Request, config: &ContextConfig, window
     }
     let mut budget_reached = false;
     for (n, unit) in units.iter().enumerate().rev() {
-        let cost: u64 = unit.iter().map(|&i| turn_tokens(&request.turns[i])).sum();
+        let cost: u64 = unit.iter().map(|&i| estimate_turn(&request.turns[i])).sum();
         let mandatory = n + 1 == units.len() || unit.iter().any(|&i| Some(i) == last_user);
         if mandatory || (!budget_reached && used + cost <= budget) {
             used += cost;

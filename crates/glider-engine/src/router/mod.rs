@@ -53,6 +53,14 @@ impl Target {
     }
 }
 
+/// The first rule with an opinion some backend can serve, and those candidates.
+struct Decided {
+    rule: &'static str,
+    target: Target,
+    detail: String,
+    candidates: Vec<Candidate>,
+}
+
 /// One rule's view of a request.
 #[derive(Debug, Clone, Serialize)]
 pub struct Opinion {
@@ -141,7 +149,7 @@ impl Router<'_> {
         let routing = &self.config.routing;
         let session = sticky::session_id(input.request, input.headers);
         let mut opinions = Vec::new();
-        let mut decided: Option<(&'static str, Target, String)> = None;
+        let mut decided: Option<Decided> = None;
         let mut model_override = None;
         let mut flag = None;
         let mut score = None;
@@ -261,27 +269,29 @@ impl Router<'_> {
         }
 
         let model = model_override.as_deref().unwrap_or(input.model);
-        let (rule, reason, mut candidates) = match &decided {
-            Some((rule, target, detail)) => {
-                // Resolvable by construction (`note` only keeps resolvable targets).
-                (
-                    *rule,
-                    detail.clone(),
-                    self.resolve(target, input.request, model)
-                        .unwrap_or_default(),
-                )
-            }
+        let (rule, reason, mut candidates, explicit_target) = match decided {
+            Some(Decided {
+                rule,
+                target,
+                detail,
+                candidates,
+            }) => (
+                rule,
+                detail,
+                candidates,
+                (rule == "explicit").then_some(target),
+            ),
             None => {
                 let candidates = self.by_model(input.request, model)?;
                 let reason = format!("{model} is served by {}", names(&candidates));
-                ("model", reason, candidates)
+                ("model", reason, candidates, None)
             }
         };
-        if let (Some(session), Some(("explicit", target, _))) = (&session, &decided) {
+        if let (Some(session), Some(target)) = (&session, explicit_target) {
             let sticky = &routing.sticky;
             self.sticky.set(
                 session,
-                target.clone(),
+                target,
                 Duration::from_secs(sticky.ttl_secs),
                 Duration::from_secs(sticky.cloud_guard_secs),
                 sticky.max_sessions,
@@ -314,7 +324,7 @@ impl Router<'_> {
         &self,
         scope: (&Request, &str),
         opinions: &mut Vec<Opinion>,
-        decided: &mut Option<(&'static str, Target, String)>,
+        decided: &mut Option<Decided>,
         rule: &'static str,
         opinion: Option<(Target, String)>,
     ) {
@@ -329,7 +339,8 @@ impl Router<'_> {
             return;
         };
         let (request, model) = scope;
-        let resolvable = self.resolve(&target, request, model).is_some();
+        let candidates = self.resolve(&target, request, model);
+        let resolvable = candidates.is_some();
         let detail = if resolvable {
             detail
         } else {
@@ -340,8 +351,15 @@ impl Router<'_> {
             target: Some(target.label()),
             detail: detail.clone(),
         });
-        if resolvable && decided.is_none() {
-            *decided = Some((rule, target, detail));
+        if let Some(candidates) = candidates
+            && decided.is_none()
+        {
+            *decided = Some(Decided {
+                rule,
+                target,
+                detail,
+                candidates,
+            });
         }
     }
 
