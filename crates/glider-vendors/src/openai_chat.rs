@@ -90,16 +90,31 @@ pub(crate) fn expect_object(value: Value, path: &str) -> Result<Map<String, Valu
     }
 }
 
+/// Take `key` and convert it, or say which type was expected.
+fn take_as<T>(
+    map: &mut Map<String, Value>,
+    key: &str,
+    path: &str,
+    expected: &str,
+    convert: impl FnOnce(Value) -> Option<T>,
+) -> Result<Option<T>, ApiError> {
+    match take(map, key) {
+        None => Ok(None),
+        Some(value) => convert(value)
+            .map(Some)
+            .ok_or_else(|| invalid_at(&join_path(path, key), &format!("expected {expected}"))),
+    }
+}
+
 pub(crate) fn take_string(
     map: &mut Map<String, Value>,
     key: &str,
     path: &str,
 ) -> Result<Option<String>, ApiError> {
-    match take(map, key) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(invalid_at(&join_path(path, key), "expected a string")),
-    }
+    take_as(map, key, path, "a string", |v| match v {
+        Value::String(s) => Some(s),
+        _ => None,
+    })
 }
 
 pub(crate) fn take_number(
@@ -107,11 +122,7 @@ pub(crate) fn take_number(
     key: &str,
     path: &str,
 ) -> Result<Option<f64>, ApiError> {
-    match take(map, key) {
-        None => Ok(None),
-        Some(Value::Number(n)) => Ok(n.as_f64()),
-        Some(_) => Err(invalid_at(&join_path(path, key), "expected a number")),
-    }
+    take_as(map, key, path, "a number", |v| v.as_f64())
 }
 
 pub(crate) fn take_i64(
@@ -119,14 +130,7 @@ pub(crate) fn take_i64(
     key: &str,
     path: &str,
 ) -> Result<Option<i64>, ApiError> {
-    match take(map, key) {
-        None => Ok(None),
-        Some(Value::Number(n)) => match n.as_i64() {
-            Some(i) => Ok(Some(i)),
-            None => Err(invalid_at(&join_path(path, key), "expected an integer")),
-        },
-        Some(_) => Err(invalid_at(&join_path(path, key), "expected an integer")),
-    }
+    take_as(map, key, path, "an integer", |v| v.as_i64())
 }
 
 /// A non-negative integer that fits `u32`.
@@ -148,11 +152,7 @@ pub(crate) fn take_bool(
     key: &str,
     path: &str,
 ) -> Result<Option<bool>, ApiError> {
-    match take(map, key) {
-        None => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(b)),
-        Some(_) => Err(invalid_at(&join_path(path, key), "expected a boolean")),
-    }
+    take_as(map, key, path, "a boolean", |v| v.as_bool())
 }
 
 /// Stop sequences: a string or an array of strings.
