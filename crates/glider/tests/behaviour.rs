@@ -29,6 +29,23 @@ async fn local_and_cloud() -> (MockVendor, MockVendor, Gateway) {
     (local, cloud, gw)
 }
 
+/// One local backend whose replies stream `deltas` pieces 50 ms apart, so a client can
+/// leave in the middle.
+async fn slow_local_stream(deltas: usize) -> (MockVendor, Gateway) {
+    let mock = MockVendor::start(MockConfig {
+        deltas,
+        delta_delay: Duration::from_millis(50),
+        ..MockConfig::default()
+    })
+    .await;
+    let yaml = format!(
+        "backends:\n  - {{name: local, type: ollama, base_url: '{}', models: [qwen]}}\n",
+        mock.base_url()
+    );
+    let gw = gateway(&yaml).await;
+    (mock, gw)
+}
+
 fn ask(model: &str, stream: bool) -> serde_json::Value {
     json!({"model": model, "max_tokens": 100, "stream": stream, "messages": [{"role": "user", "content": "hello"}]})
 }
@@ -241,17 +258,7 @@ async fn a_stream_cut_mid_reply_ends_with_an_error_event_in_the_client_dialect()
 
 #[tokio::test]
 async fn a_client_that_disconnects_cancels_the_upstream_request() {
-    let mock = MockVendor::start(MockConfig {
-        deltas: 200,
-        delta_delay: Duration::from_millis(50),
-        ..MockConfig::default()
-    })
-    .await;
-    let yaml = format!(
-        "backends:\n  - {{name: local, type: ollama, base_url: '{}', models: [qwen]}}\n",
-        mock.base_url()
-    );
-    let gw = gateway(&yaml).await;
+    let (mock, gw) = slow_local_stream(200).await;
     for path in ["/v1/messages", "/api/chat"] {
         let client = reqwest::Client::builder()
             .no_proxy()
@@ -464,17 +471,7 @@ async fn every_request_is_reported_once_on_the_bus() {
 
 #[tokio::test]
 async fn a_client_that_leaves_is_recorded_as_499() {
-    let mock = MockVendor::start(MockConfig {
-        deltas: 100,
-        delta_delay: Duration::from_millis(50),
-        ..MockConfig::default()
-    })
-    .await;
-    let yaml = format!(
-        "backends:\n  - {{name: local, type: ollama, base_url: '{}', models: [qwen]}}\n",
-        mock.base_url()
-    );
-    let gw = gateway(&yaml).await;
+    let (_mock, gw) = slow_local_stream(100).await;
     let mut events = gw.engine.bus().subscribe();
     let client = reqwest::Client::builder()
         .no_proxy()
