@@ -2,6 +2,8 @@
 //! gateway served on port 0, and helpers that speak each front dialect over real HTTP.
 #![allow(dead_code)]
 
+pub mod procs;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
