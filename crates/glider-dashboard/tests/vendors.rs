@@ -42,7 +42,10 @@ async fn vendors_are_listed_and_rediscovered_on_request() {
 
     // Another origin may not trigger it.
     let evil = stack
-        .post("/api/vendors/discover", &[("origin", "http://evil.example")])
+        .post(
+            "/api/vendors/discover",
+            &[("origin", "http://evil.example")],
+        )
         .await;
     assert_eq!(evil.status, 403, "{}", evil.text);
 
