@@ -1,7 +1,8 @@
 //! Delegation (spec package `vendors`): a message whose last user turn starts with
 //! `/claude`, `/cursor-agent` or `/agy` is handed to that CLI instead of the pipeline.
-//! This crate finds the CLIs, runs them headless, relays their output as ngl stream
-//! events and remembers each client session's delegate session so a run continues.
+//! This crate finds the CLIs, runs them headless (relaying their output as ngl stream
+//! events) or in a console of their own, remembers each client session's delegate
+//! session so a run continues, and relays the permissions a delegate was refused.
 
 pub mod interactive;
 pub mod run;
@@ -217,42 +218,7 @@ impl Delegator {
             Err(text) => return note(label, text),
         };
         let settings = vendor.settings(config);
-        let mut args = settings.args.clone();
-        match vendor {
-            Vendor::Claude => {
-                args.extend(
-                    ["-p", "--output-format", "stream-json", "--verbose"]
-                        .into_iter()
-                        .map(str::to_owned),
-                );
-                if !allowed.is_empty() {
-                    args.extend(["--allowedTools".to_owned(), allowed.join(",")]);
-                }
-                if settings.allow_all_tools {
-                    args.push("--dangerously-skip-permissions".to_owned());
-                }
-            }
-            Vendor::CursorAgent => {
-                args.extend(
-                    ["-p", "--output-format", "stream-json"]
-                        .into_iter()
-                        .map(str::to_owned),
-                );
-                if settings.allow_all_tools {
-                    args.push("--force".to_owned());
-                }
-            }
-            Vendor::Agy => args.push("-p".to_owned()),
-        }
-        if vendor.output() == Output::Text {
-            // No documented session id or end-of-options for agy: the task follows -p.
-            args.push(task);
-        } else {
-            if let Some(id) = &resume {
-                args.extend(["--resume".to_owned(), id.clone()]);
-            }
-            args.extend(["--".to_owned(), task]);
-        }
+        let args = headless_args(vendor, settings, &allowed, resume.as_deref(), task);
         let spec = RunSpec {
             program,
             args,
@@ -347,6 +313,52 @@ impl Delegator {
         };
         Ok((resume, configured, prompt))
     }
+}
+
+/// A headless run's arguments: the configured ones, the CLI's machine-readable mode,
+/// the permission policy, the session to resume and the task.
+fn headless_args(
+    vendor: Vendor,
+    settings: &glider_config::DelegateVendorConfig,
+    allowed: &[String],
+    resume: Option<&str>,
+    task: String,
+) -> Vec<String> {
+    let mut args = settings.args.clone();
+    let owned = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+    match vendor {
+        Vendor::Claude => {
+            args.extend(owned(&[
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+            ]));
+            if !allowed.is_empty() {
+                args.extend(["--allowedTools".to_owned(), allowed.join(",")]);
+            }
+            if settings.allow_all_tools {
+                args.push("--dangerously-skip-permissions".to_owned());
+            }
+        }
+        Vendor::CursorAgent => {
+            args.extend(owned(&["-p", "--output-format", "stream-json"]));
+            if settings.allow_all_tools {
+                args.push("--force".to_owned());
+            }
+        }
+        Vendor::Agy => args.push("-p".to_owned()),
+    }
+    if vendor.output() == Output::Text {
+        // No documented session id or end-of-options for agy: the task follows -p.
+        args.push(task);
+    } else {
+        if let Some(id) = resume {
+            args.extend(["--resume".to_owned(), id.to_owned()]);
+        }
+        args.extend(["--".to_owned(), task]);
+    }
+    args
 }
 
 /// Run `f` on the entry for `key`, creating it (and forgetting every entry when the
