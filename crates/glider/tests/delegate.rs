@@ -396,12 +396,16 @@ async fn deny_resumes_telling_the_delegate_and_a_stale_question_expires() {
     assert_eq!(s.lines("argv.log").len(), 3);
 }
 
-/// The real Claude Code (from npm, installed by `.ci/run` under tests/cli) as the
-/// delegate, headless with a throwaway HOME, its own requests pointed back at this
-/// Glider and on to the mock: the task's answer streams back, and a second `/claude`
-/// resumes the same Claude Code session (its next request carries the first exchange).
-#[tokio::test]
-async fn the_real_claude_code_is_a_delegate_and_resumes_its_session() {
+/// The real Claude Code (from npm) as this gateway's `/claude` delegate, with a throwaway
+/// HOME, its own model requests pointed back at the gateway and on to the mock.
+struct RealClaude {
+    _dir: tempfile::TempDir,
+    work: PathBuf,
+    mock: glider_test_support::MockVendor,
+    gw: common::Gateway,
+}
+
+async fn real_claude() -> RealClaude {
     let claude = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/cli/node_modules/.bin/claude");
     assert!(
@@ -435,7 +439,22 @@ async fn the_real_claude_code_is_a_delegate_and_resumes_its_session() {
         gw.engine.runtime().config.delegate.workdir.is_some(),
         "the reload applied"
     );
+    RealClaude {
+        _dir: dir,
+        work,
+        mock,
+        gw,
+    }
+}
 
+/// The real Claude Code (from npm, installed by `.ci/run` under tests/cli) as the
+/// delegate, headless with a throwaway HOME, its own requests pointed back at this
+/// Glider and on to the mock: the task's answer streams back, and a second `/claude`
+/// resumes the same Claude Code session (its next request carries the first exchange).
+#[tokio::test]
+async fn the_real_claude_code_is_a_delegate_and_resumes_its_session() {
+    let real = real_claude().await;
+    let (mock, gw) = (&real.mock, &real.gw);
     let session = [("x-claude-code-session-id", "real-client")];
     let first = post(
         &gw.base,
@@ -484,5 +503,82 @@ async fn the_real_claude_code_is_a_delegate_and_resumes_its_session() {
     assert!(
         conversation.contains("hello from the delegate") && conversation.contains("and once more"),
         "the resumed run carries the first exchange: {conversation}"
+    );
+}
+
+/// The real Claude Code refuses a tool outside the policy (the mock's reply asks it to
+/// run `touch`): its own `result.permission_denials` becomes the question in the reply,
+/// nothing ran, `/claude allow` resumes the same session with that exact command
+/// allowed, and the CLI then runs it.
+#[tokio::test]
+async fn the_real_claude_codes_refused_tool_comes_back_as_a_question() {
+    let real = real_claude().await;
+    let session = [("x-claude-code-session-id", "real-perm")];
+    let ask = |text: &str| {
+        post(
+            &real.gw.base,
+            "/v1/messages",
+            body(Dialect::Anthropic, text, false),
+            &session,
+        )
+    };
+    let first = ask(r#"/claude please [[call:Bash {"command":"touch made-by-claude","description":"Create a file"}]]"#).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let text = first
+        .decode(Dialect::Anthropic, false)
+        .expect("decodes")
+        .plain_text();
+    assert!(text.contains("[tool: Bash touch made-by-claude]"), "{text}");
+    assert!(
+        text.contains("[claude asked for permission and was refused: Bash touch made-by-claude]"),
+        "{text}"
+    );
+    assert!(
+        !real.work.join("made-by-claude").exists(),
+        "the refused tool did not run"
+    );
+    let turns_before = real
+        .mock
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/messages")
+        .count();
+
+    let second = ask("/claude allow").await;
+    assert_eq!(second.status, 200, "{}", second.text());
+    let last = real
+        .mock
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.path == "/v1/messages")
+        .expect("a model request");
+    let conversation = last.body["messages"].to_string();
+    assert!(
+        real.mock
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/v1/messages")
+            .count()
+            > turns_before,
+        "the resumed run asked the model again"
+    );
+    assert!(
+        conversation.contains("touch made-by-claude")
+            && conversation.contains("The user granted the permission you asked for"),
+        "the same session resumed with the answer: {conversation}"
+    );
+
+    // The rule Glider added (`Bash(touch made-by-claude)`) is one the real CLI honours:
+    // asked for the same command again in this session, it runs it without asking.
+    let third = ask(r#"/claude again [[call:Bash {"command":"touch made-by-claude","description":"Create a file"}]]"#).await;
+    let text = third
+        .decode(Dialect::Anthropic, false)
+        .expect("decodes")
+        .plain_text();
+    assert!(!text.contains("asked for permission"), "{text}");
+    assert!(
+        real.work.join("made-by-claude").exists(),
+        "the allowed tool ran: {text}"
     );
 }
