@@ -68,6 +68,12 @@ try {
   if (marker !== "same page") throw new Error("the page reloaded instead of updating live");
   const backendCells = await page.locator('#backends tr[data-backend="local"] td').allInnerTexts();
   const byBackend = await page.locator('#by-backend tr[data-group="local"] td').allInnerTexts();
+  // The Delegate CLIs view: the page's own POST re-discovers and the table is redrawn.
+  await page.locator("#discover").click();
+  await page.locator("#discover-result", { hasText: "found at" }).waitFor();
+  for (const vendor of ["claude", "cursor-agent", "agy"]) {
+    await page.locator(`#vendors tr[data-vendor="${vendor}"]`).waitFor();
+  }
 
   await page.screenshot({ path: screenshot, fullPage: true });
   if (problems.length) throw new Error(`the page reported problems:\n${problems.join("\n")}`);

@@ -507,6 +507,15 @@ pub struct DelegateConfig {
     pub max_output_bytes: usize,
     /// Longest `<cli> --version` may take during discovery, in seconds.
     pub version_timeout_secs: u64,
+    /// How long a delegate's permission question waits for `/<cli> allow|deny`, in
+    /// seconds; after it the answer is refused as stale.
+    pub ask_ttl_secs: u64,
+    /// The command that opens a console for an interactive delegate and returns at once
+    /// (default: a detached tmux session). `{session}`, `{workdir}` and `{task}` are
+    /// replaced inside items; an item that is exactly `{command}` becomes the CLI's argv.
+    pub interactive_command: Vec<String>,
+    /// What the reply tells the user to run to reach an interactive delegate.
+    pub attach_hint: String,
     /// Claude Code (`/claude`).
     pub claude: DelegateVendorConfig,
     /// Cursor's agent CLI (`/cursor-agent`).
@@ -523,6 +532,21 @@ impl Default for DelegateConfig {
             timeout_secs: 600,
             max_output_bytes: 1 << 20,
             version_timeout_secs: 5,
+            ask_ttl_secs: 900,
+            interactive_command: [
+                "tmux",
+                "new-session",
+                "-d",
+                "-s",
+                "{session}",
+                "-c",
+                "{workdir}",
+                "{command}",
+            ]
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+            attach_hint: "tmux attach -t {session}".to_owned(),
             claude: DelegateVendorConfig::default(),
             cursor_agent: DelegateVendorConfig::default(),
             agy: DelegateVendorConfig::default(),
@@ -540,6 +564,26 @@ pub struct DelegateVendorConfig {
     pub args: Vec<String>,
     /// Environment variables set for the delegate (on top of Glider's own environment).
     pub env: BTreeMap<String, String>,
+    /// `headless` (Glider runs it and relays its output) or `interactive` (Glider opens a
+    /// console running it and returns at once). Unset: interactive for `agy`, headless
+    /// for the others.
+    pub mode: Option<DelegateMode>,
+    /// Tools the delegate may use without asking (Claude Code: `--allowedTools`, e.g.
+    /// `Read`, `Bash(git log:*)`). Anything else it asks for comes back to the user.
+    pub allowed_tools: Vec<String>,
+    /// Let the delegate use every tool without asking (Claude Code
+    /// `--dangerously-skip-permissions`, cursor-agent `--force`). Off by default.
+    pub allow_all_tools: bool,
+}
+
+/// How a delegate CLI is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DelegateMode {
+    /// Run by Glider, its output relayed as the reply.
+    Headless,
+    /// Opened in its own console; the reply says how to reach it.
+    Interactive,
 }
 
 /// The MITM proxy's settings (`crates/glider-mitm`; see docs/mitm.md).

@@ -93,6 +93,34 @@ async function resetBreaker(name) {
   }
 }
 
+// ---- delegate CLIs ---------------------------------------------------------------
+
+function renderVendors(data) {
+  const body = $("vendors").tBodies[0];
+  body.replaceChildren(...data.vendors.map((v) => el("tr", { "data-vendor": v.vendor },
+    el("td", {}, el("strong", {}, v.vendor)),
+    el("td", {}, el("code", {}, v.flag)),
+    el("td", {}, v.mode),
+    el("td", {}, v.available ? el("span", { class: "pill pill-ok" }, v.version) : el("span", { class: "pill pill-down" }, "unavailable")),
+    el("td", { class: "small" }, v.path || "–"),
+    el("td", { class: "problem small" }, v.problem || ""),
+  )));
+  $("discover-result").textContent = data.discovered_at_ms ? `found at ${fmt.time(data.discovered_at_ms)}` : "not looked for yet";
+}
+
+async function loadVendors() {
+  renderVendors(await api("/api/vendors"));
+}
+
+async function discoverVendors() {
+  $("discover-result").textContent = "looking…";
+  try {
+    renderVendors(await api("/api/vendors/discover", { method: "POST" }));
+  } catch (e) {
+    $("discover-result").textContent = `Failed: ${e.message}`;
+  }
+}
+
 // ---- requests --------------------------------------------------------------------
 
 function statusCell(r) {
@@ -317,7 +345,7 @@ function connect() {
     setConn("ok", "live");
     $("notice").hidden = true;
     // Read everything after the socket is open, so nothing falls between the two.
-    Promise.all([loadStatus(), loadBackends(), loadRequests(), loadStats(), loadConfig()]).catch(showError);
+    Promise.all([loadStatus(), loadBackends(), loadVendors(), loadRequests(), loadStats(), loadConfig()]).catch(showError);
   };
   socket.onmessage = (message) => {
     try { onEvent(JSON.parse(message.data)); } catch (e) { showError(e); }
@@ -332,5 +360,6 @@ function connect() {
 
 $("older").addEventListener("click", () => loadOlder().catch(showError));
 $("reload").addEventListener("click", reloadConfig);
+$("discover").addEventListener("click", discoverVendors);
 setInterval(() => { if (document.visibilityState === "visible") loadStatus().catch(() => {}); }, 10000);
 connect();

@@ -1,6 +1,7 @@
 //! The REST endpoints under `/api/*` and `/metrics` (every one is described in
 //! docs/dashboard.md). Reads come from the collector's state and the engine's runtime;
-//! the two actions (reset a breaker, reload the config) act on the engine.
+//! the actions (reset a breaker, reload the config, re-discover the delegate CLIs) act
+//! on the engine or the vendor registry.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -298,4 +299,27 @@ pub async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         shared.metrics.encode(&states),
     )
         .into_response()
+}
+
+/// The registry's list as JSON: `{"discovered_at_ms", "vendors": [...]}`.
+fn vendor_list(shared: &Shared, list: &[glider_delegate::Discovered]) -> Response {
+    Json(json!({
+        "discovered_at_ms": shared.options.vendors.discovered_at_ms(),
+        "vendors": list.iter().map(glider_delegate::Discovered::to_json).collect::<Vec<_>>(),
+    }))
+    .into_response()
+}
+
+/// `GET /api/vendors`: the delegate CLIs as last discovered.
+pub async fn vendors(State(shared): State<Arc<Shared>>) -> Response {
+    let list = shared.options.vendors.list();
+    vendor_list(&shared, &list)
+}
+
+/// `POST /api/vendors/discover`: look for the CLIs again (current config) and return
+/// the new list.
+pub async fn discover_vendors(State(shared): State<Arc<Shared>>) -> Response {
+    let config = shared.engine.runtime().config.delegate.clone();
+    let list = shared.options.vendors.discover(&config).await;
+    vendor_list(&shared, &list)
 }

@@ -58,6 +58,8 @@ pub struct Options {
     pub recent: usize,
     /// How often backend state (health, breaker, warm models) is compared for changes.
     pub poll_interval: Duration,
+    /// The delegate CLIs found (`/api/vendors`); shared with whoever else reads it.
+    pub vendors: Arc<glider_delegate::Registry>,
 }
 
 impl Options {
@@ -72,6 +74,7 @@ impl Options {
             ws_queue: 256,
             recent: 1000,
             poll_interval: Duration::from_millis(250),
+            vendors: Arc::new(glider_delegate::Registry::new()),
         }
     }
 }
@@ -157,6 +160,8 @@ impl Dashboard {
             .route("/api/stats", get(api::stats))
             .route("/api/config", get(api::config))
             .route("/api/config/reload", post(api::reload))
+            .route("/api/vendors", get(api::vendors))
+            .route("/api/vendors/discover", post(api::discover_vendors))
             .route("/metrics", get(api::metrics))
             .route("/ws", get(ws::upgrade))
             .fallback(api::not_found)

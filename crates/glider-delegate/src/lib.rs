@@ -1,25 +1,28 @@
 //! Delegation (spec package `vendors`): a message whose last user turn starts with
 //! `/claude`, `/cursor-agent` or `/agy` is handed to that CLI instead of the pipeline.
-//! This crate finds the CLIs, runs them headless, relays their output as ngl stream
-//! events and remembers each client session's delegate session so a run continues.
+//! This crate finds the CLIs, runs them headless (relaying their output as ngl stream
+//! events) or in a console of their own, remembers each client session's delegate
+//! session so a run continues, and relays the permissions a delegate was refused.
 
+pub mod interactive;
 pub mod run;
 pub mod vendors;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use glider_config::DelegateConfig;
+use glider_config::{DelegateConfig, DelegateMode};
 use glider_ngl::stream::PartKind;
 use glider_ngl::{Dialect, Part, Request, Role, StopReason, StreamEvent, Usage};
+use glider_sys::runstate::DelegatePids;
 use http::HeaderMap;
 
-pub use run::{Events, GroupGuard, RunSpec};
-pub use vendors::{Discovered, Vendor, discover, locate};
+pub use run::{Denial, Events, GroupGuard, Output, Report, RunSpec};
+pub use vendors::{Discovered, Registry, Vendor, discover, locate};
 
-/// Most client sessions whose delegate session is remembered.
+/// Most client sessions whose delegate state is remembered.
 const MAX_SESSIONS: usize = 4096;
 
 /// A message taken for delegation: the reply to send instead of the pipeline's.
@@ -41,11 +44,31 @@ impl std::fmt::Debug for Delegation {
     }
 }
 
-/// The delegate handler: shared by every request, it holds only the map from client
-/// session to delegate session (so `/claude` again resumes the same run).
+/// What Glider remembers about one client session's delegate (per vendor).
+#[derive(Debug, Default)]
+struct Client {
+    /// The delegate's session id, to resume it.
+    session: Option<String>,
+    /// Tools the user allowed during this session (on top of the configured ones).
+    allowed: Vec<String>,
+    /// A permission question waiting for `/<cli> allow|deny`.
+    ask: Option<Ask>,
+}
+
+/// Tool uses a delegate was refused, waiting for the user's answer.
+#[derive(Debug)]
+struct Ask {
+    denials: Vec<Denial>,
+    expires: Instant,
+}
+
+/// The delegate handler: shared by every request, it holds per client session the
+/// delegate's session (so `/claude` again resumes the same run), the tools the user
+/// allowed and any permission question still waiting for an answer.
 #[derive(Debug, Default)]
 pub struct Delegator {
-    sessions: Arc<Mutex<HashMap<String, String>>>,
+    clients: Arc<Mutex<HashMap<String, Client>>>,
+    pids: Option<DelegatePids>,
 }
 
 /// The flag and task found in a request's last user message.
@@ -75,15 +98,54 @@ pub fn find_flag(request: &Request) -> Option<Flagged> {
     })
 }
 
+/// The user's answer to a permission question.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Answer {
+    Allow,
+    Deny,
+}
+
+impl Answer {
+    fn parse(task: &str) -> Option<Answer> {
+        match task.to_ascii_lowercase().as_str() {
+            "allow" => Some(Answer::Allow),
+            "deny" => Some(Answer::Deny),
+            _ => None,
+        }
+    }
+}
+
+/// The permission rule that allows what `denial` asked for: a Bash command exactly
+/// (`Bash(npm test)`), any other tool by name.
+fn rule_for(denial: &Denial) -> String {
+    match denial
+        .input
+        .get("command")
+        .and_then(serde_json::Value::as_str)
+    {
+        Some(command) if denial.tool == "Bash" => format!("Bash({command})"),
+        _ => denial.tool.clone(),
+    }
+}
+
 impl Delegator {
-    /// A handler with no remembered sessions.
+    /// A handler with no remembered sessions that records nothing in runstate.
     pub fn new() -> Self {
         Delegator::default()
     }
 
-    /// The delegate session remembered for `key`, if any.
-    fn remembered(&self, key: &str) -> Option<String> {
-        self.sessions.lock().ok()?.get(key).cloned()
+    /// A handler that records each running delegate's process group in runstate.
+    pub fn with_pids(pids: DelegatePids) -> Self {
+        Delegator {
+            pids: Some(pids),
+            ..Delegator::default()
+        }
+    }
+
+    /// Read or change what is remembered for client session `key`.
+    fn client<T>(&self, key: &str, f: impl FnOnce(&mut Client) -> T) -> T {
+        let mut map = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        remember(&mut map, key, f)
     }
 
     /// Take the request if it is a delegation (`None`: it goes to the pipeline). A body
@@ -118,25 +180,17 @@ impl Delegator {
     ) -> Events {
         let vendor = flagged.vendor;
         let label = vendor.binary();
-        if vendor != Vendor::Claude {
-            return note(
-                label,
-                format!(
-                    "Glider: {} delegation is not available in this build yet; only /claude runs headless.",
-                    vendor.flag()
-                ),
-            );
-        }
         let Some(program) = locate(vendor, config) else {
             return note(
                 label,
                 format!(
-                    "Glider: cannot delegate to {label}: it is not installed (looked for {} ; set delegate.{label}.path).",
+                    "Glider: cannot delegate to {label}: it is not installed (looked for {} ; set delegate.{}.path).",
                     vendor
                         .settings(config)
                         .path
                         .clone()
-                        .unwrap_or_else(|| format!("{label} on PATH"))
+                        .unwrap_or_else(|| format!("{label} on PATH")),
+                    label.replace('-', "_")
                 ),
             );
         };
@@ -155,32 +209,16 @@ impl Delegator {
                 ),
             );
         }
-        let resume = client_session.as_deref().and_then(|k| self.remembered(k));
-        let task = match (flagged.task.is_empty(), &resume) {
-            (false, _) => flagged.task.clone(),
-            (true, Some(_)) => "continue".to_owned(),
-            (true, None) => {
-                return note(
-                    label,
-                    format!(
-                        "Glider: usage: {} <task> — the rest of the message is the task; {} again continues the run.",
-                        vendor.flag(),
-                        vendor.flag()
-                    ),
-                );
-            }
+        if vendor.mode(config) == DelegateMode::Interactive {
+            return interactive::launch(config, vendor, program, workdir, flagged.task.clone());
+        }
+        let key = client_session.as_deref();
+        let (resume, allowed, task) = match self.prepare(config, vendor, key, &flagged.task) {
+            Ok(prepared) => prepared,
+            Err(text) => return note(label, text),
         };
         let settings = vendor.settings(config);
-        let mut args = settings.args.clone();
-        args.extend(
-            ["-p", "--output-format", "stream-json", "--verbose"]
-                .into_iter()
-                .map(str::to_owned),
-        );
-        if let Some(id) = &resume {
-            args.extend(["--resume".to_owned(), id.clone()]);
-        }
-        args.extend(["--".to_owned(), task]);
+        let args = headless_args(vendor, settings, &allowed, resume.as_deref(), task);
         let spec = RunSpec {
             program,
             args,
@@ -189,23 +227,151 @@ impl Delegator {
             timeout: Duration::from_secs(config.timeout_secs.max(1)),
             max_output_bytes: config.max_output_bytes,
             label: label.to_owned(),
+            output: vendor.output(),
+            pids: self.pids.clone(),
         };
         tracing::info!(delegate = label, resume = resume.is_some(), workdir = %spec.workdir.display(), "delegating a message");
-        let sessions = self.sessions.clone();
-        let on_session: run::SessionSink = Box::new(move |id: &str| {
+        let clients = self.clients.clone();
+        let ttl = Duration::from_secs(config.ask_ttl_secs.max(1));
+        let on_report: run::ReportSink = Box::new(move |report: Report| {
             let Some(key) = &client_session else { return };
-            if let Ok(mut map) = sessions.lock() {
-                if map.len() >= MAX_SESSIONS && !map.contains_key(key) {
-                    map.clear();
+            let mut map = clients.lock().unwrap_or_else(|p| p.into_inner());
+            remember(&mut map, key, |client| match report {
+                Report::Session(id) => client.session = Some(id),
+                Report::Denied(denials) => {
+                    client.ask = Some(Ask {
+                        denials,
+                        expires: Instant::now() + ttl,
+                    });
                 }
-                map.insert(key.clone(), id.to_owned());
-            }
+            });
         });
-        match run::start_stream_json(spec, on_session) {
+        match run::start(spec, on_report) {
             Ok(events) => events,
             Err(error) => Box::pin(futures_util::stream::iter([StreamEvent::Error { error }])),
         }
     }
+
+    /// What a headless run resumes, which tools it may use and the prompt it gets; or
+    /// the note to reply with instead. `/<cli> allow|deny` answers a waiting question.
+    fn prepare(
+        &self,
+        config: &DelegateConfig,
+        vendor: Vendor,
+        key: Option<&str>,
+        task: &str,
+    ) -> Result<(Option<String>, Vec<String>, String), String> {
+        let flag = vendor.flag();
+        let answer = Answer::parse(task);
+        let (resume, mut allowed, ask) = match key {
+            Some(key) => self.client(key, |client| {
+                // Any new message answers or drops a waiting question.
+                let ask = client.ask.take().filter(|a| a.expires > Instant::now());
+                if answer == Some(Answer::Allow)
+                    && let Some(ask) = &ask
+                {
+                    for rule in ask.denials.iter().map(rule_for) {
+                        if !client.allowed.contains(&rule) {
+                            client.allowed.push(rule);
+                        }
+                    }
+                }
+                (client.session.clone(), client.allowed.clone(), ask)
+            }),
+            None => (None, Vec::new(), None),
+        };
+        let mut configured = vendor.settings(config).allowed_tools.clone();
+        configured.append(&mut allowed);
+        let prompt = match (answer, ask) {
+            (Some(_), None) => {
+                return Err(format!(
+                    "Glider: no permission question from {} is waiting in this session ({flag} allow|deny answers one within {}s of the question; delegate.ask_ttl_secs).",
+                    vendor.binary(),
+                    config.ask_ttl_secs
+                ));
+            }
+            (Some(answer), Some(ask)) => {
+                let asked: Vec<String> = ask.denials.iter().map(Denial::describe).collect();
+                match answer {
+                    Answer::Allow => format!(
+                        "The user granted the permission you asked for ({}). Continue the task.",
+                        asked.join("; ")
+                    ),
+                    Answer::Deny => format!(
+                        "The user refused the permission you asked for ({}). Do not use it; continue the task without it, or say what you need instead.",
+                        asked.join("; ")
+                    ),
+                }
+            }
+            (None, _) if !task.is_empty() => task.to_owned(),
+            (None, _) if resume.is_some() => "continue".to_owned(),
+            (None, _) => {
+                return Err(format!(
+                    "Glider: usage: {flag} <task> — the rest of the message is the task; {flag} again continues the run."
+                ));
+            }
+        };
+        Ok((resume, configured, prompt))
+    }
+}
+
+/// A headless run's arguments: the configured ones, the CLI's machine-readable mode,
+/// the permission policy, the session to resume and the task.
+fn headless_args(
+    vendor: Vendor,
+    settings: &glider_config::DelegateVendorConfig,
+    allowed: &[String],
+    resume: Option<&str>,
+    task: String,
+) -> Vec<String> {
+    let mut args = settings.args.clone();
+    let owned = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+    match vendor {
+        Vendor::Claude => {
+            args.extend(owned(&[
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+            ]));
+            if !allowed.is_empty() {
+                args.extend(["--allowedTools".to_owned(), allowed.join(",")]);
+            }
+            if settings.allow_all_tools {
+                args.push("--dangerously-skip-permissions".to_owned());
+            }
+        }
+        Vendor::CursorAgent => {
+            args.extend(owned(&["-p", "--output-format", "stream-json"]));
+            if settings.allow_all_tools {
+                args.push("--force".to_owned());
+            }
+        }
+        Vendor::Agy => args.push("-p".to_owned()),
+    }
+    if vendor.output() == Output::Text {
+        // No documented session id or end-of-options for agy: the task follows -p.
+        args.push(task);
+    } else {
+        if let Some(id) = resume {
+            args.extend(["--resume".to_owned(), id.to_owned()]);
+        }
+        args.extend(["--".to_owned(), task]);
+    }
+    args
+}
+
+/// Run `f` on the entry for `key`, creating it (and forgetting every entry when the
+/// map is full: a crude bound that keeps memory flat).
+fn remember<T>(
+    map: &mut HashMap<String, Client>,
+    key: &str,
+    f: impl FnOnce(&mut Client) -> T,
+) -> T {
+    if map.len() >= MAX_SESSIONS && !map.contains_key(key) {
+        map.clear();
+    }
+    f(map.entry(key.to_owned()).or_default())
 }
 
 /// Whether `body` could hold a delegation flag at all (JSON's escaped `\/claude` holds
@@ -219,7 +385,12 @@ fn mentions_a_flag(body: &[u8]) -> bool {
 
 /// A short reply from Glider itself (no CLI ran), as a complete event stream.
 fn note(model: &str, text: String) -> Events {
-    Box::pin(futures_util::stream::iter([
+    Box::pin(futures_util::stream::iter(note_events(model, text)))
+}
+
+/// The events of a short reply from Glider itself.
+pub(crate) fn note_events(model: &str, text: String) -> [StreamEvent; 5] {
+    [
         StreamEvent::Start {
             id: "msg_delegate_note".to_owned(),
             model: model.to_owned(),
@@ -235,7 +406,7 @@ fn note(model: &str, text: String) -> Events {
             stop_reason: StopReason::EndTurn,
             usage: Usage::default(),
         },
-    ]))
+    ]
 }
 
 /// The resolved working directory a delegate would run in, if configured.

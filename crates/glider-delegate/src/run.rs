@@ -1,6 +1,7 @@
-//! A headless delegate run: the CLI in its own process group, its stream-json output
-//! relayed as ngl stream events, bounded by a timeout and an output limit. Dropping the
-//! event stream (request over, client gone) kills the whole process group.
+//! A headless delegate run: the CLI in its own process group, its output (Claude Code or
+//! cursor-agent stream-json, or plain text) relayed as ngl stream events, bounded by a
+//! timeout and an output limit. Dropping the event stream (request over, client gone)
+//! kills the whole process group.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -19,8 +20,47 @@ use tokio::time::Instant;
 /// The boxed event stream a run produces.
 pub type Events = Pin<Box<dyn Stream<Item = StreamEvent> + Send>>;
 
-/// Called with the delegate's session id when its output names one.
-pub type SessionSink = Box<dyn FnMut(&str) + Send>;
+/// Told what a run reports about itself while it runs.
+pub type ReportSink = Box<dyn FnMut(Report) + Send>;
+
+/// Something a run's output said that the handler keeps for later.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Report {
+    /// The delegate's session id (to resume it).
+    Session(String),
+    /// Tool uses the delegate was refused (Claude Code's `result.permission_denials`).
+    Denied(Vec<Denial>),
+}
+
+/// One tool use a delegate asked for and was not allowed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Denial {
+    /// The tool, e.g. `Bash`.
+    pub tool: String,
+    /// Its input, as the delegate sent it.
+    pub input: Value,
+}
+
+impl Denial {
+    /// `Bash ls src`: the tool and a one-line view of its input.
+    pub fn describe(&self) -> String {
+        format!("{} {}", self.tool, summary(&self.input))
+            .trim_end()
+            .to_owned()
+    }
+}
+
+/// Which machine-readable output a CLI prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Claude Code `--output-format stream-json --verbose`.
+    ClaudeStreamJson,
+    /// cursor-agent `--output-format stream-json` (one `assistant` line per message,
+    /// `tool_call` started/completed).
+    CursorStreamJson,
+    /// Plain text: every line is relayed as it is.
+    Text,
+}
 
 /// Everything needed to start one headless run.
 #[derive(Debug, Clone)]
@@ -39,6 +79,10 @@ pub struct RunSpec {
     pub max_output_bytes: usize,
     /// Name used in messages and as the reply's model, e.g. `claude`.
     pub label: String,
+    /// How to read its stdout.
+    pub output: Output,
+    /// Where the running process group is recorded (runstate), if anywhere.
+    pub pids: Option<glider_sys::runstate::DelegatePids>,
 }
 
 /// Kills a process group when dropped, so nothing a delegate started (grandchildren
@@ -46,12 +90,25 @@ pub struct RunSpec {
 #[derive(Debug)]
 pub struct GroupGuard {
     pgid: u32,
+    pids: Option<glider_sys::runstate::DelegatePids>,
 }
 
 impl GroupGuard {
     /// A guard for the group led by `pgid` (a child started with `process_group(0)`).
     pub fn new(pgid: u32) -> Self {
-        GroupGuard { pgid }
+        GroupGuard { pgid, pids: None }
+    }
+
+    /// A guard that also records the group in runstate while it lives.
+    pub fn recorded(
+        pgid: u32,
+        label: &str,
+        pids: Option<glider_sys::runstate::DelegatePids>,
+    ) -> Self {
+        if let Some(pids) = &pids {
+            pids.started(pgid, label);
+        }
+        GroupGuard { pgid, pids }
     }
 
     /// The group's id (the leader's pid).
@@ -69,6 +126,9 @@ impl Drop for GroupGuard {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+        if let Some(pids) = &self.pids {
+            pids.ended(self.pgid);
+        }
     }
 }
 
@@ -81,10 +141,10 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Start `spec` and relay its Claude-Code-style stream-json output (one JSON object a
-/// line: `system`/`init`, `assistant`, `user`, `result`, each with `session_id`).
-/// Fails before any event when the process cannot start.
-pub fn start_stream_json(spec: RunSpec, on_session: SessionSink) -> Result<Events, ApiError> {
+/// Start `spec` and relay its output as `spec.output` says: stream-json (one JSON object
+/// a line: `system`/`init`, `assistant`, tool events, `result`, each with `session_id`)
+/// or plain text. Fails before any event when the process cannot start.
+pub fn start(spec: RunSpec, on_report: ReportSink) -> Result<Events, ApiError> {
     let mut command = tokio::process::Command::new(&spec.program);
     command
         .args(&spec.args)
@@ -106,7 +166,9 @@ pub fn start_stream_json(spec: RunSpec, on_session: SessionSink) -> Result<Event
             ),
         )
     })?;
-    let guard = child.id().map(|pgid| GroupGuard { pgid });
+    let guard = child
+        .id()
+        .map(|pgid| GroupGuard::recorded(pgid, &spec.label, spec.pids.clone()));
     let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(ApiError::new(ErrorKind::Internal, "delegate pipes missing"));
     };
@@ -145,7 +207,7 @@ pub fn start_stream_json(spec: RunSpec, on_session: SessionSink) -> Result<Event
         child,
         lines: BufReader::new(stdout).lines(),
         stderr: Some(stderr_task),
-        on_session,
+        on_report,
         pending,
         relayed: 0,
         ends_with_newline: true,
@@ -174,7 +236,7 @@ struct Run {
     child: Child,
     lines: Lines<BufReader<ChildStdout>>,
     stderr: Option<AbortOnDrop<String>>,
-    on_session: SessionSink,
+    on_report: ReportSink,
     pending: VecDeque<StreamEvent>,
     deadline: Instant,
     relayed: usize,
@@ -199,12 +261,22 @@ impl Run {
             Ok(Ok(None)) => return self.finish().await,
             Ok(Ok(Some(line))) => line,
         };
+        if self.spec.output == Output::Text {
+            let mut text = line;
+            text.push('\n');
+            return self.relay(text);
+        }
         let Ok(value) = serde_json::from_str::<Value>(&line) else {
             tracing::debug!(delegate = %self.spec.label, "non-JSON output line ignored");
             return;
         };
+        self.json_line(&value);
+    }
+
+    /// One stream-json line (both CLIs share `system`, `assistant` and `result`).
+    fn json_line(&mut self, value: &Value) {
         if let Some(session) = value.get("session_id").and_then(Value::as_str) {
-            (self.on_session)(session);
+            (self.on_report)(Report::Session(session.to_owned()));
         }
         match value.get("type").and_then(Value::as_str) {
             Some("assistant") => {
@@ -221,15 +293,42 @@ impl Run {
                         }
                         Some("tool_use") => {
                             let name = block.get("name").and_then(Value::as_str).unwrap_or("?");
-                            let line = format!("[tool: {name} {}]", tool_summary(&block));
+                            let input = block.get("input").unwrap_or(&Value::Null);
+                            let line = tool_line(name, input);
                             self.block(&line);
                         }
                         _ => {}
                     }
                 }
             }
+            Some("tool_call") => self.cursor_tool_call(value),
             Some("result") => {
                 self.result_seen = true;
+                let denials: Vec<Denial> = value
+                    .get("permission_denials")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(|d| Denial {
+                        tool: d
+                            .get("tool_name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("?")
+                            .to_owned(),
+                        input: d.get("tool_input").cloned().unwrap_or(Value::Null),
+                    })
+                    .collect();
+                if !denials.is_empty() {
+                    let flag = format!("/{}", self.spec.label);
+                    let asked: Vec<String> = denials.iter().map(Denial::describe).collect();
+                    self.block(&format!(
+                        "[{} asked for permission and was refused: {}]\nAnswer `{flag} allow` to allow {} and continue the run, or `{flag} deny` to refuse and let it continue without.",
+                        self.spec.label,
+                        asked.join("; "),
+                        if asked.len() == 1 { "it" } else { "them" }
+                    ));
+                    (self.on_report)(Report::Denied(denials));
+                }
                 let is_error = value.get("is_error").and_then(Value::as_bool) == Some(true)
                     || value
                         .get("subtype")
@@ -249,6 +348,58 @@ impl Run {
         }
     }
 
+    /// cursor-agent's `tool_call` line: `{"subtype": "started"|"completed", "tool_call":
+    /// {"<kind>ToolCall": {"args": {..}, "result": {..}}}}` (or `{"function": {"name",
+    /// "arguments"}}`). Started calls are shown like Claude Code's; failed ones too.
+    fn cursor_tool_call(&mut self, value: &Value) {
+        let Some((kind, call)) = value
+            .get("tool_call")
+            .and_then(Value::as_object)
+            .and_then(|o| o.iter().next())
+        else {
+            return;
+        };
+        let (name, args) = if kind == "function" {
+            let name = call.get("name").and_then(Value::as_str).unwrap_or("?");
+            let args = call
+                .get("arguments")
+                .and_then(Value::as_str)
+                .and_then(|a| serde_json::from_str(a).ok())
+                .unwrap_or(Value::Null);
+            (name.to_owned(), args)
+        } else {
+            let name = kind.strip_suffix("ToolCall").unwrap_or(kind);
+            (
+                name.to_owned(),
+                call.get("args").cloned().unwrap_or(Value::Null),
+            )
+        };
+        match value.get("subtype").and_then(Value::as_str) {
+            Some("started") => {
+                let line = tool_line(&name, &args);
+                self.block(&line);
+            }
+            Some("completed") => {
+                let failure = call
+                    .get("result")
+                    .and_then(Value::as_object)
+                    .filter(|r| !r.contains_key("success"))
+                    .and_then(|r| r.iter().next());
+                if let Some((how, detail)) = failure {
+                    let detail = detail
+                        .get("error")
+                        .or_else(|| detail.get("reason"))
+                        .or_else(|| detail.get("message"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    let line = format!("[tool {name} {how}: {detail}]");
+                    self.block(line.trim_end_matches(": ]").trim_end());
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Relay one block of text on its own line(s), within the output limit.
     fn block(&mut self, text: &str) {
         if text.is_empty() || self.done {
@@ -259,6 +410,14 @@ impl Run {
             out.push('\n');
         }
         out.push_str(text);
+        self.relay(out);
+    }
+
+    /// Relay `out` as it is, within the output limit.
+    fn relay(&mut self, mut out: String) {
+        if out.is_empty() || self.done {
+            return;
+        }
         let room = self.spec.max_output_bytes.saturating_sub(self.relayed);
         if out.len() > room {
             let mut cut = room;
@@ -346,9 +505,21 @@ impl Run {
     }
 }
 
+/// `[tool: Bash ls src]`: how a tool call is shown in the reply.
+fn tool_line(name: &str, input: &Value) -> String {
+    let summary = summary(input);
+    if summary.is_empty() {
+        format!("[tool: {name}]")
+    } else {
+        format!("[tool: {name} {summary}]")
+    }
+}
+
 /// A short, one-line view of a tool call's input (the usual fields first).
-fn tool_summary(block: &Value) -> String {
-    let input = block.get("input").cloned().unwrap_or(Value::Null);
+pub fn summary(input: &Value) -> String {
+    if input.is_null() {
+        return String::new();
+    }
     let preferred = [
         "command",
         "file_path",

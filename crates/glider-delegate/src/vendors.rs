@@ -1,12 +1,16 @@
 //! The vendor registry: which delegate CLIs exist (`claude`, `cursor-agent`, `agy`),
 //! where their executables are (configured path or `PATH`) and which version each
-//! reports (`--version`, bounded by a timeout).
+//! reports (`--version`, bounded by a timeout). [`Registry`] holds the latest discovery
+//! for the dashboard and for transparent mode's process filter.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use glider_config::{DelegateConfig, DelegateVendorConfig};
+use glider_config::{DelegateConfig, DelegateMode, DelegateVendorConfig};
 use serde_json::{Value, json};
+
+use crate::run::Output;
 
 /// A CLI Glider can hand a message to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -43,6 +47,24 @@ impl Vendor {
             Vendor::Claude => "claude",
             Vendor::CursorAgent => "cursor-agent",
             Vendor::Agy => "agy",
+        }
+    }
+
+    /// How this vendor runs under `config`: its `mode`, else interactive for `agy`
+    /// (spec: the interactive template is `/agy`'s default) and headless otherwise.
+    pub fn mode(self, config: &DelegateConfig) -> DelegateMode {
+        self.settings(config).mode.unwrap_or(match self {
+            Vendor::Agy => DelegateMode::Interactive,
+            Vendor::Claude | Vendor::CursorAgent => DelegateMode::Headless,
+        })
+    }
+
+    /// What its headless output looks like.
+    pub fn output(self) -> Output {
+        match self {
+            Vendor::Claude => Output::ClaudeStreamJson,
+            Vendor::CursorAgent => Output::CursorStreamJson,
+            Vendor::Agy => Output::Text,
         }
     }
 
@@ -104,6 +126,8 @@ pub struct Discovered {
     pub version: Option<String>,
     /// Why there is no version (not installed, timed out, failed).
     pub problem: Option<String>,
+    /// How a flagged message runs it.
+    pub mode: DelegateMode,
 }
 
 impl Discovered {
@@ -115,7 +139,82 @@ impl Discovered {
             "path": self.path.as_ref().map(|p| p.display().to_string()),
             "version": self.version,
             "problem": self.problem,
+            "mode": match self.mode {
+                DelegateMode::Headless => "headless",
+                DelegateMode::Interactive => "interactive",
+            },
+            "available": self.available(),
         })
+    }
+
+    /// Installed and answering `--version`.
+    pub fn available(&self) -> bool {
+        self.path.is_some() && self.version.is_some()
+    }
+}
+
+/// The latest discovery, shared by the dashboard (`/api/vendors`) and transparent mode.
+/// A re-discovery swaps in a whole new list; readers keep the list they hold.
+#[derive(Debug, Default)]
+pub struct Registry {
+    current: RwLock<Arc<Vec<Discovered>>>,
+    /// Unix milliseconds of the last discovery (0: never).
+    at_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Registry {
+    /// An empty registry (nothing discovered yet).
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// The list as last discovered (empty before the first discovery).
+    pub fn list(&self) -> Arc<Vec<Discovered>> {
+        self.current
+            .read()
+            .map(|list| list.clone())
+            .unwrap_or_default()
+    }
+
+    /// When the last discovery finished, in Unix milliseconds (0: never).
+    pub fn discovered_at_ms(&self) -> u64 {
+        self.at_ms.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Discover again under `config` and swap the new list in; returns it.
+    pub async fn discover(&self, config: &DelegateConfig) -> Arc<Vec<Discovered>> {
+        let list = Arc::new(discover(config).await);
+        if let Ok(mut current) = self.current.write() {
+            *current = list.clone();
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.at_ms.store(now, std::sync::atomic::Ordering::Relaxed);
+        list
+    }
+
+    /// Executable names a delegate's process can have, for a process filter: each
+    /// vendor's usual name, plus the file name of every discovered executable (a
+    /// configured path may differ, and a symlink's target is what runs). Sorted, no
+    /// duplicates.
+    pub fn image_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vendor::ALL.iter().map(|v| v.binary().to_owned()).collect();
+        for found in self.list().iter() {
+            let Some(path) = &found.path else { continue };
+            let resolved = std::fs::canonicalize(path).ok();
+            for file in [Some(path.as_path()), resolved.as_deref()]
+                .into_iter()
+                .flatten()
+            {
+                if let Some(name) = file.file_name().and_then(|n| n.to_str()) {
+                    names.push(name.to_owned());
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
     }
 }
 
@@ -125,6 +224,7 @@ pub async fn discover(config: &DelegateConfig) -> Vec<Discovered> {
     let timeout = Duration::from_secs(config.version_timeout_secs.max(1));
     let probes = Vendor::ALL.into_iter().map(|vendor| {
         let path = locate(vendor, config);
+        let mode = vendor.mode(config);
         async move {
             let Some(path) = path else {
                 return Discovered {
@@ -132,6 +232,7 @@ pub async fn discover(config: &DelegateConfig) -> Vec<Discovered> {
                     path: None,
                     version: None,
                     problem: Some(format!("{} is not installed", vendor.binary())),
+                    mode,
                 };
             };
             let (version, problem) = match version_of(&path, timeout).await {
@@ -143,6 +244,7 @@ pub async fn discover(config: &DelegateConfig) -> Vec<Discovered> {
                 path: Some(path),
                 version,
                 problem,
+                mode,
             }
         }
     });

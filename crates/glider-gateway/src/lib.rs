@@ -25,8 +25,14 @@ struct Gateway {
     delegator: Arc<glider_delegate::Delegator>,
 }
 
-/// The gateway's routes over `engine`.
+/// The gateway's routes over `engine`, with a delegate handler of its own.
 pub fn router(engine: Arc<Engine>) -> Router {
+    router_with(engine, Arc::new(glider_delegate::Delegator::new()))
+}
+
+/// The gateway's routes over `engine`, delegating through `delegator` (shared with
+/// whoever else must see it, e.g. the binary that records delegate PIDs in runstate).
+pub fn router_with(engine: Arc<Engine>, delegator: Arc<glider_delegate::Delegator>) -> Router {
     Router::new()
         .route("/", get(root).head(root))
         .route("/v1/chat/completions", post(chat_completions))
@@ -38,10 +44,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .route("/api/tags", get(ollama_tags))
         .route("/api/version", get(ollama_version))
         .fallback(not_found)
-        .with_state(Gateway {
-            engine,
-            delegator: Arc::new(glider_delegate::Delegator::new()),
-        })
+        .with_state(Gateway { engine, delegator })
 }
 
 /// Serve the gateway on `listener` until `shutdown` resolves.
@@ -54,13 +57,23 @@ pub async fn serve(
     engine: Arc<Engine>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with(listener, router(engine), shutdown).await
+}
+
+/// Serve `router` (from [`router`] or [`router_with`]) on `listener` until `shutdown`
+/// resolves, with `TCP_NODELAY` as [`serve`] does.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     use axum::serve::ListenerExt;
     let listener = listener.tap_io(|tcp| {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted connection");
         }
     });
-    axum::serve(listener, router(engine))
+    axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
 }

@@ -6,6 +6,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,20 @@ pub struct Record {
     /// Set when the run stopped cleanly.
     #[serde(default)]
     pub stopped_at: Option<u64>,
+    /// Delegate process groups running right now (added at start, removed at exit).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delegates: Vec<DelegateProcess>,
+}
+
+/// A delegate CLI process group this run started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DelegateProcess {
+    /// Process group id (the leader's pid).
+    pub pgid: u32,
+    /// Which CLI (`claude`, `cursor-agent`, `agy`).
+    pub cli: String,
+    /// Unix seconds.
+    pub started_at: u64,
 }
 
 /// What the previous run left.
@@ -71,6 +86,15 @@ impl Previous {
                         "if transparent mode was used, look for redirect rules that stayed with `iptables -t nat -S OUTPUT`".to_owned(),
                     );
                 }
+                for (delegate, alive) in leftover_delegates(&record.delegates) {
+                    checks.push(format!(
+                        "its {} delegate (process group {}) is still running: {}; stop it with `kill -- -{}` once you have checked it is not something else",
+                        delegate.cli,
+                        delegate.pgid,
+                        alive.join(", "),
+                        delegate.pgid
+                    ));
+                }
                 checks.push(
                     "look for delegate CLI processes whose parent is gone: `ps -eo pid,ppid,etime,cmd | grep -E 'claude|codex|cursor-agent|agy'` (a ppid of 1 means orphaned)".to_owned(),
                 );
@@ -90,7 +114,75 @@ impl Previous {
 #[derive(Debug)]
 pub struct RunState {
     path: PathBuf,
-    record: Record,
+    record: Arc<Mutex<Record>>,
+}
+
+/// A handle that records delegate process groups in the run's record while they run
+/// (each change rewrites the file atomically). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct DelegatePids {
+    path: PathBuf,
+    record: Arc<Mutex<Record>>,
+}
+
+impl DelegatePids {
+    /// Record that delegate `cli` runs as process group `pgid`.
+    pub fn started(&self, pgid: u32, cli: &str) {
+        self.change(|record| {
+            record.delegates.retain(|d| d.pgid != pgid);
+            record.delegates.push(DelegateProcess {
+                pgid,
+                cli: cli.to_owned(),
+                started_at: now(),
+            });
+        });
+    }
+
+    /// Record that process group `pgid` is gone.
+    pub fn ended(&self, pgid: u32) {
+        self.change(|record| record.delegates.retain(|d| d.pgid != pgid));
+    }
+
+    fn change(&self, edit: impl FnOnce(&mut Record)) {
+        let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        edit(&mut record);
+        if let Err(e) = write(&self.path, &record) {
+            tracing::warn!(error = %e, path = %self.path.display(), "could not record delegate processes");
+        }
+    }
+}
+
+/// Each recorded delegate whose process group still has members, with those members
+/// as `pid (command)` read from `/proc`.
+fn leftover_delegates(delegates: &[DelegateProcess]) -> Vec<(&DelegateProcess, Vec<String>)> {
+    if delegates.is_empty() {
+        return Vec::new();
+    }
+    let processes: Vec<(u32, u32, String)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid pgrp ...`: comm may hold spaces and parentheses.
+            let (head, after) = stat.rsplit_once(')')?;
+            let comm = head.split_once('(')?.1.to_owned();
+            let pgrp = after.split_whitespace().nth(2)?.parse().ok()?;
+            Some((pid, pgrp, comm))
+        })
+        .collect();
+    delegates
+        .iter()
+        .filter_map(|delegate| {
+            let alive: Vec<String> = processes
+                .iter()
+                .filter(|(_, pgrp, _)| *pgrp == delegate.pgid)
+                .map(|(pid, _, comm)| format!("pid {pid} ({comm})"))
+                .collect();
+            (!alive.is_empty()).then_some((delegate, alive))
+        })
+        .collect()
 }
 
 impl RunState {
@@ -109,15 +201,26 @@ impl RunState {
             version: version.to_owned(),
             features: features.iter().map(|f| (*f).to_owned()).collect(),
             stopped_at: None,
+            delegates: Vec::new(),
         };
         write(&path, &record)?;
+        let record = Arc::new(Mutex::new(record));
         Ok((RunState { path, record }, previous))
     }
 
     /// Mark this run as stopped cleanly.
-    pub fn stopped(mut self) -> io::Result<()> {
-        self.record.stopped_at = Some(now());
-        write(&self.path, &self.record)
+    pub fn stopped(self) -> io::Result<()> {
+        let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        record.stopped_at = Some(now());
+        write(&self.path, &record)
+    }
+
+    /// The handle delegates record their process groups through.
+    pub fn delegate_pids(&self) -> DelegatePids {
+        DelegatePids {
+            path: self.path.clone(),
+            record: self.record.clone(),
+        }
     }
 
     /// Where the record lives.
@@ -199,6 +302,43 @@ mod tests {
         assert!(warning.contains("did not stop cleanly"), "{warning}");
         assert!(warning.contains("iptables -t nat -S OUTPUT"), "{warning}");
         assert!(warning.contains("ppid"), "{warning}");
+    }
+
+    #[test]
+    fn leftover_delegates_are_named_after_an_unclean_stop() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let (run, _) = RunState::start(home.path(), "1", &[]).expect("start");
+        let pids = run.delegate_pids();
+        // A live delegate stand-in in its own process group, and one that ended.
+        let mut sleeper = {
+            use std::os::unix::process::CommandExt;
+            std::process::Command::new("sleep")
+                .arg("30")
+                .process_group(0)
+                .spawn()
+                .expect("sleep")
+        };
+        pids.started(sleeper.id(), "claude");
+        pids.started(999_999_999, "agy");
+        pids.started(4_000_000_000, "cursor-agent");
+        pids.ended(4_000_000_000);
+        let written: Record =
+            serde_json::from_slice(&std::fs::read(run.path()).expect("read")).expect("json");
+        assert_eq!(written.delegates.len(), 2);
+        drop(run);
+        let (_run, previous) = RunState::start(home.path(), "1", &[]).expect("start");
+        let warning = previous.warning().expect("warns");
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        assert!(
+            warning.contains(&format!(
+                "claude delegate (process group {0}) is still running: pid {0} (sleep)",
+                sleeper.id()
+            )),
+            "{warning}"
+        );
+        assert!(!warning.contains("agy delegate"), "{warning}");
+        assert!(!warning.contains("cursor-agent delegate"), "{warning}");
     }
 
     #[test]

@@ -240,6 +240,19 @@ async fn serve(
     if let Some(warning) = previous.warning() {
         tracing::warn!("{warning}");
     }
+    // Running delegates are recorded in runstate, so a crash leaves their PIDs named.
+    let delegator = Arc::new(glider_delegate::Delegator::with_pids(
+        runstate.delegate_pids(),
+    ));
+    let vendors = Arc::new(glider_delegate::Registry::new());
+    {
+        let (vendors, delegate) = (vendors.clone(), config.delegate.clone());
+        tokio::spawn(async move {
+            for found in vendors.discover(&delegate).await.iter() {
+                tracing::debug!(vendor = found.vendor.binary(), path = ?found.path, version = ?found.version, "delegate CLI");
+            }
+        });
+    }
     let handle = ConfigHandle::new(config, config_path.clone());
     let _watcher = handle.watch()?;
     let engine = Engine::new(handle.clone());
@@ -342,6 +355,7 @@ async fn serve(
     options.doors = doors;
     options.token = token;
     options.baseline = baseline;
+    options.vendors = vendors;
     let dashboard = glider_dashboard::Dashboard::start(engine.clone(), options)
         .with_context(|| format!("cannot open the request history under {}", home.display()))?;
     tracing::info!("dashboard on http://{dashboard_local}");
@@ -356,7 +370,11 @@ async fn serve(
     report_backends(&engine).await;
 
     let (gateway, dashboard) = tokio::join!(
-        glider_gateway::serve(listener, engine, stopped(stop_rx.clone())),
+        glider_gateway::serve_with(
+            listener,
+            glider_gateway::router_with(engine, delegator),
+            stopped(stop_rx.clone())
+        ),
         dashboard.serve(dashboard_listener, stopped(stop_rx)),
     );
     gateway?;

@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::procs::{group_gone, group_members};
 use common::{gateway, mock_and_config, post, text_request, wire};
 use futures_util::StreamExt;
 use glider_ngl::Dialect;
@@ -32,6 +33,24 @@ case "$*" in
   *hang*) sleep 300 & sleep 300 ;;
 esac
 echo '{"type":"system","subtype":"init","session_id":"'$sid'","tools":["Bash"]}'
+# Permissions, as Claude Code -p reports them: the refused tool_use gets an error
+# tool_result, the model goes on, and `result.permission_denials` lists what was refused.
+case "$*" in
+  *"--allowedTools "*"Bash(rm -rf build)"*"granted the permission"*)
+    echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Removed build (allowed)."}]},"session_id":"'$sid'"}'
+    echo '{"type":"result","subtype":"success","is_error":false,"result":"ok","permission_denials":[],"session_id":"'$sid'"}'
+    exit 0 ;;
+  *"refused the permission"*)
+    echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Leaving build in place."}]},"session_id":"'$sid'"}'
+    echo '{"type":"result","subtype":"success","is_error":false,"result":"ok","permission_denials":[],"session_id":"'$sid'"}'
+    exit 0 ;;
+  *needs-permission*)
+    echo '{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t9","name":"Bash","input":{"command":"rm -rf build","description":"Remove build"}}]},"session_id":"'$sid'"}'
+    echo '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t9","is_error":true,"content":"Claude requested permissions to use Bash, but you have not granted it yet."}]},"session_id":"'$sid'"}'
+    echo '{"type":"assistant","message":{"content":[{"type":"text","text":"I need permission to remove build."}]},"session_id":"'$sid'"}'
+    echo '{"type":"result","subtype":"success","is_error":false,"result":"I need permission to remove build.","permission_denials":[{"tool_name":"Bash","tool_use_id":"t9","tool_input":{"command":"rm -rf build","description":"Remove build"}}],"session_id":"'$sid'"}'
+    exit 0 ;;
+esac
 case "$*" in
   *slow*)
     sleep 300 &
@@ -76,6 +95,16 @@ async fn setup(claude_path: Option<&str>, timeout_secs: u64) -> Setup {
 }
 
 async fn setup_with(claude_path: Option<&str>, timeout_secs: u64, extra: &str) -> Setup {
+    setup_full(claude_path, timeout_secs, extra, "").await
+}
+
+/// `extra` goes into `delegate:`, `claude_extra` into `delegate.claude:` (both indented).
+async fn setup_full(
+    claude_path: Option<&str>,
+    timeout_secs: u64,
+    extra: &str,
+    claude_extra: &str,
+) -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
     let script = dir.path().join("claude");
     std::fs::write(&script, FAKE_CLAUDE).expect("write fake claude");
@@ -84,7 +113,7 @@ async fn setup_with(claude_path: Option<&str>, timeout_secs: u64, extra: &str) -
     std::fs::create_dir(&work).expect("workdir");
     let path = claude_path.map_or(script.display().to_string(), str::to_owned);
     let (mock, yaml) = mock_and_config(&format!(
-        "delegate:\n{extra}  workdir: '{}'\n  timeout_secs: {timeout_secs}\n  claude:\n    path: '{path}'\n    env: {{GLIDER_TEST_DIR: '{}'}}\n",
+        "delegate:\n{extra}  workdir: '{}'\n  timeout_secs: {timeout_secs}\n  claude:\n{claude_extra}    path: '{path}'\n    env: {{GLIDER_TEST_DIR: '{}'}}\n",
         work.display(),
         dir.path().display()
     ))
@@ -94,37 +123,6 @@ async fn setup_with(claude_path: Option<&str>, timeout_secs: u64, extra: &str) -
         dir,
         gateway,
         _mock: mock,
-    }
-}
-
-/// Processes whose process group is `pgid` (from /proc/<pid>/stat, field 5).
-fn group_members(pgid: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let after = stat.rsplit_once(')')?.1;
-                    after.split_whitespace().nth(2)?.parse::<u32>().ok()
-                })
-                == Some(pgid)
-        })
-        .collect()
-}
-
-/// Wait (bounded) until no process of group `pgid` remains; the members left if any.
-async fn group_gone(pgid: u32) -> Vec<u32> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let members = group_members(pgid);
-        if members.is_empty() || tokio::time::Instant::now() > deadline {
-            return members;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -310,12 +308,104 @@ async fn output_past_the_limit_is_cut_and_the_run_stopped() {
     assert!(group_gone(s.pids()[0]).await.is_empty());
 }
 
-/// The real Claude Code (from npm, installed by `.ci/run` under tests/cli) as the
-/// delegate, headless with a throwaway HOME, its own requests pointed back at this
-/// Glider and on to the mock: the task's answer streams back, and a second `/claude`
-/// resumes the same Claude Code session (its next request carries the first exchange).
+async fn text_of(s: &Setup, session: &str, text: &str) -> String {
+    let reply = post(
+        &s.gateway.base,
+        "/v1/messages",
+        body(Dialect::Anthropic, text, false),
+        &[("x-claude-code-session-id", session)],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    reply
+        .decode(Dialect::Anthropic, false)
+        .expect("decodes")
+        .plain_text()
+}
+
 #[tokio::test]
-async fn the_real_claude_code_is_a_delegate_and_resumes_its_session() {
+async fn a_refused_permission_is_asked_and_allow_resumes_with_the_tool_allowed() {
+    let s = setup_full(
+        None,
+        30,
+        "",
+        "    allowed_tools: [Read, 'Bash(git log:*)']\n",
+    )
+    .await;
+    let text = text_of(&s, "perm", "/claude clean up needs-permission").await;
+    assert!(
+        text.contains("I need permission to remove build."),
+        "{text}"
+    );
+    assert!(
+        text.contains("[claude asked for permission and was refused: Bash rm -rf build]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("`/claude allow`") && text.contains("`/claude deny`"),
+        "{text}"
+    );
+    let first = format!("sess-{}", s.pids()[0]);
+    // The configured policy is passed on every run.
+    assert_eq!(
+        s.lines("argv.log")[0],
+        "-p --output-format stream-json --verbose --allowedTools Read,Bash(git log:*) -- clean up needs-permission"
+    );
+
+    // Another client session has no question waiting.
+    let other = text_of(&s, "someone-else", "/claude allow").await;
+    assert!(other.contains("no permission question"), "{other}");
+
+    let text = text_of(&s, "perm", "/claude allow").await;
+    assert!(text.contains("Removed build (allowed)."), "{text}");
+    assert_eq!(
+        s.lines("argv.log")[1],
+        format!(
+            "-p --output-format stream-json --verbose --allowedTools Read,Bash(git log:*),Bash(rm -rf build) --resume {first} -- The user granted the permission you asked for (Bash rm -rf build). Continue the task."
+        )
+    );
+    // The question was answered: a second answer has nothing to answer.
+    let again = text_of(&s, "perm", "/claude allow").await;
+    assert!(again.contains("no permission question"), "{again}");
+    assert_eq!(s.lines("argv.log").len(), 2, "no run for a stale answer");
+    for pid in s.pids() {
+        assert!(group_gone(pid).await.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn deny_resumes_telling_the_delegate_and_a_stale_question_expires() {
+    let s = setup_with(None, 30, "  ask_ttl_secs: 1\n").await;
+    text_of(&s, "perm", "/claude clean up needs-permission").await;
+    let first = format!("sess-{}", s.pids()[0]);
+    let text = text_of(&s, "perm", "/claude deny").await;
+    assert!(text.contains("Leaving build in place."), "{text}");
+    assert_eq!(
+        s.lines("argv.log")[1],
+        format!(
+            "-p --output-format stream-json --verbose --resume {first} -- The user refused the permission you asked for (Bash rm -rf build). Do not use it; continue the task without it, or say what you need instead."
+        )
+    );
+
+    // Asked again, answered after the question expired (ask_ttl_secs: 1): refused.
+    text_of(&s, "perm", "/claude clean up needs-permission").await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let late = text_of(&s, "perm", "/claude allow").await;
+    assert!(late.contains("no permission question"), "{late}");
+    assert!(late.contains("delegate.ask_ttl_secs"), "{late}");
+    assert_eq!(s.lines("argv.log").len(), 3);
+}
+
+/// The real Claude Code (from npm) as this gateway's `/claude` delegate, with a throwaway
+/// HOME, its own model requests pointed back at the gateway and on to the mock.
+struct RealClaude {
+    _dir: tempfile::TempDir,
+    work: PathBuf,
+    mock: glider_test_support::MockVendor,
+    gw: common::Gateway,
+}
+
+async fn real_claude() -> RealClaude {
     let claude = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/cli/node_modules/.bin/claude");
     assert!(
@@ -349,7 +439,22 @@ async fn the_real_claude_code_is_a_delegate_and_resumes_its_session() {
         gw.engine.runtime().config.delegate.workdir.is_some(),
         "the reload applied"
     );
+    RealClaude {
+        _dir: dir,
+        work,
+        mock,
+        gw,
+    }
+}
 
+/// The real Claude Code (from npm, installed by `.ci/run` under tests/cli) as the
+/// delegate, headless with a throwaway HOME, its own requests pointed back at this
+/// Glider and on to the mock: the task's answer streams back, and a second `/claude`
+/// resumes the same Claude Code session (its next request carries the first exchange).
+#[tokio::test]
+async fn the_real_claude_code_is_a_delegate_and_resumes_its_session() {
+    let real = real_claude().await;
+    let (mock, gw) = (&real.mock, &real.gw);
     let session = [("x-claude-code-session-id", "real-client")];
     let first = post(
         &gw.base,
@@ -398,5 +503,82 @@ async fn the_real_claude_code_is_a_delegate_and_resumes_its_session() {
     assert!(
         conversation.contains("hello from the delegate") && conversation.contains("and once more"),
         "the resumed run carries the first exchange: {conversation}"
+    );
+}
+
+/// The real Claude Code refuses a tool outside the policy (the mock's reply asks it to
+/// run `touch`): its own `result.permission_denials` becomes the question in the reply,
+/// nothing ran, `/claude allow` resumes the same session with that exact command
+/// allowed, and the CLI then runs it.
+#[tokio::test]
+async fn the_real_claude_codes_refused_tool_comes_back_as_a_question() {
+    let real = real_claude().await;
+    let session = [("x-claude-code-session-id", "real-perm")];
+    let ask = |text: &str| {
+        post(
+            &real.gw.base,
+            "/v1/messages",
+            body(Dialect::Anthropic, text, false),
+            &session,
+        )
+    };
+    let first = ask(r#"/claude please [[call:Bash {"command":"touch made-by-claude","description":"Create a file"}]]"#).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let text = first
+        .decode(Dialect::Anthropic, false)
+        .expect("decodes")
+        .plain_text();
+    assert!(text.contains("[tool: Bash touch made-by-claude]"), "{text}");
+    assert!(
+        text.contains("[claude asked for permission and was refused: Bash touch made-by-claude]"),
+        "{text}"
+    );
+    assert!(
+        !real.work.join("made-by-claude").exists(),
+        "the refused tool did not run"
+    );
+    let turns_before = real
+        .mock
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/messages")
+        .count();
+
+    let second = ask("/claude allow").await;
+    assert_eq!(second.status, 200, "{}", second.text());
+    let last = real
+        .mock
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.path == "/v1/messages")
+        .expect("a model request");
+    let conversation = last.body["messages"].to_string();
+    assert!(
+        real.mock
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/v1/messages")
+            .count()
+            > turns_before,
+        "the resumed run asked the model again"
+    );
+    assert!(
+        conversation.contains("touch made-by-claude")
+            && conversation.contains("The user granted the permission you asked for"),
+        "the same session resumed with the answer: {conversation}"
+    );
+
+    // The rule Glider added (`Bash(touch made-by-claude)`) is one the real CLI honours:
+    // asked for the same command again in this session, it runs it without asking.
+    let third = ask(r#"/claude again [[call:Bash {"command":"touch made-by-claude","description":"Create a file"}]]"#).await;
+    let text = third
+        .decode(Dialect::Anthropic, false)
+        .expect("decodes")
+        .plain_text();
+    assert!(!text.contains("asked for permission"), "{text}");
+    assert!(
+        real.work.join("made-by-claude").exists(),
+        "the allowed tool ran: {text}"
     );
 }

@@ -1,6 +1,7 @@
 //! The binary's MITM commands as a user runs them: `glider ca path|print|install`,
 //! `glider run <cli>` (environment for that child only, exit status and signals as if
-//! started directly), and runstate's warning after a run that was killed.
+//! started directly), and runstate's warning after a run that was killed (naming a
+//! delegate it left running).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -273,4 +274,90 @@ fn a_killed_run_is_reported_at_the_next_start() {
     .expect("json");
     assert!(record["stopped_at"].is_u64(), "{record}");
     assert_eq!(record["features"], serde_json::json!(["mitm"]));
+}
+
+/// A delegate still running when Glider is SIGKILLed is named at the next start: its
+/// process group was recorded in runstate while it ran.
+#[cfg(unix)]
+#[test]
+fn an_orphaned_delegate_is_named_at_the_next_start() {
+    use std::io::{Read, Write};
+    let home = tempfile::tempdir().expect("tempdir");
+    let work = home.path().join("work");
+    std::fs::create_dir(&work).expect("workdir");
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cursor-agent");
+    let cfg = config(
+        home.path(),
+        0,
+        &format!(
+            "delegate:\n  workdir: '{}'\n  cursor_agent:\n    path: '{}'\n    env: {{GLIDER_TEST_DIR: '{}'}}\n",
+            work.display(),
+            fake.display(),
+            home.path().display()
+        ),
+    );
+    let mut first = Serve::start(home.path(), &cfg);
+    let line = first.wait_for("glider gateway listening on http://");
+    let addr = line
+        .rsplit("http://")
+        .next()
+        .expect("address")
+        .trim()
+        .to_owned();
+    let body = r#"{"model":"m","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"/cursor-agent slow job"}]}"#;
+    let mut socket = std::net::TcpStream::connect(&addr).expect("connect");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    write!(
+        socket,
+        "POST /v1/messages HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("started") {
+        let n = socket.read(&mut buf).expect("read");
+        assert!(n > 0, "reply ended: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let pgid: u32 = std::fs::read_to_string(home.path().join("pids.log"))
+        .expect("pids")
+        .trim()
+        .parse()
+        .expect("pid");
+    // Whatever happens below, the orphan does not outlive the test.
+    struct KillGroup(u32);
+    impl Drop for KillGroup {
+        fn drop(&mut self) {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.0)])
+                .status();
+        }
+    }
+    let _orphan = KillGroup(pgid);
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(home.path().join("runstate.json")).expect("runstate"),
+    )
+    .expect("json");
+    assert_eq!(record["delegates"][0]["pgid"], pgid, "{record}");
+    assert_eq!(record["delegates"][0]["cli"], "cursor-agent", "{record}");
+
+    first.child.kill().expect("kill");
+    first.child.wait().expect("reap");
+    drop(socket);
+    let mut second = Serve::start(home.path(), &cfg);
+    let warning = second.wait_for("is still running");
+    assert!(
+        warning.contains(&format!(
+            "cursor-agent delegate (process group {pgid}) is still running: "
+        )),
+        "{warning}"
+    );
+    assert!(
+        warning.contains(&format!("pid {pgid} (cursor-agent)")),
+        "{warning}"
+    );
+    assert!(warning.contains("(sleep)"), "{warning}");
 }

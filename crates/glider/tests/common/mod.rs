@@ -2,6 +2,8 @@
 //! gateway served on port 0, and helpers that speak each front dialect over real HTTP.
 #![allow(dead_code)]
 
+pub mod procs;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -29,6 +31,14 @@ impl Drop for Gateway {
 }
 
 pub async fn gateway(yaml: &str) -> Gateway {
+    gateway_with_delegator(yaml, Arc::new(glider_delegate::Delegator::new())).await
+}
+
+/// [`gateway`] whose delegations go through `delegator`.
+pub async fn gateway_with_delegator(
+    yaml: &str,
+    delegator: Arc<glider_delegate::Delegator>,
+) -> Gateway {
     let config = Config::parse(yaml, "test").expect("test config is valid");
     let handle = ConfigHandle::new(config, None);
     let engine = Engine::new(handle.clone());
@@ -39,9 +49,9 @@ pub async fn gateway(yaml: &str) -> Gateway {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let serve_engine = engine.clone();
+    let router = glider_gateway::router_with(engine.clone(), delegator);
     tokio::spawn(async move {
-        let _ = glider_gateway::serve(listener, serve_engine, async {
+        let _ = glider_gateway::serve_with(listener, router, async {
             let _ = rx.await;
         })
         .await;
