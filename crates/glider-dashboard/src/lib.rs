@@ -37,6 +37,17 @@ pub struct Door {
     pub url: String,
 }
 
+/// Receives the PIDs of `POST /api/mitm/enrollment`: transparent mode narrows its
+/// process selection to them (an empty set clears it).
+#[derive(Clone)]
+pub struct EnrollmentHook(pub Arc<dyn Fn(std::collections::BTreeSet<u32>) + Send + Sync>);
+
+impl std::fmt::Debug for EnrollmentHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EnrollmentHook")
+    }
+}
+
 /// How the dashboard runs.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -58,6 +69,9 @@ pub struct Options {
     pub recent: usize,
     /// How often backend state (health, breaker, warm models) is compared for changes.
     pub poll_interval: Duration,
+    /// Where enrolled PIDs go; `None` when transparent mode does not run (the call then
+    /// succeeds and does nothing, as the spec says).
+    pub enrollment: Option<EnrollmentHook>,
 }
 
 impl Options {
@@ -72,6 +86,7 @@ impl Options {
             ws_queue: 256,
             recent: 1000,
             poll_interval: Duration::from_millis(250),
+            enrollment: None,
         }
     }
 }
@@ -157,6 +172,7 @@ impl Dashboard {
             .route("/api/stats", get(api::stats))
             .route("/api/config", get(api::config))
             .route("/api/config/reload", post(api::reload))
+            .route("/api/mitm/enrollment", post(api::enrollment))
             .route("/metrics", get(api::metrics))
             .route("/ws", get(ws::upgrade))
             .fallback(api::not_found)
