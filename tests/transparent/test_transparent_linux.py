@@ -78,6 +78,7 @@ def lab(tmp_path_factory):
     if made.returncode != 0:
         skip_loudly(f"`ip netns add` was refused ({made.stderr.strip()}); run as root or with CAP_SYS_ADMIN and CAP_NET_ADMIN")
     origin = None
+    started = []  # every Glider a test starts: stopped here even when a test fails
     try:
         ns.run("ip", "link", "set", "lo", "up")
         ns.run("ip", "addr", "add", f"{ORIGIN_IP}/32", "dev", "lo")
@@ -91,10 +92,14 @@ def lab(tmp_path_factory):
         # The same curl under another image name: a process the filter does not select.
         plain = tmp / "plaincurl"
         shutil.copy(shutil.which("curl"), plain)
-        yield {"ns": ns, "tmp": tmp, "origin": origin, "origin_ca": origin_ca, "plaincurl": str(plain)}
+        yield {"ns": ns, "tmp": tmp, "origin": origin, "origin_ca": origin_ca, "plaincurl": str(plain),
+               "started": started}
     finally:
+        for glider in started:
+            glider.stop()
         if origin:
             origin.stop()
+        # Deleting the namespace takes its iptables rules with it.
         sh("ip", "netns", "del", ns.name, check=False)
 
 
@@ -131,6 +136,7 @@ def glider_env(lab):
 
 def start_glider(lab):
     glider = Process(glider_args(lab), r"glider dashboard on (http://\S+)", env=glider_env(lab))
+    lab["started"].append(glider)
     glider.dashboard = glider.match.group(1)
     assert any("glider transparent door on 127.0.0.1:8083" in line for line in glider.lines), glider.lines
     return glider
