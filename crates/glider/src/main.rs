@@ -308,6 +308,7 @@ async fn serve(
             };
             let enrolled = Enrollment::default();
             let filter = ProcessFilter::new(selected_names(&snapshot), enrolled.clone());
+            let names: Vec<String> = filter.names().iter().cloned().collect();
             let started = match Transparent::start(
                 mitm.clone(),
                 filter,
@@ -329,10 +330,7 @@ async fn serve(
                 "glider transparent door on {} (TCP to ports {:?} redirected; processes: {})",
                 addrs.join(", "),
                 snapshot.mitm.transparent_ports,
-                selected_names(&snapshot)
-                    .into_iter()
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                names.join(", ")
             );
             if started.supports_enrollment() {
                 enrollment = Some(glider_dashboard::EnrollmentHook(Arc::new(move |pids| {
@@ -401,15 +399,21 @@ async fn serve(
     );
     report_backends(&engine).await;
 
-    let (gateway, dashboard) = tokio::join!(
+    // The redirect rules go at the signal, not after the drain: new connections then
+    // reach their origins directly instead of a door that no longer accepts.
+    let remove_rules = async {
+        stopped(stop_rx.clone()).await;
+        if let Some(transparent) = transparent
+            && let Err(e) = transparent.stop(&mut runstate)
+        {
+            tracing::error!("{e}");
+        }
+    };
+    let (gateway, dashboard, ()) = tokio::join!(
         glider_gateway::serve(listener, engine, stopped(stop_rx.clone())),
-        dashboard.serve(dashboard_listener, stopped(stop_rx)),
+        dashboard.serve(dashboard_listener, stopped(stop_rx.clone())),
+        remove_rules,
     );
-    if let Some(transparent) = transparent
-        && let Err(e) = transparent.stop(&mut runstate)
-    {
-        tracing::error!("{e}");
-    }
     gateway?;
     dashboard?;
     if let Err(e) = runstate.stopped() {
