@@ -4,6 +4,7 @@ namespace: serves HTTPS on the given address with its own certificate, prints on
 answers JSON (an Anthropic-shaped message for POST /v1/messages)."""
 
 import json
+import socket
 import ssl
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -49,7 +50,12 @@ def main():
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     context.set_alpn_protocols(["http/1.1"])
-    server = ThreadingHTTPServer((addr, port), Handler)
+    server_class = ThreadingHTTPServer
+    if ":" in addr:
+        class Server6(ThreadingHTTPServer):
+            address_family = socket.AF_INET6
+        server_class = Server6
+    server = server_class((addr, port), Handler)
     server.socket = context.wrap_socket(server.socket, server_side=True)
     print(f"origin listening on {addr}:{port}", flush=True)
     server.serve_forever()

@@ -5,7 +5,8 @@ process (`curl`, named in mitm.transparent_processes) is decrypted, another proc
 (the same curl binary under another name) goes straight through and sees the origin's
 own certificate, enrollment narrows selection, a connection to the door that was not
 redirected is refused, a clean stop leaves no rule, and after SIGKILL the next start
-warns with the exact command and `glider transparent cleanup` removes the chain.
+warns with the exact command and `glider transparent cleanup` removes the chain. IPv6
+(ip6tables, a second origin on 2001:db8::1) is covered where the namespace supports it.
 
 Needs root (or CAP_SYS_ADMIN + CAP_NET_ADMIN) for `ip netns`; when that or iptables is
 refused, the test says so loudly (a pytest warning and the skip reason) and skips. A
@@ -30,6 +31,7 @@ from test_mitm_clis import make_origin_certs  # noqa: E402  (the MITM suite's or
 
 HERE = pathlib.Path(__file__).resolve().parent
 ORIGIN_IP = "192.0.2.1"
+ORIGIN_IP6 = "2001:db8::1"
 HOST = "api.anthropic.com"
 CHAIN = "GLIDER_TRANSPARENT"
 MARK = "hello-from-the-real-origin"
@@ -77,11 +79,14 @@ def lab(tmp_path_factory):
     made = sh("ip", "netns", "add", ns.name, check=False)
     if made.returncode != 0:
         skip_loudly(f"`ip netns add` was refused ({made.stderr.strip()}); run as root or with CAP_SYS_ADMIN and CAP_NET_ADMIN")
-    origin = None
+    origin = origin6 = None
     started = []  # every Glider a test starts: stopped here even when a test fails
     try:
         ns.run("ip", "link", "set", "lo", "up")
         ns.run("ip", "addr", "add", f"{ORIGIN_IP}/32", "dev", "lo")
+        # IPv6 is tested where the namespace has it and ip6tables' nat table works.
+        ipv6 = (ns.run("ip", "-6", "addr", "add", f"{ORIGIN_IP6}/128", "dev", "lo", "nodad", check=False).returncode == 0
+                and ns.run("ip6tables", "-t", "nat", "-S", check=False).returncode == 0)
         nat = ns.run("iptables", "-t", "nat", "-S", check=False)
         if nat.returncode != 0:
             skip_loudly(f"iptables' nat table is refused in a network namespace ({nat.stderr.strip()})")
@@ -89,16 +94,24 @@ def lab(tmp_path_factory):
         origin_ca, cert, key = make_origin_certs(tmp)
         origin = Process(ns.cmd(sys.executable, str(HERE / "origin.py"), ORIGIN_IP, "443", str(cert), str(key)),
                          r"origin listening on")
+        if ipv6:
+            origin6 = Process(ns.cmd(sys.executable, str(HERE / "origin.py"), ORIGIN_IP6, "443", str(cert), str(key)),
+                              r"origin listening on")
+        else:
+            message = "TRANSPARENT MODE OVER IPv6 NOT TESTED: no IPv6 or no ip6tables nat table in the namespace"
+            print(message, file=sys.stderr)
+            warnings.warn(message)
         # The same curl under another image name: a process the filter does not select.
         plain = tmp / "plaincurl"
         shutil.copy(shutil.which("curl"), plain)
-        yield {"ns": ns, "tmp": tmp, "origin": origin, "origin_ca": origin_ca, "plaincurl": str(plain),
-               "started": started}
+        yield {"ns": ns, "tmp": tmp, "origin": origin, "origin6": origin6, "origin_ca": origin_ca,
+               "plaincurl": str(plain), "started": started}
     finally:
         for glider in started:
             glider.stop()
-        if origin:
-            origin.stop()
+        for process in (origin, origin6):
+            if process:
+                process.stop()
         # Deleting the namespace takes its iptables rules with it.
         sh("ip", "netns", "del", ns.name, check=False)
 
@@ -142,11 +155,12 @@ def start_glider(lab):
     return glider
 
 
-def curl(lab, ca, binary="curl", path="/v1/models", data=None, prefix=()):
-    """A client request to https://api.anthropic.com (resolved to the origin's address)
-    trusting only `ca`: (exit code, body, stderr)."""
-    args = [*prefix, binary, "-sS", "--max-time", "20", "--cacert", str(ca), "--resolve",
-            f"{HOST}:443:{ORIGIN_IP}", f"https://{HOST}{path}"]
+def curl(lab, ca, binary="curl", path="/v1/models", data=None, ip=ORIGIN_IP):
+    """A client request to https://api.anthropic.com (resolved to the origin's address
+    `ip`) trusting only `ca`: (exit code, body, stderr)."""
+    resolved = f"[{ip}]" if ":" in ip else ip
+    args = [binary, "-sS", "--max-time", "20", "--cacert", str(ca), "--resolve",
+            f"{HOST}:443:{resolved}", f"https://{HOST}{path}"]
     if data is not None:
         args += ["-H", "content-type: application/json", "-H", "x-api-key: sk-ant-user-key",
                  "-H", "anthropic-version: 2023-06-01", "--data", json.dumps(data)]
@@ -190,6 +204,16 @@ def test_selection_by_process_and_enrollment(lab):
         origin.wait_for(r"REQUEST GET /v1/models", timeout=10)
         decrypted = glider.wait_for(r"transparent: decrypting for pid (\d+) \(curl\)", timeout=10)
         assert int(decrypted.group(1)) > 0
+
+        # IPv6 too (ip6tables, SO_ORIGINAL_DST for IPv6, /proc/net/tcp6): decrypted for
+        # curl, straight to the IPv6 origin for the other process.
+        if lab["origin6"]:
+            assert any("[::1]:8083" in line for line in glider.lines), glider.lines
+            code, body, err = curl(lab, glider_ca(lab), ip=ORIGIN_IP6)
+            assert code == 0, err
+            code, body, err = curl(lab, lab["origin_ca"], binary=lab["plaincurl"], ip=ORIGIN_IP6)
+            assert code == 0, err
+            lab["origin6"].wait_for(r"REQUEST GET /v1/models", timeout=10)
 
         # A model request through the pipeline: it goes to the origin (no local model
         # for it) with the user's key unchanged, and the dashboard records it.
