@@ -106,7 +106,11 @@ impl Transparent {
                 removed_at: None,
             })
             .map_err(TransparentError::RunState)?;
-        redirector.install()?;
+        if let Err(e) = redirector.install() {
+            // install() took back what it had added: nothing is left to warn about.
+            let _ = runstate.redirect_removed();
+            return Err(e.into());
+        }
         let addrs: Vec<SocketAddr> = listeners
             .iter()
             .filter_map(|l| l.local_addr().ok())
