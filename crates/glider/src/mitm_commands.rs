@@ -180,6 +180,7 @@ pub enum TransparentAction {
     Cleanup,
 }
 
+/// Run `glider transparent <action>`; the exit status says whether it worked.
 pub fn transparent(
     action: TransparentAction,
     config: Option<&std::path::Path>,

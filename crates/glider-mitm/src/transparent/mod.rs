@@ -30,13 +30,16 @@ const MAX_HELLO: usize = 64 * 1024;
 /// Why transparent mode did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum TransparentError {
+    /// The redirector refused: platform, leftover chain or a failed firewall command.
     #[error(transparent)]
     Redirect(#[from] RedirectError),
+    /// The door's port is taken.
     #[error("cannot listen on {addr} (mitm.transparent_port): {source}")]
     Listen {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    /// The rules could not be recorded, so they were not installed.
     #[error("cannot record the redirect rules in the run state before installing them: {0}")]
     RunState(std::io::Error),
 }
