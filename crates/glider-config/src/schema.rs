@@ -948,6 +948,32 @@ mod tests {
     }
 
     #[test]
+    fn transparent_settings_are_checked() {
+        let yaml = "mitm: {enabled: true, transparent: true, transparent_port: 443, transparent_ports: [443], transparent_processes: ['/usr/bin/curl', '']}\n";
+        let Err(ConfigError::Invalid { problems, .. }) = Config::parse(yaml, "t") else {
+            panic!("expected invalid");
+        };
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("must not contain mitm.transparent_port"))
+        );
+        let yaml = "mitm: {enabled: true, transparent: true, transparent_port: 0, transparent_ports: []}\n";
+        let Err(ConfigError::Invalid { problems, .. }) = Config::parse(yaml, "t") else {
+            panic!("expected invalid");
+        };
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        let ok = "mitm: {enabled: true, transparent: true, transparent_processes: [curl]}\n";
+        assert!(Config::parse(ok, "t").is_ok());
+        // A transparent setting changed on reload waits for a restart.
+        let old = Config::default();
+        let mut next = Config::default();
+        next.mitm.transparent_processes = vec!["curl".into()];
+        assert_eq!(old.restart_only_changes(&next).len(), 1);
+    }
+
+    #[test]
     fn restart_only_keys_are_kept_on_reload() {
         let old = Config::default();
         let mut next = Config::default();
