@@ -607,6 +607,9 @@ pub struct MitmConfig {
     pub transparent_port: u16,
     /// Destination ports the transparent redirect catches (restart-only).
     pub transparent_ports: Vec<u16>,
+    /// Process image names transparent mode decrypts, in addition to the vendor
+    /// registry's CLI executables (e.g. a test client) (restart-only).
+    pub transparent_processes: Vec<String>,
     /// Directory of the CA (`ca.crt`, `ca.key`); default `GLIDER_HOME/mitm` (restart-only).
     pub ca_dir: Option<String>,
     /// Dump every decrypted API request body under `GLIDER_HOME/mitm/debug/` (hot; the
@@ -635,6 +638,7 @@ impl Default for MitmConfig {
             transparent: false,
             transparent_port: 8083,
             transparent_ports: vec![443],
+            transparent_processes: Vec::new(),
             ca_dir: None,
             debug_agent_rpc: false,
             agent_rpc_tool_codec: false,
@@ -657,7 +661,11 @@ impl MitmConfig {
                 &self.ca_dir,
                 self.enabled,
             ),
-            (&self.upstream_overrides, &self.upstream_ca_file),
+            (
+                &self.upstream_overrides,
+                &self.upstream_ca_file,
+                &self.transparent_processes,
+            ),
         )
     }
 
@@ -677,6 +685,30 @@ impl MitmConfig {
             if !valid {
                 problems.push(format!(
                     "mitm.upstream_overrides.{host}: {target:?} must be host:port"
+                ));
+            }
+        }
+        if self.enabled && self.transparent {
+            if self.transparent_port == 0 {
+                problems.push("mitm.transparent_port: must be a fixed port (the redirect rule names it), not 0".into());
+            }
+            if self.transparent_ports.is_empty() || self.transparent_ports.contains(&0) {
+                problems.push(
+                    "mitm.transparent_ports: list the destination ports to catch, e.g. [443]"
+                        .into(),
+                );
+            }
+            if self.transparent_ports.contains(&self.transparent_port) {
+                problems.push(format!(
+                    "mitm.transparent_ports: must not contain mitm.transparent_port ({}): the redirect would catch its own target",
+                    self.transparent_port
+                ));
+            }
+        }
+        for (i, name) in self.transparent_processes.iter().enumerate() {
+            if name.trim().is_empty() || name.contains('/') {
+                problems.push(format!(
+                    "mitm.transparent_processes[{i}]: {name:?} must be an executable name (no path)"
                 ));
             }
         }
@@ -957,6 +989,32 @@ mod tests {
             panic!("expected invalid");
         };
         assert_eq!(problems.len(), 3, "{problems:?}");
+    }
+
+    #[test]
+    fn transparent_settings_are_checked() {
+        let yaml = "mitm: {enabled: true, transparent: true, transparent_port: 443, transparent_ports: [443], transparent_processes: ['/usr/bin/curl', '']}\n";
+        let Err(ConfigError::Invalid { problems, .. }) = Config::parse(yaml, "t") else {
+            panic!("expected invalid");
+        };
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("must not contain mitm.transparent_port"))
+        );
+        let yaml = "mitm: {enabled: true, transparent: true, transparent_port: 0, transparent_ports: []}\n";
+        let Err(ConfigError::Invalid { problems, .. }) = Config::parse(yaml, "t") else {
+            panic!("expected invalid");
+        };
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        let ok = "mitm: {enabled: true, transparent: true, transparent_processes: [curl]}\n";
+        assert!(Config::parse(ok, "t").is_ok());
+        // A transparent setting changed on reload waits for a restart.
+        let old = Config::default();
+        let mut next = Config::default();
+        next.mitm.transparent_processes = vec!["curl".into()];
+        assert_eq!(old.restart_only_changes(&next).len(), 1);
     }
 
     #[test]

@@ -323,3 +323,40 @@ pub async fn discover_vendors(State(shared): State<Arc<Shared>>) -> Response {
     let list = shared.options.vendors.discover(&config).await;
     vendor_list(&shared, &list)
 }
+
+/// `POST /api/mitm/enrollment` with `{"pids":[..]}`: transparent mode then decrypts only
+/// those processes (and their descendants) among the selected names. An empty array, no
+/// array or an empty body clears it. With transparent mode off it succeeds and does
+/// nothing (`"active": false`).
+pub async fn enrollment(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Enrollment {
+        #[serde(default)]
+        pids: Option<Vec<u32>>,
+    }
+    let pids = if body.iter().all(u8::is_ascii_whitespace) {
+        Vec::new()
+    } else {
+        match serde_json::from_slice::<Enrollment>(&body) {
+            Ok(enrollment) => enrollment.pids.unwrap_or_default(),
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    &format!(r#"expected {{"pids":[<process id>, ...]}}: {e}"#),
+                );
+            }
+        }
+    };
+    let pids: std::collections::BTreeSet<u32> = pids.into_iter().collect();
+    let active = match &shared.options.enrollment {
+        Some(hook) => {
+            tracing::info!(?pids, "transparent mode: enrollment set by the operator");
+            (hook.0)(pids.clone());
+            true
+        }
+        None => false,
+    };
+    Json(json!({"pids": pids, "active": active})).into_response()
+}

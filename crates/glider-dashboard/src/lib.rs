@@ -37,6 +37,17 @@ pub struct Door {
     pub url: String,
 }
 
+/// Receives the PIDs of `POST /api/mitm/enrollment`: transparent mode narrows its
+/// process selection to them (an empty set clears it).
+#[derive(Clone)]
+pub struct EnrollmentHook(pub Arc<dyn Fn(std::collections::BTreeSet<u32>) + Send + Sync>);
+
+impl std::fmt::Debug for EnrollmentHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EnrollmentHook")
+    }
+}
+
 /// How the dashboard runs.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -60,6 +71,9 @@ pub struct Options {
     pub poll_interval: Duration,
     /// The delegate CLIs found (`/api/vendors`); shared with whoever else reads it.
     pub vendors: Arc<glider_delegate::Registry>,
+    /// Where enrolled PIDs go; `None` when transparent mode does not run (the call then
+    /// succeeds and does nothing, as the spec says).
+    pub enrollment: Option<EnrollmentHook>,
 }
 
 impl Options {
@@ -75,6 +89,7 @@ impl Options {
             recent: 1000,
             poll_interval: Duration::from_millis(250),
             vendors: Arc::new(glider_delegate::Registry::new()),
+            enrollment: None,
         }
     }
 }
@@ -162,6 +177,7 @@ impl Dashboard {
             .route("/api/config/reload", post(api::reload))
             .route("/api/vendors", get(api::vendors))
             .route("/api/vendors/discover", post(api::discover_vendors))
+            .route("/api/mitm/enrollment", post(api::enrollment))
             .route("/metrics", get(api::metrics))
             .route("/ws", get(ws::upgrade))
             .fallback(api::not_found)

@@ -9,6 +9,7 @@ pub mod ca;
 pub mod debug;
 pub mod hosts;
 pub mod proxy;
+pub mod transparent;
 pub mod trust;
 pub mod upstream;
 
@@ -69,7 +70,9 @@ impl Mitm {
         let mitm = &config.mitm;
         let authority = Arc::new(Authority::load_or_create(&ca_dir(mitm, home))?);
         let extra_ca = mitm.upstream_ca_file.as_deref().map(expand_home);
-        let upstream = Upstream::new(&mitm.upstream_overrides, extra_ca.as_deref())?;
+        // Transparent mode marks Glider's own origin sockets so its redirect skips them.
+        let mark = mitm.transparent.then_some(transparent::GLIDER_MARK);
+        let upstream = Upstream::new(&mitm.upstream_overrides, extra_ca.as_deref(), mark)?;
         for (host, target) in &mitm.upstream_overrides {
             tracing::info!(%host, %target, "origin override (mitm.upstream_overrides)");
         }

@@ -110,13 +110,11 @@ impl Mitm {
                 .unwrap_or(if scheme == "https" { 443 } else { 80 }),
             scheme,
         };
-        if self.hosts.matches(&target.host) {
-            return self.decrypted_request(request, &target).await;
+        match self.route(&target.host) {
+            Route::Decrypt => self.decrypted_request(request, &target).await,
+            Route::Refuse => refuse(&target.host),
+            Route::Tunnel => self.forward(request.map(Body::new), &target, None).await,
         }
-        if !self.passthrough_default() {
-            return refuse(&target.host);
-        }
-        self.forward(request.map(Body::new), &target, None).await
     }
 
     fn passthrough_default(&self) -> bool {
@@ -137,19 +135,22 @@ impl Mitm {
             port: authority.port_u16().unwrap_or(443),
             scheme: "https",
         };
-        if self.hosts.matches(&target.host) {
-            tracing::debug!(host = %target.host, "CONNECT: decrypting");
-            tokio::spawn(async move {
-                match hyper::upgrade::on(request).await {
-                    Ok(upgraded) => self.intercept(TokioIo::new(upgraded), target).await,
-                    Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
-                }
-            });
-            return established();
-        }
-        if !self.passthrough_default() {
-            tracing::info!(host = %target.host, "CONNECT refused: not in mitm.hosts and mitm.passthrough_default is false");
-            return refuse(&target.host);
+        match self.route(&target.host) {
+            Route::Decrypt => {
+                tracing::debug!(host = %target.host, "CONNECT: decrypting");
+                tokio::spawn(async move {
+                    match hyper::upgrade::on(request).await {
+                        Ok(upgraded) => self.intercept(TokioIo::new(upgraded), target).await,
+                        Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
+                    }
+                });
+                return established();
+            }
+            Route::Refuse => {
+                tracing::info!(host = %target.host, "CONNECT refused: not in mitm.hosts and mitm.passthrough_default is false");
+                return refuse(&target.host);
+            }
+            Route::Tunnel => {}
         }
         // Connect first, so a dead origin is a clear 502 instead of a tunnel that closes.
         let mut origin = match self.upstream.connect_tcp(&target.host, target.port).await {
@@ -165,16 +166,23 @@ impl Mitm {
         tracing::debug!(host = %target.host, "CONNECT: tunnelling untouched");
         tokio::spawn(async move {
             match hyper::upgrade::on(request).await {
-                Ok(upgraded) => {
-                    let mut client = TokioIo::new(upgraded);
-                    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut origin).await {
-                        tracing::debug!(host = %target.host, error = %e, "tunnel closed with an error");
-                    }
-                }
+                Ok(upgraded) => tunnel(TokioIo::new(upgraded), &mut origin, &target.host).await,
                 Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
             }
         });
         established()
+    }
+
+    /// What to do with a connection for `host`: the one decision the CONNECT door and
+    /// the transparent door share.
+    pub(crate) fn route(&self, host: &str) -> Route {
+        if self.hosts.matches(host) {
+            Route::Decrypt
+        } else if self.passthrough_default() {
+            Route::Tunnel
+        } else {
+            Route::Refuse
+        }
     }
 
     /// Terminate TLS for `target` with a leaf from Glider's CA, then serve HTTP/1.1 or
@@ -491,6 +499,27 @@ impl Mitm {
             }
         });
         Response::from_parts(parts, Body::empty())
+    }
+}
+
+/// What happens to a connection for a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// Listed in `mitm.hosts`: terminate TLS with a leaf from Glider's CA.
+    Decrypt,
+    /// Not listed: join client and origin byte for byte.
+    Tunnel,
+    /// Not listed and `mitm.passthrough_default` is false.
+    Refuse,
+}
+
+/// Join a client and an origin byte for byte until either side closes.
+pub(crate) async fn tunnel<C>(mut client: C, origin: &mut TcpStream, host: &str)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    if let Err(e) = tokio::io::copy_bidirectional(&mut client, origin).await {
+        tracing::debug!(%host, error = %e, "tunnel closed with an error");
     }
 }
 

@@ -1,10 +1,12 @@
 //! The way out to a CLI's origin: a pooled HTTP/1.1 + HTTP/2 client (hyper-util with
 //! hyper-rustls) that forwards requests without re-encoding their bodies, raw TCP
 //! connects for tunnels, `mitm.upstream_overrides` (connect somewhere else, still
-//! verify the real host name) and hop-by-hop header handling.
+//! verify the real host name), the socket mark that keeps transparent mode's redirect
+//! off Glider's own connections, and hop-by-hop header handling.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,10 +17,9 @@ use axum::body::Body;
 use http::{HeaderMap, HeaderName, Uri, header};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::RootCertStore;
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 
 use crate::MitmError;
 
@@ -34,14 +35,18 @@ pub struct Upstream {
     /// HTTP/1.1 only: protocol upgrades (WebSocket) exist only there.
     client_h1: Client<HttpsConnector<OverrideConnector>, Body>,
     overrides: Arc<HashMap<String, String>>,
+    dialer: Dialer,
 }
 
 impl Upstream {
     /// A client trusting the system's roots plus the certificates in `extra_ca_file`,
-    /// connecting to `overrides[host]` instead of `host` where one is given.
+    /// connecting to `overrides[host]` instead of `host` where one is given. With
+    /// `mark`, every socket it opens carries that `SO_MARK` (Linux; needs
+    /// CAP_NET_ADMIN), which the transparent redirect rules skip.
     pub fn new(
         overrides: &std::collections::BTreeMap<String, String>,
         extra_ca_file: Option<&Path>,
+        mark: Option<u32>,
     ) -> Result<Upstream, MitmError> {
         let mut roots = RootCertStore::empty();
         let native = rustls_native_certs::load_native_certs();
@@ -82,12 +87,8 @@ impl Upstream {
                 .map(|(host, target)| (host.to_ascii_lowercase(), target.clone()))
                 .collect(),
         );
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        http.set_nodelay(true);
         let dialer = OverrideConnector {
-            inner: http,
+            dialer: Dialer { mark },
             overrides: overrides.clone(),
         };
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
@@ -109,6 +110,7 @@ impl Upstream {
             client: build(connector),
             client_h1: build(connector_h1),
             overrides,
+            dialer: Dialer { mark },
         })
     }
 
@@ -135,24 +137,89 @@ impl Upstream {
             .get(&host.to_ascii_lowercase())
             .cloned()
             .unwrap_or_else(|| format!("{host}:{port}"));
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&target))
+        self.dialer.dial(&target).await
+    }
+
+    /// Open a TCP connection to an address (transparent mode's original destination).
+    pub async fn connect_addr(&self, addr: SocketAddr) -> std::io::Result<TcpStream> {
+        self.dialer.dial(&addr.to_string()).await
+    }
+}
+
+/// Opens TCP connections: resolve, try each address in turn within
+/// [`CONNECT_TIMEOUT`], mark the socket when asked, no Nagle delay.
+#[derive(Clone, Copy, Debug)]
+struct Dialer {
+    mark: Option<u32>,
+}
+
+impl Dialer {
+    /// Connect to `target` (`host:port`, `ip:port` or `[v6]:port`).
+    async fn dial(self, target: &str) -> std::io::Result<TcpStream> {
+        let attempt = async {
+            let mut last = None;
+            for addr in tokio::net::lookup_host(target).await? {
+                match self.connect(addr).await {
+                    Ok(stream) => return Ok(stream),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last.unwrap_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("{target} resolved to no address"),
+                )
+            }))
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, attempt)
             .await
             .map_err(|_| {
                 std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     format!("connecting to {target} timed out"),
                 )
-            })??;
-        let _ = stream.set_nodelay(true);
-        Ok(stream)
+            })?
+    }
+
+    async fn connect(self, addr: SocketAddr) -> std::io::Result<TcpStream> {
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        if let Some(mark) = self.mark {
+            set_mark(&socket, mark)?;
+        }
+        socket.set_nodelay(true)?;
+        socket.connect(addr).await
     }
 }
 
-/// An `HttpConnector` that dials the override address of a host, leaving the URI (and
-/// so the TLS server name and the pool key) as the client asked.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn set_mark(socket: &TcpSocket, mark: u32) -> std::io::Result<()> {
+    socket2::SockRef::from(socket).set_mark(mark).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot mark Glider's origin socket (SO_MARK {mark:#x}, needs CAP_NET_ADMIN): {e}"
+            ),
+        )
+    })
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn set_mark(_socket: &TcpSocket, _mark: u32) -> std::io::Result<()> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "socket marks (SO_MARK) exist on Linux only",
+    ))
+}
+
+/// A connector that dials the override address of a host, leaving the URI (and so the
+/// TLS server name and the pool key) as the client asked.
 #[derive(Clone)]
 struct OverrideConnector {
-    inner: HttpConnector,
+    dialer: Dialer,
     overrides: Arc<HashMap<String, String>>,
 }
 
@@ -161,28 +228,28 @@ impl tower::Service<Uri> for OverrideConnector {
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, dst: Uri) -> Self::Future {
-        let host = dst.host().unwrap_or_default().to_ascii_lowercase();
-        let dst = match self.overrides.get(&host) {
-            Some(target) => {
-                match Uri::builder()
-                    .scheme("http")
-                    .authority(target.as_str())
-                    .path_and_query("/")
-                    .build()
-                {
-                    Ok(uri) => uri,
-                    Err(e) => return Box::pin(async move { Err(e.into()) }),
-                }
+        let host = dst.host().unwrap_or_default();
+        let target = match self.overrides.get(&host.to_ascii_lowercase()) {
+            Some(target) => target.clone(),
+            None => {
+                let port = dst.port_u16().unwrap_or(match dst.scheme_str() {
+                    Some("https") => 443,
+                    _ => 80,
+                });
+                // An IPv6 host is bracketed in the URI already.
+                format!("{host}:{port}")
             }
-            None => dst,
         };
-        let future = self.inner.call(dst);
-        Box::pin(async move { future.await.map_err(Into::into) })
+        let dialer = self.dialer;
+        Box::pin(async move {
+            let stream = dialer.dial(&target).await?;
+            Ok(TokioIo::new(stream))
+        })
     }
 }
 

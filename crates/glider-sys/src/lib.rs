@@ -4,4 +4,5 @@
 
 pub mod atomicfile;
 pub mod fileacl;
+pub mod procinfo;
 pub mod runstate;

@@ -33,6 +33,10 @@ pub struct Record {
     /// Delegate process groups running right now (added at start, removed at exit).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub delegates: Vec<DelegateProcess>,
+    /// Packet-redirect rules this run installed (transparent mode), recorded before
+    /// they were installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<Redirect>,
 }
 
 /// A delegate CLI process group this run started.
@@ -44,6 +48,38 @@ pub struct DelegateProcess {
     pub cli: String,
     /// Unix seconds.
     pub started_at: u64,
+}
+
+/// Redirect rules a run put on the machine, so a later start can name them exactly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Redirect {
+    /// The mechanism, e.g. `iptables`.
+    pub backend: String,
+    /// The commands that list what is left (e.g. `iptables -t nat -L GLIDER_TRANSPARENT -n -v`).
+    pub list: Vec<String>,
+    /// The rules as installed, one per line (for the record; `-S` syntax).
+    pub rules: Vec<String>,
+    /// Set when the rules were removed (clean stop or `glider transparent cleanup`).
+    #[serde(default)]
+    pub removed_at: Option<u64>,
+}
+
+impl Redirect {
+    /// Advice when these rules may still be on the machine, or None once removed.
+    fn leftover_advice(&self) -> Option<String> {
+        if self.removed_at.is_some() {
+            return None;
+        }
+        Some(format!(
+            "transparent mode installed {} redirect rules that were not removed: list them with {}; remove them with `glider transparent cleanup`",
+            self.backend,
+            self.list
+                .iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ))
+    }
 }
 
 /// What the previous run left.
@@ -65,7 +101,13 @@ impl Previous {
     /// A warning for the operator, or None when all is well.
     pub fn warning(&self) -> Option<String> {
         match self {
-            Previous::None | Previous::Clean(_) => None,
+            Previous::None => None,
+            // A clean stop whose rule removal failed still leaves rules behind.
+            Previous::Clean(record) => record
+                .redirect
+                .as_ref()
+                .and_then(Redirect::leftover_advice)
+                .map(|advice| format!("the previous Glider run stopped, but {advice}")),
             Previous::StillRunning(record) => Some(format!(
                 "another Glider (pid {}) seems to be running with this GLIDER_HOME; two instances share the CA and state files",
                 record.pid
@@ -76,7 +118,9 @@ impl Previous {
             Previous::Unclean(record) => {
                 let ago = now().saturating_sub(record.started_at);
                 let mut checks = Vec::new();
-                if record.features.iter().any(|f| f == "transparent") {
+                if let Some(advice) = record.redirect.as_ref().and_then(Redirect::leftover_advice) {
+                    checks.push(advice);
+                } else if record.features.iter().any(|f| f == "transparent") {
                     checks.push(
                         "transparent mode was on: look for redirect rules that stayed with `iptables -t nat -S OUTPUT` (and `ip6tables -t nat -S OUTPUT`); remove a leftover REDIRECT rule with `iptables -t nat -D OUTPUT <rule>`"
                             .to_owned(),
@@ -202,6 +246,7 @@ impl RunState {
             features: features.iter().map(|f| (*f).to_owned()).collect(),
             stopped_at: None,
             delegates: Vec::new(),
+            redirect: None,
         };
         write(&path, &record)?;
         let record = Arc::new(Mutex::new(record));
@@ -223,9 +268,46 @@ impl RunState {
         }
     }
 
+    /// Record redirect rules before installing them: a crash after this leaves a record
+    /// the next start can name.
+    pub fn record_redirect(&mut self, redirect: Redirect) -> io::Result<()> {
+        let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        record.redirect = Some(redirect);
+        write(&self.path, &record)
+    }
+
+    /// Record that the redirect rules were removed.
+    pub fn redirect_removed(&mut self) -> io::Result<()> {
+        let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(redirect) = &mut record.redirect {
+            redirect.removed_at = Some(now());
+        }
+        write(&self.path, &record)
+    }
+
     /// Where the record lives.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// Mark the redirect rules in `home`'s record as removed (after an explicit cleanup), so
+/// the next start stops warning about them. `Ok(false)` when there was nothing to mark.
+pub fn mark_redirect_removed(home: &Path) -> io::Result<bool> {
+    let path = home.join(FILE_NAME);
+    let text = match std::fs::read(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let mut record: Record = serde_json::from_slice(&text).map_err(io::Error::other)?;
+    match &mut record.redirect {
+        Some(redirect) if redirect.removed_at.is_none() => {
+            redirect.removed_at = Some(now());
+            write(&path, &record)?;
+            Ok(true)
+        }
+        _ => Ok(false),
     }
 }
 
@@ -302,6 +384,60 @@ mod tests {
         assert!(warning.contains("did not stop cleanly"), "{warning}");
         assert!(warning.contains("iptables -t nat -S OUTPUT"), "{warning}");
         assert!(warning.contains("ppid"), "{warning}");
+    }
+
+    fn rules() -> Redirect {
+        Redirect {
+            backend: "iptables".into(),
+            list: vec!["iptables -t nat -L GLIDER_TRANSPARENT -n -v".into()],
+            rules: vec!["-A OUTPUT -p tcp -j GLIDER_TRANSPARENT".into()],
+            removed_at: None,
+        }
+    }
+
+    #[test]
+    fn rules_left_by_a_crash_are_named_exactly() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let (mut run, _) = RunState::start(home.path(), "1", &["transparent"]).expect("start");
+        run.record_redirect(rules()).expect("record");
+        drop(run); // SIGKILL
+        let (_run, previous) = RunState::start(home.path(), "1", &[]).expect("start");
+        let warning = previous.warning().expect("warns");
+        assert!(
+            warning.contains("`iptables -t nat -L GLIDER_TRANSPARENT -n -v`"),
+            "{warning}"
+        );
+        assert!(warning.contains("glider transparent cleanup"), "{warning}");
+        // After the explicit cleanup the record says so, and a later start is quiet
+        // about the rules.
+        let home2 = tempfile::tempdir().expect("tempdir");
+        let (mut run, _) = RunState::start(home2.path(), "1", &["transparent"]).expect("start");
+        run.record_redirect(rules()).expect("record");
+        drop(run);
+        assert!(mark_redirect_removed(home2.path()).expect("mark"));
+        assert!(!mark_redirect_removed(home2.path()).expect("mark again"));
+        let (_run, previous) = RunState::start(home2.path(), "1", &[]).expect("start");
+        let warning = previous.warning().expect("still an unclean stop");
+        assert!(!warning.contains("GLIDER_TRANSPARENT"), "{warning}");
+    }
+
+    #[test]
+    fn a_clean_stop_that_could_not_remove_its_rules_still_warns() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let (mut run, _) = RunState::start(home.path(), "1", &["transparent"]).expect("start");
+        run.record_redirect(rules()).expect("record");
+        run.stopped().expect("stop");
+        let (mut run, previous) = RunState::start(home.path(), "1", &[]).expect("start");
+        assert!(
+            previous
+                .warning()
+                .is_some_and(|w| w.contains("GLIDER_TRANSPARENT"))
+        );
+        run.record_redirect(rules()).expect("record");
+        run.redirect_removed().expect("removed");
+        run.stopped().expect("stop");
+        let (_run, previous) = RunState::start(home.path(), "1", &[]).expect("start");
+        assert_eq!(previous.warning(), None);
     }
 
     #[test]

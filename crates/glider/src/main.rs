@@ -13,7 +13,7 @@ use glider_config::{Config, ConfigHandle};
 use glider_engine::Engine;
 
 mod mitm_commands;
-use mitm_commands::{CaAction, ca, run_cli};
+use mitm_commands::{CaAction, TransparentAction, ca, run_cli, transparent};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 
@@ -62,6 +62,14 @@ enum Command {
         /// The CLI and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
+    },
+    /// Transparent mode's redirect rules (Linux: iptables).
+    Transparent {
+        #[command(subcommand)]
+        action: TransparentAction,
+        /// Config file whose transparent settings to use. Default: the embedded profile.
+        #[arg(short, long, env = "GLIDER_CONFIG", global = true)]
+        config: Option<PathBuf>,
     },
     /// Validate a config file and print what is wrong, with line and column.
     Check {
@@ -119,6 +127,7 @@ fn main() -> std::process::ExitCode {
         },
         Command::Ca { action, config } => ca(action, config.as_deref()),
         Command::Run { config, command } => run_cli(config.as_deref(), &command),
+        Command::Transparent { action, config } => transparent(action, config.as_deref()),
         Command::Serve {
             config,
             port,
@@ -234,7 +243,7 @@ async fn serve(
             features.push("transparent");
         }
     }
-    let (runstate, previous) =
+    let (mut runstate, previous) =
         glider_sys::runstate::RunState::start(&home, env!("CARGO_PKG_VERSION"), &features)
             .with_context(|| format!("cannot record the run state in {}", home.display()))?;
     if let Some(warning) = previous.warning() {
@@ -302,13 +311,48 @@ async fn serve(
         name: "gateway".into(),
         url: format!("http://{local}"),
     }];
+    let mut transparent = None;
+    let mut enrollment = None;
     if snapshot.mitm.enabled {
-        if snapshot.mitm.transparent {
-            tracing::warn!(
-                "mitm.transparent is set, but transparent redirection is not implemented yet; only the CONNECT proxy runs"
-            );
-        }
         let mitm = glider_mitm::Mitm::new(engine.clone(), &home)?;
+        if snapshot.mitm.transparent {
+            use glider_mitm::transparent::{
+                Enrollment, ProcessFilter, Transparent, selected_names,
+            };
+            let enrolled = Enrollment::default();
+            let filter = ProcessFilter::new(selected_names(&snapshot), enrolled.clone())
+                .with_registry(vendors.clone());
+            let names: Vec<String> = filter.names().iter().cloned().collect();
+            let started = match Transparent::start(
+                mitm.clone(),
+                filter,
+                &mut runstate,
+                stopped(stop_rx.clone()),
+            )
+            .await
+            {
+                Ok(started) => started,
+                Err(e) => {
+                    // Nothing of this run is left on the machine: say so in the record,
+                    // the error itself names what an earlier run left.
+                    let _ = runstate.stopped();
+                    return Err(anyhow::anyhow!("mitm.transparent: {e}"));
+                }
+            };
+            let addrs: Vec<String> = started.addrs().iter().map(|a| a.to_string()).collect();
+            println!(
+                "glider transparent door on {} (TCP to ports {:?} redirected; processes: {})",
+                addrs.join(", "),
+                snapshot.mitm.transparent_ports,
+                names.join(", ")
+            );
+            if started.supports_enrollment() {
+                enrollment = Some(glider_dashboard::EnrollmentHook(Arc::new(move |pids| {
+                    enrolled.set(pids)
+                })));
+            }
+            transparent = Some(started);
+        }
         let addr = format!("{}:{}", snapshot.server.bind, snapshot.mitm.port);
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
@@ -356,6 +400,7 @@ async fn serve(
     options.token = token;
     options.baseline = baseline;
     options.vendors = vendors;
+    options.enrollment = enrollment;
     let dashboard = glider_dashboard::Dashboard::start(engine.clone(), options)
         .with_context(|| format!("cannot open the request history under {}", home.display()))?;
     tracing::info!("dashboard on http://{dashboard_local}");
@@ -369,13 +414,24 @@ async fn serve(
     );
     report_backends(&engine).await;
 
-    let (gateway, dashboard) = tokio::join!(
+    // The redirect rules go at the signal, not after the drain: new connections then
+    // reach their origins directly instead of a door that no longer accepts.
+    let remove_rules = async {
+        stopped(stop_rx.clone()).await;
+        if let Some(transparent) = transparent
+            && let Err(e) = transparent.stop(&mut runstate)
+        {
+            tracing::error!("{e}");
+        }
+    };
+    let (gateway, dashboard, ()) = tokio::join!(
         glider_gateway::serve_with(
             listener,
             glider_gateway::router_with(engine, delegator),
             stopped(stop_rx.clone())
         ),
-        dashboard.serve(dashboard_listener, stopped(stop_rx)),
+        dashboard.serve(dashboard_listener, stopped(stop_rx.clone())),
+        remove_rules,
     );
     gateway?;
     dashboard?;

@@ -1,5 +1,6 @@
 //! The MITM proxy's commands: `glider ca path|print|install` (Glider's CA and how to
-//! trust it) and `glider run <cli>` (one CLI started with the proxy and the CA set).
+//! trust it), `glider run <cli>` (one CLI started with the proxy and the CA set) and
+//! `glider transparent cleanup` (remove redirect rules a killed run left).
 
 use anyhow::Context;
 use clap::Subcommand;
@@ -168,4 +169,58 @@ fn run_cli_inner(
             status.code().unwrap_or(1).clamp(0, 255) as u8,
         ))
     }
+}
+
+/// `glider transparent ...`.
+#[derive(clap::Subcommand)]
+pub enum TransparentAction {
+    /// Remove redirect rules an earlier Glider run left (it was killed or crashed):
+    /// Glider's own iptables chain and the jump to it. An explicit user action; Glider
+    /// never does this by itself at start.
+    Cleanup,
+}
+
+/// Run `glider transparent <action>`; the exit status says whether it worked.
+pub fn transparent(
+    action: TransparentAction,
+    config: Option<&std::path::Path>,
+) -> std::process::ExitCode {
+    match transparent_inner(action, config) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("glider: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn transparent_inner(
+    action: TransparentAction,
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let TransparentAction::Cleanup = action;
+    let config = load_config(config)?;
+    let chain = glider_mitm::transparent::CHAIN;
+    let removed = glider_mitm::transparent::cleanup(
+        &config.mitm.transparent_ports,
+        config.mitm.transparent_port,
+    )?;
+    if removed {
+        println!("removed the redirect chain {chain} and the jump to it (nat OUTPUT)");
+    } else {
+        println!("nothing to remove: no redirect chain {chain} is installed");
+    }
+    let home = glider_home();
+    match glider_sys::runstate::mark_redirect_removed(&home) {
+        Ok(true) => println!(
+            "recorded the removal in {}",
+            home.join(glider_sys::runstate::FILE_NAME).display()
+        ),
+        Ok(false) => {}
+        Err(e) => eprintln!(
+            "glider: could not update the run state under {}: {e}",
+            home.display()
+        ),
+    }
+    Ok(())
 }
