@@ -6,6 +6,7 @@
 
 mod body;
 pub mod ca;
+pub mod cursor;
 pub mod debug;
 pub mod hosts;
 pub mod proxy;
