@@ -1,7 +1,7 @@
 //! Debug dumps (`mitm.debug_agent_rpc`, or `GLIDER_MITM_DEBUG_RPC`): the full body of
-//! every decrypted API request, one file each, under `GLIDER_HOME/mitm/debug/` (0700
-//! directory, 0600 files). Credentials in headers are redacted; bodies are not, so a
-//! dump holds source code and prompts.
+//! every decrypted API request and Cursor Agent RPC, plus decoded Agent RPC frames, one
+//! file each under `GLIDER_HOME/mitm/debug/` (0700 directory, 0600 files). Header
+//! credentials are redacted; bodies are not, so a dump holds source code and prompts.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -75,24 +75,6 @@ impl DebugDumps {
         headers: &HeaderMap,
         body: &[u8],
     ) -> std::io::Result<()> {
-        fileacl::private_dir(&self.dir)?;
-        let millis = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or(0);
-        let seq = self.next.fetch_add(1, Ordering::Relaxed);
-        let slug: String = format!("{host}{path}")
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .take(80)
-            .collect();
-        let file = self.dir.join(format!("{millis}-{seq:04}-{slug}.json"));
         let headers: serde_json::Map<String, serde_json::Value> = headers
             .iter()
             .map(|(name, value)| {
@@ -113,7 +95,38 @@ impl DebugDumps {
             "headers": headers,
             "body": body,
         });
-        let text = serde_json::to_vec_pretty(&record).map_err(std::io::Error::other)?;
+        self.write_record(&format!("{host}{path}"), &record)
+    }
+
+    /// Write one JSON record (a decoded Agent RPC message or a stream's frames), named
+    /// after `label`. Errors are logged, never fatal to the request.
+    pub fn dump_record(&self, label: &str, record: &serde_json::Value) {
+        self.warn_once();
+        if let Err(e) = self.write_record(label, record) {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "debug dump failed");
+        }
+    }
+
+    fn write_record(&self, label: &str, record: &serde_json::Value) -> std::io::Result<()> {
+        fileacl::private_dir(&self.dir)?;
+        let millis = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        let slug: String = label
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(80)
+            .collect();
+        let file = self.dir.join(format!("{millis}-{seq:04}-{slug}.json"));
+        let text = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
         atomicfile::write(&file, &text, fileacl::PRIVATE_FILE)
     }
 }

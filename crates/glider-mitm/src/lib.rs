@@ -60,6 +60,8 @@ pub struct Mitm {
     hosts: HostMatcher,
     upstream: Upstream,
     dumps: debug::DebugDumps,
+    /// Cursor's Agent RPC plane (the fulfill hub).
+    agent_rpc: cursor::AgentRpc,
 }
 
 impl Mitm {
@@ -85,12 +87,18 @@ impl Mitm {
             authority,
             upstream,
             dumps,
+            agent_rpc: cursor::AgentRpc::default(),
         }))
     }
 
     /// Glider's CA.
     pub fn authority(&self) -> &Authority {
         &self.authority
+    }
+
+    /// Cursor's Agent RPC plane.
+    pub fn agent_rpc(&self) -> &cursor::AgentRpc {
+        &self.agent_rpc
     }
 
     /// The leaf certificate cache.
