@@ -284,14 +284,17 @@ impl Mitm {
         let request = Request::from_parts(parts, Body::from(body));
         let response = self.forward(request, target, None).await;
         let (parts, body) = response.into_parts();
+        let debug = self.debug_rpc();
+        let tool_codec = self.engine.runtime().config.mitm.agent_rpc_tool_codec;
         let watched = RelayBody {
             inner: body,
             at_end: Some(RelayEnd {
                 mitm: self.clone(),
                 request_id,
-                frames: self
-                    .debug_rpc()
-                    .then(|| (FrameDecoder::new(gzip_stream(&parts.headers)), Vec::new())),
+                decoder: (debug || tool_codec)
+                    .then(|| FrameDecoder::new(gzip_stream(&parts.headers))),
+                views: debug.then(Vec::new),
+                tool_codec,
             }),
         };
         Response::from_parts(parts, Body::new(watched))
@@ -530,23 +533,68 @@ impl LocalReply {
 struct RelayEnd {
     mitm: Arc<Mitm>,
     request_id: String,
-    frames: Option<(FrameDecoder, Vec<serde_json::Value>)>,
+    /// Reads the origin's frames as they pass (debug dumps, or the tool codec).
+    decoder: Option<FrameDecoder>,
+    /// Decoded frames for the debug dump.
+    views: Option<Vec<serde_json::Value>>,
+    /// `mitm.agent_rpc_tool_codec`: name the origin's tool calls in the log.
+    tool_codec: bool,
+}
+
+impl RelayEnd {
+    fn observe(&mut self, data: &[u8]) {
+        let Some(decoder) = self.decoder.as_mut() else {
+            return;
+        };
+        decoder.push(data);
+        loop {
+            match decoder.next_frame() {
+                Ok(Some(frame)) => {
+                    if self.tool_codec {
+                        log_tool_call(&self.request_id, &frame);
+                    }
+                    if let Some(views) = self.views.as_mut() {
+                        views.push(view::frame(&frame));
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // Not Connect framing after all: stop reading, keep relaying.
+                    if let Some(views) = self.views.as_mut() {
+                        views.push(json!({"decode_error": e.to_string()}));
+                    }
+                    self.decoder = None;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The tool codec: say which of the usual tools the origin asked the client to run.
+fn log_tool_call(request_id: &str, frame: &glider_cursorrpc::Frame) {
+    let Ok(message) = glider_cursorrpc::AgentServerMessage::decode(&frame.payload) else {
+        return;
+    };
+    if let Some(Update::ToolCallStarted(call)) = message.interaction_update.map(|u| u.update) {
+        tracing::info!(request_id, tool = %call.tool_name(), call_id = %call.call_id, "Agent RPC: the origin started a tool call");
+    }
 }
 
 impl Drop for RelayEnd {
     fn drop(&mut self) {
         self.mitm.turn_ended(&self.request_id);
-        if let Some((_, frames)) = self.frames.take() {
+        if let Some(views) = self.views.take() {
             self.mitm.dumps.dump_record(
                 "agent-rpc-origin-reply",
-                &json!({"request_id": self.request_id, "frames": frames}),
+                &json!({"request_id": self.request_id, "frames": views}),
             );
         }
     }
 }
 
 /// The origin's RunSSE body, passed through untouched; on its end (or the client
-/// leaving) the family is touched, and with debug on its frames are decoded for a dump.
+/// leaving) the family is touched, and its frames are read for dumps and the codec.
 struct RelayBody {
     inner: Body,
     at_end: Option<RelayEnd>,
@@ -564,21 +612,8 @@ impl http_body::Body for RelayBody {
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(end), Some(data)) = (&mut this.at_end, frame.data_ref())
-                    && let Some((decoder, frames)) = end.frames.as_mut()
-                {
-                    decoder.push(data);
-                    loop {
-                        match decoder.next_frame() {
-                            Ok(Some(frame)) => frames.push(view::frame(&frame)),
-                            Ok(None) => break,
-                            Err(e) => {
-                                frames.push(json!({"decode_error": e.to_string()}));
-                                end.frames = None;
-                                break;
-                            }
-                        }
-                    }
+                if let (Some(end), Some(data)) = (&mut this.at_end, frame.data_ref()) {
+                    end.observe(data);
                 }
             }
             Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
