@@ -272,10 +272,15 @@ impl Mitm {
         if let Some(Decision::Local(turn)) = decision {
             match self.answer_locally(&request_id, turn).await {
                 Ok(response) => return response,
-                Err(error) if self.engine.runtime().config.mitm.origin_on_local_error => {
+                Err(NotLocal::Origin(reason)) => {
+                    tracing::info!(request_id, %reason, "Agent RPC: the pipeline now sends this turn to the origin");
+                }
+                Err(NotLocal::Failed(error))
+                    if self.engine.runtime().config.mitm.origin_on_local_error =>
+                {
                     tracing::info!(request_id, error = %error, "Agent RPC: local answer failed before its first byte; to the origin (mitm.origin_on_local_error)");
                 }
-                Err(error) => {
+                Err(NotLocal::Failed(error)) => {
                     tracing::info!(request_id, error = %error, "Agent RPC: local answer failed; shown to the client");
                     return stream_error(&error);
                 }
@@ -307,7 +312,7 @@ impl Mitm {
         self: &Arc<Self>,
         request_id: &str,
         turn: LocalTurn,
-    ) -> Result<Response<Body>, ApiError> {
+    ) -> Result<Response<Body>, NotLocal> {
         let completion = self
             .engine
             .complete(CompletionRequest {
@@ -320,20 +325,14 @@ impl Mitm {
             .await;
         let completion = match completion {
             Ok(completion) => completion,
-            Err(CompleteError::Api(error)) => return Err(error),
+            Err(CompleteError::Api(error)) => return Err(NotLocal::Failed(error)),
             Err(CompleteError::OriginPassthrough {
                 decision,
                 mut tracker,
             }) => {
                 // The pipeline changed its mind (a reload, a breaker): nothing was sent.
                 tracker.end();
-                return Err(ApiError::new(
-                    ErrorKind::BadGateway,
-                    format!(
-                        "no local backend for this turn any more ({})",
-                        decision.reason
-                    ),
-                ));
+                return Err(NotLocal::Origin(decision.reason));
             }
         };
         tracing::info!(request_id, backend = %completion.backend, model = %completion.model, "Agent RPC: answering locally");
@@ -357,7 +356,7 @@ impl Mitm {
                 },
             ])),
         };
-        let reply = LocalReply::start(events).await?;
+        let reply = LocalReply::start(events).await.map_err(NotLocal::Failed)?;
         let mut response = Response::new(Body::from_stream(reply.into_stream(LocalEnd {
             mitm: self.clone(),
             request_id: request_id.to_owned(),
@@ -376,6 +375,14 @@ impl Mitm {
             self.agent_rpc.hub.touch_family(request_id, FAMILY_TTL);
         }
     }
+}
+
+/// Why a local turn was not answered; either way nothing has been written yet.
+enum NotLocal {
+    /// The pipeline sends the turn to the origin after all (a reload, a breaker).
+    Origin(String),
+    /// The local answer failed before its first frame.
+    Failed(ApiError),
 }
 
 /// Encodes ngl events as RunSSE frames.
