@@ -86,8 +86,13 @@ impl DebugDumps {
                 (name.as_str().to_owned(), shown.into())
             })
             .collect();
-        let body = serde_json::from_slice::<serde_json::Value>(body)
-            .unwrap_or_else(|_| String::from_utf8_lossy(body).into_owned().into());
+        // JSON as JSON, text as text, anything else (protobuf) as hex: the whole body.
+        let body = serde_json::from_slice::<serde_json::Value>(body).unwrap_or_else(|_| {
+            match std::str::from_utf8(body) {
+                Ok(text) => text.into(),
+                Err(_) => serde_json::json!({"hex": glider_cursorrpc::messages::hex_encode(body)}),
+            }
+        });
         let record = serde_json::json!({
             "host": host,
             "method": method,
@@ -168,5 +173,26 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("\"model\": \"m\""), "{text}");
+    }
+
+    #[test]
+    fn binary_bodies_are_kept_whole_as_hex() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let dumps = DebugDumps::new(home.path().join("debug"));
+        dumps.dump(
+            "api2.cursor.sh",
+            "POST",
+            "/agent.v1.AgentService/RunSSE",
+            &HeaderMap::new(),
+            &[0x00, 0xff, 0x10],
+        );
+        let file = std::fs::read_dir(dumps.dir())
+            .expect("list")
+            .next()
+            .expect("one dump")
+            .expect("entry")
+            .path();
+        let text = std::fs::read_to_string(file).expect("read");
+        assert!(text.contains("\"hex\": \"00ff10\""), "{text}");
     }
 }

@@ -124,15 +124,18 @@ impl Mitm {
         body: Bytes,
         target: &Target,
     ) -> Response<Body> {
-        let decoded = unary_payload(&parts.headers, &body)
-            .and_then(|payload| BidiAppendRequest::decode(&payload));
+        let payload = unary_payload(&parts.headers, &body);
         if self.debug_rpc() {
-            let payload = unary_payload(&parts.headers, &body).unwrap_or_default();
+            let append = match &payload {
+                Ok(payload) => view::append(payload),
+                Err(e) => json!({"decode_error": e.to_string()}),
+            };
             self.dumps.dump_record(
                 "agent-rpc-append",
-                &json!({"host": target.host, "append": view::append(&payload)}),
+                &json!({"host": target.host, "append": append}),
             );
         }
+        let decoded = payload.and_then(|payload| BidiAppendRequest::decode(&payload));
         match decoded {
             Ok(append) => self.arm_for(&append, &parts.headers),
             Err(e) => {
