@@ -449,6 +449,27 @@ struct LocalReply {
     encoder: FrameEncoder,
 }
 
+/// Sees each frame of a local reply as it is written; dropped when the reply ends (or
+/// the client leaves).
+trait ReplyObserver: Send + 'static {
+    fn frame(&mut self, frame: &Bytes);
+}
+
+/// Nothing to observe (tests).
+impl ReplyObserver for () {
+    fn frame(&mut self, _: &Bytes) {}
+}
+
+impl ReplyObserver for LocalEnd {
+    fn frame(&mut self, frame: &Bytes) {
+        if let Some(frames) = self.frames.as_mut()
+            && let Ok(decoded) = decode_all(frame, false)
+        {
+            frames.extend(decoded.iter().map(view::frame));
+        }
+    }
+}
+
 /// What a local reply does when it ends: touch the family, dump its frames.
 struct LocalEnd {
     mitm: Arc<Mitm>,
@@ -495,12 +516,15 @@ impl LocalReply {
 
     /// The frames as a body stream; heartbeats fill silences, and a model that stops
     /// without finishing ends the stream with an error frame.
-    fn into_stream(self, end: LocalEnd) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
-        struct State {
+    fn into_stream<O: ReplyObserver>(
+        self,
+        end: O,
+    ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
+        struct State<O> {
             queue: std::collections::VecDeque<Bytes>,
             rest: EventStream,
             encoder: FrameEncoder,
-            end: LocalEnd,
+            end: O,
         }
         let state = State {
             queue: self.head.into(),
@@ -511,11 +535,7 @@ impl LocalReply {
         futures_util::stream::unfold(state, |mut s| async move {
             loop {
                 if let Some(frame) = s.queue.pop_front() {
-                    if let Some(frames) = s.end.frames.as_mut()
-                        && let Ok(decoded) = decode_all(&frame, false)
-                    {
-                        frames.extend(decoded.iter().map(view::frame));
-                    }
+                    s.end.frame(&frame);
                     return Some((Ok(frame), s));
                 }
                 if s.encoder.ended {
@@ -725,19 +745,15 @@ mod tests {
     }
 
     async fn frames_of(reply: LocalReply) -> Vec<ConnectFrame> {
-        // A LocalEnd needs a Mitm; these tests read the frames through the encoder
-        // directly instead.
-        let mut out = reply.head.clone();
-        let mut encoder = reply.encoder;
-        let mut rest = reply.rest;
-        while !encoder.ended {
-            match rest.next().await {
-                Some(event) => out.extend(encoder.encode(&event)),
-                None => break,
-            }
-        }
-        let bytes: Vec<u8> = out.concat();
-        decode_all(&bytes, false).expect("valid frames")
+        let chunks: Vec<Bytes> = reply
+            .into_stream(())
+            .map(|chunk| match chunk {
+                Ok(bytes) => bytes,
+                Err(never) => match never {},
+            })
+            .collect()
+            .await;
+        decode_all(&chunks.concat(), false).expect("valid frames")
     }
 
     fn update_of(frame: &ConnectFrame) -> Option<Update> {
@@ -827,6 +843,48 @@ mod tests {
         let error = end.error.expect("an error");
         assert_eq!(error.message, "backend died");
         assert_eq!(error.code, "unavailable");
+    }
+
+    async fn next_update(
+        stream: &mut (impl Stream<Item = Result<Bytes, Infallible>> + Unpin),
+    ) -> Option<Update> {
+        let Some(Ok(bytes)) = stream.next().await else {
+            panic!("the stream ended early");
+        };
+        let frames = decode_all(&bytes, false).expect("frames");
+        update_of(&frames[0])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silences_are_filled_with_heartbeats() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let events: EventStream = Box::pin(futures_util::stream::unfold(rx, |mut rx| async {
+            rx.recv().await.map(|event| (event, rx))
+        }));
+        tx.send(text("thinking about it")).expect("send");
+        let reply = LocalReply::start(events).await.expect("starts");
+        let mut stream = Box::pin(reply.into_stream(()));
+        assert_eq!(
+            next_update(&mut stream).await,
+            Some(Update::TextDelta("thinking about it".into()))
+        );
+        let start = tokio::time::Instant::now();
+        assert_eq!(next_update(&mut stream).await, Some(Update::Heartbeat));
+        assert_eq!(start.elapsed(), HEARTBEAT_EVERY);
+        tx.send(text("done")).expect("send");
+        assert_eq!(
+            next_update(&mut stream).await,
+            Some(Update::TextDelta("done".into()))
+        );
+        // The model's stream stops without finishing: an error frame ends the reply.
+        drop(tx);
+        let last = stream.next().await.expect("a last frame").expect("bytes");
+        let end = decode_all(&last, false).expect("frames")[0]
+            .end_of_stream()
+            .expect("end")
+            .expect("json");
+        assert!(end.error.is_some());
+        assert!(stream.next().await.is_none());
     }
 
     #[test]
