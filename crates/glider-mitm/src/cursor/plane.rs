@@ -888,6 +888,27 @@ mod tests {
     }
 
     #[test]
+    fn gzipped_unary_appends_and_streams_are_read() {
+        let message = glider_cursorrpc::messages::run_sse_request("req-gz");
+        let mut unary = HeaderMap::new();
+        unary.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        let zipped = glider_cursorrpc::frame::gzip(&message);
+        assert_eq!(unary_payload(&unary, &zipped).as_deref(), Ok(&message[..]));
+        assert!(unary_payload(&unary, b"not gzip").is_err());
+        let mut streaming = HeaderMap::new();
+        streaming.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/connect+proto"),
+        );
+        streaming.insert("connect-content-encoding", HeaderValue::from_static("gzip"));
+        let frame = glider_cursorrpc::encode_frame(0, &message, true);
+        assert_eq!(
+            run_sse_request_id(&streaming, &frame).as_deref(),
+            Some("req-gz")
+        );
+    }
+
+    #[test]
     fn rpc_paths() {
         assert_eq!(
             rpc(&Method::POST, "/aiserver.v1.BidiService/BidiAppend"),
