@@ -569,3 +569,37 @@ async fn a_relayed_stream_is_untouched_while_the_tool_codec_and_dumps_read_it() 
         "{found}"
     );
 }
+
+#[tokio::test]
+async fn an_explicit_local_turn_keeps_its_follow_ons_local() {
+    let stack = cursor_stack(OLLAMA_LOCAL, "").await;
+    let mut client = cursor_client(&stack).await;
+    let turn = |request_id, text| Turn {
+        request_id,
+        // No local backend lists this model: only the flag (then the family) keeps
+        // these turns local.
+        model: "claude-4-sonnet",
+        text,
+        conversation: "conv-7",
+        subagent: None,
+        other_action: None,
+    };
+    append(&mut client, &turn("root-7", "/local hi there")).await;
+    let (_, frames) = run_sse(client.clone(), "root-7".into()).await;
+    assert_eq!(text_of(&frames), "echo: hi there", "the flag was stripped");
+    append(&mut client, &turn("title-7", "title please")).await;
+    let (_, frames) = run_sse(client.clone(), "title-7".into()).await;
+    assert_eq!(text_of(&frames), "echo: title please");
+    assert!(stack.origin.seen(RUN_SSE).is_empty());
+    // Without the family, the same turn in another conversation is the origin's.
+    append(
+        &mut client,
+        &Turn {
+            conversation: "conv-8",
+            ..turn("title-8", "title please")
+        },
+    )
+    .await;
+    let (_, frames) = run_sse(client, "title-8".into()).await;
+    assert_eq!(text_of(&frames), "from-origin");
+}

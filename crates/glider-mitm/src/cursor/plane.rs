@@ -188,7 +188,7 @@ impl Mitm {
             }
         };
         let hub = &self.agent_rpc.hub;
-        let turn = |model: &str| LocalTurn {
+        let turn = |model: &str, text: &str| LocalTurn {
             body: Bytes::from(
                 json!({
                     "model": model,
@@ -208,10 +208,12 @@ impl Mitm {
             tracing::info!(request_id, %root, ?sticky, "Agent RPC: follow-on held with its turn family");
             return match sticky {
                 Sticky::Cloud => Decision::Origin,
-                Sticky::Local => Decision::Local(turn(model)),
+                // The pipeline's own `/local` flag keeps it local even for a model no
+                // local backend lists (the flag is stripped before the model sees it).
+                Sticky::Local => Decision::Local(turn(model, &format!("/local {text}"))),
             };
         }
-        let local = turn(model);
+        let local = turn(model, &text);
         let decided = self
             .engine
             .prepare(Dialect::OpenAiChat, &local.body)
