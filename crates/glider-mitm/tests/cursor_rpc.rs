@@ -591,6 +591,10 @@ async fn an_explicit_local_turn_keeps_its_follow_ons_local() {
     let (_, frames) = run_sse(client.clone(), "title-7".into()).await;
     assert_eq!(text_of(&frames), "echo: title please");
     assert!(stack.origin.seen(RUN_SSE).is_empty());
+    // A flag the user types still wins over the family.
+    append(&mut client, &turn("cloud-7", "/cloud ask the big model")).await;
+    let (_, frames) = run_sse(client.clone(), "cloud-7".into()).await;
+    assert_eq!(text_of(&frames), "from-origin");
     // Without the family, the same turn in another conversation is the origin's.
     append(
         &mut client,

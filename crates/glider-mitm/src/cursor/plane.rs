@@ -200,8 +200,10 @@ impl Mitm {
             headers: headers.clone(),
         };
         let model = run.and_then(|r| r.model()).unwrap_or(DEFAULT_MODEL);
-        // A follow-on (summary, title) of a turn that just ran keeps its family's side.
+        // A follow-on (summary, title) of a turn that just ran keeps its family's side;
+        // a routing flag the user typed still wins.
         if let Some(conversation) = conversation
+            && glider_engine::router::explicit::parse_flag(&text).is_none()
             && let Some((root, sticky)) = hub.family_of(conversation)
             && root != request_id
         {
