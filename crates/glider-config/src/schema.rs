@@ -612,11 +612,13 @@ pub struct MitmConfig {
     pub transparent_processes: Vec<String>,
     /// Directory of the CA (`ca.crt`, `ca.key`); default `GLIDER_HOME/mitm` (restart-only).
     pub ca_dir: Option<String>,
-    /// Dump every decrypted API request body under `GLIDER_HOME/mitm/debug/` (hot; the
-    /// environment variable `GLIDER_MITM_DEBUG_RPC` does the same). Dumps contain
-    /// source code and prompts.
+    /// Dump every decrypted API request body, and Cursor's Agent RPC appends and reply
+    /// frames decoded, under `GLIDER_HOME/mitm/debug/` (hot; the environment variable
+    /// `GLIDER_MITM_DEBUG_RPC` does the same). Dumps contain source code and prompts.
     pub debug_agent_rpc: bool,
-    /// Cursor Agent RPC: map the usual ToolCall frames (hot).
+    /// Cursor Agent RPC: read the origin's relayed RunSSE frames and log its tool calls
+    /// by name, from a small map of the usual ToolCall frames; tool turns still go to
+    /// the origin (hot; see docs/cursor-rpc.md).
     pub agent_rpc_tool_codec: bool,
     /// Origin host → `ip:port` to connect to instead of resolving the host, for both
     /// decrypted and tunnelled traffic; TLS still names and verifies the host. For tests

@@ -10,6 +10,6 @@ pub mod transform;
 
 pub use events::{BackendState, Bus, PipelineEvent, RequestRecord, Tracker, unix_ms};
 pub use pipeline::{
-    CompleteError, Completion, CompletionBody, CompletionRequest, Engine, ModelInfo,
+    CompleteError, Completion, CompletionBody, CompletionRequest, Engine, ModelInfo, decode_events,
 };
 pub use router::RouteDecision;

@@ -822,7 +822,9 @@ fn rewrite_model(body: &Bytes, from: &str, to: &str) -> Bytes {
 
 /// Decode a backend's raw stream into ngl events; a transport failure or a truncated
 /// stream ends with an `Error` event.
-fn decode_events(
+/// A backend's raw streamed reply as ngl events, decoded by `decoder` as the bytes
+/// arrive; a transport or decode failure ends the stream with `StreamEvent::Error`.
+pub fn decode_events(
     decoder: Box<dyn StreamDecoder>,
     first_chunk: Bytes,
     rest: BodyStream,

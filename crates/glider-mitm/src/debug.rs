@@ -1,7 +1,7 @@
 //! Debug dumps (`mitm.debug_agent_rpc`, or `GLIDER_MITM_DEBUG_RPC`): the full body of
-//! every decrypted API request, one file each, under `GLIDER_HOME/mitm/debug/` (0700
-//! directory, 0600 files). Credentials in headers are redacted; bodies are not, so a
-//! dump holds source code and prompts.
+//! every decrypted API request and Cursor Agent RPC, plus decoded Agent RPC frames, one
+//! file each under `GLIDER_HOME/mitm/debug/` (0700 directory, 0600 files). Header
+//! credentials are redacted; bodies are not, so a dump holds source code and prompts.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -75,24 +75,6 @@ impl DebugDumps {
         headers: &HeaderMap,
         body: &[u8],
     ) -> std::io::Result<()> {
-        fileacl::private_dir(&self.dir)?;
-        let millis = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or(0);
-        let seq = self.next.fetch_add(1, Ordering::Relaxed);
-        let slug: String = format!("{host}{path}")
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .take(80)
-            .collect();
-        let file = self.dir.join(format!("{millis}-{seq:04}-{slug}.json"));
         let headers: serde_json::Map<String, serde_json::Value> = headers
             .iter()
             .map(|(name, value)| {
@@ -104,8 +86,13 @@ impl DebugDumps {
                 (name.as_str().to_owned(), shown.into())
             })
             .collect();
-        let body = serde_json::from_slice::<serde_json::Value>(body)
-            .unwrap_or_else(|_| String::from_utf8_lossy(body).into_owned().into());
+        // JSON as JSON, text as text, anything else (protobuf) as hex: the whole body.
+        let body = serde_json::from_slice::<serde_json::Value>(body).unwrap_or_else(|_| {
+            match std::str::from_utf8(body) {
+                Ok(text) => text.into(),
+                Err(_) => serde_json::json!({"hex": glider_cursorrpc::messages::hex_encode(body)}),
+            }
+        });
         let record = serde_json::json!({
             "host": host,
             "method": method,
@@ -113,7 +100,38 @@ impl DebugDumps {
             "headers": headers,
             "body": body,
         });
-        let text = serde_json::to_vec_pretty(&record).map_err(std::io::Error::other)?;
+        self.write_record(&format!("{host}{path}"), &record)
+    }
+
+    /// Write one JSON record (a decoded Agent RPC message or a stream's frames), named
+    /// after `label`. Errors are logged, never fatal to the request.
+    pub fn dump_record(&self, label: &str, record: &serde_json::Value) {
+        self.warn_once();
+        if let Err(e) = self.write_record(label, record) {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "debug dump failed");
+        }
+    }
+
+    fn write_record(&self, label: &str, record: &serde_json::Value) -> std::io::Result<()> {
+        fileacl::private_dir(&self.dir)?;
+        let millis = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        let slug: String = label
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(80)
+            .collect();
+        let file = self.dir.join(format!("{millis}-{seq:04}-{slug}.json"));
+        let text = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
         atomicfile::write(&file, &text, fileacl::PRIVATE_FILE)
     }
 }
@@ -155,5 +173,26 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("\"model\": \"m\""), "{text}");
+    }
+
+    #[test]
+    fn binary_bodies_are_kept_whole_as_hex() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let dumps = DebugDumps::new(home.path().join("debug"));
+        dumps.dump(
+            "api2.cursor.sh",
+            "POST",
+            "/agent.v1.AgentService/RunSSE",
+            &HeaderMap::new(),
+            &[0x00, 0xff, 0x10],
+        );
+        let file = std::fs::read_dir(dumps.dir())
+            .expect("list")
+            .next()
+            .expect("one dump")
+            .expect("entry")
+            .path();
+        let text = std::fs::read_to_string(file).expect("read");
+        assert!(text.contains("\"hex\": \"00ff10\""), "{text}");
     }
 }

@@ -6,6 +6,7 @@
 
 mod body;
 pub mod ca;
+pub mod cursor;
 pub mod debug;
 pub mod hosts;
 pub mod proxy;
@@ -60,6 +61,8 @@ pub struct Mitm {
     hosts: HostMatcher,
     upstream: Upstream,
     dumps: debug::DebugDumps,
+    /// Cursor's Agent RPC plane (the fulfill hub).
+    agent_rpc: cursor::AgentRpc,
 }
 
 impl Mitm {
@@ -87,12 +90,18 @@ impl Mitm {
             authority,
             upstream,
             dumps,
+            agent_rpc: cursor::AgentRpc::default(),
         }))
     }
 
     /// Glider's CA.
     pub fn authority(&self) -> &Authority {
         &self.authority
+    }
+
+    /// Cursor's Agent RPC plane.
+    pub fn agent_rpc(&self) -> &cursor::AgentRpc {
+        &self.agent_rpc
     }
 
     /// The leaf certificate cache.

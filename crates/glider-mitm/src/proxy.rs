@@ -257,6 +257,9 @@ impl Mitm {
         request: Request<Incoming>,
         target: &Target,
     ) -> Response<Body> {
+        if let Some(rpc) = crate::cursor::rpc(request.method(), request.uri().path()) {
+            return self.agent_rpc_request(request, rpc, target).await;
+        }
         match api_front(request.method(), request.uri().path()) {
             Some(front) => self.api_request(request, front, target).await,
             None => {
@@ -353,7 +356,7 @@ impl Mitm {
     /// Send `request` to `target`'s origin and stream its reply back. The body is not
     /// re-encoded; hop-by-hop headers are dropped both ways. `tracker` records a model
     /// request that went to the origin.
-    async fn forward(
+    pub(crate) async fn forward(
         &self,
         request: Request<Body>,
         target: &Target,
