@@ -63,12 +63,26 @@ pub struct Mitm {
     dumps: debug::DebugDumps,
     /// Cursor's Agent RPC plane (the fulfill hub).
     agent_rpc: cursor::AgentRpc,
+    /// Takes `/claude`, `/cursor-agent` and `/agy` messages before the pipeline.
+    delegator: Arc<glider_delegate::Delegator>,
 }
 
 impl Mitm {
     /// Build the proxy from the engine's config: load or make the CA, build the host
-    /// matcher and the origin client. `home` is `GLIDER_HOME`.
+    /// matcher and the origin client. `home` is `GLIDER_HOME`. Delegations get a
+    /// delegate handler of their own.
     pub fn new(engine: Arc<Engine>, home: &Path) -> Result<Arc<Mitm>, MitmError> {
+        Mitm::with_delegator(engine, home, Arc::new(glider_delegate::Delegator::new()))
+    }
+
+    /// [`Mitm::new`], delegating through `delegator` (shared with the gateway, so a
+    /// `/claude` run continues whichever door the next message comes through, and with
+    /// runstate's record of delegate processes).
+    pub fn with_delegator(
+        engine: Arc<Engine>,
+        home: &Path,
+        delegator: Arc<glider_delegate::Delegator>,
+    ) -> Result<Arc<Mitm>, MitmError> {
         let config = engine.runtime().config.clone();
         let mitm = &config.mitm;
         let authority = Arc::new(Authority::load_or_create(&ca_dir(mitm, home))?);
@@ -91,6 +105,7 @@ impl Mitm {
             upstream,
             dumps,
             agent_rpc: cursor::AgentRpc::default(),
+            delegator,
         }))
     }
 

@@ -309,6 +309,15 @@ impl Mitm {
                 &body,
             );
         }
+        // Delegation comes first, as on the gateway: a flagged message never enters the
+        // pipeline and never reaches the origin.
+        if let Some(delegation) =
+            self.delegator
+                .take(&config.delegate, front, &parts.headers, &body)
+        {
+            tracing::info!(host = %target.host, vendor = delegation.vendor.binary(), "delegated");
+            return glider_gateway::render::delegation(front, delegation).await;
+        }
         let outcome = self
             .engine
             .complete(CompletionRequest {

@@ -621,3 +621,63 @@ async fn a_client_that_leaves_an_origin_stream_early_is_recorded_as_gone() {
     assert!(finished.ttft_ms.is_some());
     s.origin.release();
 }
+
+#[tokio::test]
+async fn a_flagged_message_is_delegated_and_never_reaches_the_origin() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let fake = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../glider/tests/fixtures/cursor-agent")
+        .canonicalize()
+        .expect("the fake cursor-agent of the delegation tests");
+    let dir = work.path().display();
+    let s = stack(&format!(
+        "delegate:\n  enabled: true\n  workdir: '{dir}'\n  cursor_agent:\n    path: '{}'\n    env: {{GLIDER_TEST_DIR: '{dir}'}}\n",
+        fake.display()
+    ))
+    .await;
+    for stream in [false, true] {
+        let (mut client, _) =
+            client(s.proxy, "api.anthropic.com", &[s.glider_ca()], Http::Two).await;
+        let body = messages_body("claude-sonnet-4-5", "/cursor-agent write the notes", stream);
+        let (response, reply) = client
+            .fetch(request(
+                Http::Two,
+                "POST",
+                "api.anthropic.com",
+                "/v1/messages?beta=true",
+                &[KEY, ("content-type", "application/json")],
+                body,
+            ))
+            .await;
+        let text = String::from_utf8_lossy(&reply);
+        assert_eq!(response.status(), 200, "{stream}: {text}");
+        assert_eq!(
+            response.headers()["x-glider-route"],
+            "delegate:cursor-agent"
+        );
+        let answer = if stream {
+            sse_text(&text)
+        } else {
+            text.to_string()
+        };
+        assert!(
+            answer.contains("Wrote NOTES.md in chat"),
+            "{stream}: {answer}"
+        );
+    }
+    // The delegate ran in the configured workdir, once per message, with the task.
+    let argv = std::fs::read_to_string(work.path().join("argv.log")).expect("argv.log");
+    assert_eq!(argv.lines().count(), 2, "{argv}");
+    assert!(
+        argv.lines().all(|l| l.ends_with("write the notes")),
+        "{argv}"
+    );
+    let cwd = std::fs::read_to_string(work.path().join("cwd.log")).expect("cwd.log");
+    assert_eq!(
+        std::path::Path::new(cwd.trim())
+            .canonicalize()
+            .expect("cwd"),
+        work.path().canonicalize().expect("workdir")
+    );
+    assert!(s.origin.seen().is_empty(), "{:?}", s.origin.seen());
+}

@@ -314,7 +314,7 @@ async fn serve(
     let mut transparent = None;
     let mut enrollment = None;
     if snapshot.mitm.enabled {
-        let mitm = glider_mitm::Mitm::new(engine.clone(), &home)?;
+        let mitm = glider_mitm::Mitm::with_delegator(engine.clone(), &home, delegator.clone())?;
         if snapshot.mitm.transparent {
             use glider_mitm::transparent::{
                 Enrollment, ProcessFilter, Transparent, selected_names,
