@@ -7,6 +7,7 @@ own certificate, enrollment narrows selection, a connection to the door that was
 redirected is refused, a clean stop leaves no rule, and after SIGKILL the next start
 warns with the exact command and `glider transparent cleanup` removes the chain. IPv6
 (ip6tables, a second origin on 2001:db8::1) is covered where the namespace supports it.
+Last, the real Claude Code with no proxy setting is caught by name and answered locally.
 
 Needs root (or CAP_SYS_ADMIN + CAP_NET_ADMIN) for `ip netns`; when that or iptables is
 refused, the test says so loudly (a pytest warning and the skip reason) and skips. A
@@ -312,3 +313,70 @@ def test_sigkill_then_restart_warns_and_cleanup_removes_the_chain(lab):
     glider.stop()
     assert glider.proc.returncode == 0, "".join(glider.lines)
     assert "GLIDER" not in ns.nat_rules()
+
+
+def test_real_claude_code_with_no_proxy_setting_is_answered_locally(lab, tmp_path):
+    """The spec's live test, on loopback: the real Claude Code (from npm), with no proxy
+    variable and no base URL, talks to https://api.anthropic.com as it always does; the
+    redirect sends its connection to Glider, which picks it by the vendor registry's
+    name (`claude`, nothing in mitm.transparent_processes) and answers from a local
+    model. The only help it gets is trusting Glider's CA (NODE_EXTRA_CA_CERTS)."""
+    sys.path.insert(0, str(HERE.parent / "cli"))
+    from test_real_clis import cli, run  # noqa: E402  (the real CLIs' suite: npm install and a bounded run)
+
+    ns = lab["ns"]
+    claude = cli("claude")
+    # `ip netns exec` mounts /etc/netns/<name>/hosts over /etc/hosts: the CLI resolves
+    # api.anthropic.com to the test origin's address, as DNS would give it the real one.
+    etc = pathlib.Path("/etc/netns") / ns.name
+    etc.mkdir(parents=True, exist_ok=True)
+    (etc / "hosts").write_text(f"127.0.0.1 localhost\n{ORIGIN_IP} {HOST}\n")
+    mock = glider = None
+    try:
+        mock = Process(ns.cmd(_binary("glider-mock"), "--port", "0"), r"listening on (127\.0\.0\.1:\d+)")
+        config = tmp_path / "glider.yaml"
+        config.write_text(f"""
+backends:
+  - {{name: local, type: ollama, base_url: 'http://{mock.match.group(1)}', models: [qwen-local]}}
+model_aliases: {{'claude-local-*': qwen-local}}
+routing: {{cloud_fallback: false}}
+mitm:
+  enabled: true
+  hosts: [{HOST}]
+  transparent: true
+  upstream_overrides: {{{HOST}: '{ORIGIN_IP}:443'}}
+  upstream_ca_file: '{lab["origin_ca"]}'
+""")
+        home = tmp_path / "glider-home"
+        env = glider_env(lab)
+        env["GLIDER_HOME"] = str(home)
+        glider = Process(ns.cmd(_binary("glider"), "serve", "-c", str(config), "--port", "0", "--dashboard-port", "0"),
+                         r"glider dashboard on (http://\S+)", env=env)
+        lab["started"].append(glider)
+
+        user = tmp_path / "user"
+        work = tmp_path / "work"
+        user.mkdir()
+        work.mkdir()
+        claude_env = {k: v for k, v in os.environ.items()
+                      if k.lower() not in ("https_proxy", "http_proxy", "all_proxy", "no_proxy",
+                                           "anthropic_base_url", "node_extra_ca_certs", "ssl_cert_file")}
+        claude_env.update(HOME=str(user), ANTHROPIC_API_KEY="sk-ant-user-own-key",
+                          NODE_EXTRA_CA_CERTS=str(home / "mitm" / "ca.crt"),
+                          CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_TELEMETRY="1",
+                          DISABLE_ERROR_REPORTING="1", DISABLE_AUTOUPDATER="1", CLAUDE_CODE_MAX_RETRIES="0")
+        code, out, err = run(ns.cmd(claude, "-p", "say hi transparently", "--model", "claude-local-1",
+                                    "--output-format", "json"), claude_env, work)
+        assert code == 0, f"claude failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}\nglider: {''.join(glider.lines)[-3000:]}"
+        result = json.loads(out)
+        # glider-mock's Ollama echoes the prompt: the local model answered.
+        assert "echo:" in result["result"] and "say hi transparently" in result["result"], result
+        picked = glider.wait_for(r"transparent: decrypting for pid \d+ \((\S+)\)", timeout=10)
+        assert picked.group(1).startswith("claude"), picked.group(0)
+        glider.wait_for(r"answered locally", timeout=10)
+    finally:
+        if glider:
+            glider.stop()
+        if mock:
+            mock.stop()
+        shutil.rmtree(etc, ignore_errors=True)
