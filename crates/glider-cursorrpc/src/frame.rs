@@ -46,6 +46,9 @@ pub struct FrameDecoder {
     buf: BytesMut,
     gzip: bool,
     max: usize,
+    /// Bytes gunzipping may still produce in all (`None`: per frame only). A whole
+    /// body has one: many small gzip frames must not each inflate to `max`.
+    inflate_budget: Option<usize>,
 }
 
 impl FrameDecoder {
@@ -61,7 +64,15 @@ impl FrameDecoder {
             buf: BytesMut::new(),
             gzip,
             max,
+            inflate_budget: None,
         }
+    }
+
+    /// Refuse a stream whose compressed frames inflate to more than `budget` bytes
+    /// in all (for a whole body held in memory; a relayed stream has no total).
+    pub fn with_inflate_budget(mut self, budget: usize) -> FrameDecoder {
+        self.inflate_budget = Some(budget);
+        self
     }
 
     /// Append received bytes.
@@ -93,7 +104,12 @@ impl FrameDecoder {
                     "a compressed frame on a stream that declared no encoding".into(),
                 ));
             }
-            gunzip(&raw, self.max)?.into()
+            let limit = self.inflate_budget.map_or(self.max, |b| b.min(self.max));
+            let inflated = gunzip(&raw, limit)?;
+            if let Some(budget) = &mut self.inflate_budget {
+                *budget -= inflated.len();
+            }
+            inflated.into()
         } else {
             raw
         };
@@ -110,9 +126,10 @@ impl FrameDecoder {
     }
 }
 
-/// Every frame of a complete body.
+/// Every frame of a complete body. Compressed frames may inflate to
+/// [`DEFAULT_MAX_FRAME`] bytes in all, not each.
 pub fn decode_all(body: &[u8], gzip: bool) -> Result<Vec<Frame>, Error> {
-    let mut decoder = FrameDecoder::new(gzip);
+    let mut decoder = FrameDecoder::new(gzip).with_inflate_budget(DEFAULT_MAX_FRAME);
     decoder.push(body);
     let mut frames = Vec::new();
     while let Some(frame) = decoder.next_frame()? {
@@ -329,6 +346,22 @@ mod tests {
         decoder.push(&big);
         assert!(matches!(
             decoder.next_frame(),
+            Err(Error::FrameTooLarge { .. })
+        ));
+        // Many small bombs, each under the frame limit, are cut by the body's total.
+        let one = encode_frame(0, &vec![0u8; 600], true);
+        let mut decoder = FrameDecoder::with_limit(true, 1024).with_inflate_budget(1500);
+        decoder.push(&one.repeat(3));
+        assert!(decoder.next_frame().is_ok_and(|f| f.is_some()));
+        assert!(decoder.next_frame().is_ok_and(|f| f.is_some()));
+        assert!(matches!(
+            decoder.next_frame(),
+            Err(Error::FrameTooLarge { limit: 300, .. })
+        ));
+        let bomb = encode_frame(0, &vec![0u8; DEFAULT_MAX_FRAME - 64], true);
+        assert!(bomb.len() < DEFAULT_MAX_FRAME / 100, "a small frame");
+        assert!(matches!(
+            decode_all(&bomb.repeat(2), true),
             Err(Error::FrameTooLarge { .. })
         ));
         // End-of-stream JSON that is not JSON.

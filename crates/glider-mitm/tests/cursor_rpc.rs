@@ -595,6 +595,11 @@ async fn an_explicit_local_turn_keeps_its_follow_ons_local() {
     append(&mut client, &turn("cloud-7", "/cloud ask the big model")).await;
     let (_, frames) = run_sse(client.clone(), "cloud-7".into()).await;
     assert_eq!(text_of(&frames), "from-origin");
+    // ...but `/local` does not replace the live StickyCloud family `/cloud` just opened
+    // (spec: a StickyLocal must not replace it): that turn goes to the origin too.
+    append(&mut client, &turn("local-7", "/local back to local")).await;
+    let (_, frames) = run_sse(client.clone(), "local-7".into()).await;
+    assert_eq!(text_of(&frames), "from-origin");
     // Without the family, the same turn in another conversation is the origin's.
     append(
         &mut client,

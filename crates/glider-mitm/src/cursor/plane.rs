@@ -694,12 +694,18 @@ fn run_sse_request_id(headers: &HeaderMap, body: &[u8]) -> Option<String> {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/connect+"));
     let message = if enveloped {
-        decode_all(body, gzip_stream(headers))
-            .ok()?
-            .into_iter()
-            .find(|f| !f.is_end_stream())?
-            .payload
-            .to_vec()
+        // Only the first message frame is read (and inflated): the rest of the body
+        // is never unpacked.
+        let mut frames = FrameDecoder::new(gzip_stream(headers))
+            .with_inflate_budget(glider_cursorrpc::frame::DEFAULT_MAX_FRAME);
+        frames.push(body);
+        loop {
+            match frames.next_frame().ok()? {
+                Some(frame) if !frame.is_end_stream() => break frame.payload.to_vec(),
+                Some(_) => continue,
+                None => return None,
+            }
+        }
     } else {
         unary_payload(headers, body).ok()?
     };
