@@ -315,6 +315,28 @@ def test_sigkill_then_restart_warns_and_cleanup_removes_the_chain(lab):
     assert "GLIDER" not in ns.nat_rules()
 
 
+
+def test_a_start_up_error_after_the_rules_went_in_takes_them_back_quietly(lab):
+    """The rules go in before the other doors open; when one cannot (here the
+    dashboard's port is the MITM's own), Glider exits with the error, takes the rules
+    back and records an orderly exit: the next start has nothing to warn about."""
+    ns = lab["ns"]
+    args = ns.cmd(_binary("glider"), "serve", "-c", str(write_config(lab)), "--port", "0",
+                  "--dashboard-port", "8082")
+    failed = sh(*args, check=False, timeout=60, env=glider_env(lab))
+    output = failed.stdout + failed.stderr
+    assert failed.returncode != 0 and "server.dashboard_port" in output, output
+    assert "glider transparent door on" in output, output
+    assert "GLIDER" not in ns.nat_rules()
+    record = json.loads((lab["tmp"] / "home" / "runstate.json").read_text())
+    assert record["stopped_at"] and record["redirect"]["removed_at"], record
+    glider = start_glider(lab)
+    try:
+        warned = [line for line in glider.lines if "did not stop cleanly" in line or "not removed" in line]
+        assert not warned, warned
+    finally:
+        glider.stop()
+
 def test_real_claude_code_with_no_proxy_setting_is_answered_locally(lab, tmp_path):
     """The spec's live test, on loopback: the real Claude Code (from npm), with no proxy
     variable and no base URL, talks to https://api.anthropic.com as it always does; the

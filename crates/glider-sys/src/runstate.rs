@@ -196,6 +196,24 @@ impl DelegatePids {
     }
 }
 
+/// Records the removal of this run's redirect rules. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RedirectLog {
+    path: PathBuf,
+    record: Arc<Mutex<Record>>,
+}
+
+impl RedirectLog {
+    /// Record that the redirect rules were removed.
+    pub fn removed(&self) -> io::Result<()> {
+        let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(redirect) = &mut record.redirect {
+            redirect.removed_at = Some(now());
+        }
+        write(&self.path, &record)
+    }
+}
+
 /// Each recorded delegate whose process group still has members, with those members
 /// as `pid (command)` read from `/proc`.
 fn leftover_delegates(delegates: &[DelegateProcess]) -> Vec<(&DelegateProcess, Vec<String>)> {
@@ -278,11 +296,16 @@ impl RunState {
 
     /// Record that the redirect rules were removed.
     pub fn redirect_removed(&mut self) -> io::Result<()> {
-        let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(redirect) = &mut record.redirect {
-            redirect.removed_at = Some(now());
+        self.redirect_log().removed()
+    }
+
+    /// The handle a guard that owns the redirect rules records their removal through
+    /// (it may drop them on a path that has no `RunState` at hand).
+    pub fn redirect_log(&self) -> RedirectLog {
+        RedirectLog {
+            path: self.path.clone(),
+            record: self.record.clone(),
         }
-        write(&self.path, &record)
     }
 
     /// Where the record lives.

@@ -249,6 +249,34 @@ async fn serve(
     if let Some(warning) = previous.warning() {
         tracing::warn!("{warning}");
     }
+    let result = serve_recorded(
+        config,
+        config_path,
+        baseline,
+        home,
+        filter_handle,
+        &mut runstate,
+    )
+    .await;
+    // An orderly exit, a start-up error included: what the doors put on the machine was
+    // taken back on the way out (the redirect rules by their guard), so the next start
+    // must not report a crash.
+    if let Err(e) = runstate.stopped() {
+        tracing::warn!(error = %e, "could not record the clean stop");
+    }
+    result
+}
+
+/// `serve` once the run is recorded in `runstate`: open the doors and run them until the
+/// stop signal.
+async fn serve_recorded(
+    config: Config,
+    config_path: Option<PathBuf>,
+    baseline: Option<Arc<Config>>,
+    home: PathBuf,
+    filter_handle: tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>,
+    runstate: &mut glider_sys::runstate::RunState,
+) -> anyhow::Result<()> {
     // Running delegates are recorded in runstate, so a crash leaves their PIDs named.
     let delegator = Arc::new(glider_delegate::Delegator::with_pids(
         runstate.delegate_pids(),
@@ -323,22 +351,15 @@ async fn serve(
             let filter = ProcessFilter::new(selected_names(&snapshot), enrolled.clone())
                 .with_registry(vendors.clone());
             let names: Vec<String> = filter.names().iter().cloned().collect();
-            let started = match Transparent::start(
-                mitm.clone(),
-                filter,
-                &mut runstate,
-                stopped(stop_rx.clone()),
-            )
-            .await
-            {
-                Ok(started) => started,
-                Err(e) => {
-                    // Nothing of this run is left on the machine: say so in the record,
-                    // the error itself names what an earlier run left.
-                    let _ = runstate.stopped();
-                    return Err(anyhow::anyhow!("mitm.transparent: {e}"));
-                }
-            };
+            let started =
+                match Transparent::start(mitm.clone(), filter, runstate, stopped(stop_rx.clone()))
+                    .await
+                {
+                    Ok(started) => started,
+                    // Nothing of this run is left on the machine (the caller records the
+                    // orderly exit); the error itself names what an earlier run left.
+                    Err(e) => return Err(anyhow::anyhow!("mitm.transparent: {e}")),
+                };
             let addrs: Vec<String> = started.addrs().iter().map(|a| a.to_string()).collect();
             println!(
                 "glider transparent door on {} (TCP to ports {:?} redirected; processes: {})",
@@ -419,7 +440,7 @@ async fn serve(
     let remove_rules = async {
         stopped(stop_rx.clone()).await;
         if let Some(transparent) = transparent
-            && let Err(e) = transparent.stop(&mut runstate)
+            && let Err(e) = tokio::task::block_in_place(|| transparent.stop())
         {
             tracing::error!("{e}");
         }
@@ -435,9 +456,6 @@ async fn serve(
     );
     gateway?;
     dashboard?;
-    if let Err(e) = runstate.stopped() {
-        tracing::warn!(error = %e, "could not record the clean stop");
-    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use glider_sys::runstate::{Redirect, RunState};
+use glider_sys::runstate::{Redirect, RedirectLog, RunState};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -50,6 +50,8 @@ pub struct Transparent {
     redirector: Box<dyn Redirector>,
     addrs: Vec<SocketAddr>,
     removed: bool,
+    /// Where the removal is recorded, by `stop` and by the drop guard alike.
+    log: RedirectLog,
 }
 
 impl Transparent {
@@ -141,6 +143,7 @@ impl Transparent {
             redirector,
             addrs,
             removed: false,
+            log: runstate.redirect_log(),
         })
     }
 
@@ -154,11 +157,16 @@ impl Transparent {
         self.redirector.supports_enrollment()
     }
 
-    /// Remove the rules and record that in `runstate`.
-    pub fn stop(mut self, runstate: &mut RunState) -> Result<(), RedirectError> {
+    /// Remove the rules and record that in the run state. Blocking (firewall commands
+    /// and an fsync'd write): call it off the async workers.
+    pub fn stop(mut self) -> Result<(), RedirectError> {
         self.removed = true;
+        self.remove()
+    }
+
+    fn remove(&self) -> Result<(), RedirectError> {
         self.redirector.remove()?;
-        if let Err(e) = runstate.redirect_removed() {
+        if let Err(e) = self.log.removed() {
             tracing::warn!(error = %e, "the redirect rules were removed, but the run state could not record it");
         }
         tracing::info!("transparent mode: redirect rules removed");
@@ -167,9 +175,11 @@ impl Transparent {
 }
 
 impl Drop for Transparent {
+    /// A start-up error after the rules went in (a port taken, say) drops this guard:
+    /// the rules go, and the record says so, so the next start does not warn of them.
     fn drop(&mut self) {
         if !self.removed
-            && let Err(e) = self.redirector.remove()
+            && let Err(e) = self.remove()
         {
             tracing::error!("could not remove the transparent redirect rules: {e}");
         }

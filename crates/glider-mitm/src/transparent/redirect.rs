@@ -105,6 +105,16 @@ impl Iptables {
         }
     }
 
+    /// Every table an earlier run may have left a chain in: an earlier run may have had
+    /// IPv6 when this one falls back to IPv4 only.
+    fn tools_to_clean(&self) -> Vec<&'static str> {
+        let mut tools = self.tools();
+        if !self.spec.ipv6 && ipv6_usable() {
+            tools.push("ip6tables");
+        }
+        tools
+    }
+
     /// The rules in order: the chain, its RETURN on Glider's mark, one REDIRECT per
     /// port, then the jump from OUTPUT (last, so the chain is complete when it is used).
     fn rules(&self) -> Vec<Vec<String>> {
@@ -171,7 +181,7 @@ impl Redirector for Iptables {
 
     fn leftover(&self) -> Result<Option<String>, RedirectError> {
         let mut found = Vec::new();
-        for tool in self.tools() {
+        for tool in self.tools_to_clean() {
             if chain_exists(tool)? {
                 found.push(format!("{tool} -t nat -L {CHAIN} -n -v"));
             }
@@ -199,7 +209,7 @@ impl Redirector for Iptables {
     fn remove(&self) -> Result<bool, RedirectError> {
         let mut removed = false;
         let mut errors = Vec::new();
-        for tool in self.tools() {
+        for tool in self.tools_to_clean() {
             match remove_chain(tool) {
                 Ok(any) => removed |= any,
                 Err(e) => errors.push(e.to_string()),
