@@ -268,6 +268,11 @@ def test_selection_by_process_and_enrollment(lab):
         code, _, err = curl(lab, glider_ca(lab))
         assert code == 0, err
 
+        # `glider transparent cleanup` does not take a running Glider's rules away.
+        refused = ns.run(_binary("glider"), "transparent", "cleanup", env=glider_env(lab), check=False)
+        assert refused.returncode != 0 and f"pid {glider.proc.pid}" in refused.stderr, refused.stderr
+        assert ns.chain_exists()
+
         # The door is not a proxy: a connection that was not redirected is refused.
         direct = ns.run("curl", "-sS", "--max-time", "10", "http://127.0.0.1:8083/", check=False)
         assert direct.returncode != 0

@@ -314,6 +314,11 @@ impl RunState {
     }
 }
 
+/// What the run recorded in `home` says, read without starting a run.
+pub fn previous(home: &Path) -> Previous {
+    read_previous(&home.join(FILE_NAME))
+}
+
 /// Mark the redirect rules in `home`'s record as removed (after an explicit cleanup), so
 /// the next start stops warning about them. `Ok(false)` when there was nothing to mark.
 pub fn mark_redirect_removed(home: &Path) -> io::Result<bool> {

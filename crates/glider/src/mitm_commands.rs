@@ -201,6 +201,21 @@ fn transparent_inner(
     let TransparentAction::Cleanup = action;
     let config = load_config(config)?;
     let chain = glider_mitm::transparent::CHAIN;
+    let home = glider_home();
+    // The rules of a Glider that is running are its own: its stop removes them. Taking
+    // them away under it would silently end transparent mode while it still runs.
+    if let glider_sys::runstate::Previous::StillRunning(record) =
+        glider_sys::runstate::previous(&home)
+        && record
+            .redirect
+            .as_ref()
+            .is_some_and(|r| r.removed_at.is_none())
+    {
+        anyhow::bail!(
+            "Glider (pid {}) is running with transparent mode and owns the chain {chain}: stop it (a clean stop removes its rules); `glider transparent cleanup` is for the rules of a run that did not stop cleanly",
+            record.pid
+        );
+    }
     let removed = glider_mitm::transparent::cleanup(
         &config.mitm.transparent_ports,
         config.mitm.transparent_port,
@@ -210,7 +225,6 @@ fn transparent_inner(
     } else {
         println!("nothing to remove: no redirect chain {chain} is installed");
     }
-    let home = glider_home();
     match glider_sys::runstate::mark_redirect_removed(&home) {
         Ok(true) => println!(
             "recorded the removal in {}",
