@@ -342,8 +342,15 @@ fn ended_cleanly(frames: &[Frame]) -> bool {
 async fn a_root_turn_is_answered_locally_and_the_append_still_reaches_the_origin() {
     let stack = cursor_stack(OLLAMA_LOCAL, "  debug_agent_rpc: true\n").await;
     let mut client = cursor_client(&stack).await;
-    // Cursor opens the reply stream first, then appends the prompt.
+    // Cursor opens the reply stream first, then appends the prompt: the append is sent
+    // only once the RunSSE waits in the hub, so the waiter path is the one exercised.
     let reader = tokio::spawn(run_sse(client.clone(), "root-1".into()));
+    bounded("the RunSSE waiting in the hub", async {
+        while stack.mitm.agent_rpc().hub.sizes().0 == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
     append(
         &mut client,
         &Turn {
@@ -425,7 +432,8 @@ async fn follow_ons_of_a_cloud_turn_stay_with_the_cloud() {
     append(&mut client, &turn("title-3", "cursor-local", None)).await;
     let (_, frames) = run_sse(client.clone(), "title-3".into()).await;
     assert_eq!(text_of(&frames), "from-origin");
-    // The reply summary (a summarize action) too.
+    // The reply summary (a summarize action) too — a follow-on kind that always goes to
+    // the origin, family or not; the title above is what the family decides.
     append(&mut client, &turn("summary-3", "cursor-local", Some(4))).await;
     let (_, frames) = run_sse(client.clone(), "summary-3".into()).await;
     assert_eq!(text_of(&frames), "from-origin");
