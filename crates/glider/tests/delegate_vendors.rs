@@ -448,8 +448,9 @@ async fn the_consoles_env_reaches_agy_but_never_an_argv() {
         .nth(1)
         .expect("names the session")
         .to_owned();
+    // The fake logs its prompt after its env.
     assert!(
-        until(|| !s.lines("secret.log").is_empty()).await,
+        until(|| !s.lines("prompt.log").is_empty()).await,
         "agy started"
     );
     assert_eq!(s.lines("secret.log")[0], SECRET, "agy sees its env");
