@@ -296,6 +296,7 @@ pub fn start(spec: RunSpec, on_report: ReportSink) -> Result<Events, ApiError> {
     };
     let run = Run {
         deadline: Instant::now() + spec.timeout,
+        unflushed: spec.pids.clone(),
         spec,
         stdout: BufReader::new(stdout),
         line: Vec::new(),
@@ -312,6 +313,13 @@ pub fn start(spec: RunSpec, on_report: ReportSink) -> Result<Events, ApiError> {
     Ok(Box::pin(futures_util::stream::unfold(
         run,
         |mut run| async move {
+            if let Some(pids) = run.unflushed.take() {
+                // The group is on disk before anything of the run is relayed, so a
+                // crash from here on leaves a record the next start can name; the
+                // fsync waits on the blocking pool, not on this worker.
+                let flushed = tokio::task::spawn_blocking(move || pids.flush());
+                let _ = tokio::time::timeout(RECORD_WAIT, flushed).await;
+            }
             loop {
                 if let Some(event) = run.pending.pop_front() {
                     return Some((event, run));
@@ -330,8 +338,13 @@ pub fn start(spec: RunSpec, on_report: ReportSink) -> Result<Events, ApiError> {
 /// tool's result). A longer line stops the run like the output limit does.
 const JSON_LINE_SLACK: usize = 1 << 20;
 
+/// Longest the first event waits for the run's group to be written to runstate.
+const RECORD_WAIT: Duration = Duration::from_secs(5);
+
 struct Run {
     spec: RunSpec,
+    /// Runstate to flush before the first event (the group was just recorded there).
+    unflushed: Option<glider_sys::runstate::DelegatePids>,
     stdout: BufReader<ChildStdout>,
     /// The line being read (reused).
     line: Vec<u8>,

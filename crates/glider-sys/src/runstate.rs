@@ -191,6 +191,8 @@ struct Queue {
     next: Option<(u64, Vec<u8>)>,
     /// Whether a writer thread is running.
     running: bool,
+    /// The newest change the writer has dealt with (written, failed, or superseded).
+    handled: u64,
 }
 
 impl Shared {
@@ -266,13 +268,18 @@ impl Shared {
             if let Err(e) = self.write_now(number, &bytes) {
                 tracing::warn!(error = %e, path = %self.path.display(), "could not record delegate processes");
             }
+            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            queue.handled = queue.handled.max(number);
+            self.idle.notify_all();
         }
     }
 
-    /// Wait until every change handed to the background writer is on disk (or failed).
+    /// Wait until every change made before this call is on disk (or its write failed).
+    /// Later changes do not keep it waiting.
     fn flush(&self) {
+        let wanted = self.record.lock().unwrap_or_else(|p| p.into_inner()).1;
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        while queue.running || queue.next.is_some() {
+        while queue.handled < wanted && (queue.running || queue.next.is_some()) {
             queue = self.idle.wait(queue).unwrap_or_else(|p| p.into_inner());
         }
     }
@@ -312,7 +319,8 @@ impl DelegatePids {
             .change_later(|record| record.delegates.retain(|d| d.pgid != pgid));
     }
 
-    /// Block until every change recorded so far is written (tests, orderly shutdown).
+    /// Block until every change recorded so far is written (or failed to be). Not for
+    /// an async worker: use `spawn_blocking`.
     pub fn flush(&self) {
         self.shared.flush();
     }
