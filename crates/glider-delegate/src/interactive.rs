@@ -1,7 +1,11 @@
 //! The interactive template (spec: the default for `/agy`): open a separate console
 //! running the CLI with the task (by default a detached tmux session in the workdir)
 //! and reply at once with how to reach it. Glider neither waits for it nor stops it.
+//! The CLI's configured env reaches it through a private file, never through an argv.
 
+use std::collections::BTreeMap;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,8 +25,9 @@ const LAUNCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Distinguishes sessions opened within the same millisecond.
 static LAUNCHED: AtomicU64 = AtomicU64::new(0);
 
-/// Open a console running `program` (with the vendor's args and env, then `task` when
-/// not empty) in `workdir`; the reply names the console and how to attach to it.
+/// Open a console running `program` (with the vendor's args and env, then `-- <task>`
+/// when the task is not empty) in `workdir`; the reply names the console and how to
+/// attach to it.
 pub fn launch(
     config: &DelegateConfig,
     vendor: Vendor,
@@ -32,17 +37,36 @@ pub fn launch(
 ) -> Events {
     let settings = vendor.settings(config);
     let session = session_name(vendor);
-    let mut command: Vec<String> = Vec::new();
-    if !settings.env.is_empty() {
-        // A console server that already runs would not pass the launcher's
-        // environment on, so the CLI gets its variables through `env`.
-        command.push("env".to_owned());
-        command.extend(settings.env.iter().map(|(k, v)| format!("{k}={v}")));
-    }
-    command.push(program.display().to_string());
+    let label = vendor.binary();
+    let mut command = vec![program.display().to_string()];
     command.extend(settings.args.iter().cloned());
     if !task.is_empty() {
-        command.push(task.clone());
+        // `--` ends the options: a task such as `-v check the build` is the prompt,
+        // not a flag (agy parses Go-style flags, which stop at `--`).
+        command.extend(["--".to_owned(), task.clone()]);
+    }
+    // A console server that already runs would not pass the launcher's environment
+    // on, so the CLI's variables (API keys, often) travel in a private file that the
+    // console's shell reads and deletes — never in an argv, where /proc/*/cmdline,
+    // `ps` and tmux's pane_start_command would show them.
+    let mut env_file = None;
+    if !settings.env.is_empty() && config.interactive_command.iter().any(|i| i == "{command}") {
+        match write_env_file(&session, &settings.env) {
+            Ok(file) => {
+                command = source_then_exec(&file, command);
+                env_file = Some(file);
+            }
+            Err(e) => {
+                let error = ApiError::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "cannot hand {label} its environment (delegate.{}.env): {e}",
+                        label.replace('-', "_")
+                    ),
+                );
+                return Box::pin(futures_util::stream::iter([StreamEvent::Error { error }]));
+            }
+        }
     }
     let argv = expand(
         &config.interactive_command,
@@ -53,7 +77,6 @@ pub fn launch(
     );
     let hint = config.attach_hint.replace("{session}", &session);
     let env = settings.env.clone();
-    let label = vendor.binary();
     let launched = async move {
         match run_launcher(&argv, &env, &workdir).await {
             Ok(()) => {
@@ -67,10 +90,113 @@ pub fn launch(
                 )
                 .to_vec()
             }
-            Err(error) => vec![StreamEvent::Error { error }],
+            Err(error) => {
+                // No console ran to read and delete the file: delete it here.
+                if let Some(file) = &env_file {
+                    let _ = std::fs::remove_file(file);
+                }
+                vec![StreamEvent::Error { error }]
+            }
         }
     };
     Box::pin(futures_util::stream::once(launched).flat_map(futures_util::stream::iter))
+}
+
+/// How old a console's environment file may get before a later launch deletes it (the
+/// console it was for never read it).
+const STALE_ENV_FILE: Duration = Duration::from_secs(600);
+
+/// The private directory console environment files are written to: `glider` under
+/// `$XDG_RUNTIME_DIR` (the per-user runtime directory), else `glider-<uid>` under the
+/// temporary directory; created 0700, and refused unless it is a real directory owned
+/// by this user (a shared /tmp could hold someone else's, or a symlink).
+pub fn env_dir() -> io::Result<PathBuf> {
+    let uid = std::fs::metadata("/proc/self")?.uid();
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(runtime) => PathBuf::from(runtime).join("glider"),
+        None => std::env::temp_dir().join(format!("glider-{uid}")),
+    };
+    match std::fs::DirBuilder::new()
+        .mode(glider_sys::fileacl::PRIVATE_DIR)
+        .create(&dir)
+    {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    if !meta.is_dir() || meta.uid() != uid {
+        return Err(io::Error::other(format!(
+            "{} is not a directory of this user",
+            dir.display()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        glider_sys::fileacl::set_mode(&dir, glider_sys::fileacl::PRIVATE_DIR)?;
+    }
+    Ok(dir)
+}
+
+/// Write `env` as `export K='v'` lines to a new 0600 file (atomically) in [`env_dir`],
+/// first deleting files there that no console read in time.
+fn write_env_file(session: &str, env: &BTreeMap<String, String>) -> io::Result<PathBuf> {
+    let mut text = String::new();
+    for (key, value) in env {
+        let valid = key
+            .chars()
+            .next()
+            .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+            && key.chars().all(|c| c == '_' || c.is_ascii_alphanumeric());
+        if !valid {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("`{key}` is not a variable name"),
+            ));
+        }
+        text.push_str(&format!("export {key}={}\n", shell_quote(value)));
+    }
+    let dir = env_dir()?;
+    sweep(&dir);
+    let file = dir.join(format!("{session}-{}.env", std::process::id()));
+    glider_sys::atomicfile::write(&file, text.as_bytes(), glider_sys::fileacl::PRIVATE_FILE)?;
+    Ok(file)
+}
+
+/// Delete environment files in `dir` older than [`STALE_ENV_FILE`].
+fn sweep(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let stale = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > STALE_ENV_FILE);
+        if stale && path.extension().is_some_and(|e| e == "env") {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// `'…'` with each `'` written as `'\''`: one word to a POSIX shell, whatever `value` holds.
+fn shell_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "'\\''"))
+}
+
+/// `command`, run by a shell that first reads `file` (exporting its variables) and
+/// deletes it. `command .` keeps a broken file from stopping the shell before `rm`.
+fn source_then_exec(file: &Path, command: Vec<String>) -> Vec<String> {
+    let mut argv = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        r#"command . "$0"; rm -f -- "$0"; exec "$@""#.to_owned(),
+        file.display().to_string(),
+    ];
+    argv.extend(command);
+    argv
 }
 
 /// `glider-agy-<unix ms>-<n>`: unique, and free of the `.` and `:` tmux refuses.
@@ -109,10 +235,12 @@ fn expand(
 }
 
 /// Run the console command and wait (bounded) for it to return. Its exit status and
-/// stderr say whether the console opened.
+/// stderr say whether the console opened. The vendor's `env` is in its environment
+/// (readable by this user only, never in an argv): a launcher that starts a console
+/// server, or a terminal, hands it on; the env file covers a server already running.
 async fn run_launcher(
     argv: &[String],
-    env: &std::collections::BTreeMap<String, String>,
+    env: &BTreeMap<String, String>,
     workdir: &Path,
 ) -> Result<(), ApiError> {
     let Some((program, args)) = argv.split_first() else {
@@ -207,5 +335,38 @@ mod tests {
             ]
         );
         assert_ne!(session_name(Vendor::Agy), session_name(Vendor::Agy));
+    }
+
+    #[test]
+    fn the_env_file_is_private_exact_and_deleted_by_the_console() {
+        use std::os::unix::fs::PermissionsExt;
+        let value = "it's a \"key\"\n$HOME `x` \\ end";
+        let env = BTreeMap::from([
+            ("GLIDER_T_ONE".to_owned(), value.to_owned()),
+            ("_two".to_owned(), String::new()),
+        ]);
+        let file = write_env_file(&session_name(Vendor::Agy), &env).expect("written");
+        let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode(&file), 0o600);
+        assert_eq!(mode(file.parent().expect("dir")), 0o700);
+        // The console's wrapper: read, delete, then exec the CLI with the variables.
+        let argv = source_then_exec(
+            &file,
+            vec![
+                "sh".into(),
+                "-c".into(),
+                r#"printf '%s|%s' "$GLIDER_T_ONE" "${_two-unset}""#.into(),
+            ],
+        );
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+            .expect("runs");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{value}|"));
+        assert!(!file.exists(), "the console deletes it");
+        assert!(!argv.concat().contains("a \"key\""), "{argv:?}");
+
+        let bad = BTreeMap::from([("NOT-A-NAME".to_owned(), "x".to_owned())]);
+        assert!(write_env_file("s", &bad).is_err());
     }
 }

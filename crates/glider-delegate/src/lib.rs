@@ -347,11 +347,14 @@ fn headless_args(
                 args.push("--force".to_owned());
             }
         }
-        Vendor::Agy => args.push("-p".to_owned()),
+        Vendor::Agy => {}
     }
     if vendor.output() == Output::Text {
-        // No documented session id or end-of-options for agy: the task follows -p.
-        args.push(task);
+        // agy's prompt is the value of its `-p`/`--print` flag (Go-style flags, no
+        // session id). Joined to the flag as `--print=<task>`, a task that starts with
+        // `-` cannot be taken for an option by any flag parser; a `--` here would
+        // become the prompt itself.
+        args.push(format!("--print={task}"));
     } else {
         if let Some(id) = resume {
             args.extend(["--resume".to_owned(), id.to_owned()]);

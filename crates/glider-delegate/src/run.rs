@@ -13,7 +13,7 @@ use futures_util::Stream;
 use glider_ngl::stream::PartKind;
 use glider_ngl::{ApiError, ErrorKind, StopReason, StreamEvent, Usage};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdout};
 use tokio::time::Instant;
 
@@ -85,51 +85,141 @@ pub struct RunSpec {
     pub pids: Option<glider_sys::runstate::DelegatePids>,
 }
 
-/// Kills a process group when dropped, so nothing a delegate started (grandchildren
-/// included) outlives the request that started it.
+/// Owns a delegate's process group: the leader (started with `process_group(0)`, so its
+/// pid is the group's id) and everything it started. [`GroupGuard::finish`] ends the
+/// group when its output is over; dropping the guard kills the group, so nothing a
+/// delegate started (grandchildren included) outlives the request that started it.
+///
+/// Why the leader is reaped only after the group is killed: a process group id is a
+/// pid, and the kernel does not hand that number out again while any process — the
+/// leader included, even as an unreaped zombie — still carries it. Once the leader is
+/// reaped and its last member is gone, the number is free and may become someone
+/// else's group, and a `kill -- -PGID` sent then could hit a stranger. So the guard
+/// keeps the leader unreaped until the group kill has been sent, and never signals the
+/// group after reaping it.
 #[derive(Debug)]
 pub struct GroupGuard {
     pgid: u32,
+    /// The leader, not yet reaped (`None` once [`GroupGuard::finish`] reaped it).
+    leader: Option<Child>,
     pids: Option<glider_sys::runstate::DelegatePids>,
+    /// The `kill` program (a test points it elsewhere).
+    kill: PathBuf,
 }
 
 impl GroupGuard {
-    /// A guard for the group led by `pgid` (a child started with `process_group(0)`).
-    pub fn new(pgid: u32) -> Self {
-        GroupGuard { pgid, pids: None }
+    /// A guard for the group `leader` leads; `None` when it was already reaped.
+    pub fn new(leader: Child) -> Option<Self> {
+        Self::recorded(leader, "", None)
     }
 
     /// A guard that also records the group in runstate while it lives.
     pub fn recorded(
-        pgid: u32,
+        leader: Child,
         label: &str,
         pids: Option<glider_sys::runstate::DelegatePids>,
-    ) -> Self {
+    ) -> Option<Self> {
+        let pgid = leader.id()?;
         if let Some(pids) = &pids {
             pids.started(pgid, label);
         }
-        GroupGuard { pgid, pids }
+        Some(GroupGuard {
+            pgid,
+            leader: Some(leader),
+            pids,
+            kill: PathBuf::from("kill"),
+        })
     }
 
     /// The group's id (the leader's pid).
     pub fn pgid(&self) -> u32 {
         self.pgid
     }
-}
 
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        // `kill -KILL -- -PGID` signals every member; an already empty group is fine.
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.pgid)])
+    /// The output is over: kill whatever is left of the group, then reap the leader and
+    /// return its exit status. Killing first is safe for the status: stdout reaches its
+    /// end when the leader exits (its status is fixed by then, and the kernel ignores
+    /// signals to a process that is already exiting) — a leader that closes its stdout
+    /// and goes on is taken as done. Cancel-safe: cancelled before the reap, the guard
+    /// still holds the leader and its drop cleans up.
+    pub async fn finish(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        let Some(leader) = self.leader.as_mut() else {
+            return Err(std::io::Error::other("the delegate was already reaped"));
+        };
+        let killed = tokio::process::Command::new(&self.kill)
+            .args(kill_args(self.pgid))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .status();
+            .status()
+            .await;
+        if let Err(e) = killed {
+            tracing::warn!(pgid = self.pgid, error = %e, "could not run kill for a delegate's group");
+        }
+        let status = leader.wait().await?;
+        self.leader = None;
+        Ok(status)
+    }
+}
+
+impl Drop for GroupGuard {
+    /// Kill and reap off the async workers: running `kill` means a fork and a wait, so
+    /// inside a Tokio runtime it goes to the blocking pool (and runs right here when
+    /// there is no runtime, or when the pool no longer takes work: the [`Reaper`] does
+    /// its job when it is dropped, run or not).
+    fn drop(&mut self) {
+        let reaper = Reaper {
+            pgid: self.pgid,
+            leader: self.leader.take(),
+            pids: self.pids.take(),
+            kill: std::mem::take(&mut self.kill),
+        };
+        if reaper.leader.is_none() {
+            return drop(reaper);
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn_blocking(move || drop(reaper));
+            }
+            Err(_) => drop(reaper),
+        }
+    }
+}
+
+/// What a dropped [`GroupGuard`] still has to do: kill the group while its leader is
+/// unreaped, then let the leader go (Tokio reaps it), then take it off runstate.
+struct Reaper {
+    pgid: u32,
+    leader: Option<Child>,
+    pids: Option<glider_sys::runstate::DelegatePids>,
+    kill: PathBuf,
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if let Some(leader) = self.leader.take() {
+            // `kill -KILL -- -PGID` signals every member; an already empty group is fine.
+            let killed = std::process::Command::new(&self.kill)
+                .args(kill_args(self.pgid))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            if let Err(e) = killed {
+                tracing::warn!(pgid = self.pgid, error = %e, "could not run kill for a delegate's group");
+            }
+            // Only now may the leader be reaped (kill_on_drop, then Tokio's reaper).
+            drop(leader);
+        }
         if let Some(pids) = &self.pids {
             pids.ended(self.pgid);
         }
     }
+}
+
+/// `kill`'s arguments that send SIGKILL to every member of group `pgid`.
+fn kill_args(pgid: u32) -> [String; 3] {
+    ["-KILL".to_owned(), "--".to_owned(), format!("-{pgid}")]
 }
 
 /// Aborts a task when dropped.
@@ -166,11 +256,11 @@ pub fn start(spec: RunSpec, on_report: ReportSink) -> Result<Events, ApiError> {
             ),
         )
     })?;
-    let guard = child
-        .id()
-        .map(|pgid| GroupGuard::recorded(pgid, &spec.label, spec.pids.clone()));
     let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(ApiError::new(ErrorKind::Internal, "delegate pipes missing"));
+    };
+    let Some(guard) = GroupGuard::recorded(child, &spec.label, spec.pids.clone()) else {
+        return Err(ApiError::new(ErrorKind::Internal, "delegate has no pid"));
     };
     // Keep the tail of stderr for the error message; the task ends when the pipe closes
     // and is aborted with the run anyway.
@@ -190,10 +280,7 @@ pub fn start(spec: RunSpec, on_report: ReportSink) -> Result<Events, ApiError> {
     }));
     let mut pending = VecDeque::new();
     pending.push_back(StreamEvent::Start {
-        id: format!(
-            "msg_delegate_{}",
-            guard.as_ref().map_or(0, GroupGuard::pgid)
-        ),
+        id: format!("msg_delegate_{}", guard.pgid()),
         model: spec.label.clone(),
         usage: Usage::default(),
     });
@@ -201,11 +288,19 @@ pub fn start(spec: RunSpec, on_report: ReportSink) -> Result<Events, ApiError> {
         index: 0,
         kind: PartKind::Text,
     });
+    let line_cap = match spec.output {
+        Output::Text => spec.max_output_bytes,
+        Output::ClaudeStreamJson | Output::CursorStreamJson => {
+            spec.max_output_bytes.saturating_add(JSON_LINE_SLACK)
+        }
+    };
     let run = Run {
         deadline: Instant::now() + spec.timeout,
+        unflushed: spec.pids.clone(),
         spec,
-        child,
-        lines: BufReader::new(stdout).lines(),
+        stdout: BufReader::new(stdout),
+        line: Vec::new(),
+        line_cap,
         stderr: Some(stderr_task),
         on_report,
         pending,
@@ -213,11 +308,18 @@ pub fn start(spec: RunSpec, on_report: ReportSink) -> Result<Events, ApiError> {
         ends_with_newline: true,
         result_seen: false,
         done: false,
-        _guard: guard,
+        guard,
     };
     Ok(Box::pin(futures_util::stream::unfold(
         run,
         |mut run| async move {
+            if let Some(pids) = run.unflushed.take() {
+                // The group is on disk before anything of the run is relayed, so a
+                // crash from here on leaves a record the next start can name; the
+                // fsync waits on the blocking pool, not on this worker.
+                let flushed = tokio::task::spawn_blocking(move || pids.flush());
+                let _ = tokio::time::timeout(RECORD_WAIT, flushed).await;
+            }
             loop {
                 if let Some(event) = run.pending.pop_front() {
                     return Some((event, run));
@@ -231,10 +333,24 @@ pub fn start(spec: RunSpec, on_report: ReportSink) -> Result<Events, ApiError> {
     )))
 }
 
+/// How far past `delegate.max_output_bytes` one stream-json line may run: its JSON
+/// framing, and what it carries that is not relayed (the init line's tool list, a
+/// tool's result). A longer line stops the run like the output limit does.
+const JSON_LINE_SLACK: usize = 1 << 20;
+
+/// Longest the first event waits for the run's group to be written to runstate.
+const RECORD_WAIT: Duration = Duration::from_secs(5);
+
 struct Run {
     spec: RunSpec,
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
+    /// Runstate to flush before the first event (the group was just recorded there).
+    unflushed: Option<glider_sys::runstate::DelegatePids>,
+    stdout: BufReader<ChildStdout>,
+    /// The line being read (reused).
+    line: Vec<u8>,
+    /// Most bytes one line may hold: reading stops there, so a CLI that prints a huge
+    /// line (or never a newline) cannot grow Glider's memory.
+    line_cap: usize,
     stderr: Option<AbortOnDrop<String>>,
     on_report: ReportSink,
     pending: VecDeque<StreamEvent>,
@@ -243,14 +359,51 @@ struct Run {
     ends_with_newline: bool,
     result_seen: bool,
     done: bool,
-    // Last field: dropped after the child handle, and kills the group.
-    _guard: Option<GroupGuard>,
+    /// The process group; dropping the run kills it.
+    guard: GroupGuard,
+}
+
+/// What reading one line found.
+enum Line {
+    /// A line (its newline stripped), or the last one without a newline.
+    Whole,
+    /// More than the cap without a newline: the line is cut there.
+    TooLong,
+    /// The end of the output.
+    End,
+}
+
+/// Read one line into `line`, at most `cap` bytes of it (the rest stays unread).
+async fn read_line(
+    reader: &mut BufReader<ChildStdout>,
+    line: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<Line> {
+    line.clear();
+    let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
+    let n = (&mut *reader).take(limit).read_until(b'\n', line).await?;
+    if n == 0 {
+        return Ok(Line::End);
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        return Ok(Line::Whole);
+    }
+    Ok(if line.len() > cap {
+        Line::TooLong
+    } else {
+        Line::Whole
+    })
 }
 
 impl Run {
     /// Read one line (or the end) and queue what it produces.
     async fn step(&mut self) {
-        let line = match tokio::time::timeout_at(self.deadline, self.lines.next_line()).await {
+        let read = read_line(&mut self.stdout, &mut self.line, self.line_cap);
+        let too_long = match tokio::time::timeout_at(self.deadline, read).await {
             Err(_) => return self.fail(ErrorKind::Timeout, self.timeout_message()),
             Ok(Err(e)) => {
                 return self.fail(
@@ -258,13 +411,25 @@ impl Run {
                     format!("reading {}'s output failed: {e}", self.spec.label),
                 );
             }
-            Ok(Ok(None)) => return self.finish().await,
-            Ok(Ok(Some(line))) => line,
+            Ok(Ok(Line::End)) => return self.finish().await,
+            Ok(Ok(Line::TooLong)) => true,
+            Ok(Ok(Line::Whole)) => false,
         };
+        let line = String::from_utf8_lossy(&self.line).into_owned();
         if self.spec.output == Output::Text {
+            // A cut line is longer than the room left, so relaying it stops the run.
             let mut text = line;
-            text.push('\n');
+            if !too_long {
+                text.push('\n');
+            }
             return self.relay(text);
+        }
+        if too_long {
+            let note = format!(
+                "[glider: a line of {}'s output passed delegate.max_output_bytes ({} bytes, plus {} for stream-json framing); run stopped]",
+                self.spec.label, self.spec.max_output_bytes, JSON_LINE_SLACK
+            );
+            return self.stop_at_limit(String::new(), note);
         }
         let Ok(value) = serde_json::from_str::<Value>(&line) else {
             tracing::debug!(delegate = %self.spec.label, "non-JSON output line ignored");
@@ -414,28 +579,40 @@ impl Run {
     }
 
     /// Relay `out` as it is, within the output limit.
-    fn relay(&mut self, mut out: String) {
+    fn relay(&mut self, out: String) {
         if out.is_empty() || self.done {
             return;
         }
         let room = self.spec.max_output_bytes.saturating_sub(self.relayed);
         if out.len() > room {
-            let mut cut = room;
-            while !out.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            out.truncate(cut);
-            out.push_str(&format!(
-                "\n[glider: {} output passed delegate.max_output_bytes ({} bytes); run stopped]",
+            let note = format!(
+                "[glider: {} output passed delegate.max_output_bytes ({} bytes); run stopped]",
                 self.spec.label, self.spec.max_output_bytes
-            ));
-            self.relayed = self.spec.max_output_bytes;
-            self.text(out);
-            self.close(StopReason::MaxTokens);
-            return;
+            );
+            return self.stop_at_limit(out, note);
         }
         self.relayed += out.len();
         self.text(out);
+    }
+
+    /// The output limit is reached: relay what still fits of `out`, then `note`, and end
+    /// the reply (`max_tokens`); the stream ends, the run is dropped and its process
+    /// group killed.
+    fn stop_at_limit(&mut self, mut out: String, note: String) {
+        let mut cut = self
+            .spec
+            .max_output_bytes
+            .saturating_sub(self.relayed)
+            .min(out.len());
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push('\n');
+        out.push_str(&note);
+        self.relayed = self.spec.max_output_bytes;
+        self.text(out);
+        self.close(StopReason::MaxTokens);
     }
 
     fn text(&mut self, text: String) {
@@ -469,10 +646,11 @@ impl Run {
         )
     }
 
-    /// Output ended: a clean exit (or a reported result) closes the reply, anything
-    /// else is an error naming the exit status and stderr's tail.
+    /// Output ended: what is left of the group is killed and the leader reaped (in that
+    /// order, see [`GroupGuard`]); a clean exit (or a reported result) closes the reply,
+    /// anything else is an error naming the exit status and stderr's tail.
     async fn finish(&mut self) {
-        let status = match tokio::time::timeout_at(self.deadline, self.child.wait()).await {
+        let status = match tokio::time::timeout_at(self.deadline, self.guard.finish()).await {
             Err(_) => return self.fail(ErrorKind::Timeout, self.timeout_message()),
             Ok(Err(e)) => {
                 return self.fail(
@@ -536,5 +714,201 @@ pub fn summary(input: &Value) -> String {
     match one_line.char_indices().nth(120) {
         Some((cut, _)) => format!("{}…", &one_line[..cut]),
         None => one_line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+
+    /// Processes whose process group is `pgid` (from /proc/<pid>/stat).
+    fn group_members(pgid: u32) -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|stat| {
+                        let after = stat.rsplit_once(')')?.1.to_owned();
+                        after.split_whitespace().nth(2)?.parse::<u32>().ok()
+                    })
+                    == Some(pgid)
+            })
+            .collect()
+    }
+
+    /// Wait (bounded) until `check` holds; whether it did.
+    async fn until(mut check: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !check() {
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+
+    fn shell(script: &str, output: Output, max_output_bytes: usize) -> RunSpec {
+        RunSpec {
+            program: PathBuf::from("sh"),
+            args: vec!["-c".to_owned(), script.to_owned()],
+            env: BTreeMap::new(),
+            workdir: std::env::temp_dir(),
+            timeout: Duration::from_secs(60),
+            max_output_bytes,
+            label: "fake".to_owned(),
+            output,
+            pids: None,
+        }
+    }
+
+    /// Every event up to the reply's end (bounded); the stream is kept, not dropped.
+    async fn until_the_end(events: &mut Events) -> Vec<StreamEvent> {
+        let mut seen = Vec::new();
+        let ended = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(event) = events.next().await {
+                let last = matches!(
+                    event,
+                    StreamEvent::Finish { .. } | StreamEvent::Error { .. }
+                );
+                seen.push(event);
+                if last {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "the reply did not end: {seen:?}");
+        seen
+    }
+
+    fn text_of(events: &[StreamEvent]) -> String {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::TextDelta { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn pgid_of(events: &[StreamEvent]) -> u32 {
+        events
+            .iter()
+            .find_map(|e| match e {
+                StreamEvent::Start { id, .. } => id.strip_prefix("msg_delegate_")?.parse().ok(),
+                _ => None,
+            })
+            .expect("a start event names the group")
+    }
+
+    #[tokio::test]
+    async fn a_huge_line_without_a_newline_stops_at_the_output_limit() {
+        // 50 MB on one line, then the CLI keeps its stdout open: reading whole lines
+        // would buffer all of it and then wait for a newline until the timeout.
+        let script = "head -c 50000000 /dev/zero | tr '\\0' a; exec sleep 300";
+        for output in [Output::Text, Output::ClaudeStreamJson] {
+            let mut events = start(shell(script, output, 1000), Box::new(|_| {})).expect("starts");
+            let seen = until_the_end(&mut events).await;
+            let pgid = pgid_of(&seen);
+            let text = text_of(&seen);
+            assert!(
+                text.contains("delegate.max_output_bytes (1000 bytes"),
+                "{output:?}: {text:.300}"
+            );
+            assert!(
+                matches!(
+                    seen.last(),
+                    Some(StreamEvent::Finish {
+                        stop_reason: StopReason::MaxTokens,
+                        ..
+                    })
+                ),
+                "{output:?}: {:?}",
+                seen.last()
+            );
+            if output == Output::Text {
+                assert!(text.starts_with(&"a".repeat(1000)), "{text:.300}");
+                assert!(!text.starts_with(&"a".repeat(1001)), "{text:.300}");
+            }
+            drop(events);
+            assert!(
+                until(|| group_members(pgid).is_empty()).await,
+                "{output:?}: left {:?}",
+                group_members(pgid)
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_group_is_killed_when_the_output_ends_and_the_status_is_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pidfile = dir.path().join("child.pid");
+        // The leader leaves a grandchild behind (its stdout elsewhere, so the output
+        // ends when the leader exits) and exits with 3.
+        let script = format!(
+            "sleep 300 >/dev/null 2>&1 & echo $! > '{}'; echo hello; exit 3",
+            pidfile.display()
+        );
+        let mut events =
+            start(shell(&script, Output::Text, 1000), Box::new(|_| {})).expect("starts");
+        let seen = until_the_end(&mut events).await;
+        let pgid = pgid_of(&seen);
+        // The leader's own status, although the group was killed before it was reaped.
+        let Some(StreamEvent::Error { error }) = seen.last() else {
+            panic!("expected an error: {seen:?}");
+        };
+        assert!(
+            error.message.contains("exited with exit status: 3"),
+            "{}",
+            error.message
+        );
+        // Gone while the reply stream is still held: the group was killed at the end
+        // of the output, before the leader was reaped — not later, when the pgid may
+        // no longer be the delegate's.
+        assert!(pidfile.exists(), "the grandchild started");
+        assert!(
+            until(|| group_members(pgid).is_empty()).await,
+            "left: {:?}",
+            group_members(pgid)
+        );
+        drop(events);
+    }
+
+    #[tokio::test]
+    async fn dropping_a_guard_does_not_block_the_runtime() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A `kill` that takes two seconds (a loaded machine, a slow fork).
+        let slow_kill = dir.path().join("kill");
+        std::fs::write(&slow_kill, "#!/bin/sh\nsleep 2\nexec kill \"$@\"\n").expect("write");
+        std::fs::set_permissions(&slow_kill, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let mut command = tokio::process::Command::new("sh");
+        command
+            .args(["-c", "sleep 300 & sleep 300"])
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut guard = GroupGuard::new(command.spawn().expect("spawn")).expect("guard");
+        guard.kill = slow_kill;
+        let pgid = guard.pgid();
+        assert!(
+            until(|| group_members(pgid).len() >= 2).await,
+            "both sleepers run"
+        );
+        let started = std::time::Instant::now();
+        drop(guard);
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(1), "drop blocked for {took:?}");
+        assert!(
+            until(|| group_members(pgid).is_empty()).await,
+            "left: {:?}",
+            group_members(pgid)
+        );
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use glider_config::{DelegateConfig, DelegateMode, DelegateVendorConfig};
 use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
 
 use crate::run::Output;
 
@@ -260,18 +261,30 @@ async fn version_of(path: &Path, timeout: Duration) -> Result<String, String> {
         .stderr(std::process::Stdio::null())
         .process_group(0)
         .kill_on_drop(true);
-    let child = command
+    let mut child = command
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", path.display()))?;
+    let stdout = child.stdout.take();
     // Whatever happens, nothing the probe started outlives it.
-    let _guard = child.id().map(crate::run::GroupGuard::new);
-    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+    let mut guard = crate::run::GroupGuard::new(child)
+        .ok_or_else(|| format!("{} exited before it could be watched", path.display()))?;
+    let probe = async {
+        let mut out = Vec::new();
+        if let Some(stdout) = stdout {
+            // A version is one short line; read no more than a little of it.
+            stdout
+                .take(VERSION_OUTPUT_CAP)
+                .read_to_end(&mut out)
+                .await?;
+        }
+        let status = guard.finish().await?;
+        Ok::<_, std::io::Error>((status, out))
+    };
+    match tokio::time::timeout(timeout, probe).await {
         Err(_) => Err(format!("--version did not answer within {timeout:?}")),
         Ok(Err(e)) => Err(format!("cannot run {}: {e}", path.display())),
-        Ok(Ok(output)) if !output.status.success() => {
-            Err(format!("--version failed ({})", output.status))
-        }
-        Ok(Ok(output)) => Ok(String::from_utf8_lossy(&output.stdout)
+        Ok(Ok((status, _))) if !status.success() => Err(format!("--version failed ({status})")),
+        Ok(Ok((_, out))) => Ok(String::from_utf8_lossy(&out)
             .lines()
             .next()
             .unwrap_or_default()
@@ -279,6 +292,9 @@ async fn version_of(path: &Path, timeout: Duration) -> Result<String, String> {
             .to_owned()),
     }
 }
+
+/// Most bytes of `--version` output read.
+const VERSION_OUTPUT_CAP: u64 = 64 * 1024;
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -157,22 +157,153 @@ impl Previous {
 /// The record of the running process; mark it clean with [`RunState::stopped`].
 #[derive(Debug)]
 pub struct RunState {
-    path: PathBuf,
-    record: Arc<Mutex<Record>>,
+    shared: Arc<Shared>,
 }
 
-/// A handle that records delegate process groups in the run's record while they run
-/// (each change rewrites the file atomically). Cheap to clone.
+/// A handle that records delegate process groups in the run's record while they run.
+/// Cheap to clone, and never waits for the disk: each change is applied to the record
+/// at once and the file is rewritten (atomically, fsync'd) by a background writer.
 #[derive(Debug, Clone)]
 pub struct DelegatePids {
+    shared: Arc<Shared>,
+}
+
+/// The record shared by [`RunState`] and its [`DelegatePids`] handles, and the file it
+/// is written to. Every change takes a full snapshot under the `record` lock and gets
+/// the next number; the file only ever moves forward to a higher number, so whichever
+/// order writes reach the disk in, the last change wins.
+#[derive(Debug)]
+struct Shared {
     path: PathBuf,
-    record: Arc<Mutex<Record>>,
+    /// The record and how many changes it has had.
+    record: Mutex<(Record, u64)>,
+    /// The number of the change now on disk; held while writing.
+    written: Mutex<u64>,
+    /// The newest change waiting for the background writer.
+    queue: Mutex<Queue>,
+    /// Signalled when the background writer has nothing left to do.
+    idle: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// The newest snapshot not yet handed to the writer (older ones are superseded).
+    next: Option<(u64, Vec<u8>)>,
+    /// Whether a writer thread is running.
+    running: bool,
+    /// The newest change the writer has dealt with (written, failed, or superseded).
+    handled: u64,
+}
+
+impl Shared {
+    fn new(path: PathBuf, record: Record) -> Self {
+        Shared {
+            path,
+            record: Mutex::new((record, 0)),
+            written: Mutex::new(0),
+            queue: Mutex::new(Queue::default()),
+            idle: Condvar::new(),
+        }
+    }
+
+    /// Apply `edit` and return the change's number and a snapshot of the whole record.
+    fn change(&self, edit: impl FnOnce(&mut Record)) -> io::Result<(u64, Vec<u8>)> {
+        let mut guard = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        let (record, changes) = &mut *guard;
+        edit(record);
+        *changes += 1;
+        Ok((*changes, encode(record)?))
+    }
+
+    /// Write snapshot `number` now, unless a newer one is already on disk.
+    fn write_now(&self, number: u64, bytes: &[u8]) -> io::Result<()> {
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if number <= *written {
+            return Ok(());
+        }
+        atomicfile::write(&self.path, bytes, 0o644)?;
+        *written = number;
+        Ok(())
+    }
+
+    /// Hand snapshot `number` to the background writer (starting one if none runs)
+    /// and return at once.
+    fn write_later(self: &Arc<Self>, number: u64, bytes: Vec<u8>) {
+        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if queue
+            .next
+            .as_ref()
+            .is_none_or(|(queued, _)| number > *queued)
+        {
+            queue.next = Some((number, bytes));
+        }
+        if queue.running {
+            return;
+        }
+        queue.running = true;
+        drop(queue);
+        let shared = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("glider-runstate".to_owned())
+            .spawn(move || shared.drain());
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "no thread for the runstate writer; writing inline");
+            self.drain();
+        }
+    }
+
+    /// The background writer: write the newest queued snapshot until none is left.
+    fn drain(&self) {
+        loop {
+            let next = {
+                let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                let next = queue.next.take();
+                if next.is_none() {
+                    queue.running = false;
+                    self.idle.notify_all();
+                }
+                next
+            };
+            let Some((number, bytes)) = next else { return };
+            if let Err(e) = self.write_now(number, &bytes) {
+                tracing::warn!(error = %e, path = %self.path.display(), "could not record delegate processes");
+            }
+            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            queue.handled = queue.handled.max(number);
+            self.idle.notify_all();
+        }
+    }
+
+    /// Wait until every change made before this call is on disk (or its write failed).
+    /// Later changes do not keep it waiting.
+    fn flush(&self) {
+        let wanted = self.record.lock().unwrap_or_else(|p| p.into_inner()).1;
+        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        while queue.handled < wanted && (queue.running || queue.next.is_some()) {
+            queue = self.idle.wait(queue).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Apply `edit` and write the record before returning.
+    fn change_now(&self, edit: impl FnOnce(&mut Record)) -> io::Result<()> {
+        let (number, bytes) = self.change(edit)?;
+        self.write_now(number, &bytes)
+    }
+
+    /// Apply `edit` now; the file follows in the background.
+    fn change_later(self: &Arc<Self>, edit: impl FnOnce(&mut Record)) {
+        match self.change(edit) {
+            Ok((number, bytes)) => self.write_later(number, bytes),
+            Err(e) => tracing::warn!(error = %e, "could not encode the run state"),
+        }
+    }
 }
 
 impl DelegatePids {
-    /// Record that delegate `cli` runs as process group `pgid`.
+    /// Record that delegate `cli` runs as process group `pgid`. Returns without waiting
+    /// for the disk (safe to call on an async worker thread or in a `Drop`).
     pub fn started(&self, pgid: u32, cli: &str) {
-        self.change(|record| {
+        self.shared.change_later(|record| {
             record.delegates.retain(|d| d.pgid != pgid);
             record.delegates.push(DelegateProcess {
                 pgid,
@@ -182,35 +313,33 @@ impl DelegatePids {
         });
     }
 
-    /// Record that process group `pgid` is gone.
+    /// Record that process group `pgid` is gone. Returns without waiting for the disk.
     pub fn ended(&self, pgid: u32) {
-        self.change(|record| record.delegates.retain(|d| d.pgid != pgid));
+        self.shared
+            .change_later(|record| record.delegates.retain(|d| d.pgid != pgid));
     }
 
-    fn change(&self, edit: impl FnOnce(&mut Record)) {
-        let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
-        edit(&mut record);
-        if let Err(e) = write(&self.path, &record) {
-            tracing::warn!(error = %e, path = %self.path.display(), "could not record delegate processes");
-        }
+    /// Block until every change recorded so far is written (or failed to be). Not for
+    /// an async worker: use `spawn_blocking`.
+    pub fn flush(&self) {
+        self.shared.flush();
     }
 }
 
 /// Records the removal of this run's redirect rules. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct RedirectLog {
-    path: PathBuf,
-    record: Arc<Mutex<Record>>,
+    shared: Arc<Shared>,
 }
 
 impl RedirectLog {
-    /// Record that the redirect rules were removed.
+    /// Record that the redirect rules were removed (written before this returns).
     pub fn removed(&self) -> io::Result<()> {
-        let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(redirect) = &mut record.redirect {
-            redirect.removed_at = Some(now());
-        }
-        write(&self.path, &record)
+        self.shared.change_now(|record| {
+            if let Some(redirect) = &mut record.redirect {
+                redirect.removed_at = Some(now());
+            }
+        })
     }
 }
 
@@ -267,31 +396,33 @@ impl RunState {
             redirect: None,
         };
         write(&path, &record)?;
-        let record = Arc::new(Mutex::new(record));
-        Ok((RunState { path, record }, previous))
+        Ok((
+            RunState {
+                shared: Arc::new(Shared::new(path, record)),
+            },
+            previous,
+        ))
     }
 
-    /// Mark this run as stopped cleanly.
+    /// Mark this run as stopped cleanly. A delegate change still on its way to the disk
+    /// cannot overwrite this: it is older, and the file only moves forward.
     pub fn stopped(self) -> io::Result<()> {
-        let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
-        record.stopped_at = Some(now());
-        write(&self.path, &record)
+        self.shared
+            .change_now(|record| record.stopped_at = Some(now()))
     }
 
     /// The handle delegates record their process groups through.
     pub fn delegate_pids(&self) -> DelegatePids {
         DelegatePids {
-            path: self.path.clone(),
-            record: self.record.clone(),
+            shared: self.shared.clone(),
         }
     }
 
     /// Record redirect rules before installing them: a crash after this leaves a record
     /// the next start can name.
     pub fn record_redirect(&mut self, redirect: Redirect) -> io::Result<()> {
-        let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
-        record.redirect = Some(redirect);
-        write(&self.path, &record)
+        self.shared
+            .change_now(|record| record.redirect = Some(redirect))
     }
 
     /// Record that the redirect rules were removed.
@@ -303,14 +434,13 @@ impl RunState {
     /// (it may drop them on a path that has no `RunState` at hand).
     pub fn redirect_log(&self) -> RedirectLog {
         RedirectLog {
-            path: self.path.clone(),
-            record: self.record.clone(),
+            shared: self.shared.clone(),
         }
     }
 
     /// Where the record lives.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.shared.path
     }
 }
 
@@ -365,9 +495,13 @@ fn is_alive(pid: u32) -> bool {
 }
 
 fn write(path: &Path, record: &Record) -> io::Result<()> {
+    atomicfile::write(path, &encode(record)?, 0o644)
+}
+
+fn encode(record: &Record) -> io::Result<Vec<u8>> {
     let mut text = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
     text.push(b'\n');
-    atomicfile::write(path, &text, 0o644)
+    Ok(text)
 }
 
 fn now() -> u64 {
@@ -486,6 +620,7 @@ mod tests {
         pids.started(999_999_999, "agy");
         pids.started(4_000_000_000, "cursor-agent");
         pids.ended(4_000_000_000);
+        pids.flush();
         let written: Record =
             serde_json::from_slice(&std::fs::read(run.path()).expect("read")).expect("json");
         assert_eq!(written.delegates.len(), 2);
@@ -503,6 +638,78 @@ mod tests {
         );
         assert!(!warning.contains("agy delegate"), "{warning}");
         assert!(!warning.contains("cursor-agent delegate"), "{warning}");
+    }
+
+    fn on_disk(run: &RunState) -> Record {
+        serde_json::from_slice(&std::fs::read(run.path()).expect("read")).expect("json")
+    }
+
+    #[test]
+    fn delegate_changes_do_not_wait_for_a_slow_disk() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let (run, _) = RunState::start(home.path(), "1", &[]).expect("start");
+        let pids = run.delegate_pids();
+        // A write in progress (an fsync that takes its time) holds the file lock; a
+        // delegate starting or ending meanwhile must not wait for it.
+        let writing = run.shared.written.lock().expect("lock");
+        let (done, finished) = std::sync::mpsc::channel();
+        let handle = pids.clone();
+        std::thread::spawn(move || {
+            handle.started(41, "claude");
+            handle.ended(41);
+            handle.started(42, "agy");
+            let _ = done.send(());
+        });
+        assert!(
+            finished
+                .recv_timeout(std::time::Duration::from_secs(5))
+                .is_ok(),
+            "started/ended waited for the disk"
+        );
+        assert!(on_disk(&run).delegates.is_empty(), "not written yet");
+        drop(writing);
+        pids.flush();
+        let delegates = on_disk(&run).delegates;
+        assert_eq!(delegates.len(), 1, "{delegates:?}");
+        assert_eq!((delegates[0].pgid, delegates[0].cli.as_str()), (42, "agy"));
+    }
+
+    #[test]
+    fn the_last_change_wins_whatever_order_writes_finish_in() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let (run, _) = RunState::start(home.path(), "1", &[]).expect("start");
+        let pids = run.delegate_pids();
+        let threads: Vec<_> = (0..8u32)
+            .map(|i| {
+                let pids = pids.clone();
+                std::thread::spawn(move || {
+                    for round in 0..20u32 {
+                        pids.started(i * 1000 + round, "claude");
+                        pids.ended(i * 1000 + round);
+                    }
+                    pids.started(i, "cursor-agent");
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("join");
+        }
+        pids.flush();
+        let mut pgids: Vec<u32> = on_disk(&run).delegates.iter().map(|d| d.pgid).collect();
+        pgids.sort_unstable();
+        assert_eq!(pgids, (0..8).collect::<Vec<_>>());
+        // A started that is still queued when the run stops cleanly cannot undo the
+        // clean mark: the stop is the newer change.
+        let writing = run.shared.written.lock().expect("lock");
+        pids.started(77, "agy");
+        drop(writing);
+        let path = run.path().to_owned();
+        run.stopped().expect("stop");
+        pids.flush();
+        let record: Record =
+            serde_json::from_slice(&std::fs::read(path).expect("read")).expect("json");
+        assert!(record.stopped_at.is_some(), "{record:?}");
+        assert!(record.delegates.iter().any(|d| d.pgid == 77), "{record:?}");
     }
 
     #[test]

@@ -16,7 +16,8 @@ use glider_ngl::Dialect;
 
 /// A fake `claude`: logs its argv (one line per run), records its pid (= its process
 /// group), and behaves by the task's text: `crash`, `hang` (with a grandchild), `slow`
-/// (a line, then waits with a grandchild), else a normal run. A resumed run keeps the
+/// (a line, then waits with a grandchild), `huge` (50 MB on one line, no newline, then
+/// waits), else a normal run. A resumed run keeps the
 /// resumed session id, a fresh one gets `sess-<pid>`.
 const FAKE_CLAUDE: &str = r#"#!/bin/sh
 printf '%s\n' "$*" >> "$GLIDER_TEST_DIR/argv.log"
@@ -31,6 +32,7 @@ done
 case "$*" in
   *crash*) echo "boom: no credentials" >&2; exit 1 ;;
   *hang*) sleep 300 & sleep 300 ;;
+  *huge*) head -c 50000000 /dev/zero | tr '\0' a; exec sleep 300 ;;
 esac
 echo '{"type":"system","subtype":"init","session_id":"'$sid'","tools":["Bash"]}'
 # Permissions, as Claude Code -p reports them: the refused tool_use gets an error
@@ -306,6 +308,28 @@ async fn output_past_the_limit_is_cut_and_the_run_stopped() {
     );
     assert_eq!(response.stop_reason, glider_ngl::StopReason::MaxTokens);
     assert!(group_gone(s.pids()[0]).await.is_empty());
+}
+
+#[tokio::test]
+async fn one_endless_line_stops_at_the_limit_instead_of_filling_memory() {
+    // Read line by line without a cap, the 50 MB would be buffered whole and then the
+    // run would wait for a newline until the timeout; capped, the limit stops it.
+    let s = setup_with(None, 60, "  max_output_bytes: 1000\n").await;
+    let started = std::time::Instant::now();
+    let reply = ask(&s, Dialect::Anthropic, "/claude huge answer", true).await;
+    let response = reply.decode(Dialect::Anthropic, true).expect("decodes");
+    let text = response.plain_text();
+    assert!(
+        text.contains("delegate.max_output_bytes (1000 bytes"),
+        "{text}"
+    );
+    assert_eq!(response.stop_reason, glider_ngl::StopReason::MaxTokens);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(group_gone(s.pids()[0]).await, Vec::<u32>::new());
 }
 
 async fn text_of(s: &Setup, session: &str, text: &str) -> String {

@@ -142,10 +142,15 @@ fn cursor(extra: &str) -> impl Fn(&Path) -> String {
 }
 
 fn agy(extra: &str) -> impl Fn(&Path) -> String {
-    let extra = extra.to_owned();
+    agy_with_env("", extra)
+}
+
+/// `agy` with more `env` entries (`, K: V` YAML flow items) and `extra` settings.
+fn agy_with_env(more_env: &str, extra: &str) -> impl Fn(&Path) -> String {
+    let (more_env, extra) = (more_env.to_owned(), extra.to_owned());
     move |dir: &Path| {
         format!(
-            "  agy:\n    path: '{}'\n    env: {{GLIDER_TEST_DIR: '{}', TMUX_TMPDIR: '{}'}}\n{extra}",
+            "  agy:\n    path: '{}'\n    env: {{GLIDER_TEST_DIR: '{}', TMUX_TMPDIR: '{}'{more_env}}}\n{extra}",
             fixture("agy"),
             dir.display(),
             dir.join("tmux").display()
@@ -278,6 +283,7 @@ async fn a_running_delegate_is_in_runstate_until_the_client_disconnects() {
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
     let pgid = s.pids()[0];
+    // Written in the background, but on disk before the run's first event.
     assert_eq!(
         recorded(),
         vec![(u64::from(pgid), "cursor-agent".to_owned())]
@@ -327,8 +333,9 @@ async fn agy_opens_a_detached_tmux_session_and_answers_at_once() {
     let pid = s.pids()[0];
     assert_eq!(
         s.lines("argv.log")[0],
-        "--model gemini-3-pro refactor the parser"
+        "--model gemini-3-pro -- refactor the parser"
     );
+    assert_eq!(s.lines("prompt.log")[0], "refactor the parser");
     assert_eq!(s.lines("cwd.log")[0], s.workdir());
     assert!(alive(pid), "Glider does not stop it");
 
@@ -374,7 +381,8 @@ async fn agy_headless_relays_its_text_and_fails_clearly() {
         .expect("decodes")
         .plain_text();
     assert_eq!(text, "Planning the change.\nDone: edited src/lib.rs.\n");
-    assert_eq!(s.lines("argv.log")[0], "-p fix it");
+    assert_eq!(s.lines("argv.log")[0], "--print=fix it");
+    assert_eq!(s.lines("prompt.log")[0], "fix it");
     assert!(group_gone(s.pids()[0]).await.is_empty());
 
     let reply = s.ask("/agy crash", false).await;
@@ -389,4 +397,82 @@ async fn agy_headless_relays_its_text_and_fails_clearly() {
         reply.text()
     );
     assert_eq!(group_gone(s.pids()[2]).await, Vec::<u32>::new());
+}
+
+#[tokio::test]
+async fn a_task_starting_with_a_dash_is_the_prompt_not_a_flag() {
+    // Headless: the prompt is the value of --print, joined to it.
+    let s = setup(agy("    mode: headless\n"), 30, None).await;
+    let text = s.text("/agy -v be brief").await;
+    assert_eq!(text, "Planning the change.\nDone: edited src/lib.rs.\n");
+    assert_eq!(s.lines("argv.log")[0], "--print=-v be brief");
+    assert_eq!(s.lines("prompt.log")[0], "-v be brief");
+    drop(s);
+
+    // Interactive: `--` ends agy's options; without it the fake (like a Go flag
+    // parser) refuses `--help` as an unknown flag and exits.
+    let s = setup(agy(""), 30, None).await;
+    let text = s.text("/agy --help me refactor").await;
+    assert!(text.contains("running in its own console"), "{text}");
+    assert!(
+        until(|| !s.lines("prompt.log").is_empty()).await,
+        "agy did not take its prompt: {:?}",
+        s.lines("argv.log")
+    );
+    assert_eq!(s.lines("prompt.log")[0], "--help me refactor");
+    assert!(alive(s.pids()[0]), "agy runs its session");
+}
+
+#[tokio::test]
+async fn the_consoles_env_reaches_agy_but_never_an_argv() {
+    // A quote, spaces and a `$` check the quoting too.
+    const SECRET: &str = "sk-glider-test-7f3a9 it's $HOME";
+    let s = setup(
+        agy_with_env(
+            ", GLIDER_TEST_SECRET: \"sk-glider-test-7f3a9 it's $HOME\"",
+            "",
+        ),
+        30,
+        None,
+    )
+    .await;
+    // A tmux server that already runs (without the secret) does not hand a new
+    // session the launcher's environment: only the env file can bring it.
+    let keep = s.tmux(&["new-session", "-d", "-s", "keep", "sleep 300"]);
+    assert!(keep.status.success(), "{keep:?}");
+    let text = s.text("/agy read the logs").await;
+    let session = text
+        .split('`')
+        .nth(1)
+        .expect("names the session")
+        .to_owned();
+    // The fake logs its prompt after its env.
+    assert!(
+        until(|| !s.lines("prompt.log").is_empty()).await,
+        "agy started"
+    );
+    assert_eq!(s.lines("secret.log")[0], SECRET, "agy sees its env");
+    assert_eq!(s.lines("prompt.log")[0], "read the logs");
+    assert!(!s.lines("argv.log").concat().contains("sk-glider-test"));
+    // Not in what tmux ran the pane with, nor in any process's command line.
+    let panes = s.tmux(&["list-panes", "-a", "-F", "#{pane_start_command}"]);
+    let panes = String::from_utf8_lossy(&panes.stdout).into_owned();
+    assert!(panes.contains("sh -c"), "{panes}");
+    assert!(!panes.contains("sk-glider-test"), "{panes}");
+    let in_argv: Vec<String> = std::fs::read_dir("/proc")
+        .expect("proc")
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("sk-glider-test"))
+        .collect();
+    assert!(in_argv.is_empty(), "{in_argv:?}");
+    // The file was read and deleted by the console's shell.
+    let dir = glider_delegate::interactive::env_dir().expect("env dir");
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .expect("read env dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(&session))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
