@@ -184,11 +184,16 @@ def render(res):
         if "|" not in key:
             continue
         name, conns = key.split("|")
-        if failed(r):
-            L.append(f"| {name} | {conns} | failed: {str(r.get('failed'))[:120]} | | | | |")
+        if failed(r) or not r.get("latency_us"):
+            why = r.get("failed") or r.get("first_error")
+            L.append(f"| {name} | {conns} | failed: {str(why)[:120]} | | | | |")
             continue
         L.append(f"| {name} | {conns} | {r['rps']:,.0f} | {ms(r['latency_us']['p50'])} | "
                  f"{ms(r['latency_us']['p99'])} | {r['errors']} | {r.get('expected_reply')} |")
+    if any(k.startswith("glider-decrypted") for k in e):
+        L.append("\nGlider's decrypted row is its local path (decrypt, route, translate to the "
+                 "local OpenAI-Chat backend and back); mitmproxy's decrypts and forwards. The "
+                 "tunnel rows are the same work for both: CONNECT, then raw bytes.")
     ge = e.get("glider", {})
     if "not_measured" in ge:
         L.append(f"\nGlider MITM: **not yet measured: {ge['not_measured']}**. The harness slot is "
