@@ -226,9 +226,9 @@ impl Shared {
         Ok(())
     }
 
-    /// Hand snapshot `number` to the background writer (starting one if none runs)
-    /// and return at once.
-    fn write_later(self: &Arc<Self>, number: u64, bytes: Vec<u8>) {
+    /// Queue snapshot `number` for the background writer (an older one is superseded).
+    /// Returns whether a writer must be started.
+    fn enqueue(&self, number: u64, bytes: Vec<u8>) -> bool {
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         if queue
             .next
@@ -237,11 +237,11 @@ impl Shared {
         {
             queue.next = Some((number, bytes));
         }
-        if queue.running {
-            return;
-        }
-        queue.running = true;
-        drop(queue);
+        !std::mem::replace(&mut queue.running, true)
+    }
+
+    /// Start the background writer thread (inline when no thread can be had).
+    fn start_writer(self: &Arc<Self>) {
         let shared = self.clone();
         let spawned = std::thread::Builder::new()
             .name("glider-runstate".to_owned())
@@ -290,11 +290,25 @@ impl Shared {
         self.write_now(number, &bytes)
     }
 
-    /// Apply `edit` now; the file follows in the background.
+    /// Apply `edit` now; the file follows in the background. The snapshot is queued
+    /// before the record's lock is let go, so a `flush` that sees this change's number
+    /// also finds it queued (or written) and waits for it.
     fn change_later(self: &Arc<Self>, edit: impl FnOnce(&mut Record)) {
-        match self.change(edit) {
-            Ok((number, bytes)) => self.write_later(number, bytes),
-            Err(e) => tracing::warn!(error = %e, "could not encode the run state"),
+        let start = {
+            let mut guard = self.record.lock().unwrap_or_else(|p| p.into_inner());
+            let (record, changes) = &mut *guard;
+            edit(record);
+            *changes += 1;
+            match encode(record) {
+                Ok(bytes) => self.enqueue(*changes, bytes),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not encode the run state");
+                    false
+                }
+            }
+        };
+        if start {
+            self.start_writer();
         }
     }
 }
@@ -683,9 +697,11 @@ mod tests {
             .map(|i| {
                 let pids = pids.clone();
                 std::thread::spawn(move || {
+                    // Pgids of their own per thread (1000 and up), apart from the
+                    // final 0..8, so no thread ends another's delegate.
                     for round in 0..20u32 {
-                        pids.started(i * 1000 + round, "claude");
-                        pids.ended(i * 1000 + round);
+                        pids.started((i + 1) * 1000 + round, "claude");
+                        pids.ended((i + 1) * 1000 + round);
                     }
                     pids.started(i, "cursor-agent");
                 })
