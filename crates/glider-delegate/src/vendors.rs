@@ -159,6 +159,9 @@ impl Discovered {
 #[derive(Debug, Default)]
 pub struct Registry {
     current: RwLock<Arc<Vec<Discovered>>>,
+    /// [`Registry::image_names`] of `current`, worked out once per discovery: the
+    /// process filter asks for them on every redirected connection.
+    names: RwLock<Arc<Vec<String>>>,
     /// Unix milliseconds of the last discovery (0: never).
     at_ms: std::sync::atomic::AtomicU64,
 }
@@ -185,8 +188,12 @@ impl Registry {
     /// Discover again under `config` and swap the new list in; returns it.
     pub async fn discover(&self, config: &DelegateConfig) -> Arc<Vec<Discovered>> {
         let list = Arc::new(discover(config).await);
+        let names = Arc::new(image_names_of(&list));
         if let Ok(mut current) = self.current.write() {
             *current = list.clone();
+        }
+        if let Ok(mut current) = self.names.write() {
+            *current = names;
         }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -198,25 +205,33 @@ impl Registry {
     /// Executable names a delegate's process can have, for a process filter: each
     /// vendor's usual name, plus the file name of every discovered executable (a
     /// configured path may differ, and a symlink's target is what runs). Sorted, no
-    /// duplicates.
-    pub fn image_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = Vendor::ALL.iter().map(|v| v.binary().to_owned()).collect();
-        for found in self.list().iter() {
-            let Some(path) = &found.path else { continue };
-            let resolved = std::fs::canonicalize(path).ok();
-            for file in [Some(path.as_path()), resolved.as_deref()]
-                .into_iter()
-                .flatten()
-            {
-                if let Some(name) = file.file_name().and_then(|n| n.to_str()) {
-                    names.push(name.to_owned());
-                }
+    /// duplicates. Worked out at discovery; this only reads them.
+    pub fn image_names(&self) -> Arc<Vec<String>> {
+        match self.names.read() {
+            Ok(names) if !names.is_empty() => names.clone(),
+            _ => Arc::new(image_names_of(&[])),
+        }
+    }
+}
+
+/// [`Registry::image_names`] for a discovered `list` (reads symlinks on disk).
+fn image_names_of(list: &[Discovered]) -> Vec<String> {
+    let mut names: Vec<String> = Vendor::ALL.iter().map(|v| v.binary().to_owned()).collect();
+    for found in list {
+        let Some(path) = &found.path else { continue };
+        let resolved = std::fs::canonicalize(path).ok();
+        for file in [Some(path.as_path()), resolved.as_deref()]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(name) = file.file_name().and_then(|n| n.to_str()) {
+                names.push(name.to_owned());
             }
         }
-        names.sort();
-        names.dedup();
-        names
     }
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// Find every vendor and ask each for its version (in parallel, each bounded by

@@ -375,20 +375,9 @@ impl Mitm {
         if let Some(protocol) = upgrade_protocol(&parts.headers) {
             return self.forward_upgrade(parts, body, protocol, target).await;
         }
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let uri = format!("{}://{}{path}", target.scheme, target.authority());
-        parts.uri = match uri.parse() {
-            Ok(uri) => uri,
-            Err(e) => {
-                return text(
-                    StatusCode::BAD_REQUEST,
-                    &format!("bad request target {uri}: {e}\n"),
-                );
-            }
-        };
-        strip_hop_by_hop(&mut parts.headers);
-        // The URI carries the authority; the client picks HTTP/1.1 or HTTP/2 by ALPN.
-        parts.headers.remove(header::HOST);
+        if let Err(why) = to_origin(&mut parts, target) {
+            return text(StatusCode::BAD_REQUEST, &why);
+        }
         parts.version = Version::HTTP_11;
         match self.upstream.send(Request::from_parts(parts, body)).await {
             Ok(response) => {
@@ -445,19 +434,9 @@ impl Mitm {
         target: &Target,
     ) -> Response<Body> {
         let client_upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let uri = format!("{}://{}{path}", target.scheme, target.authority());
-        parts.uri = match uri.parse() {
-            Ok(uri) => uri,
-            Err(e) => {
-                return text(
-                    StatusCode::BAD_REQUEST,
-                    &format!("bad request target {uri}: {e}\n"),
-                );
-            }
-        };
-        strip_hop_by_hop(&mut parts.headers);
-        parts.headers.remove(header::HOST);
+        if let Err(why) = to_origin(&mut parts, target) {
+            return text(StatusCode::BAD_REQUEST, &why);
+        }
         parts
             .headers
             .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -574,6 +553,20 @@ fn text(status: StatusCode, message: &str) -> Response<Body> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
+}
+
+/// Point a client's request head at `target`'s origin: an absolute URI (it carries the
+/// authority, so `Host` goes; the client picks HTTP/1.1 or HTTP/2 by ALPN) and no
+/// hop-by-hop headers. `Err`: why the target makes no URI (the client's 400).
+fn to_origin(parts: &mut http::request::Parts, target: &Target) -> Result<(), String> {
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let uri = format!("{}://{}{path}", target.scheme, target.authority());
+    parts.uri = uri
+        .parse()
+        .map_err(|e| format!("bad request target {uri}: {e}\n"))?;
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.remove(header::HOST);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::procs::{group_gone, group_members};
+use common::procs::{DelegateLab as Setup, group_gone, group_members};
 use common::{gateway, mock_and_config, post, text_request, wire};
 use futures_util::StreamExt;
 use glider_ngl::Dialect;
@@ -64,33 +64,6 @@ echo '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"
 echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Refactored in session '$sid'."}]},"session_id":"'$sid'"}'
 echo '{"type":"result","subtype":"success","is_error":false,"result":"done","session_id":"'$sid'"}'
 "#;
-
-struct Setup {
-    dir: tempfile::TempDir,
-    gateway: common::Gateway,
-    _mock: glider_test_support::MockVendor,
-}
-
-impl Setup {
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn lines(&self, name: &str) -> Vec<String> {
-        std::fs::read_to_string(self.path(name))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-
-    fn pids(&self) -> Vec<u32> {
-        self.lines("pids.log")
-            .iter()
-            .filter_map(|l| l.parse().ok())
-            .collect()
-    }
-}
 
 async fn setup(claude_path: Option<&str>, timeout_secs: u64) -> Setup {
     setup_with(claude_path, timeout_secs, "").await

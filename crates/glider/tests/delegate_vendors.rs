@@ -6,11 +6,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::procs::{alive, group_gone, group_members, until};
+use common::procs::{DelegateLab as Setup, alive, group_gone, group_members, until};
 use common::{gateway_with_delegator, mock_and_config, post, text_request, wire};
 use futures_util::StreamExt;
 use glider_ngl::Dialect;
@@ -23,32 +23,7 @@ fn fixture(name: &str) -> String {
         .to_string()
 }
 
-struct Setup {
-    dir: tempfile::TempDir,
-    gateway: common::Gateway,
-    _mock: glider_test_support::MockVendor,
-}
-
 impl Setup {
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn lines(&self, name: &str) -> Vec<String> {
-        std::fs::read_to_string(self.path(name))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-
-    fn pids(&self) -> Vec<u32> {
-        self.lines("pids.log")
-            .iter()
-            .filter_map(|l| l.parse().ok())
-            .collect()
-    }
-
     fn workdir(&self) -> String {
         std::fs::canonicalize(self.path("work"))
             .expect("canon")

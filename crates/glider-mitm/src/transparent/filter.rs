@@ -91,7 +91,7 @@ impl ProcessFilter {
     pub fn names(&self) -> BTreeSet<String> {
         let mut names = self.names.clone();
         if let Some(registry) = &self.registry {
-            names.extend(registry.image_names());
+            names.extend(registry.image_names().iter().cloned());
         }
         names
     }

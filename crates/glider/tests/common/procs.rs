@@ -1,7 +1,41 @@
-//! Process checks for delegate tests: who is in a process group (from `/proc`), and a
-//! bounded wait until a group is empty.
+//! Delegate tests' shared parts: the lab a test runs in (its fake CLI's log directory,
+//! the gateway and the mock), who is in a process group (from `/proc`), and a bounded
+//! wait until a group is empty.
 
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// A delegate test's run: the directory its fake CLI logs into (argv, pids, cwd), the
+/// gateway it talks to and the mock backend behind it.
+pub struct DelegateLab {
+    pub dir: tempfile::TempDir,
+    pub gateway: super::Gateway,
+    pub _mock: glider_test_support::MockVendor,
+}
+
+impl DelegateLab {
+    /// A file in the lab's directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The lines of a log file (none if it was never written).
+    pub fn lines(&self, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.path(name))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The pids the fake CLI recorded, one per run.
+    pub fn pids(&self) -> Vec<u32> {
+        self.lines("pids.log")
+            .iter()
+            .filter_map(|l| l.parse().ok())
+            .collect()
+    }
+}
 
 /// Processes whose process group is `pgid` (from /proc/<pid>/stat, field 5).
 pub fn group_members(pgid: u32) -> Vec<u32> {
