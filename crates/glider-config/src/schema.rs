@@ -52,6 +52,10 @@ pub struct ServerConfig {
     /// Token the dashboard requires (`Authorization: Bearer`, `?token=` or its cookie);
     /// `${VAR}` is interpolated. Required when `bind` is not a loopback address.
     pub dashboard_token: Option<Secret>,
+    /// Token the gateway requires on every request (`x-glider-token: TOKEN`); `${VAR}`
+    /// is interpolated. Unset, the gateway answers only requests addressed to a loopback
+    /// host name; set, it also answers other names (when `bind` is not loopback).
+    pub gateway_token: Option<Secret>,
 }
 
 impl ServerConfig {
@@ -73,6 +77,7 @@ impl Default for ServerConfig {
             dashboard_port: 8081,
             max_body_bytes: 32 * 1024 * 1024,
             dashboard_token: None,
+            gateway_token: None,
         }
     }
 }

@@ -8,9 +8,10 @@ use serde_json::Value;
 pub const REDACTED: &str = "<redacted>";
 
 /// Keys whose values are secret wherever they appear.
-const SECRET_KEYS: [&str; 6] = [
+const SECRET_KEYS: [&str; 7] = [
     "api_key",
     "dashboard_token",
+    "gateway_token",
     "token",
     "password",
     "secret",

@@ -10,6 +10,8 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use glider_sys::webguard;
+
 use crate::Shared;
 
 /// The cookie `?token=` sets, so the page's assets, API calls and socket carry it.
@@ -26,7 +28,7 @@ pub async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Ne
     // 1. Without a token the dashboard trusts this machine only: the Host must name it.
     if token.is_none()
         && let Some(host) = &host
-        && !is_loopback_host(host)
+        && !webguard::is_loopback_host(host)
     {
         return refuse(
             StatusCode::FORBIDDEN,
@@ -39,7 +41,7 @@ pub async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Ne
     let mut set_cookie = None;
     if let Some(expected) = token {
         match presented_token(&request) {
-            Some((given, via_query)) if same(&given, expected) => {
+            Some((given, via_query)) if webguard::tokens_equal(&given, expected) => {
                 if via_query {
                     set_cookie = cookie_header(expected);
                 }
@@ -100,31 +102,14 @@ pub async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Ne
     response
 }
 
-/// `host` (with or without a port) names this machine's loopback interface.
-fn is_loopback_host(host: &str) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(rest) => rest.split(']').next().unwrap_or(""),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
-    let name = name.to_ascii_lowercase();
-    name == "localhost"
-        || name.ends_with(".localhost")
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 /// An absent `Origin` (curl, scripts) is fine; a browser's must be `http(s)://<Host>`.
 fn origin_allowed(headers: &HeaderMap, host: Option<&str>) -> bool {
-    let Some(origin) = headers.get(header::ORIGIN) else {
-        return true;
-    };
-    let (Ok(origin), Some(host)) = (origin.to_str(), host) else {
-        return false;
-    };
-    let origin = origin.to_ascii_lowercase();
-    let host = host.to_ascii_lowercase();
-    origin == format!("http://{host}") || origin == format!("https://{host}")
+    match headers.get(header::ORIGIN) {
+        None => true,
+        Some(origin) => origin
+            .to_str()
+            .is_ok_and(|origin| webguard::same_origin(origin, host)),
+    }
 }
 
 /// The token from `Authorization: Bearer`, the cookie, or `?token=` (then `true`).
@@ -155,12 +140,6 @@ fn presented_token(request: &Request) -> Option<(String, bool)> {
         .map(|(_, value)| (value.to_owned(), false))
 }
 
-/// Compare without an early exit, so timing does not reveal a prefix.
-fn same(given: &str, expected: &str) -> bool {
-    let (a, b) = (given.as_bytes(), expected.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 fn cookie_header(token: &str) -> Option<HeaderValue> {
     let mut value = HeaderValue::from_str(&format!(
         "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
@@ -185,28 +164,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn loopback_host_names() {
-        for host in [
-            "127.0.0.1:8081",
-            "localhost:8081",
-            "LOCALHOST",
-            "[::1]:8081",
-            "127.0.0.2",
-            "app.localhost:1",
-        ] {
-            assert!(is_loopback_host(host), "{host}");
-        }
-        for host in [
-            "evil.example:8081",
-            "10.0.0.1:8081",
-            "localhost.evil.example",
-            "[::2]:1",
-        ] {
-            assert!(!is_loopback_host(host), "{host}");
-        }
-    }
-
-    #[test]
     fn origins() {
         let mut headers = HeaderMap::new();
         assert!(origin_allowed(&headers, Some("127.0.0.1:8081")));
@@ -218,12 +175,5 @@ mod tests {
         assert!(!origin_allowed(&headers, Some("localhost:8081")));
         headers.insert(header::ORIGIN, HeaderValue::from_static("null"));
         assert!(!origin_allowed(&headers, Some("127.0.0.1:8081")));
-    }
-
-    #[test]
-    fn token_comparison() {
-        assert!(same("abc", "abc"));
-        assert!(!same("abd", "abc"));
-        assert!(!same("ab", "abc"));
     }
 }

@@ -2,6 +2,7 @@
 //! bodies read under a size limit, replies rendered as bytes, SSE or NDJSON, and every
 //! error in the caller's own dialect with its status decided by `ErrorKind::status`.
 
+pub mod access;
 pub mod render;
 
 use std::sync::Arc;
@@ -26,13 +27,37 @@ struct Gateway {
 }
 
 /// The gateway's routes over `engine`, with a delegate handler of its own.
-pub fn router(engine: Arc<Engine>) -> Router {
+pub fn router(engine: Arc<Engine>) -> Result<Router, String> {
     router_with(engine, Arc::new(glider_delegate::Delegator::new()))
 }
 
 /// The gateway's routes over `engine`, delegating through `delegator` (shared with
-/// whoever else must see it, e.g. the binary that records delegate PIDs in runstate).
-pub fn router_with(engine: Arc<Engine>, delegator: Arc<glider_delegate::Delegator>) -> Router {
+/// whoever else must see it, e.g. the binary that records delegate PIDs in runstate),
+/// behind the [`access`] rules of the config's `server.gateway_token`.
+///
+/// A token whose variable is unset is an error: the gateway must not open up because
+/// an environment variable went missing.
+pub fn router_with(
+    engine: Arc<Engine>,
+    delegator: Arc<glider_delegate::Delegator>,
+) -> Result<Router, String> {
+    let access = access::Access {
+        token: match &engine.runtime().config.server.gateway_token {
+            Some(secret) => Some(
+                secret
+                    .resolve()
+                    .map_err(|e| format!("server.gateway_token: {e}"))?,
+            ),
+            None => None,
+        },
+    };
+    Ok(
+        routes(engine, delegator)
+            .layer(axum::middleware::from_fn_with_state(access, access::guard)),
+    )
+}
+
+fn routes(engine: Arc<Engine>, delegator: Arc<glider_delegate::Delegator>) -> Router {
     Router::new()
         .route("/", get(root).head(root))
         .route("/v1/chat/completions", post(chat_completions))
@@ -57,7 +82,8 @@ pub async fn serve(
     engine: Arc<Engine>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_with(listener, router(engine), shutdown).await
+    let router = router(engine).map_err(std::io::Error::other)?;
+    serve_with(listener, router, shutdown).await
 }
 
 /// Serve `router` (from [`router`] or [`router_with`]) on `listener` until `shutdown`
@@ -213,15 +239,20 @@ async fn ollama_version() -> Response {
         .into_response()
 }
 
-async fn not_found(request: Request) -> Response {
-    let path = request.uri().path().to_owned();
-    let front = if path.starts_with("/v1/messages") {
+/// The dialect an error on `path` is written in, for replies made before a handler runs.
+fn front_for_path(path: &str) -> Dialect {
+    if path.starts_with("/v1/messages") {
         Dialect::Anthropic
     } else if path.starts_with("/api/") {
         Dialect::Ollama
     } else {
         Dialect::OpenAiChat
-    };
+    }
+}
+
+async fn not_found(request: Request) -> Response {
+    let path = request.uri().path().to_owned();
+    let front = front_for_path(&path);
     let mut response = error_response(
         front,
         &ApiError::new(

@@ -313,6 +313,14 @@ async fn serve_recorded(
     });
 
     let snapshot = handle.snapshot();
+    let gateway_router = glider_gateway::router_with(engine.clone(), delegator.clone())
+        .map_err(anyhow::Error::msg)?;
+    if !snapshot.server.is_loopback() && snapshot.server.gateway_token.is_none() {
+        tracing::warn!(
+            "server.bind is {:?} but server.gateway_token is unset: the gateway answers only requests addressed to a loopback host name; set a token to serve other machines",
+            snapshot.server.bind
+        );
+    }
     let addr = format!("{}:{}", snapshot.server.bind, snapshot.server.proxy_port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -446,11 +454,7 @@ async fn serve_recorded(
         }
     };
     let (gateway, dashboard, ()) = tokio::join!(
-        glider_gateway::serve_with(
-            listener,
-            glider_gateway::router_with(engine, delegator),
-            stopped(stop_rx.clone())
-        ),
+        glider_gateway::serve_with(listener, gateway_router, stopped(stop_rx.clone())),
         dashboard.serve(dashboard_listener, stopped(stop_rx.clone())),
         remove_rules,
     );

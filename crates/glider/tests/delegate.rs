@@ -579,3 +579,34 @@ async fn the_real_claude_codes_refused_tool_comes_back_as_a_question() {
         "the allowed tool ran: {text}"
     );
 }
+
+#[tokio::test]
+async fn a_cross_site_page_cannot_start_a_delegate() {
+    let s = setup(None, 30).await;
+    // What a web page can send without a preflight: a text/plain POST with its Origin.
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let reply = client
+        .post(format!("{}/v1/messages", s.gateway.base))
+        .header("content-type", "text/plain")
+        .header("origin", "http://evil.example")
+        .body(body(Dialect::Anthropic, "/claude rm -rf everything", false))
+        .send()
+        .await
+        .expect("gateway answers");
+    assert_eq!(reply.status(), 403);
+    let error: serde_json::Value = reply.json().await.expect("json");
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["error"]["type"], "permission_error", "{error}");
+    assert!(
+        !s.path("argv.log").exists(),
+        "the delegate must not have run: {:?}",
+        s.lines("argv.log")
+    );
+    // The same message without an Origin (a CLI) still delegates.
+    let reply = ask(&s, Dialect::Anthropic, "/claude refactor the parser", false).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(s.lines("argv.log").len(), 1);
+}

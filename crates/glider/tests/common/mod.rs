@@ -49,7 +49,7 @@ pub async fn gateway_with_delegator(
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let router = glider_gateway::router_with(engine.clone(), delegator);
+    let router = glider_gateway::router_with(engine.clone(), delegator).expect("gateway routes");
     tokio::spawn(async move {
         let _ = glider_gateway::serve_with(listener, router, async {
             let _ = rx.await;
