@@ -4,7 +4,7 @@
 //! it shows comes from the engine's event bus, read by one collector task that never
 //! makes a request wait.
 
-mod api;
+mod rest;
 mod collector;
 mod docs;
 pub mod history;
@@ -168,19 +168,19 @@ impl Dashboard {
             .route("/docs", get(docs::index))
             .route("/docs/", get(docs::index))
             .route("/docs/{page}", get(docs::page))
-            .route("/api/status", get(api::status))
-            .route("/api/backends", get(api::backends))
-            .route("/api/backends/{name}/reset", post(api::reset_breaker))
-            .route("/api/requests", get(api::requests))
-            .route("/api/stats", get(api::stats))
-            .route("/api/config", get(api::config))
-            .route("/api/config/reload", post(api::reload))
-            .route("/api/vendors", get(api::vendors))
-            .route("/api/vendors/discover", post(api::discover_vendors))
-            .route("/api/mitm/enrollment", post(api::enrollment))
-            .route("/metrics", get(api::metrics))
+            .route("/api/status", get(rest::status))
+            .route("/api/backends", get(rest::backends))
+            .route("/api/backends/{name}/reset", post(rest::reset_breaker))
+            .route("/api/requests", get(rest::requests))
+            .route("/api/stats", get(rest::stats))
+            .route("/api/config", get(rest::config))
+            .route("/api/config/reload", post(rest::reload))
+            .route("/api/vendors", get(rest::vendors))
+            .route("/api/vendors/discover", post(rest::discover_vendors))
+            .route("/api/mitm/enrollment", post(rest::enrollment))
+            .route("/metrics", get(rest::metrics))
             .route("/ws", get(ws::upgrade))
-            .fallback(api::not_found)
+            .fallback(rest::not_found)
             .layer(axum::middleware::from_fn_with_state(
                 shared.clone(),
                 security::guard,

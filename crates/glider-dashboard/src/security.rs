@@ -150,7 +150,7 @@ fn cookie_header(token: &str) -> Option<HeaderValue> {
 }
 
 fn refuse(status: StatusCode, kind: &str, message: &str) -> Response {
-    let mut response = crate::api::error(status, kind, message);
+    let mut response = crate::rest::error(status, kind, message);
     if status == StatusCode::UNAUTHORIZED {
         response
             .headers_mut()

@@ -33,7 +33,7 @@ pub async fn asset(Path(file): Path<String>) -> Response {
         "app.js" => asset_response("text/javascript; charset=utf-8", APP_JS),
         "app.css" => asset_response("text/css; charset=utf-8", APP_CSS),
         "icon.svg" => asset_response("image/svg+xml", ICON),
-        _ => crate::api::error(StatusCode::NOT_FOUND, "not_found", "no such asset"),
+        _ => crate::rest::error(StatusCode::NOT_FOUND, "not_found", "no such asset"),
     }
 }
 

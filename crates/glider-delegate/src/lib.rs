@@ -160,7 +160,7 @@ impl Delegator {
         if !config.enabled || !mentions_a_flag(body) {
             return None;
         }
-        let request = glider_vendors::codec(front).decode_request(body).ok()?;
+        let request = glider_dialects::codec(front).decode_request(body).ok()?;
         let flagged = find_flag(&request)?;
         let client_session = glider_engine::router::sticky::session_id(&request, headers)
             .map(|s| format!("{}|{s}", flagged.vendor.binary()));

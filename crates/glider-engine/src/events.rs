@@ -14,7 +14,7 @@ use glider_backend::breaker::BreakerState;
 use glider_backend::health::HealthStatus;
 use glider_config::BackendKind;
 use glider_ngl::{Dialect, Response, StreamEvent, Usage};
-use glider_vendors::{StreamDecoder, codec};
+use glider_dialects::{StreamDecoder, codec};
 use serde::Serialize;
 use tokio::sync::broadcast;
 

@@ -16,7 +16,7 @@ use glider_backend::{AttemptFailure, Backend, BodyStream, Candidate, UpstreamReq
 use glider_config::{BackendKind, Config, ConfigHandle};
 use glider_ngl::{ApiError, Dialect, ErrorKind, Request, Response, Role, StreamEvent, Turn};
 use glider_starlark::Rules;
-use glider_vendors::{StreamDecoder, codec};
+use glider_dialects::{StreamDecoder, codec};
 use http::HeaderMap;
 use serde::Serialize;
 
@@ -571,7 +571,7 @@ impl Engine {
     /// otherwise Glider estimates (local dialects have no counting endpoint).
     pub async fn count_tokens(&self, body: &[u8], headers: &HeaderMap) -> Result<u64, ApiError> {
         // count_tokens bodies carry no max_tokens; the Messages decoder wants one.
-        let mut value = glider_vendors::parse_json(body)?;
+        let mut value = glider_dialects::parse_json(body)?;
         if let Some(map) = value.as_object_mut() {
             map.entry("max_tokens").or_insert(1.into());
         }

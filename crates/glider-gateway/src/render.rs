@@ -8,7 +8,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use glider_engine::{Completion, CompletionBody};
 use glider_ngl::{ApiError, Dialect, ResponseBuilder, StreamEvent};
-use glider_vendors::codec;
+use glider_dialects::codec;
 
 /// An error in `front`'s own JSON shape with its status.
 pub fn error_response(front: Dialect, error: &ApiError) -> Response {

@@ -1,6 +1,6 @@
 //! Faithful in-process mock vendor servers for Glider's tests and benchmarks: one HTTP
 //! server speaking OpenAI Chat Completions, OpenAI Responses, Anthropic Messages and
-//! Ollama, written independently of `glider-vendors` so codec tests against it mean
+//! Ollama, written independently of `glider-dialects` so codec tests against it mean
 //! something. Start one with [`MockVendor::start`]; script replies with `[[call:...]]`.
 
 mod anthropic;

@@ -17,7 +17,7 @@ use glider_config::{Config, ConfigHandle};
 use glider_engine::Engine;
 use glider_engine::tokenizer::estimate_request_tokens;
 use glider_ngl::Dialect;
-use glider_vendors::codec;
+use glider_dialects::codec;
 use serde_json::{Value, json};
 
 const DIALECTS: [(&str, Dialect); 4] = [

@@ -348,7 +348,7 @@ impl Mitm {
             CompletionBody::Raw {
                 first_chunk, rest, ..
             } => decode_events(
-                glider_vendors::codec(Dialect::OpenAiChat).stream_decoder(),
+                glider_dialects::codec(Dialect::OpenAiChat).stream_decoder(),
                 first_chunk,
                 rest,
             ),

@@ -1,4 +1,4 @@
-//! Pure codecs (spec package `vendors`' wire half; no I/O): each dialect decodes its
+//! Pure codecs (no I/O), one per wire dialect: each decodes its
 //! requests, responses, streams and errors into ngl and encodes them back. The
 //! [`Codec`] trait is the one surface the pipeline and gateway use; [`codec`] picks the
 //! implementation for a [`Dialect`]. Framing helpers (SSE, NDJSON) live in [`framing`].
