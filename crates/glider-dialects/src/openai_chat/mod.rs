@@ -1,0 +1,31 @@
+//! OpenAI Chat Completions codec (`POST /v1/chat/completions`), the dialect vLLM and
+//! llama.cpp's server speak too: requests, `chat.completion` replies, SSE streams of
+//! `chat.completion.chunk` ending in `data: [DONE]`, and `{"error":{...}}` bodies. Mapping
+//! notes: `docs/translation.md#openai-chat-completions`.
+
+mod error;
+#[cfg(test)]
+pub(crate) mod fixtures;
+mod request;
+mod response;
+mod stream;
+
+pub(crate) use error::decode_error;
+pub(crate) use error::error_fields;
+pub(crate) use request::decode_tools;
+pub(crate) use request::encode_tools;
+pub(crate) use request::image_source;
+pub(crate) use request::model_and_messages;
+
+use glider_ngl::Dialect;
+
+/// The OpenAI Chat Completions codec (also vLLM and llama.cpp's server).
+pub struct OpenAiChat;
+
+dialect_codec! {
+    codec: OpenAiChat,
+    dialect: Dialect::OpenAiChat,
+    stream_content_type: "text/event-stream",
+    stream_decoder: stream::ChatStreamDecoder,
+    stream_encoder: stream::ChatStreamEncoder,
+}
