@@ -1,6 +1,7 @@
 //! Anthropic request bodies: decoding a client's `/v1/messages` body into ngl and encoding
 //! ngl for an Anthropic backend.
 
+use crate::json::{FieldReader, Fields, Object, invalid_at, join_path};
 use crate::parse_json;
 use glider_ngl::{
     ApiError, Dialect, DialectExtra, ImageSource, NativeTool, OutputSchema, Part, Request, Role,
@@ -8,6 +9,9 @@ use glider_ngl::{
 };
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
+
+/// Anthropic words its 400s like pydantic (`Field required`, `expected string`).
+pub(super) const FIELDS: &FieldReader = &FieldReader::ANTHROPIC;
 
 /// `max_tokens` sent when the request has none (the API requires the field).
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
@@ -30,80 +34,8 @@ const MODELLED_FIELDS: &[&str] = &[
     "metadata",
 ];
 
-pub(super) type Object = Map<String, Value>;
-
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_owned()
-    } else {
-        format!("{path}.{key}")
-    }
-}
-
-fn field_err(path: &str, message: impl std::fmt::Display) -> ApiError {
-    ApiError::invalid(format!("{path}: {message}")).with_param(path)
-}
-
-pub(super) fn as_object<'a>(value: &'a Value, path: &str) -> Result<&'a Object, ApiError> {
-    value
-        .as_object()
-        .ok_or_else(|| field_err(path, "expected object"))
-}
-
-/// A field that may be absent or null.
-pub(super) fn present<'a>(obj: &'a Object, key: &str) -> Option<&'a Value> {
-    obj.get(key).filter(|v| !v.is_null())
-}
-
-fn required<'a>(obj: &'a Object, key: &str, path: &str) -> Result<&'a Value, ApiError> {
-    present(obj, key).ok_or_else(|| field_err(&join(path, key), "Field required"))
-}
-
-fn required_str<'a>(obj: &'a Object, key: &str, path: &str) -> Result<&'a str, ApiError> {
-    required(obj, key, path)?
-        .as_str()
-        .ok_or_else(|| field_err(&join(path, key), "expected string"))
-}
-
-fn optional_str<'a>(obj: &'a Object, key: &str, path: &str) -> Result<Option<&'a str>, ApiError> {
-    match present(obj, key) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(field_err(&join(path, key), "expected string")),
-    }
-}
-
-fn optional_u32(obj: &Object, key: &str, path: &str) -> Result<Option<u32>, ApiError> {
-    match present(obj, key) {
-        None => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .map(Some)
-            .ok_or_else(|| field_err(&join(path, key), "expected a non-negative integer")),
-    }
-}
-
-fn optional_f64(obj: &Object, key: &str, path: &str) -> Result<Option<f64>, ApiError> {
-    match present(obj, key) {
-        None => Ok(None),
-        Some(v) => v
-            .as_f64()
-            .map(Some)
-            .ok_or_else(|| field_err(&join(path, key), "expected number")),
-    }
-}
-
-fn optional_bool(obj: &Object, key: &str, path: &str) -> Result<Option<bool>, ApiError> {
-    match present(obj, key) {
-        None => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(field_err(&join(path, key), "expected boolean")),
-    }
-}
-
 fn cache_control(obj: &Object) -> Option<Value> {
-    present(obj, "cache_control").cloned()
+    obj.present("cache_control").cloned()
 }
 
 pub(super) fn empty_object() -> Value {
@@ -115,26 +47,28 @@ pub(super) fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
     let obj = value
         .as_object()
         .ok_or_else(|| ApiError::invalid("request body: expected a JSON object"))?;
-    let model = required_str(obj, "model", "")?.to_owned();
-    let max_tokens = optional_u32(obj, "max_tokens", "")?
-        .ok_or_else(|| field_err("max_tokens", "Field required"))?;
+    let model = FIELDS.required_str(obj, "model", "")?.to_owned();
+    let max_tokens = FIELDS
+        .optional_u32(obj, "max_tokens", "")?
+        .ok_or_else(|| invalid_at("max_tokens", "Field required"))?;
     if max_tokens == 0 {
-        return Err(field_err(
+        return Err(invalid_at(
             "max_tokens",
             "Input should be greater than or equal to 1",
         ));
     }
-    let messages = required(obj, "messages", "")?
+    let messages = FIELDS
+        .required(obj, "messages", "")?
         .as_array()
-        .ok_or_else(|| field_err("messages", "expected array"))?;
+        .ok_or_else(|| invalid_at("messages", "expected array"))?;
 
-    let mut turns = decode_system(present(obj, "system"))?;
+    let mut turns = decode_system(obj.present("system"))?;
     turns.extend(decode_messages(messages)?);
-    let (tool_choice, parallel_tool_calls) = decode_tool_choice(present(obj, "tool_choice"))?;
-    let metadata = match present(obj, "metadata") {
+    let (tool_choice, parallel_tool_calls) = decode_tool_choice(obj.present("tool_choice"))?;
+    let metadata = match obj.present("metadata") {
         None => None,
         Some(v @ Value::Object(_)) => Some(v.clone()),
-        Some(_) => return Err(field_err("metadata", "expected object")),
+        Some(_) => return Err(invalid_at("metadata", "expected object")),
     };
     let fields: Object = obj
         .iter()
@@ -145,17 +79,17 @@ pub(super) fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
     Ok(Request {
         model,
         turns,
-        tools: decode_tools(present(obj, "tools"))?,
+        tools: decode_tools(obj.present("tools"))?,
         tool_choice,
         parallel_tool_calls,
         max_tokens: Some(max_tokens),
-        temperature: optional_f64(obj, "temperature", "")?,
-        top_p: optional_f64(obj, "top_p", "")?,
-        top_k: optional_u32(obj, "top_k", "")?,
+        temperature: FIELDS.optional_f64(obj, "temperature", "")?,
+        top_p: FIELDS.optional_f64(obj, "top_p", "")?,
+        top_k: FIELDS.optional_u32(obj, "top_k", "")?,
         seed: None,
-        stop: decode_stop_sequences(present(obj, "stop_sequences"))?,
-        stream: optional_bool(obj, "stream", "")?.unwrap_or(false),
-        thinking: decode_thinking(present(obj, "thinking"))?,
+        stop: decode_stop_sequences(obj.present("stop_sequences"))?,
+        stream: FIELDS.optional_bool(obj, "stream", "")?.unwrap_or(false),
+        thinking: decode_thinking(obj.present("thinking"))?,
         output_schema: decode_output_schema(obj)?,
         metadata,
         extra: (!fields.is_empty()).then(|| DialectExtra {
@@ -193,21 +127,21 @@ fn decode_text_content(content: &Value, path: &str) -> Result<Vec<Part>, ApiErro
             .enumerate()
             .map(|(i, block)| {
                 let path = format!("{path}.{i}");
-                let obj = as_object(block, &path)?;
-                let kind = required_str(obj, "type", &path)?;
+                let obj = FIELDS.object(block, &path)?;
+                let kind = FIELDS.required_str(obj, "type", &path)?;
                 if kind != "text" {
-                    return Err(field_err(
-                        &join(&path, "type"),
+                    return Err(invalid_at(
+                        &join_path(&path, "type"),
                         format!("expected 'text', got '{kind}'"),
                     ));
                 }
                 Ok(Part::Text {
-                    text: required_str(obj, "text", &path)?.to_owned(),
+                    text: FIELDS.required_str(obj, "text", &path)?.to_owned(),
                     cache_control: cache_control(obj),
                 })
             })
             .collect(),
-        _ => Err(field_err(path, "expected string or array")),
+        _ => Err(invalid_at(path, "expected string or array")),
     }
 }
 
@@ -217,10 +151,10 @@ fn decode_messages(messages: &[Value]) -> Result<Vec<Turn>, ApiError> {
     let mut tool_names: HashMap<String, String> = HashMap::new();
     for (i, message) in messages.iter().enumerate() {
         let path = format!("messages.{i}");
-        let obj = as_object(message, &path)?;
-        let role = required_str(obj, "role", &path)?;
-        let content = required(obj, "content", &path)?;
-        let content_path = join(&path, "content");
+        let obj = FIELDS.object(message, &path)?;
+        let role = FIELDS.required_str(obj, "role", &path)?;
+        let content = FIELDS.required(obj, "content", &path)?;
+        let content_path = join_path(&path, "content");
         match role {
             "system" => turns.push(Turn {
                 role: Role::System,
@@ -250,8 +184,8 @@ fn decode_messages(messages: &[Value]) -> Result<Vec<Turn>, ApiError> {
                 }
             }
             other => {
-                return Err(field_err(
-                    &join(&path, "role"),
+                return Err(invalid_at(
+                    &join_path(&path, "role"),
                     format!("expected 'user', 'assistant' or 'system', got '{other}'"),
                 ));
             }
@@ -272,7 +206,7 @@ fn decode_content(
             .enumerate()
             .map(|(i, block)| decode_block(block, &format!("{path}.{i}"), tool_names))
             .collect(),
-        _ => Err(field_err(path, "expected string or array")),
+        _ => Err(invalid_at(path, "expected string or array")),
     }
 }
 
@@ -281,27 +215,28 @@ fn decode_block(
     path: &str,
     tool_names: &mut HashMap<String, String>,
 ) -> Result<Part, ApiError> {
-    let obj = as_object(block, path)?;
-    match required_str(obj, "type", path)? {
+    let obj = FIELDS.object(block, path)?;
+    match FIELDS.required_str(obj, "type", path)? {
         "text" => Ok(Part::Text {
-            text: required_str(obj, "text", path)?.to_owned(),
+            text: FIELDS.required_str(obj, "text", path)?.to_owned(),
             cache_control: cache_control(obj),
         }),
         "image" => decode_image(obj, path),
         "tool_use" => {
-            let id = required_str(obj, "id", path)?.to_owned();
-            let name = required_str(obj, "name", path)?.to_owned();
+            let id = FIELDS.required_str(obj, "id", path)?.to_owned();
+            let name = FIELDS.required_str(obj, "name", path)?.to_owned();
             tool_names.insert(id.clone(), name.clone());
             Ok(Part::ToolCall {
                 id,
                 name,
-                arguments: present(obj, "input").cloned().unwrap_or_else(empty_object),
+                arguments: obj.present("input").cloned().unwrap_or_else(empty_object),
             })
         }
         "tool_result" => decode_tool_result(obj, path, tool_names),
         "thinking" => Ok(Part::Thinking {
-            text: required_str(obj, "thinking", path)?.to_owned(),
-            signature: optional_str(obj, "signature", path)?
+            text: FIELDS.required_str(obj, "thinking", path)?.to_owned(),
+            signature: FIELDS
+                .optional_str(obj, "signature", path)?
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned),
             redacted: None,
@@ -309,7 +244,7 @@ fn decode_block(
         "redacted_thinking" => Ok(Part::Thinking {
             text: String::new(),
             signature: None,
-            redacted: Some(required_str(obj, "data", path)?.to_owned()),
+            redacted: Some(FIELDS.required_str(obj, "data", path)?.to_owned()),
         }),
         _ => Ok(native(block)),
     }
@@ -324,19 +259,23 @@ fn native(block: &Value) -> Part {
 }
 
 fn decode_image(obj: &Object, path: &str) -> Result<Part, ApiError> {
-    let source_path = join(path, "source");
-    let source = as_object(required(obj, "source", path)?, &source_path)?;
-    let source = match required_str(source, "type", &source_path)? {
+    let source_path = join_path(path, "source");
+    let source = FIELDS.object(FIELDS.required(obj, "source", path)?, &source_path)?;
+    let source = match FIELDS.required_str(source, "type", &source_path)? {
         "base64" => ImageSource::Base64 {
-            media_type: required_str(source, "media_type", &source_path)?.to_owned(),
-            data: required_str(source, "data", &source_path)?.to_owned(),
+            media_type: FIELDS
+                .required_str(source, "media_type", &source_path)?
+                .to_owned(),
+            data: FIELDS
+                .required_str(source, "data", &source_path)?
+                .to_owned(),
         },
         "url" => ImageSource::Url {
-            url: required_str(source, "url", &source_path)?.to_owned(),
+            url: FIELDS.required_str(source, "url", &source_path)?.to_owned(),
         },
         other => {
-            return Err(field_err(
-                &join(&source_path, "type"),
+            return Err(invalid_at(
+                &join_path(&source_path, "type"),
                 format!("unsupported image source type '{other}' (expected 'base64' or 'url')"),
             ));
         }
@@ -352,9 +291,9 @@ fn decode_tool_result(
     path: &str,
     tool_names: &HashMap<String, String>,
 ) -> Result<Part, ApiError> {
-    let call_id = required_str(obj, "tool_use_id", path)?.to_owned();
-    let content_path = join(path, "content");
-    let mut content = match present(obj, "content") {
+    let call_id = FIELDS.required_str(obj, "tool_use_id", path)?.to_owned();
+    let content_path = join_path(path, "content");
+    let mut content = match obj.present("content") {
         None => Vec::new(),
         Some(Value::String(s)) if s.is_empty() => Vec::new(),
         Some(Value::String(s)) => vec![Part::text(s.clone())],
@@ -363,10 +302,10 @@ fn decode_tool_result(
             .enumerate()
             .map(|(i, block)| {
                 let path = format!("{content_path}.{i}");
-                let inner = as_object(block, &path)?;
-                match required_str(inner, "type", &path)? {
+                let inner = FIELDS.object(block, &path)?;
+                match FIELDS.required_str(inner, "type", &path)? {
                     "text" => Ok(Part::Text {
-                        text: required_str(inner, "text", &path)?.to_owned(),
+                        text: FIELDS.required_str(inner, "text", &path)?.to_owned(),
                         cache_control: cache_control(inner),
                     }),
                     "image" => decode_image(inner, &path),
@@ -374,7 +313,7 @@ fn decode_tool_result(
                 }
             })
             .collect::<Result<_, _>>()?,
-        Some(_) => return Err(field_err(&content_path, "expected string or array")),
+        Some(_) => return Err(invalid_at(&content_path, "expected string or array")),
     };
     // The block's cache breakpoint moves onto its last content part (see module doc).
     if let Some(marker) = cache_control(obj) {
@@ -391,7 +330,9 @@ fn decode_tool_result(
         name: tool_names.get(&call_id).cloned(),
         call_id,
         content,
-        is_error: optional_bool(obj, "is_error", path)?.unwrap_or(false),
+        is_error: FIELDS
+            .optional_bool(obj, "is_error", path)?
+            .unwrap_or(false),
     })
 }
 
@@ -401,31 +342,40 @@ fn decode_tools(tools: Option<&Value>) -> Result<Vec<ToolDef>, ApiError> {
     };
     let tools = tools
         .as_array()
-        .ok_or_else(|| field_err("tools", "expected array"))?;
+        .ok_or_else(|| invalid_at("tools", "expected array"))?;
     tools
         .iter()
         .enumerate()
         .map(|(i, tool)| {
             let path = format!("tools.{i}");
-            let obj = as_object(tool, &path)?;
-            let description = optional_str(obj, "description", &path)?.map(str::to_owned);
-            match optional_str(obj, "type", &path)? {
+            let obj = FIELDS.object(tool, &path)?;
+            let description = FIELDS
+                .optional_str(obj, "description", &path)?
+                .map(str::to_owned);
+            match FIELDS.optional_str(obj, "type", &path)? {
                 None | Some("custom") => {
-                    let schema = required(obj, "input_schema", &path)?;
+                    let schema = FIELDS.required(obj, "input_schema", &path)?;
                     if !schema.is_object() {
-                        return Err(field_err(&join(&path, "input_schema"), "expected object"));
+                        return Err(invalid_at(
+                            &join_path(&path, "input_schema"),
+                            "expected object",
+                        ));
                     }
                     Ok(ToolDef {
-                        name: required_str(obj, "name", &path)?.to_owned(),
+                        name: FIELDS.required_str(obj, "name", &path)?.to_owned(),
                         description,
                         parameters: schema.clone(),
                         native: None,
                     })
                 }
                 Some(kind) => Ok(ToolDef {
-                    name: optional_str(obj, "name", &path)?.unwrap_or(kind).to_owned(),
+                    name: FIELDS
+                        .optional_str(obj, "name", &path)?
+                        .unwrap_or(kind)
+                        .to_owned(),
                     description,
-                    parameters: present(obj, "input_schema")
+                    parameters: obj
+                        .present("input_schema")
                         .cloned()
                         .unwrap_or_else(empty_object),
                     native: Some(NativeTool {
@@ -445,22 +395,24 @@ fn decode_tool_choice(
         return Ok((None, None));
     };
     let path = "tool_choice";
-    let obj = as_object(choice, path)?;
-    let choice = match required_str(obj, "type", path)? {
+    let obj = FIELDS.object(choice, path)?;
+    let choice = match FIELDS.required_str(obj, "type", path)? {
         "auto" => ToolChoice::Auto,
         "any" => ToolChoice::Required,
         "none" => ToolChoice::None,
         "tool" => ToolChoice::Tool {
-            name: required_str(obj, "name", path)?.to_owned(),
+            name: FIELDS.required_str(obj, "name", path)?.to_owned(),
         },
         other => {
-            return Err(field_err(
+            return Err(invalid_at(
                 "tool_choice.type",
                 format!("expected 'auto', 'any', 'tool' or 'none', got '{other}'"),
             ));
         }
     };
-    let parallel = optional_bool(obj, "disable_parallel_tool_use", path)?.map(|off| !off);
+    let parallel = FIELDS
+        .optional_bool(obj, "disable_parallel_tool_use", path)?
+        .map(|off| !off);
     Ok((Some(choice), parallel))
 }
 
@@ -469,11 +421,12 @@ fn decode_thinking(thinking: Option<&Value>) -> Result<Option<ThinkingConfig>, A
         return Ok(None);
     };
     let path = "thinking";
-    let obj = as_object(thinking, path)?;
-    match required_str(obj, "type", path)? {
+    let obj = FIELDS.object(thinking, path)?;
+    match FIELDS.required_str(obj, "type", path)? {
         "enabled" => {
-            let budget = optional_u32(obj, "budget_tokens", path)?
-                .ok_or_else(|| field_err("thinking.budget_tokens", "Field required"))?;
+            let budget = FIELDS
+                .optional_u32(obj, "budget_tokens", path)?
+                .ok_or_else(|| invalid_at("thinking.budget_tokens", "Field required"))?;
             Ok(Some(ThinkingConfig {
                 budget_tokens: Some(budget),
                 effort: None,
@@ -481,7 +434,7 @@ fn decode_thinking(thinking: Option<&Value>) -> Result<Option<ThinkingConfig>, A
         }
         "adaptive" => Ok(Some(ThinkingConfig::default())),
         "disabled" => Ok(None),
-        other => Err(field_err(
+        other => Err(invalid_at(
             "thinking.type",
             format!("expected 'enabled', 'disabled' or 'adaptive', got '{other}'"),
         )),
@@ -493,13 +446,13 @@ fn decode_stop_sequences(stop: Option<&Value>) -> Result<Vec<String>, ApiError> 
         return Ok(Vec::new());
     };
     stop.as_array()
-        .ok_or_else(|| field_err("stop_sequences", "expected array"))?
+        .ok_or_else(|| invalid_at("stop_sequences", "expected array"))?
         .iter()
         .enumerate()
         .map(|(i, s)| {
             s.as_str()
                 .map(str::to_owned)
-                .ok_or_else(|| field_err(&format!("stop_sequences.{i}"), "expected string"))
+                .ok_or_else(|| invalid_at(&format!("stop_sequences.{i}"), "expected string"))
         })
         .collect()
 }
@@ -507,12 +460,12 @@ fn decode_stop_sequences(stop: Option<&Value>) -> Result<Vec<String>, ApiError> 
 /// `output_config.format` (GA) or `output_format` (beta) with `type: json_schema`.
 fn decode_output_schema(obj: &Object) -> Result<Option<OutputSchema>, ApiError> {
     let mut schema = None;
-    if let Some(format) = present(obj, "output_format") {
+    if let Some(format) = obj.present("output_format") {
         schema = json_schema_format(format, "output_format")?;
     }
-    if let Some(config) = present(obj, "output_config") {
-        let config = as_object(config, "output_config")?;
-        if let Some(format) = present(config, "format") {
+    if let Some(config) = obj.present("output_config") {
+        let config = FIELDS.object(config, "output_config")?;
+        if let Some(format) = config.present("format") {
             schema = json_schema_format(format, "output_config.format")?.or(schema);
         }
     }
@@ -520,13 +473,13 @@ fn decode_output_schema(obj: &Object) -> Result<Option<OutputSchema>, ApiError> 
 }
 
 fn json_schema_format(format: &Value, path: &str) -> Result<Option<OutputSchema>, ApiError> {
-    let obj = as_object(format, path)?;
-    if required_str(obj, "type", path)? != "json_schema" {
+    let obj = FIELDS.object(format, path)?;
+    if FIELDS.required_str(obj, "type", path)? != "json_schema" {
         return Ok(None);
     }
-    let schema = required(obj, "schema", path)?;
+    let schema = FIELDS.required(obj, "schema", path)?;
     if !schema.is_object() {
-        return Err(field_err(&join(path, "schema"), "expected object"));
+        return Err(invalid_at(&join_path(path, "schema"), "expected object"));
     }
     Ok(Some(OutputSchema {
         name: None,

@@ -2,13 +2,10 @@
 //! usage mappings streams share.
 
 use super::error::error_from_json;
-use super::request::{Object, empty_object, present, tool_input};
+use super::request::{empty_object, tool_input};
+use crate::json::{Fields, bad_gateway, str_field};
 use glider_ngl::{ApiError, Dialect, ErrorKind, Part, Response, StopReason, Usage};
 use serde_json::{Value, json};
-
-pub(super) fn bad_gateway(message: impl Into<String>) -> ApiError {
-    ApiError::new(ErrorKind::BadGateway, message)
-}
 
 pub(super) fn decode_response(body: &[u8]) -> Result<Response, ApiError> {
     let value: &Value = &serde_json::from_slice(body).map_err(|e| {
@@ -37,8 +34,8 @@ pub(super) fn decode_response(body: &[u8]) -> Result<Response, ApiError> {
         }
     }
     Ok(Response {
-        id: str_of(obj, "id").to_owned(),
-        model: str_of(obj, "model").to_owned(),
+        id: str_field(obj, "id").unwrap_or_default().to_owned(),
+        model: str_field(obj, "model").unwrap_or_default().to_owned(),
         parts,
         stop_reason: obj
             .get("stop_reason")
@@ -46,10 +43,6 @@ pub(super) fn decode_response(body: &[u8]) -> Result<Response, ApiError> {
             .map_or(StopReason::EndTurn, decode_stop_reason),
         usage: obj.get("usage").map(decode_usage).unwrap_or_default(),
     })
-}
-
-fn str_of<'a>(obj: &'a Object, key: &str) -> &'a str {
-    obj.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
 /// One content block of a reply; `None` for blocks ngl does not model.
@@ -80,7 +73,7 @@ fn decode_reply_block(block: &Value) -> Result<Option<Part>, String> {
         Some("tool_use" | "server_tool_use") => Some(Part::ToolCall {
             id: text_field("id")?,
             name: text_field("name")?,
-            arguments: present(obj, "input").cloned().unwrap_or_else(empty_object),
+            arguments: obj.present("input").cloned().unwrap_or_else(empty_object),
         }),
         Some(_) => None,
         None => return Err("missing `type`".into()),

@@ -2,10 +2,9 @@
 //! client encoder.
 
 use super::error::{encode_error, error_from_json};
-use super::response::{
-    bad_gateway, decode_stop_reason, decode_usage, message_id, stop_reason_str, usage_value,
-};
+use super::response::{decode_stop_reason, decode_usage, message_id, stop_reason_str, usage_value};
 use crate::framing::{SseEvent, SseParser, write_sse_json};
+use crate::json::bad_gateway;
 use crate::{StreamDecoder, StreamEncoder};
 use glider_ngl::stream::PartKind;
 use glider_ngl::{ApiError, StopReason, StreamEvent, Usage};
@@ -399,10 +398,10 @@ impl StreamEncoder for AnthropicStreamEncoder {
 #[cfg(test)]
 mod tests {
 
+    use crate::Codec;
     use crate::anthropic::Anthropic;
     use crate::anthropic::fixtures::expected_response;
     use crate::framing::{SseParser, write_sse_json};
-    use crate::Codec;
     use glider_ngl::stream::PartKind;
     use glider_ngl::stream::events_of;
     use glider_ngl::{ApiError, ErrorKind, Part, Response, StopReason, StreamEvent, Usage};

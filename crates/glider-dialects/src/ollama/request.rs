@@ -1,17 +1,19 @@
 //! Ollama `/api/chat` request bodies both ways: string content, base64 `images`, object
 //! tool arguments, `options`, `format`, `think`.
 
-use crate::json::{
-    expect_object, invalid_at, join_path, take, take_bool, take_i64, take_number, take_stop,
-    take_string, take_top_k,
+use crate::json::{FieldReader, invalid_at, join_path, take};
+use crate::openai_chat::{
+    decode_tools, encode_tools, image_source, model_and_messages, take_stop, take_top_k,
 };
-use crate::openai_chat::{decode_tools, encode_tools, image_source, model_and_messages};
 use glider_ngl::stream::parse_arguments;
 use glider_ngl::{
     ApiError, Dialect, DialectExtra, ImageSource, OutputSchema, Part, Request, Role,
     ThinkingConfig, ToolChoice, Turn,
 };
 use serde_json::{Map, Value, json};
+
+/// Ollama reads its bodies with the Chat Completions wording it shares tool shapes with.
+const FIELDS: &FieldReader = &FieldReader::CHAT;
 
 /// Media type from the first bytes of base64 image data.
 fn sniff_media_type(data: &str) -> &'static str {
@@ -74,7 +76,7 @@ pub(super) fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
     if let Some(tools) = take(&mut obj, "tools") {
         req.tools = decode_tools(tools, "tools", Dialect::Ollama)?;
     }
-    req.stream = take_bool(&mut obj, "stream", "")?.unwrap_or(true);
+    req.stream = FIELDS.take_bool(&mut obj, "stream", "")?.unwrap_or(true);
     match take(&mut obj, "format") {
         None => {}
         Some(Value::String(format)) if format.is_empty() => {}
@@ -95,13 +97,14 @@ pub(super) fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
         }
     }
     if let Some(options) = take(&mut obj, "options") {
-        let mut options = expect_object(options, "options")?;
-        req.max_tokens =
-            take_i64(&mut options, "num_predict", "options")?.and_then(|n| u32::try_from(n).ok());
-        req.temperature = take_number(&mut options, "temperature", "options")?;
-        req.top_p = take_number(&mut options, "top_p", "options")?;
+        let mut options = FIELDS.into_object(options, "options")?;
+        req.max_tokens = FIELDS
+            .take_i64(&mut options, "num_predict", "options")?
+            .and_then(|n| u32::try_from(n).ok());
+        req.temperature = FIELDS.take_number(&mut options, "temperature", "options")?;
+        req.top_p = FIELDS.take_number(&mut options, "top_p", "options")?;
         req.top_k = take_top_k(&mut options, "top_k", "options")?;
-        req.seed = take_i64(&mut options, "seed", "options")?;
+        req.seed = FIELDS.take_i64(&mut options, "seed", "options")?;
         req.stop = take_stop(&mut options, "stop", "options")?;
         if !options.is_empty() {
             obj.insert("options".into(), Value::Object(options));
@@ -172,8 +175,9 @@ fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
     let mut pending: Vec<(String, String)> = Vec::new();
     for (i, message) in messages.into_iter().enumerate() {
         let path = format!("messages.{i}");
-        let mut m = expect_object(message, &path)?;
-        let role = take_string(&mut m, "role", &path)?
+        let mut m = FIELDS.into_object(message, &path)?;
+        let role = FIELDS
+            .take_string(&mut m, "role", &path)?
             .ok_or_else(|| invalid_at(&join_path(&path, "role"), "required"))?;
         let content = match take(&mut m, "content") {
             None => None,
@@ -199,8 +203,9 @@ fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
             }
             "assistant" => {
                 let mut parts = Vec::new();
-                if let Some(text) =
-                    take_string(&mut m, "thinking", &path)?.filter(|t| !t.is_empty())
+                if let Some(text) = FIELDS
+                    .take_string(&mut m, "thinking", &path)?
+                    .filter(|t| !t.is_empty())
                 {
                     parts.push(Part::Thinking {
                         text,
@@ -227,10 +232,10 @@ fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
                 });
             }
             "tool" => {
-                let call_id = take_string(&mut m, "tool_call_id", &path)?;
-                let tool_name = match take_string(&mut m, "tool_name", &path)? {
+                let call_id = FIELDS.take_string(&mut m, "tool_call_id", &path)?;
+                let tool_name = match FIELDS.take_string(&mut m, "tool_name", &path)? {
                     Some(name) => Some(name),
-                    None => take_string(&mut m, "name", &path)?,
+                    None => FIELDS.take_string(&mut m, "name", &path)?,
                 };
                 let position = match (&call_id, &tool_name) {
                     (Some(id), _) => pending.iter().position(|(p, _)| p == id),
@@ -279,14 +284,15 @@ fn decode_request_tool_calls(
     let mut parts = Vec::with_capacity(calls.len());
     for (n, call) in calls.into_iter().enumerate() {
         let here = format!("{cpath}.{n}");
-        let mut call = expect_object(call, &here)?;
-        let id = take_string(&mut call, "id", &here)?;
+        let mut call = FIELDS.into_object(call, &here)?;
+        let id = FIELDS.take_string(&mut call, "id", &here)?;
         let fpath = join_path(&here, "function");
         let mut function = match take(&mut call, "function") {
-            Some(f) => expect_object(f, &fpath)?,
+            Some(f) => FIELDS.into_object(f, &fpath)?,
             None => return Err(invalid_at(&fpath, "required")),
         };
-        let name = take_string(&mut function, "name", &fpath)?
+        let name = FIELDS
+            .take_string(&mut function, "name", &fpath)?
             .ok_or_else(|| invalid_at(&join_path(&fpath, "name"), "required"))?;
         let arguments = match take(&mut function, "arguments") {
             None => Value::Object(Map::new()),

@@ -10,12 +10,11 @@ mod request;
 mod response;
 mod stream;
 
-pub(crate) use error::decode_error;
-pub(crate) use error::error_fields;
-pub(crate) use request::decode_tools;
-pub(crate) use request::encode_tools;
-pub(crate) use request::image_source;
-pub(crate) use request::model_and_messages;
+// The Ollama codec shares Chat's tool shapes, error bodies and sampling-field readers.
+pub(crate) use error::{decode_error, error_fields};
+pub(crate) use request::{
+    decode_tools, encode_tools, image_source, model_and_messages, take_stop, take_top_k,
+};
 
 use glider_ngl::Dialect;
 

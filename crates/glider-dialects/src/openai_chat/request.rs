@@ -1,10 +1,7 @@
 //! Chat Completions request bodies both ways; the tool-definition helpers are shared with
 //! the Ollama codec.
 
-use crate::json::{
-    expect_object, invalid_at, join_path, take, take_bool, take_i64, take_number, take_stop,
-    take_string, take_top_k, take_u32,
-};
+use crate::json::{FieldReader, Object, invalid_at, join_path, take};
 use crate::parse_json;
 use glider_ngl::stream::{arguments_text, parse_arguments};
 use glider_ngl::{
@@ -12,6 +9,9 @@ use glider_ngl::{
     ThinkingConfig, ToolChoice, ToolDef, Turn,
 };
 use serde_json::{Map, Value, json};
+
+/// Chat Completions words its 400s `expected a string`, `expected an integer`, ...
+pub(super) const FIELDS: &FieldReader = &FieldReader::CHAT;
 
 /// Function tools in the OpenAI shape `{type: "function", function: {...}}` (Ollama uses
 /// it too). Other tool types are kept verbatim as `native` tools of `dialect`.
@@ -38,8 +38,8 @@ pub(crate) fn decode_tools(
         } else {
             item.clone()
         };
-        let mut tool = expect_object(item, &here)?;
-        let kind = take_string(&mut tool, "type", &here)?;
+        let mut tool = FIELDS.into_object(item, &here)?;
+        let kind = FIELDS.take_string(&mut tool, "type", &here)?;
         let is_function = match kind.as_deref() {
             Some("function") => true,
             None => tool.contains_key("function"),
@@ -64,13 +64,14 @@ pub(crate) fn decode_tools(
         }
         let fpath = join_path(&here, "function");
         let function = match take(&mut tool, "function") {
-            Some(f) => expect_object(f, &fpath)?,
+            Some(f) => FIELDS.into_object(f, &fpath)?,
             None => return Err(invalid_at(&fpath, "required")),
         };
         let mut function = function;
-        let name = take_string(&mut function, "name", &fpath)?
+        let name = FIELDS
+            .take_string(&mut function, "name", &fpath)?
             .ok_or_else(|| invalid_at(&join_path(&fpath, "name"), "required"))?;
-        let description = take_string(&mut function, "description", &fpath)?;
+        let description = FIELDS.take_string(&mut function, "description", &fpath)?;
         let parameters = match take(&mut function, "parameters") {
             None => json!({"type": "object", "properties": {}}),
             Some(p @ Value::Object(_)) => p,
@@ -125,8 +126,9 @@ pub(crate) fn model_and_messages(body: &[u8]) -> Result<ChatBody, ApiError> {
     let Value::Object(mut obj) = parse_json(body)? else {
         return Err(ApiError::invalid("request body: expected a JSON object"));
     };
-    let model =
-        take_string(&mut obj, "model", "")?.ok_or_else(|| invalid_at("model", "required"))?;
+    let model = FIELDS
+        .take_string(&mut obj, "model", "")?
+        .ok_or_else(|| invalid_at("model", "required"))?;
     let messages = match take(&mut obj, "messages") {
         Some(Value::Array(messages)) => messages,
         Some(_) => return Err(invalid_at("messages", "expected an array")),
@@ -148,17 +150,17 @@ pub(super) fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
     if let Some(choice) = take(&mut obj, "tool_choice") {
         req.tool_choice = Some(decode_tool_choice(choice)?);
     }
-    req.parallel_tool_calls = take_bool(&mut obj, "parallel_tool_calls", "")?;
-    let max_completion_tokens = take_u32(&mut obj, "max_completion_tokens", "")?;
-    let max_tokens = take_u32(&mut obj, "max_tokens", "")?;
+    req.parallel_tool_calls = FIELDS.take_bool(&mut obj, "parallel_tool_calls", "")?;
+    let max_completion_tokens = FIELDS.take_u32(&mut obj, "max_completion_tokens", "")?;
+    let max_tokens = FIELDS.take_u32(&mut obj, "max_tokens", "")?;
     req.max_tokens = max_completion_tokens.or(max_tokens);
-    req.temperature = take_number(&mut obj, "temperature", "")?;
-    req.top_p = take_number(&mut obj, "top_p", "")?;
+    req.temperature = FIELDS.take_number(&mut obj, "temperature", "")?;
+    req.top_p = FIELDS.take_number(&mut obj, "top_p", "")?;
     req.top_k = take_top_k(&mut obj, "top_k", "")?;
-    req.seed = take_i64(&mut obj, "seed", "")?;
+    req.seed = FIELDS.take_i64(&mut obj, "seed", "")?;
     req.stop = take_stop(&mut obj, "stop", "")?;
-    req.stream = take_bool(&mut obj, "stream", "")?.unwrap_or(false);
-    if let Some(effort) = take_string(&mut obj, "reasoning_effort", "")? {
+    req.stream = FIELDS.take_bool(&mut obj, "stream", "")?.unwrap_or(false);
+    if let Some(effort) = FIELDS.take_string(&mut obj, "reasoning_effort", "")? {
         req.thinking = Some(ThinkingConfig {
             budget_tokens: None,
             effort: Some(effort),
@@ -199,8 +201,9 @@ fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
     let mut turns: Vec<Turn> = Vec::with_capacity(messages.len());
     for (i, message) in messages.into_iter().enumerate() {
         let path = format!("messages.{i}");
-        let mut m = expect_object(message, &path)?;
-        let role = take_string(&mut m, "role", &path)?
+        let mut m = FIELDS.into_object(message, &path)?;
+        let role = FIELDS
+            .take_string(&mut m, "role", &path)?
             .ok_or_else(|| invalid_at(&join_path(&path, "role"), "required"))?;
         let content_path = join_path(&path, "content");
         match role.as_str() {
@@ -222,7 +225,8 @@ fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
             }
             "assistant" => turns.push(decode_assistant(m, &path)?),
             "tool" => {
-                let call_id = take_string(&mut m, "tool_call_id", &path)?
+                let call_id = FIELDS
+                    .take_string(&mut m, "tool_call_id", &path)?
                     .ok_or_else(|| invalid_at(&join_path(&path, "tool_call_id"), "required"))?;
                 let content = match take(&mut m, "content") {
                     Some(content) => decode_content(content, &content_path, false)?,
@@ -258,12 +262,14 @@ fn decode_content(content: Value, path: &str, images: bool) -> Result<Vec<Part>,
     let mut parts = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
         let here = format!("{path}.{i}");
-        let mut item = expect_object(item, &here)?;
-        let kind = take_string(&mut item, "type", &here)?
+        let mut item = FIELDS.into_object(item, &here)?;
+        let kind = FIELDS
+            .take_string(&mut item, "type", &here)?
             .ok_or_else(|| invalid_at(&join_path(&here, "type"), "required"))?;
         match kind.as_str() {
             "text" => {
-                let text = take_string(&mut item, "text", &here)?
+                let text = FIELDS
+                    .take_string(&mut item, "text", &here)?
                     .ok_or_else(|| invalid_at(&join_path(&here, "text"), "required"))?;
                 parts.push(Part::Text {
                     text,
@@ -271,7 +277,8 @@ fn decode_content(content: Value, path: &str, images: bool) -> Result<Vec<Part>,
                 });
             }
             "refusal" => {
-                let text = take_string(&mut item, "refusal", &here)?
+                let text = FIELDS
+                    .take_string(&mut item, "refusal", &here)?
                     .ok_or_else(|| invalid_at(&join_path(&here, "refusal"), "required"))?;
                 parts.push(Part::text(text));
             }
@@ -279,7 +286,8 @@ fn decode_content(content: Value, path: &str, images: bool) -> Result<Vec<Part>,
                 let ipath = join_path(&here, "image_url");
                 let url = match take(&mut item, "image_url") {
                     Some(Value::String(url)) => url,
-                    Some(Value::Object(mut image)) => take_string(&mut image, "url", &ipath)?
+                    Some(Value::Object(mut image)) => FIELDS
+                        .take_string(&mut image, "url", &ipath)?
                         .ok_or_else(|| invalid_at(&join_path(&ipath, "url"), "required"))?,
                     Some(_) => return Err(invalid_at(&ipath, "expected an object")),
                     None => return Err(invalid_at(&ipath, "required")),
@@ -327,9 +335,9 @@ pub(crate) fn image_source(url: String) -> ImageSource {
 
 fn decode_assistant(mut m: Map<String, Value>, path: &str) -> Result<Turn, ApiError> {
     let mut parts = Vec::new();
-    let reasoning = match take_string(&mut m, "reasoning_content", path)? {
+    let reasoning = match FIELDS.take_string(&mut m, "reasoning_content", path)? {
         Some(text) => Some(text),
-        None => take_string(&mut m, "reasoning", path)?,
+        None => FIELDS.take_string(&mut m, "reasoning", path)?,
     };
     if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
         parts.push(Part::Thinking {
@@ -353,10 +361,11 @@ fn decode_assistant(mut m: Map<String, Value>, path: &str) -> Result<Turn, ApiEr
         };
         for (j, call) in calls.into_iter().enumerate() {
             let here = format!("{cpath}.{j}");
-            let mut call = expect_object(call, &here)?;
-            let id = take_string(&mut call, "id", &here)?
+            let mut call = FIELDS.into_object(call, &here)?;
+            let id = FIELDS
+                .take_string(&mut call, "id", &here)?
                 .ok_or_else(|| invalid_at(&join_path(&here, "id"), "required"))?;
-            match take_string(&mut call, "type", &here)?.as_deref() {
+            match FIELDS.take_string(&mut call, "type", &here)?.as_deref() {
                 None | Some("function") => {}
                 Some(other) => {
                     return Err(invalid_at(
@@ -367,10 +376,11 @@ fn decode_assistant(mut m: Map<String, Value>, path: &str) -> Result<Turn, ApiEr
             }
             let fpath = join_path(&here, "function");
             let mut function = match take(&mut call, "function") {
-                Some(f) => expect_object(f, &fpath)?,
+                Some(f) => FIELDS.into_object(f, &fpath)?,
                 None => return Err(invalid_at(&fpath, "required")),
             };
-            let name = take_string(&mut function, "name", &fpath)?
+            let name = FIELDS
+                .take_string(&mut function, "name", &fpath)?
                 .ok_or_else(|| invalid_at(&join_path(&fpath, "name"), "required"))?;
             let arguments = match take(&mut function, "arguments") {
                 None => Value::Object(Map::new()),
@@ -408,7 +418,10 @@ fn decode_tool_choice(choice: Value) -> Result<ToolChoice, ApiError> {
             )),
         },
         Value::Object(mut choice) => {
-            match take_string(&mut choice, "type", "tool_choice")?.as_deref() {
+            match FIELDS
+                .take_string(&mut choice, "type", "tool_choice")?
+                .as_deref()
+            {
                 Some("function") => {}
                 _ => {
                     return Err(invalid_at(
@@ -418,10 +431,11 @@ fn decode_tool_choice(choice: Value) -> Result<ToolChoice, ApiError> {
                 }
             }
             let mut function = match take(&mut choice, "function") {
-                Some(f) => expect_object(f, "tool_choice.function")?,
+                Some(f) => FIELDS.into_object(f, "tool_choice.function")?,
                 None => return Err(invalid_at("tool_choice.function", "required")),
             };
-            let name = take_string(&mut function, "name", "tool_choice.function")?
+            let name = FIELDS
+                .take_string(&mut function, "name", "tool_choice.function")?
                 .ok_or_else(|| invalid_at("tool_choice.function.name", "required"))?;
             Ok(ToolChoice::Tool { name })
         }
@@ -430,8 +444,9 @@ fn decode_tool_choice(choice: Value) -> Result<ToolChoice, ApiError> {
 }
 
 fn decode_response_format(format: Value) -> Result<Option<OutputSchema>, ApiError> {
-    let mut format = expect_object(format, "response_format")?;
-    let kind = take_string(&mut format, "type", "response_format")?
+    let mut format = FIELDS.into_object(format, "response_format")?;
+    let kind = FIELDS
+        .take_string(&mut format, "type", "response_format")?
         .ok_or_else(|| invalid_at("response_format.type", "required"))?;
     match kind.as_str() {
         "text" => Ok(None),
@@ -441,10 +456,10 @@ fn decode_response_format(format: Value) -> Result<Option<OutputSchema>, ApiErro
         })),
         "json_schema" => {
             let mut spec = match take(&mut format, "json_schema") {
-                Some(spec) => expect_object(spec, "response_format.json_schema")?,
+                Some(spec) => FIELDS.into_object(spec, "response_format.json_schema")?,
                 None => return Err(invalid_at("response_format.json_schema", "required")),
             };
-            let name = take_string(&mut spec, "name", "response_format.json_schema")?;
+            let name = FIELDS.take_string(&mut spec, "name", "response_format.json_schema")?;
             let schema = match take(&mut spec, "schema") {
                 None => json!({"type": "object"}),
                 Some(schema @ Value::Object(_)) => schema,
@@ -692,6 +707,35 @@ fn encode_assistant(parts: &[Part]) -> Value {
         message.insert("tool_calls".into(), Value::Array(calls));
     }
     Value::Object(message)
+}
+
+/// Stop sequences: a string or an array of strings.
+pub(crate) fn take_stop(map: &mut Object, key: &str, path: &str) -> Result<Vec<String>, ApiError> {
+    let here = join_path(path, key);
+    match take(map, key) {
+        None => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s]),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(s) => Ok(s),
+                _ => Err(invalid_at(&format!("{here}.{i}"), "expected a string")),
+            })
+            .collect(),
+        Some(_) => Err(invalid_at(
+            &here,
+            "expected a string or an array of strings",
+        )),
+    }
+}
+
+/// `top_k`: vLLM and llama.cpp use `-1`/`0` for "disabled", which is ngl's `None`.
+pub(crate) fn take_top_k(map: &mut Object, key: &str, path: &str) -> Result<Option<u32>, ApiError> {
+    match FIELDS.take_i64(map, key, path)? {
+        Some(k) if k > 0 => Ok(Some(u32::try_from(k).unwrap_or(u32::MAX))),
+        _ => Ok(None),
+    }
 }
 
 #[cfg(test)]

@@ -386,10 +386,10 @@ impl StreamEncoder for ChatStreamEncoder {
 #[cfg(test)]
 mod tests {
 
+    use crate::Codec;
     use crate::framing::SseParser;
     use crate::openai_chat::OpenAiChat;
     use crate::openai_chat::fixtures::{decode_every_split, encode_stream, read_call};
-    use crate::Codec;
     use glider_ngl::ResponseBuilder;
     use glider_ngl::stream::PartKind;
     use glider_ngl::stream::events_of;

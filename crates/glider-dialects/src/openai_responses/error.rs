@@ -1,6 +1,6 @@
 //! Responses API error bodies and `response.failed` error labels, both ways.
 
-use super::items::str_field;
+use crate::json::str_field;
 use glider_ngl::{ApiError, ErrorKind};
 use serde_json::{Value, json};
 

@@ -1,8 +1,9 @@
 //! Output items (messages, reasoning, function and typed calls) and their ids, shared by
 //! requests, replies and streams.
 
+use crate::json::str_field;
+use glider_ngl::Part;
 use glider_ngl::stream::parse_arguments;
-use glider_ngl::{ApiError, ErrorKind, Part};
 use serde_json::{Map, Value, json};
 
 /// Prefix marking Anthropic redacted thinking carried in `encrypted_content`.
@@ -27,18 +28,6 @@ pub(super) const TYPED_CALLS: &[(&str, &str)] = &[
     ("apply_patch", "operation"),
     ("computer", "action"),
 ];
-
-pub(super) fn invalid_at(path: &str, what: &str) -> ApiError {
-    ApiError::invalid(format!("{path}: {what}")).with_param(path)
-}
-
-pub(super) fn bad_gateway(message: impl Into<String>) -> ApiError {
-    ApiError::new(ErrorKind::BadGateway, message)
-}
-
-pub(super) fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str)
-}
 
 /// `name`, or `namespace.name` when the item carries a namespace.
 pub(super) fn qualified_name(item: &Value, name: &str) -> String {

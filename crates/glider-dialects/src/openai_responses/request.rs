@@ -2,9 +2,10 @@
 //! `reasoning`, `text.format`.
 
 use super::items::{
-    CallKind, HOSTED_CALLS, call_item, invalid_at, put_name, qualified_name, reasoning_item,
-    str_field, thinking_from_encrypted,
+    CallKind, HOSTED_CALLS, call_item, put_name, qualified_name, reasoning_item,
+    thinking_from_encrypted,
 };
+use crate::json::{FieldReader, invalid_at, str_field};
 use crate::parse_json;
 use glider_ngl::stream::{arguments_text, parse_arguments};
 use glider_ngl::{
@@ -13,6 +14,9 @@ use glider_ngl::{
 };
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
+
+/// The Responses API words its 400s `expected string`, `expected integer`, `required`.
+const FIELDS: &FieldReader = &FieldReader::RESPONSES;
 
 /// `data:<media>;base64,<data>` → a base64 image source; anything else is a URL.
 fn image_source(url: &str) -> ImageSource {
@@ -34,42 +38,6 @@ fn image_url(source: &ImageSource) -> String {
     match source {
         ImageSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
         ImageSource::Url { url } => url.clone(),
-    }
-}
-
-pub(super) fn opt_bool(obj: &mut Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
-    match obj.remove(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(b)),
-        Some(_) => Err(invalid_at(key, "expected boolean")),
-    }
-}
-
-pub(super) fn opt_f64(obj: &mut Map<String, Value>, key: &str) -> Result<Option<f64>, ApiError> {
-    match obj.remove(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => Ok(n.as_f64()),
-        Some(_) => Err(invalid_at(key, "expected number")),
-    }
-}
-
-pub(super) fn opt_u32(obj: &mut Map<String, Value>, key: &str) -> Result<Option<u32>, ApiError> {
-    match obj.remove(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .map(Some)
-            .ok_or_else(|| invalid_at(key, "expected a non-negative integer")),
-        Some(_) => Err(invalid_at(key, "expected integer")),
-    }
-}
-
-fn required_str<'a>(item: &'a Value, path: &str, key: &str) -> Result<&'a str, ApiError> {
-    match item.get(key) {
-        Some(Value::String(s)) => Ok(s),
-        None | Some(Value::Null) => Err(invalid_at(&format!("{path}.{key}"), "required")),
-        Some(_) => Err(invalid_at(&format!("{path}.{key}"), "expected string")),
     }
 }
 
@@ -127,8 +95,8 @@ impl InputDecoder {
         match kind {
             "message" => self.message(&path, item),
             "function_call" => {
-                let call_id = required_str(item, &path, "call_id")?;
-                let name = required_str(item, &path, "name")?;
+                let call_id = FIELDS.required_str(item, "call_id", &path)?;
+                let name = FIELDS.required_str(item, "name", &path)?;
                 let arguments = match item.get("arguments") {
                     Some(Value::String(s)) => parse_arguments(s),
                     None | Some(Value::Null) => Value::Object(Map::new()),
@@ -148,9 +116,9 @@ impl InputDecoder {
                 Ok(())
             }
             "custom_tool_call" => {
-                let call_id = required_str(item, &path, "call_id")?;
-                let name = required_str(item, &path, "name")?;
-                let input = required_str(item, &path, "input")?;
+                let call_id = FIELDS.required_str(item, "call_id", &path)?;
+                let name = FIELDS.required_str(item, "name", &path)?;
+                let input = FIELDS.required_str(item, "input", &path)?;
                 self.push_assistant(Part::ToolCall {
                     id: call_id.to_owned(),
                     name: qualified_name(item, name),
@@ -159,7 +127,7 @@ impl InputDecoder {
                 Ok(())
             }
             "function_call_output" | "custom_tool_call_output" => {
-                let call_id = required_str(item, &path, "call_id")?;
+                let call_id = FIELDS.required_str(item, "call_id", &path)?;
                 let (content, is_error) = tool_output(&path, item.get("output"))?;
                 self.push_result(call_id, content, is_error);
                 Ok(())
@@ -216,7 +184,7 @@ impl InputDecoder {
     }
 
     fn message(&mut self, path: &str, item: &Value) -> Result<(), ApiError> {
-        let role = match required_str(item, path, "role")? {
+        let role = match FIELDS.required_str(item, "role", path)? {
             "user" => Role::User,
             "assistant" => Role::Assistant,
             "system" | "developer" => Role::System,
@@ -263,11 +231,13 @@ fn content_part(path: &str, item: &Value) -> Result<Option<Part>, ApiError> {
     if !item.is_object() {
         return Err(invalid_at(path, "expected object"));
     }
-    match required_str(item, path, "type")? {
+    match FIELDS.required_str(item, "type", path)? {
         "input_text" | "output_text" | "text" => {
-            Ok(Some(Part::text(required_str(item, path, "text")?)))
+            Ok(Some(Part::text(FIELDS.required_str(item, "text", path)?)))
         }
-        "refusal" => Ok(Some(Part::text(required_str(item, path, "refusal")?))),
+        "refusal" => Ok(Some(Part::text(
+            FIELDS.required_str(item, "refusal", path)?,
+        ))),
         "input_image" => match item.get("image_url") {
             Some(Value::String(url)) => Ok(Some(Part::Image {
                 source: image_source(url),
@@ -351,10 +321,10 @@ pub(super) fn decode_tool(index: usize, tool: &Value) -> Result<ToolDef, ApiErro
     if !tool.is_object() {
         return Err(invalid_at(&path, "expected object"));
     }
-    let kind = required_str(tool, &path, "type")?;
+    let kind = FIELDS.required_str(tool, "type", &path)?;
     let description = str_field(tool, "description").map(str::to_owned);
     if kind == "function" {
-        let name = required_str(tool, &path, "name")?;
+        let name = FIELDS.required_str(tool, "name", &path)?;
         let parameters = match tool.get("parameters") {
             None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
             Some(p @ Value::Object(_)) => p.clone(),
@@ -390,9 +360,9 @@ pub(super) fn decode_tool_choice(choice: &Value) -> Result<Option<ToolChoice>, A
                 &format!("unsupported value `{other}` (expected auto, none or required)"),
             )),
         },
-        Value::Object(_) => match required_str(choice, "tool_choice", "type")? {
+        Value::Object(_) => match FIELDS.required_str(choice, "type", "tool_choice")? {
             "function" | "custom" => {
-                let name = required_str(choice, "tool_choice", "name")?;
+                let name = FIELDS.required_str(choice, "name", "tool_choice")?;
                 Ok(Some(ToolChoice::Tool {
                     name: qualified_name(choice, name),
                 }))
@@ -723,11 +693,11 @@ pub(super) fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
             }
         },
     };
-    let parallel_tool_calls = opt_bool(&mut obj, "parallel_tool_calls")?;
-    let max_tokens = opt_u32(&mut obj, "max_output_tokens")?;
-    let temperature = opt_f64(&mut obj, "temperature")?;
-    let top_p = opt_f64(&mut obj, "top_p")?;
-    let stream = opt_bool(&mut obj, "stream")?.unwrap_or(false);
+    let parallel_tool_calls = FIELDS.take_bool(&mut obj, "parallel_tool_calls", "")?;
+    let max_tokens = FIELDS.take_u32(&mut obj, "max_output_tokens", "")?;
+    let temperature = FIELDS.take_number(&mut obj, "temperature", "")?;
+    let top_p = FIELDS.take_number(&mut obj, "top_p", "")?;
+    let stream = FIELDS.take_bool(&mut obj, "stream", "")?.unwrap_or(false);
     let thinking = match obj.remove("reasoning") {
         None | Some(Value::Null) => None,
         Some(Value::Object(reasoning)) => {

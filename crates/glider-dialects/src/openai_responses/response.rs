@@ -3,10 +3,11 @@
 
 use super::error::error_from_value;
 use super::items::{
-    HOSTED_CALLS, REDACTED_PREFIX, bad_gateway, call_item, item_id, item_prefix, message_item,
-    qualified_name, reasoning_item, reply_call_kind, response_id, str_field,
+    HOSTED_CALLS, REDACTED_PREFIX, call_item, item_id, item_prefix, message_item, qualified_name,
+    reasoning_item, reply_call_kind, response_id,
 };
 use super::request::reasoning_part;
+use crate::json::{bad_gateway, str_field};
 use glider_ngl::stream::{arguments_text, parse_arguments};
 use glider_ngl::{ApiError, Part, Response, StopReason, Usage};
 use serde_json::{Map, Value, json};

@@ -3,9 +3,8 @@
 
 use super::error::{error_from_value, error_labels, failure_code};
 use super::items::{
-    CallKind, HOSTED_CALLS, TYPED_CALLS, bad_gateway, call_item, is_typed_call, item_id,
-    item_prefix, message_item, qualified_name, reasoning_item, response_id, starts_like_object,
-    str_field,
+    CallKind, HOSTED_CALLS, TYPED_CALLS, call_item, is_typed_call, item_id, item_prefix,
+    message_item, qualified_name, reasoning_item, response_id, starts_like_object,
 };
 use super::request::reasoning_part;
 use super::response::{
@@ -13,6 +12,7 @@ use super::response::{
     typed_arguments,
 };
 use crate::framing::{SseParser, write_sse_json};
+use crate::json::{bad_gateway, str_field};
 use crate::{StreamDecoder, StreamEncoder};
 use glider_ngl::stream::{PartKind, parse_arguments};
 use glider_ngl::{ApiError, Part, StopReason, StreamEvent, Usage};
