@@ -169,7 +169,7 @@ impl FieldReader {
     }
 
     /// An owned `value` as an object.
-    pub(crate) fn into_object(&self, value: Value, path: &str) -> Result<Object, ApiError> {
+    pub(crate) fn owned_object(&self, value: Value, path: &str) -> Result<Object, ApiError> {
         match value {
             Value::Object(map) => Ok(map),
             _ => Err(invalid_at(path, self.object)),

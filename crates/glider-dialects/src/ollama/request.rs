@@ -97,7 +97,7 @@ pub(super) fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
         }
     }
     if let Some(options) = take(&mut obj, "options") {
-        let mut options = FIELDS.into_object(options, "options")?;
+        let mut options = FIELDS.owned_object(options, "options")?;
         req.max_tokens = FIELDS
             .take_i64(&mut options, "num_predict", "options")?
             .and_then(|n| u32::try_from(n).ok());
@@ -175,7 +175,7 @@ fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
     let mut pending: Vec<(String, String)> = Vec::new();
     for (i, message) in messages.into_iter().enumerate() {
         let path = format!("messages.{i}");
-        let mut m = FIELDS.into_object(message, &path)?;
+        let mut m = FIELDS.owned_object(message, &path)?;
         let role = FIELDS
             .take_string(&mut m, "role", &path)?
             .ok_or_else(|| invalid_at(&join_path(&path, "role"), "required"))?;
@@ -261,7 +261,7 @@ fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
             other => {
                 return Err(invalid_at(
                     &join_path(&path, "role"),
-                    &format!("unsupported role '{other}'"),
+                    format!("unsupported role '{other}'"),
                 ));
             }
         }
@@ -284,11 +284,11 @@ fn decode_request_tool_calls(
     let mut parts = Vec::with_capacity(calls.len());
     for (n, call) in calls.into_iter().enumerate() {
         let here = format!("{cpath}.{n}");
-        let mut call = FIELDS.into_object(call, &here)?;
+        let mut call = FIELDS.owned_object(call, &here)?;
         let id = FIELDS.take_string(&mut call, "id", &here)?;
         let fpath = join_path(&here, "function");
         let mut function = match take(&mut call, "function") {
-            Some(f) => FIELDS.into_object(f, &fpath)?,
+            Some(f) => FIELDS.owned_object(f, &fpath)?,
             None => return Err(invalid_at(&fpath, "required")),
         };
         let name = FIELDS

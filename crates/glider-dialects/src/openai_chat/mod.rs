@@ -10,11 +10,13 @@ mod request;
 mod response;
 mod stream;
 
-// The Ollama codec shares Chat's tool shapes, error bodies and sampling-field readers.
+// The Ollama codec shares Chat's tool shapes, error bodies and sampling-field readers;
+// the Responses codec its image URLs and clock.
 pub(crate) use error::{decode_error, error_fields};
 pub(crate) use request::{
-    decode_tools, encode_tools, image_source, model_and_messages, take_stop, take_top_k,
+    decode_tools, encode_tools, image_source, image_url, model_and_messages, take_stop, take_top_k,
 };
+pub(crate) use response::now_unix;
 
 use glider_ngl::Dialect;
 

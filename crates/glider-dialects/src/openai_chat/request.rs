@@ -38,7 +38,7 @@ pub(crate) fn decode_tools(
         } else {
             item.clone()
         };
-        let mut tool = FIELDS.into_object(item, &here)?;
+        let mut tool = FIELDS.owned_object(item, &here)?;
         let kind = FIELDS.take_string(&mut tool, "type", &here)?;
         let is_function = match kind.as_deref() {
             Some("function") => true,
@@ -64,7 +64,7 @@ pub(crate) fn decode_tools(
         }
         let fpath = join_path(&here, "function");
         let function = match take(&mut tool, "function") {
-            Some(f) => FIELDS.into_object(f, &fpath)?,
+            Some(f) => FIELDS.owned_object(f, &fpath)?,
             None => return Err(invalid_at(&fpath, "required")),
         };
         let mut function = function;
@@ -201,7 +201,7 @@ fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
     let mut turns: Vec<Turn> = Vec::with_capacity(messages.len());
     for (i, message) in messages.into_iter().enumerate() {
         let path = format!("messages.{i}");
-        let mut m = FIELDS.into_object(message, &path)?;
+        let mut m = FIELDS.owned_object(message, &path)?;
         let role = FIELDS
             .take_string(&mut m, "role", &path)?
             .ok_or_else(|| invalid_at(&join_path(&path, "role"), "required"))?;
@@ -243,7 +243,7 @@ fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
             other => {
                 return Err(invalid_at(
                     &join_path(&path, "role"),
-                    &format!("unsupported role '{other}'"),
+                    format!("unsupported role '{other}'"),
                 ));
             }
         }
@@ -262,7 +262,7 @@ fn decode_content(content: Value, path: &str, images: bool) -> Result<Vec<Part>,
     let mut parts = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
         let here = format!("{path}.{i}");
-        let mut item = FIELDS.into_object(item, &here)?;
+        let mut item = FIELDS.owned_object(item, &here)?;
         let kind = FIELDS
             .take_string(&mut item, "type", &here)?
             .ok_or_else(|| invalid_at(&join_path(&here, "type"), "required"))?;
@@ -306,7 +306,7 @@ fn decode_content(content: Value, path: &str, images: bool) -> Result<Vec<Part>,
             other => {
                 return Err(invalid_at(
                     &join_path(&here, "type"),
-                    &format!("unsupported content part type '{other}'"),
+                    format!("unsupported content part type '{other}'"),
                 ));
             }
         }
@@ -361,7 +361,7 @@ fn decode_assistant(mut m: Map<String, Value>, path: &str) -> Result<Turn, ApiEr
         };
         for (j, call) in calls.into_iter().enumerate() {
             let here = format!("{cpath}.{j}");
-            let mut call = FIELDS.into_object(call, &here)?;
+            let mut call = FIELDS.owned_object(call, &here)?;
             let id = FIELDS
                 .take_string(&mut call, "id", &here)?
                 .ok_or_else(|| invalid_at(&join_path(&here, "id"), "required"))?;
@@ -370,13 +370,13 @@ fn decode_assistant(mut m: Map<String, Value>, path: &str) -> Result<Turn, ApiEr
                 Some(other) => {
                     return Err(invalid_at(
                         &join_path(&here, "type"),
-                        &format!("unsupported tool call type '{other}'"),
+                        format!("unsupported tool call type '{other}'"),
                     ));
                 }
             }
             let fpath = join_path(&here, "function");
             let mut function = match take(&mut call, "function") {
-                Some(f) => FIELDS.into_object(f, &fpath)?,
+                Some(f) => FIELDS.owned_object(f, &fpath)?,
                 None => return Err(invalid_at(&fpath, "required")),
             };
             let name = FIELDS
@@ -414,7 +414,7 @@ fn decode_tool_choice(choice: Value) -> Result<ToolChoice, ApiError> {
             "required" => Ok(ToolChoice::Required),
             other => Err(invalid_at(
                 "tool_choice",
-                &format!("unsupported value '{other}' (expected auto, none or required)"),
+                format!("unsupported value '{other}' (expected auto, none or required)"),
             )),
         },
         Value::Object(mut choice) => {
@@ -431,7 +431,7 @@ fn decode_tool_choice(choice: Value) -> Result<ToolChoice, ApiError> {
                 }
             }
             let mut function = match take(&mut choice, "function") {
-                Some(f) => FIELDS.into_object(f, "tool_choice.function")?,
+                Some(f) => FIELDS.owned_object(f, "tool_choice.function")?,
                 None => return Err(invalid_at("tool_choice.function", "required")),
             };
             let name = FIELDS
@@ -444,7 +444,7 @@ fn decode_tool_choice(choice: Value) -> Result<ToolChoice, ApiError> {
 }
 
 fn decode_response_format(format: Value) -> Result<Option<OutputSchema>, ApiError> {
-    let mut format = FIELDS.into_object(format, "response_format")?;
+    let mut format = FIELDS.owned_object(format, "response_format")?;
     let kind = FIELDS
         .take_string(&mut format, "type", "response_format")?
         .ok_or_else(|| invalid_at("response_format.type", "required"))?;
@@ -456,7 +456,7 @@ fn decode_response_format(format: Value) -> Result<Option<OutputSchema>, ApiErro
         })),
         "json_schema" => {
             let mut spec = match take(&mut format, "json_schema") {
-                Some(spec) => FIELDS.into_object(spec, "response_format.json_schema")?,
+                Some(spec) => FIELDS.owned_object(spec, "response_format.json_schema")?,
                 None => return Err(invalid_at("response_format.json_schema", "required")),
             };
             let name = FIELDS.take_string(&mut spec, "name", "response_format.json_schema")?;
@@ -474,7 +474,7 @@ fn decode_response_format(format: Value) -> Result<Option<OutputSchema>, ApiErro
         }
         other => Err(invalid_at(
             "response_format.type",
-            &format!("unsupported value '{other}'"),
+            format!("unsupported value '{other}'"),
         )),
     }
 }

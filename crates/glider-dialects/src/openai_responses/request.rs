@@ -6,6 +6,7 @@ use super::items::{
     thinking_from_encrypted,
 };
 use crate::json::{FieldReader, invalid_at, str_field};
+use crate::openai_chat::image_url;
 use crate::parse_json;
 use glider_ngl::stream::{arguments_text, parse_arguments};
 use glider_ngl::{
@@ -31,13 +32,6 @@ fn image_source(url: &str) -> ImageSource {
     }
     ImageSource::Url {
         url: url.to_owned(),
-    }
-}
-
-fn image_url(source: &ImageSource) -> String {
-    match source {
-        ImageSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
-        ImageSource::Url { url } => url.clone(),
     }
 }
 
@@ -191,7 +185,7 @@ impl InputDecoder {
             other => {
                 return Err(invalid_at(
                     &format!("{path}.role"),
-                    &format!(
+                    format!(
                         "unsupported role `{other}` (expected user, assistant, system or developer)"
                     ),
                 ));
@@ -256,11 +250,11 @@ fn content_part(path: &str, item: &Value) -> Result<Option<Part>, ApiError> {
         },
         other @ ("input_file" | "input_audio") => Err(invalid_at(
             &format!("{path}.type"),
-            &format!("`{other}` content is not supported by this gateway"),
+            format!("`{other}` content is not supported by this gateway"),
         )),
         other => Err(invalid_at(
             &format!("{path}.type"),
-            &format!("unsupported content type `{other}`"),
+            format!("unsupported content type `{other}`"),
         )),
     }
 }
@@ -357,7 +351,7 @@ pub(super) fn decode_tool_choice(choice: &Value) -> Result<Option<ToolChoice>, A
             "required" => Ok(Some(ToolChoice::Required)),
             other => Err(invalid_at(
                 "tool_choice",
-                &format!("unsupported value `{other}` (expected auto, none or required)"),
+                format!("unsupported value `{other}` (expected auto, none or required)"),
             )),
         },
         Value::Object(_) => match FIELDS.required_str(choice, "type", "tool_choice")? {

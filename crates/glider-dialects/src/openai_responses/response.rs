@@ -8,17 +8,10 @@ use super::items::{
 };
 use super::request::reasoning_part;
 use crate::json::{bad_gateway, str_field};
+use crate::openai_chat::now_unix;
 use glider_ngl::stream::{arguments_text, parse_arguments};
 use glider_ngl::{ApiError, Part, Response, StopReason, Usage};
 use serde_json::{Map, Value, json};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-pub(super) fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
 
 fn encode_usage(u: &Usage) -> Value {
     let input = u.input_tokens + u.cache_read_tokens + u.cache_write_tokens;
@@ -260,7 +253,7 @@ pub(super) fn encode_response(resp: &Response) -> Value {
     ResponseShape {
         id: &id,
         model: &resp.model,
-        created_at: now_secs(),
+        created_at: now_unix(),
         status,
         incomplete,
         error: None,

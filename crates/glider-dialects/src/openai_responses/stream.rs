@@ -8,11 +8,11 @@ use super::items::{
 };
 use super::request::reasoning_part;
 use super::response::{
-    ResponseShape, decode_usage, incomplete_stop, now_secs, output_item_parts, status_of,
-    typed_arguments,
+    ResponseShape, decode_usage, incomplete_stop, output_item_parts, status_of, typed_arguments,
 };
 use crate::framing::{SseParser, write_sse_json};
 use crate::json::{bad_gateway, str_field};
+use crate::openai_chat::now_unix;
 use crate::{StreamDecoder, StreamEncoder};
 use glider_ngl::stream::{PartKind, parse_arguments};
 use glider_ngl::{ApiError, Part, StopReason, StreamEvent, Usage};
@@ -503,7 +503,7 @@ impl ResponsesStreamEncoder {
         self.started = true;
         self.id = response_id(id);
         self.model = model.to_owned();
-        self.created_at = now_secs();
+        self.created_at = now_unix();
         let response = self.response("in_progress", None, None, None);
         self.emit(out, "response.created", json!({"response": response}));
         let response = self.response("in_progress", None, None, None);
