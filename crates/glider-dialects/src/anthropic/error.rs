@@ -85,14 +85,11 @@ fn truncate_chars(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-
-    use crate::anthropic::Anthropic;
+    use glider_ngl::{ApiError, ErrorKind};
+    use serde_json::json;
 
     use crate::Codec;
-
-    use glider_ngl::{ApiError, ErrorKind};
-
-    use serde_json::json;
+    use crate::anthropic::Anthropic;
 
     #[test]
     fn encodes_every_error_kind() {

@@ -1,14 +1,16 @@
 //! Anthropic request bodies: decoding a client's `/v1/messages` body into ngl and encoding
 //! ngl for an Anthropic backend.
 
-use crate::json::{FieldReader, Fields, Object, invalid_at, join_path};
-use crate::parse_json;
+use std::collections::HashMap;
+
 use glider_ngl::{
     ApiError, Dialect, DialectExtra, ImageSource, NativeTool, OutputSchema, Part, Request, Role,
     ThinkingConfig, ToolChoice, ToolDef, Turn,
 };
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
+
+use crate::json::{FieldReader, Fields, Object, invalid_at, join_path};
+use crate::parse_json;
 
 /// Anthropic words its 400s like pydantic (`Field required`, `expected string`).
 pub(super) const FIELDS: &FieldReader = &FieldReader::ANTHROPIC;
@@ -861,16 +863,15 @@ fn encode_thinking(req: &Request, max_tokens: u32) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::anthropic::Anthropic;
-
-    use crate::Codec;
 
     use glider_ngl::{
         ApiError, Dialect, DialectExtra, ErrorKind, ImageSource, NativeTool, OutputSchema, Part,
         Request, Role, ThinkingConfig, ToolChoice, ToolDef, Turn,
     };
-
     use serde_json::{Value, json};
+
+    use crate::Codec;
+    use crate::anthropic::Anthropic;
 
     fn decode(body: &Value) -> Request {
         Anthropic

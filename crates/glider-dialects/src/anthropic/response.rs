@@ -1,11 +1,12 @@
 //! Anthropic non-streamed replies (`type: message`) both ways, with the stop-reason and
 //! usage mappings streams share.
 
+use glider_ngl::{ApiError, Dialect, ErrorKind, Part, Response, StopReason, Usage};
+use serde_json::{Value, json};
+
 use super::error::error_from_json;
 use super::request::{empty_object, tool_input};
 use crate::json::{Fields, bad_gateway, str_field};
-use glider_ngl::{ApiError, Dialect, ErrorKind, Part, Response, StopReason, Usage};
-use serde_json::{Value, json};
 
 pub(super) fn decode_response(body: &[u8]) -> Result<Response, ApiError> {
     let value: &Value = &serde_json::from_slice(body).map_err(|e| {
@@ -188,14 +189,13 @@ pub(super) fn encode_response(resp: &Response) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::anthropic::Anthropic;
-    use crate::anthropic::fixtures::expected_response;
-
-    use crate::Codec;
 
     use glider_ngl::{ApiError, ErrorKind, Part, Response, StopReason, Usage};
-
     use serde_json::{Value, json};
+
+    use crate::Codec;
+    use crate::anthropic::Anthropic;
+    use crate::anthropic::fixtures::expected_response;
 
     fn response_fixture() -> Value {
         json!({

@@ -1,15 +1,17 @@
 //! Anthropic SSE streams (`message_start` … `message_stop`): the backend decoder and the
 //! client encoder.
 
+use std::collections::HashMap;
+
+use glider_ngl::stream::PartKind;
+use glider_ngl::{ApiError, StopReason, StreamEvent, Usage};
+use serde_json::{Value, json};
+
 use super::error::{encode_error, error_from_json};
 use super::response::{decode_stop_reason, decode_usage, message_id, stop_reason_str, usage_value};
 use crate::framing::{SseEvent, SseParser, write_sse_json};
 use crate::json::bad_gateway;
 use crate::{StreamDecoder, StreamEncoder};
-use glider_ngl::stream::PartKind;
-use glider_ngl::{ApiError, StopReason, StreamEvent, Usage};
-use serde_json::{Value, json};
-use std::collections::HashMap;
 
 /// Anthropic SSE → ngl events. Anthropic block indices map onto sequential ngl indices;
 /// blocks ngl cannot carry (redacted thinking, server tool results) are skipped.
@@ -397,16 +399,16 @@ impl StreamEncoder for AnthropicStreamEncoder {
 
 #[cfg(test)]
 mod tests {
-
-    use crate::Codec;
-    use crate::anthropic::Anthropic;
-    use crate::anthropic::fixtures::expected_response;
-    use crate::framing::{SseParser, write_sse_json};
     use glider_ngl::stream::PartKind;
     use glider_ngl::stream::events_of;
     use glider_ngl::{ApiError, ErrorKind, Part, Response, StopReason, StreamEvent, Usage};
     use glider_ngl::{ResponseBuilder, StreamEvent as E};
     use serde_json::{Value, json};
+
+    use crate::Codec;
+    use crate::anthropic::Anthropic;
+    use crate::anthropic::fixtures::expected_response;
+    use crate::framing::{SseParser, write_sse_json};
 
     const CAPTURED_STREAM: &str = "event: message_start\n\
 data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01XFDUDYJgAACzvnptvVoYEL\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5-20250929\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":12,\"cache_creation_input_tokens\":2048,\"cache_read_input_tokens\":18432,\"output_tokens\":1,\"service_tier\":\"standard\"}}}\n\

@@ -14,14 +14,12 @@ pub(super) fn encode_error(err: &ApiError) -> Value {
 
 #[cfg(test)]
 mod tests {
-
-    use crate::ollama::Ollama;
-
-    use crate::Codec;
-
     use glider_ngl::ApiError;
     use glider_ngl::ErrorKind;
     use serde_json::json;
+
+    use crate::Codec;
+    use crate::ollama::Ollama;
 
     #[test]
     fn error_bodies() {

@@ -1,16 +1,17 @@
 //! Ollama `/api/chat` request bodies both ways: string content, base64 `images`, object
 //! tool arguments, `options`, `format`, `think`.
 
-use crate::json::{FieldReader, invalid_at, join_path, take};
-use crate::openai_chat::{
-    decode_tools, encode_tools, image_source, model_and_messages, take_stop, take_top_k,
-};
 use glider_ngl::stream::parse_arguments;
 use glider_ngl::{
     ApiError, Dialect, DialectExtra, ImageSource, OutputSchema, Part, Request, Role,
     ThinkingConfig, ToolChoice, Turn,
 };
 use serde_json::{Map, Value, json};
+
+use crate::json::{FieldReader, invalid_at, join_path, take};
+use crate::openai_chat::{
+    decode_tools, encode_tools, image_source, model_and_messages, take_stop, take_top_k,
+};
 
 /// Ollama reads its bodies with the Chat Completions wording it shares tool shapes with.
 const FIELDS: &FieldReader = &FieldReader::CHAT;
@@ -473,12 +474,6 @@ pub(super) fn encode_request(req: &Request) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ollama::Ollama;
-
-    use crate::ollama::fixtures::call;
-    use crate::ollama::response::rfc3339;
-
-    use crate::Codec;
 
     use glider_ngl::{
         ApiError, Dialect, DialectExtra, ImageSource, OutputSchema, Part, Request, Role,
@@ -486,6 +481,11 @@ mod tests {
     };
     use glider_ngl::{ErrorKind, NativeTool, ToolDef};
     use serde_json::{Map, Value, json};
+
+    use crate::Codec;
+    use crate::ollama::Ollama;
+    use crate::ollama::fixtures::call;
+    use crate::ollama::response::rfc3339;
 
     fn decode(body: Value) -> Result<Request, ApiError> {
         Ollama.decode_request(body.to_string().as_bytes())

@@ -1,13 +1,15 @@
 //! Ollama non-streamed replies both ways, with the RFC 3339 timestamps and reply ids
 //! streams share.
 
-use super::request::{flatten, tool_call_value};
-use crate::json::bad_gateway;
-use crate::openai_chat::error_fields;
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use glider_ngl::stream::parse_arguments;
 use glider_ngl::{ApiError, Part, Response, StopReason, Usage};
 use serde_json::{Map, Value, json};
-use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::request::{flatten, tool_call_value};
+use crate::json::bad_gateway;
+use crate::openai_chat::error_fields;
 
 /// The current time as RFC 3339 UTC with microseconds, as Ollama writes `created_at`.
 pub(super) fn rfc3339_now() -> String {
@@ -232,15 +234,13 @@ pub(super) fn encode_response(resp: &Response) -> Value {
 
 #[cfg(test)]
 mod tests {
-
-    use crate::ollama::Ollama;
-    use crate::ollama::fixtures::call;
-
-    use crate::Codec;
-
     use glider_ngl::ErrorKind;
     use glider_ngl::{Part, Response, StopReason, Usage};
     use serde_json::{Value, json};
+
+    use crate::Codec;
+    use crate::ollama::Ollama;
+    use crate::ollama::fixtures::call;
 
     fn tool_reply() -> Value {
         json!({

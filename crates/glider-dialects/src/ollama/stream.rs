@@ -1,5 +1,9 @@
 //! Ollama NDJSON streams: the backend decoder and the client encoder.
 
+use glider_ngl::stream::{PartKind, parse_arguments};
+use glider_ngl::{ApiError, Part, StreamEvent, Usage};
+use serde_json::{Map, Value, json};
+
 use super::request::tool_call_value;
 use super::response::{
     count, decode_reply_calls, decode_stop, final_fields, response_id, rfc3339_now, stamp_of,
@@ -8,9 +12,6 @@ use crate::framing::LineSplitter;
 use crate::json::bad_gateway;
 use crate::openai_chat::error_fields;
 use crate::{StreamDecoder, StreamEncoder};
-use glider_ngl::stream::{PartKind, parse_arguments};
-use glider_ngl::{ApiError, Part, StreamEvent, Usage};
-use serde_json::{Map, Value, json};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OpenKind {
@@ -280,17 +281,16 @@ impl StreamEncoder for OllamaStreamEncoder {
 
 #[cfg(test)]
 mod tests {
-
-    use crate::ollama::Ollama;
-    use crate::ollama::fixtures::call;
-    use crate::openai_chat::fixtures::{decode_every_split, encode_stream};
-
-    use crate::Codec;
     use glider_ngl::stream::PartKind;
     use glider_ngl::stream::events_of;
     use glider_ngl::{ApiError, Part, Response, StopReason, StreamEvent, Usage};
     use glider_ngl::{ErrorKind, ResponseBuilder};
     use serde_json::{Value, json};
+
+    use crate::Codec;
+    use crate::ollama::Ollama;
+    use crate::ollama::fixtures::call;
+    use crate::openai_chat::fixtures::{decode_every_split, encode_stream};
 
     const THINKING_STREAM: &str = concat!(
         "{\"model\":\"qwen3:8b\",\"created_at\":\"2025-06-01T10:00:00.1Z\",\"message\":{\"role\":\"assistant\",\"content\":\"\",\"thinking\":\"Okay,\"},\"done\":false}\n",

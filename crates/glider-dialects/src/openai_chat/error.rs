@@ -81,12 +81,11 @@ pub(super) fn encode_error(err: &ApiError) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use glider_ngl::{ApiError, ErrorKind};
+    use serde_json::{Value, json};
 
     use crate::Codec;
     use crate::openai_chat::OpenAiChat;
-
-    use glider_ngl::{ApiError, ErrorKind};
-    use serde_json::{Value, json};
 
     #[test]
     fn error_bodies() {

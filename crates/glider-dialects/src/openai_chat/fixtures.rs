@@ -1,8 +1,9 @@
 //! Test helpers the Chat Completions tests (and other dialects' stream tests) share.
 
-use crate::Codec;
 use glider_ngl::{Part, StreamEvent};
 use serde_json::json;
+
+use crate::Codec;
 
 /// Check the ngl stream grammar: Start, sequential parts from 0, Finish or Error last.
 pub(crate) fn assert_grammar(events: &[StreamEvent]) {

@@ -1,14 +1,15 @@
 //! Chat Completions request bodies both ways; the tool-definition helpers are shared with
 //! the Ollama codec.
 
-use crate::json::{FieldReader, Object, invalid_at, join_path, take};
-use crate::parse_json;
 use glider_ngl::stream::{arguments_text, parse_arguments};
 use glider_ngl::{
     ApiError, Dialect, DialectExtra, ImageSource, NativeTool, OutputSchema, Part, Request, Role,
     ThinkingConfig, ToolChoice, ToolDef, Turn,
 };
 use serde_json::{Map, Value, json};
+
+use crate::json::{FieldReader, Object, invalid_at, join_path, take};
+use crate::parse_json;
 
 /// Chat Completions words its 400s `expected a string`, `expected an integer`, ...
 pub(super) const FIELDS: &FieldReader = &FieldReader::CHAT;
@@ -741,16 +742,16 @@ pub(crate) fn take_top_k(map: &mut Object, key: &str, path: &str) -> Result<Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::openai_chat::OpenAiChat;
-
-    use crate::Codec;
-    use crate::openai_chat::fixtures::read_call;
 
     use glider_ngl::{
         ApiError, Dialect, DialectExtra, ErrorKind, ImageSource, NativeTool, OutputSchema, Part,
         Request, Role, ThinkingConfig, ToolChoice, ToolDef, Turn,
     };
     use serde_json::{Map, Value, json};
+
+    use crate::Codec;
+    use crate::openai_chat::OpenAiChat;
+    use crate::openai_chat::fixtures::read_call;
 
     fn decode(body: Value) -> Result<Request, ApiError> {
         OpenAiChat.decode_request(body.to_string().as_bytes())

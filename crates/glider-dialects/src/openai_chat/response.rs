@@ -1,12 +1,14 @@
 //! Chat Completions non-streamed replies (`chat.completion`) both ways, with the usage and
 //! finish-reason mappings streams share.
 
-use super::error::error_fields;
-use crate::json::bad_gateway;
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use glider_ngl::stream::{arguments_text, parse_arguments};
 use glider_ngl::{ApiError, Part, Response, StopReason, Usage};
 use serde_json::{Map, Value, json};
-use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::error::error_fields;
+use crate::json::bad_gateway;
 
 /// Seconds since the Unix epoch (0 if the clock is before it).
 pub(crate) fn now_unix() -> u64 {
@@ -235,13 +237,12 @@ pub(super) fn encode_response(resp: &Response) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use glider_ngl::{ErrorKind, Part, Response, StopReason, Usage};
+    use serde_json::{Value, json};
 
     use crate::Codec;
     use crate::openai_chat::OpenAiChat;
     use crate::openai_chat::fixtures::read_call;
-
-    use glider_ngl::{ErrorKind, Part, Response, StopReason, Usage};
-    use serde_json::{Value, json};
 
     fn full_response() -> Value {
         json!({

@@ -1,6 +1,10 @@
 //! Chat Completions SSE streams (`chat.completion.chunk` … `[DONE]`): the backend decoder
 //! and the client encoder.
 
+use glider_ngl::stream::PartKind;
+use glider_ngl::{ApiError, StreamEvent, Usage};
+use serde_json::{Value, json};
+
 use super::error::{error_fields, error_object};
 use super::response::{
     completion_id, decode_finish, decode_usage, encode_finish, encode_usage, now_unix,
@@ -8,9 +12,6 @@ use super::response::{
 use crate::framing::{SseParser, write_sse, write_sse_json};
 use crate::json::bad_gateway;
 use crate::{StreamDecoder, StreamEncoder};
-use glider_ngl::stream::PartKind;
-use glider_ngl::{ApiError, StreamEvent, Usage};
-use serde_json::{Value, json};
 
 /// The part a stream decoder has open.
 #[derive(Debug)]
@@ -385,16 +386,16 @@ impl StreamEncoder for ChatStreamEncoder {
 
 #[cfg(test)]
 mod tests {
-
-    use crate::Codec;
-    use crate::framing::SseParser;
-    use crate::openai_chat::OpenAiChat;
-    use crate::openai_chat::fixtures::{decode_every_split, encode_stream, read_call};
     use glider_ngl::ResponseBuilder;
     use glider_ngl::stream::PartKind;
     use glider_ngl::stream::events_of;
     use glider_ngl::{ApiError, ErrorKind, Part, Response, StopReason, StreamEvent, Usage};
     use serde_json::{Value, json};
+
+    use crate::Codec;
+    use crate::framing::SseParser;
+    use crate::openai_chat::OpenAiChat;
+    use crate::openai_chat::fixtures::{decode_every_split, encode_stream, read_call};
 
     fn sse_data(wire: &[u8]) -> Vec<String> {
         let mut parser = SseParser::new();

@@ -1,8 +1,9 @@
 //! Responses API error bodies and `response.failed` error labels, both ways.
 
-use crate::json::str_field;
 use glider_ngl::{ApiError, ErrorKind};
 use serde_json::{Value, json};
+
+use crate::json::str_field;
 
 /// `(type, code)` of an error body, as the live OpenAI API labels them.
 pub(super) fn error_labels(kind: ErrorKind) -> (&'static str, Option<&'static str>) {
@@ -99,11 +100,10 @@ pub(super) fn decode_error(status: u16, body: &[u8]) -> ApiError {
 
 #[cfg(test)]
 mod tests {
-
-    use crate::openai_responses::fixtures::codec;
-
     use glider_ngl::{ApiError, ErrorKind};
     use serde_json::json;
+
+    use crate::openai_responses::fixtures::codec;
 
     #[test]
     fn error_bodies() {

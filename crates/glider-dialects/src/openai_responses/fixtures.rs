@@ -1,9 +1,11 @@
 //! Fixtures the Responses API tests in several files share.
 
 use super::*;
-use crate::Codec;
+
 use glider_ngl::{Part, Response, StopReason, Usage};
 use serde_json::json;
+
+use crate::Codec;
 
 pub(super) fn codec() -> &'static dyn Codec {
     &OpenAiResponses

@@ -1,10 +1,11 @@
 //! Output items (messages, reasoning, function and typed calls) and their ids, shared by
 //! requests, replies and streams.
 
-use crate::json::str_field;
 use glider_ngl::Part;
 use glider_ngl::stream::parse_arguments;
 use serde_json::{Map, Value, json};
+
+use crate::json::str_field;
 
 /// Prefix marking Anthropic redacted thinking carried in `encrypted_content`.
 pub(super) const REDACTED_PREFIX: &str = "glider.redacted_thinking:";

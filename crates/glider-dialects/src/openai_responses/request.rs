@@ -1,6 +1,15 @@
 //! Responses API request bodies both ways: `instructions`, `input` items, tools,
 //! `reasoning`, `text.format`.
 
+use std::collections::HashMap;
+
+use glider_ngl::stream::{arguments_text, parse_arguments};
+use glider_ngl::{
+    ApiError, Dialect, DialectExtra, ImageSource, NativeTool, OutputSchema, Part, Request, Role,
+    ThinkingConfig, ToolChoice, ToolDef, Turn,
+};
+use serde_json::{Map, Value, json};
+
 use super::items::{
     CallKind, HOSTED_CALLS, call_item, put_name, qualified_name, reasoning_item,
     thinking_from_encrypted,
@@ -8,13 +17,6 @@ use super::items::{
 use crate::json::{FieldReader, invalid_at, str_field};
 use crate::openai_chat::image_url;
 use crate::parse_json;
-use glider_ngl::stream::{arguments_text, parse_arguments};
-use glider_ngl::{
-    ApiError, Dialect, DialectExtra, ImageSource, NativeTool, OutputSchema, Part, Request, Role,
-    ThinkingConfig, ToolChoice, ToolDef, Turn,
-};
-use serde_json::{Map, Value, json};
-use std::collections::HashMap;
 
 /// The Responses API words its 400s `expected string`, `expected integer`, `required`.
 const FIELDS: &FieldReader = &FieldReader::RESPONSES;
@@ -902,14 +904,13 @@ pub(super) fn encode_request(req: &Request) -> Value {
 
 #[cfg(test)]
 mod tests {
-
-    use crate::openai_responses::fixtures::{codec, text};
-
     use glider_ngl::{
         Dialect, DialectExtra, ErrorKind, ImageSource, NativeTool, OutputSchema, Part, Request,
         Role, ThinkingConfig, ToolChoice, ToolDef, Turn,
     };
     use serde_json::{Value, json};
+
+    use crate::openai_responses::fixtures::{codec, text};
 
     fn decode(body: &Value) -> Request {
         codec()

@@ -1,6 +1,10 @@
 //! Responses API `Response` objects both ways, with the usage, status and shape helpers
 //! streams share.
 
+use glider_ngl::stream::{arguments_text, parse_arguments};
+use glider_ngl::{ApiError, Part, Response, StopReason, Usage};
+use serde_json::{Map, Value, json};
+
 use super::error::error_from_value;
 use super::items::{
     HOSTED_CALLS, REDACTED_PREFIX, call_item, item_id, item_prefix, message_item, qualified_name,
@@ -9,9 +13,6 @@ use super::items::{
 use super::request::reasoning_part;
 use crate::json::{bad_gateway, str_field};
 use crate::openai_chat::now_unix;
-use glider_ngl::stream::{arguments_text, parse_arguments};
-use glider_ngl::{ApiError, Part, Response, StopReason, Usage};
-use serde_json::{Map, Value, json};
 
 fn encode_usage(u: &Usage) -> Value {
     let input = u.input_tokens + u.cache_read_tokens + u.cache_write_tokens;
@@ -265,11 +266,10 @@ pub(super) fn encode_response(resp: &Response) -> Value {
 
 #[cfg(test)]
 mod tests {
-
-    use crate::openai_responses::fixtures::{codec, sample_response, text};
-
     use glider_ngl::{ErrorKind, Part, Response, StopReason, Usage};
     use serde_json::{Value, json};
+
+    use crate::openai_responses::fixtures::{codec, sample_response, text};
 
     #[test]
     fn response_encodes_like_the_api_and_round_trips() {

@@ -1,6 +1,10 @@
 //! Responses API typed SSE streams (`response.created` … `response.completed`): the backend
 //! decoder and the client encoder.
 
+use glider_ngl::stream::{PartKind, parse_arguments};
+use glider_ngl::{ApiError, Part, StopReason, StreamEvent, Usage};
+use serde_json::{Map, Value, json};
+
 use super::error::{error_from_value, error_labels, failure_code};
 use super::items::{
     CallKind, HOSTED_CALLS, TYPED_CALLS, call_item, is_typed_call, item_id, item_prefix,
@@ -14,9 +18,6 @@ use crate::framing::{SseParser, write_sse_json};
 use crate::json::{bad_gateway, str_field};
 use crate::openai_chat::now_unix;
 use crate::{StreamDecoder, StreamEncoder};
-use glider_ngl::stream::{PartKind, parse_arguments};
-use glider_ngl::{ApiError, Part, StopReason, StreamEvent, Usage};
-use serde_json::{Map, Value, json};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum OpenKind {
@@ -893,15 +894,15 @@ impl StreamEncoder for ResponsesStreamEncoder {
 
 #[cfg(test)]
 mod tests {
-
-    use crate::framing::SseEvent;
-    use crate::framing::SseParser;
-    use crate::openai_responses::fixtures::{codec, sample_response, text};
     use glider_ngl::ResponseBuilder;
     use glider_ngl::stream::PartKind;
     use glider_ngl::stream::events_of;
     use glider_ngl::{ApiError, ErrorKind, Part, StopReason, StreamEvent, Usage};
     use serde_json::{Value, json};
+
+    use crate::framing::SseEvent;
+    use crate::framing::SseParser;
+    use crate::openai_responses::fixtures::{codec, sample_response, text};
 
     fn sse(events: &[Value]) -> String {
         let mut out = String::new();
