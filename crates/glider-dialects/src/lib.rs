@@ -3,8 +3,71 @@
 //! [`Codec`] trait is the one surface the pipeline and gateway use; [`codec`] picks the
 //! implementation for a [`Dialect`]. Framing helpers (SSE, NDJSON) live in [`framing`].
 
+/// Implements [`Codec`] for a dialect folder's unit struct. Every folder has the same
+/// shape: `request::{decode_request, encode_request}`, `response::{decode_response,
+/// encode_response}`, `error::{encode_error, decode_error}` and a stream decoder and
+/// encoder with `Default`, so the trait is written once here, not once per dialect.
+macro_rules! dialect_codec {
+    (
+        codec: $codec:ident,
+        dialect: $dialect:expr,
+        stream_content_type: $content_type:expr,
+        stream_decoder: $decoder:ty,
+        stream_encoder: $encoder:ty $(,)?
+    ) => {
+        impl $crate::Codec for $codec {
+            fn dialect(&self) -> ::glider_ngl::Dialect {
+                $dialect
+            }
+
+            fn decode_request(
+                &self,
+                body: &[u8],
+            ) -> Result<::glider_ngl::Request, ::glider_ngl::ApiError> {
+                request::decode_request(body)
+            }
+
+            fn encode_request(&self, req: &::glider_ngl::Request) -> ::serde_json::Value {
+                request::encode_request(req)
+            }
+
+            fn decode_response(
+                &self,
+                body: &[u8],
+            ) -> Result<::glider_ngl::Response, ::glider_ngl::ApiError> {
+                response::decode_response(body)
+            }
+
+            fn encode_response(&self, resp: &::glider_ngl::Response) -> ::serde_json::Value {
+                response::encode_response(resp)
+            }
+
+            fn stream_decoder(&self) -> Box<dyn $crate::StreamDecoder> {
+                Box::<$decoder>::default()
+            }
+
+            fn stream_encoder(&self) -> Box<dyn $crate::StreamEncoder> {
+                Box::<$encoder>::default()
+            }
+
+            fn stream_content_type(&self) -> &'static str {
+                $content_type
+            }
+
+            fn encode_error(&self, err: &::glider_ngl::ApiError) -> ::serde_json::Value {
+                error::encode_error(err)
+            }
+
+            fn decode_error(&self, status: u16, body: &[u8]) -> ::glider_ngl::ApiError {
+                error::decode_error(status, body)
+            }
+        }
+    };
+}
+
 pub mod anthropic;
 pub mod framing;
+mod json;
 pub mod ollama;
 pub mod openai_chat;
 pub mod openai_responses;
