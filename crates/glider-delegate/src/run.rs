@@ -600,19 +600,7 @@ pub fn summary(input: &Value) -> String {
 mod tests {
     use super::*;
     use futures_util::StreamExt;
-    use glider_sys::procutil::group_members;
-
-    /// Wait (bounded) until `check` holds; whether it did.
-    async fn until(mut check: impl FnMut() -> bool) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !check() {
-            if Instant::now() > deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        true
-    }
+    use glider_sys::procutil::{group_gone_within, group_members};
 
     fn shell(script: &str, output: Output, max_output_bytes: usize) -> RunSpec {
         RunSpec {
@@ -699,7 +687,7 @@ mod tests {
             }
             drop(events);
             assert!(
-                until(|| group_members(pgid).is_empty()).await,
+                group_gone_within(pgid, Duration::from_secs(10)).await,
                 "{output:?}: left {:?}",
                 group_members(pgid)
             );
@@ -734,7 +722,7 @@ mod tests {
         // no longer be the delegate's.
         assert!(pidfile.exists(), "the grandchild started");
         assert!(
-            until(|| group_members(pgid).is_empty()).await,
+            group_gone_within(pgid, Duration::from_secs(10)).await,
             "left: {:?}",
             group_members(pgid)
         );

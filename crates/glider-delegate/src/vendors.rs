@@ -359,16 +359,10 @@ mod tests {
             .trim()
             .parse()
             .expect("a pid");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while in_group(pgid) && std::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(!in_group(pgid), "a --version probe outlived discovery");
-    }
-
-    /// Whether any process is in process group `pgid`.
-    fn in_group(pgid: u32) -> bool {
-        !glider_sys::procutil::group_members(pgid).is_empty()
+        assert!(
+            glider_sys::procutil::group_gone_within(pgid, Duration::from_secs(10)).await,
+            "a --version probe outlived discovery"
+        );
     }
 
     #[test]

@@ -186,6 +186,20 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Whether group `pgid` has no member left within `within`, polled every 20 ms: a
+/// killed group's members vanish once the kernel has torn them down and they are
+/// reaped, a moment after the signal.
+pub async fn group_gone_within(pgid: u32, within: std::time::Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while !group_members(pgid).is_empty() {
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,7 +251,7 @@ mod tests {
         let pgid = guard.pgid();
         drop(guard);
         assert!(
-            until(|| group_members(pgid).is_empty()).await,
+            group_gone_within(pgid, Duration::from_secs(10)).await,
             "left: {:?}",
             group_members(pgid)
         );
@@ -258,7 +272,7 @@ mod tests {
         let status = guard.finish().await.expect("reaped");
         assert_eq!(status.code(), Some(3));
         assert!(
-            until(|| group_members(pgid).is_empty()).await,
+            group_gone_within(pgid, Duration::from_secs(10)).await,
             "left: {:?}",
             group_members(pgid)
         );
@@ -283,7 +297,7 @@ mod tests {
         let took = started.elapsed();
         assert!(took < Duration::from_secs(1), "drop blocked for {took:?}");
         assert!(
-            until(|| group_members(pgid).is_empty()).await,
+            group_gone_within(pgid, Duration::from_secs(10)).await,
             "left: {:?}",
             group_members(pgid)
         );

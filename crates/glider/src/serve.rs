@@ -117,6 +117,21 @@ fn follow_log_level(handle: &ConfigHandle, filter_handle: LogFilterHandle) {
     });
 }
 
+/// Listen on `server.bind` and `port`; an error names `setting`, where the port comes
+/// from.
+async fn listen(
+    snapshot: &Config,
+    port: u16,
+    setting: &str,
+) -> anyhow::Result<(TcpListener, std::net::SocketAddr)> {
+    let addr = format!("{}:{}", snapshot.server.bind, port);
+    let listener = TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} ({setting})"))?;
+    let local = listener.local_addr()?;
+    Ok((listener, local))
+}
+
 /// A door that listens: its entry on the dashboard, and the future that serves it
 /// until the stop (nothing is served until it is polled).
 pub struct Listening<F> {
@@ -142,11 +157,8 @@ pub async fn start_gateway(
             snapshot.server.bind
         );
     }
-    let addr = format!("{}:{}", snapshot.server.bind, snapshot.server.proxy_port);
-    let listener = TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} (server.proxy_port)"))?;
-    let local = listener.local_addr()?;
+    let (listener, local) =
+        listen(snapshot, snapshot.server.proxy_port, "server.proxy_port").await?;
     tracing::info!(
         config = %config_path.map(|p| p.display().to_string()).unwrap_or_else(|| "embedded configs/glider.yaml".into()),
         home = %home.display(),
@@ -193,11 +205,7 @@ pub async fn start_mitm(
     } else {
         None
     };
-    let addr = format!("{}:{}", snapshot.server.bind, snapshot.mitm.port);
-    let listener = TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} (mitm.port)"))?;
-    let local = listener.local_addr()?;
+    let (listener, local) = listen(snapshot, snapshot.mitm.port, "mitm.port").await?;
     if !local.ip().is_loopback() {
         tracing::warn!(
             "the MITM proxy listens on {local}, reachable from other machines: it has no authentication, so anyone who reaches it can use it as a proxy; prefer server.bind: 127.0.0.1"
@@ -296,14 +304,12 @@ pub async fn start_dashboard(
         ),
         None => None,
     };
-    let dashboard_addr = format!(
-        "{}:{}",
-        snapshot.server.bind, snapshot.server.dashboard_port
-    );
-    let dashboard_listener = TcpListener::bind(&dashboard_addr)
-        .await
-        .with_context(|| format!("cannot listen on {dashboard_addr} (server.dashboard_port)"))?;
-    let dashboard_local = dashboard_listener.local_addr()?;
+    let (dashboard_listener, dashboard_local) = listen(
+        snapshot,
+        snapshot.server.dashboard_port,
+        "server.dashboard_port",
+    )
+    .await?;
     let mut options = glider_dashboard::Options::new(home.to_path_buf());
     let mut doors = inputs.doors;
     doors.push(glider_dashboard::Door {
