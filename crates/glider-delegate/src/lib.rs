@@ -19,7 +19,7 @@ use glider_ngl::{Dialect, Part, Request, Role, StopReason, StreamEvent, Usage};
 use glider_sys::runstate::DelegatePids;
 use http::HeaderMap;
 
-pub use run::{Denial, Events, GroupGuard, Output, Report, RunSpec};
+pub use run::{Denial, Events, Output, Report, RunSpec};
 pub use vendors::{Discovered, Registry, Vendor, discover, locate};
 
 /// Most client sessions whose delegate state is remembered.

@@ -12,6 +12,7 @@ use std::time::Duration;
 use futures_util::Stream;
 use glider_ngl::stream::PartKind;
 use glider_ngl::{ApiError, ErrorKind, StopReason, StreamEvent, Usage};
+use glider_sys::procutil::{self, GroupGuard};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdout};
@@ -85,141 +86,21 @@ pub struct RunSpec {
     pub pids: Option<glider_sys::runstate::DelegatePids>,
 }
 
-/// Owns a delegate's process group: the leader (started with `process_group(0)`, so its
-/// pid is the group's id) and everything it started. [`GroupGuard::finish`] ends the
-/// group when its output is over; dropping the guard kills the group, so nothing a
-/// delegate started (grandchildren included) outlives the request that started it.
-///
-/// Why the leader is reaped only after the group is killed: a process group id is a
-/// pid, and the kernel does not hand that number out again while any process — the
-/// leader included, even as an unreaped zombie — still carries it. Once the leader is
-/// reaped and its last member is gone, the number is free and may become someone
-/// else's group, and a `kill -- -PGID` sent then could hit a stranger. So the guard
-/// keeps the leader unreaped until the group kill has been sent, and never signals the
-/// group after reaping it.
-#[derive(Debug)]
-pub struct GroupGuard {
-    pgid: u32,
-    /// The leader, not yet reaped (`None` once [`GroupGuard::finish`] reaped it).
-    leader: Option<Child>,
+/// A guard for a delegate's process group (see [`GroupGuard`]) that also records the
+/// group in runstate while it lives, so a crash leaves a record the next start names;
+/// the record goes once the dropped guard has killed the group. `None` when the leader
+/// was already reaped.
+fn recorded_group(
+    leader: Child,
+    label: &str,
     pids: Option<glider_sys::runstate::DelegatePids>,
-    /// The `kill` program (a test points it elsewhere).
-    kill: PathBuf,
-}
-
-impl GroupGuard {
-    /// A guard for the group `leader` leads; `None` when it was already reaped.
-    pub fn new(leader: Child) -> Option<Self> {
-        Self::recorded(leader, "", None)
-    }
-
-    /// A guard that also records the group in runstate while it lives.
-    pub fn recorded(
-        leader: Child,
-        label: &str,
-        pids: Option<glider_sys::runstate::DelegatePids>,
-    ) -> Option<Self> {
-        let pgid = leader.id()?;
-        if let Some(pids) = &pids {
-            pids.started(pgid, label);
-        }
-        Some(GroupGuard {
-            pgid,
-            leader: Some(leader),
-            pids,
-            kill: PathBuf::from("kill"),
-        })
-    }
-
-    /// The group's id (the leader's pid).
-    pub fn pgid(&self) -> u32 {
-        self.pgid
-    }
-
-    /// The output is over: kill whatever is left of the group, then reap the leader and
-    /// return its exit status. Killing first is safe for the status: stdout reaches its
-    /// end when the leader exits (its status is fixed by then, and the kernel ignores
-    /// signals to a process that is already exiting) — a leader that closes its stdout
-    /// and goes on is taken as done. Cancel-safe: cancelled before the reap, the guard
-    /// still holds the leader and its drop cleans up.
-    pub async fn finish(&mut self) -> std::io::Result<std::process::ExitStatus> {
-        let Some(leader) = self.leader.as_mut() else {
-            return Err(std::io::Error::other("the delegate was already reaped"));
-        };
-        let killed = tokio::process::Command::new(&self.kill)
-            .args(kill_args(self.pgid))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await;
-        if let Err(e) = killed {
-            tracing::warn!(pgid = self.pgid, error = %e, "could not run kill for a delegate's group");
-        }
-        let status = leader.wait().await?;
-        self.leader = None;
-        Ok(status)
-    }
-}
-
-impl Drop for GroupGuard {
-    /// Kill and reap off the async workers: running `kill` means a fork and a wait, so
-    /// inside a Tokio runtime it goes to the blocking pool (and runs right here when
-    /// there is no runtime, or when the pool no longer takes work: the [`Reaper`] does
-    /// its job when it is dropped, run or not).
-    fn drop(&mut self) {
-        let reaper = Reaper {
-            pgid: self.pgid,
-            leader: self.leader.take(),
-            pids: self.pids.take(),
-            kill: std::mem::take(&mut self.kill),
-        };
-        if reaper.leader.is_none() {
-            return drop(reaper);
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn_blocking(move || drop(reaper));
-            }
-            Err(_) => drop(reaper),
-        }
-    }
-}
-
-/// What a dropped [`GroupGuard`] still has to do: kill the group while its leader is
-/// unreaped, then let the leader go (Tokio reaps it), then take it off runstate.
-struct Reaper {
-    pgid: u32,
-    leader: Option<Child>,
-    pids: Option<glider_sys::runstate::DelegatePids>,
-    kill: PathBuf,
-}
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        if let Some(leader) = self.leader.take() {
-            // `kill -KILL -- -PGID` signals every member; an already empty group is fine.
-            let killed = std::process::Command::new(&self.kill)
-                .args(kill_args(self.pgid))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-            if let Err(e) = killed {
-                tracing::warn!(pgid = self.pgid, error = %e, "could not run kill for a delegate's group");
-            }
-            // Only now may the leader be reaped (kill_on_drop, then Tokio's reaper).
-            drop(leader);
-        }
-        if let Some(pids) = &self.pids {
-            pids.ended(self.pgid);
-        }
-    }
-}
-
-/// `kill`'s arguments that send SIGKILL to every member of group `pgid`.
-fn kill_args(pgid: u32) -> [String; 3] {
-    ["-KILL".to_owned(), "--".to_owned(), format!("-{pgid}")]
+) -> Option<GroupGuard> {
+    let guard = GroupGuard::new(leader)?;
+    let Some(pids) = pids else {
+        return Some(guard);
+    };
+    pids.started(guard.pgid(), label);
+    Some(guard.on_ended(move |pgid| pids.ended(pgid)))
 }
 
 /// Aborts a task when dropped.
@@ -242,10 +123,8 @@ pub fn start(spec: RunSpec, on_report: ReportSink) -> Result<Events, ApiError> {
         .current_dir(&spec.workdir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|e| {
+        .stderr(Stdio::piped());
+    let mut child = procutil::spawn_group_leader(&mut command).map_err(|e| {
         ApiError::new(
             ErrorKind::Unavailable,
             format!(
@@ -259,7 +138,7 @@ pub fn start(spec: RunSpec, on_report: ReportSink) -> Result<Events, ApiError> {
     let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(ApiError::new(ErrorKind::Internal, "delegate pipes missing"));
     };
-    let Some(guard) = GroupGuard::recorded(child, &spec.label, spec.pids.clone()) else {
+    let Some(guard) = recorded_group(child, &spec.label, spec.pids.clone()) else {
         return Err(ApiError::new(ErrorKind::Internal, "delegate has no pid"));
     };
     // Keep the tail of stderr for the error message; the task ends when the pipe closes
@@ -721,37 +600,7 @@ pub fn summary(input: &Value) -> String {
 mod tests {
     use super::*;
     use futures_util::StreamExt;
-
-    /// Processes whose process group is `pgid` (from /proc/<pid>/stat).
-    fn group_members(pgid: u32) -> Vec<u32> {
-        std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .ok()
-                    .and_then(|stat| {
-                        let after = stat.rsplit_once(')')?.1.to_owned();
-                        after.split_whitespace().nth(2)?.parse::<u32>().ok()
-                    })
-                    == Some(pgid)
-            })
-            .collect()
-    }
-
-    /// Wait (bounded) until `check` holds; whether it did.
-    async fn until(mut check: impl FnMut() -> bool) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !check() {
-            if Instant::now() > deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        true
-    }
+    use glider_sys::procutil::{group_gone_within, group_members};
 
     fn shell(script: &str, output: Output, max_output_bytes: usize) -> RunSpec {
         RunSpec {
@@ -838,7 +687,7 @@ mod tests {
             }
             drop(events);
             assert!(
-                until(|| group_members(pgid).is_empty()).await,
+                group_gone_within(pgid, Duration::from_secs(10)).await,
                 "{output:?}: left {:?}",
                 group_members(pgid)
             );
@@ -873,42 +722,10 @@ mod tests {
         // no longer be the delegate's.
         assert!(pidfile.exists(), "the grandchild started");
         assert!(
-            until(|| group_members(pgid).is_empty()).await,
+            group_gone_within(pgid, Duration::from_secs(10)).await,
             "left: {:?}",
             group_members(pgid)
         );
         drop(events);
-    }
-
-    #[tokio::test]
-    async fn dropping_a_guard_does_not_block_the_runtime() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().expect("tempdir");
-        // A `kill` that takes two seconds (a loaded machine, a slow fork).
-        let slow_kill = dir.path().join("kill");
-        std::fs::write(&slow_kill, "#!/bin/sh\nsleep 2\nexec kill \"$@\"\n").expect("write");
-        std::fs::set_permissions(&slow_kill, std::fs::Permissions::from_mode(0o755))
-            .expect("chmod");
-        let mut command = tokio::process::Command::new("sh");
-        command
-            .args(["-c", "sleep 300 & sleep 300"])
-            .process_group(0)
-            .kill_on_drop(true);
-        let mut guard = GroupGuard::new(command.spawn().expect("spawn")).expect("guard");
-        guard.kill = slow_kill;
-        let pgid = guard.pgid();
-        assert!(
-            until(|| group_members(pgid).len() >= 2).await,
-            "both sleepers run"
-        );
-        let started = std::time::Instant::now();
-        drop(guard);
-        let took = started.elapsed();
-        assert!(took < Duration::from_secs(1), "drop blocked for {took:?}");
-        assert!(
-            until(|| group_members(pgid).is_empty()).await,
-            "left: {:?}",
-            group_members(pgid)
-        );
     }
 }

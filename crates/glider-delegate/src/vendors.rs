@@ -273,15 +273,12 @@ async fn version_of(path: &Path, timeout: Duration) -> Result<String, String> {
         .arg("--version")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = command
-        .spawn()
+        .stderr(std::process::Stdio::null());
+    let mut child = glider_sys::procutil::spawn_group_leader(&mut command)
         .map_err(|e| format!("cannot run {}: {e}", path.display()))?;
     let stdout = child.stdout.take();
     // Whatever happens, nothing the probe started outlives it.
-    let mut guard = crate::run::GroupGuard::new(child)
+    let mut guard = glider_sys::procutil::GroupGuard::new(child)
         .ok_or_else(|| format!("{} exited before it could be watched", path.display()))?;
     let probe = async {
         let mut out = Vec::new();
@@ -357,30 +354,15 @@ mod tests {
                 .is_some_and(|p| p.contains("did not answer"))
         );
         // The hung probe and the sleeper it started are gone (process group killed).
-        let pgid = std::fs::read_to_string(&pidfile)
+        let pgid: u32 = std::fs::read_to_string(&pidfile)
             .expect("pid")
             .trim()
-            .to_owned();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while in_group(&pgid) && std::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(!in_group(&pgid), "a --version probe outlived discovery");
-    }
-
-    /// Whether any process is in process group `pgid` (field 5 of /proc/<pid>/stat).
-    fn in_group(pgid: &str) -> bool {
-        std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| {
-                std::fs::read_to_string(e.path().join("stat")).is_ok_and(|stat| {
-                    stat.rsplit_once(')')
-                        .and_then(|(_, after)| after.split_whitespace().nth(2).map(|g| g == pgid))
-                        .unwrap_or(false)
-                })
-            })
+            .parse()
+            .expect("a pid");
+        assert!(
+            glider_sys::procutil::group_gone_within(pgid, Duration::from_secs(10)).await,
+            "a --version probe outlived discovery"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use glider_config::{Config, ConfigHandle};
 use glider_engine::Engine;
 
 mod mitm_commands;
+mod serve;
 use mitm_commands::{CaAction, TransparentAction, ca, run_cli, transparent};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
@@ -267,233 +268,74 @@ async fn serve(
     result
 }
 
-/// `serve` once the run is recorded in `runstate`: open the doors and run them until the
-/// stop signal.
+/// `serve` once the run is recorded in `runstate`: open the doors (in this order: the
+/// console lines and the dashboard's door list follow it) and run them until the stop
+/// signal, then drain.
 async fn serve_recorded(
     config: Config,
     config_path: Option<PathBuf>,
     baseline: Option<Arc<Config>>,
     home: PathBuf,
-    filter_handle: tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>,
+    filter_handle: serve::LogFilterHandle,
     runstate: &mut glider_sys::runstate::RunState,
 ) -> anyhow::Result<()> {
-    // Running delegates are recorded in runstate, so a crash leaves their PIDs named.
-    let delegator = Arc::new(glider_delegate::Delegator::with_pids(
-        runstate.delegate_pids(),
-    ));
-    let vendors = Arc::new(glider_delegate::Registry::new());
-    {
-        let (vendors, delegate) = (vendors.clone(), config.delegate.clone());
-        tokio::spawn(async move {
-            for found in vendors.discover(&delegate).await.iter() {
-                tracing::debug!(vendor = found.vendor.binary(), path = ?found.path, version = ?found.version, "delegate CLI");
-            }
-        });
-    }
+    let (delegator, vendors) = serve::start_delegation(runstate, &config.delegate);
     let handle = ConfigHandle::new(config, config_path.clone());
-    let _watcher = handle.watch()?;
     let engine = Engine::new(handle.clone());
-    engine.spawn_background();
-    let _rules_watcher = engine.watch_rules();
-
-    // Hot log level: follow `log_level` on reload.
-    let mut changes = handle.subscribe();
-    tokio::spawn(async move {
-        while changes.changed().await.is_ok() {
-            let level = changes.borrow_and_update().log_level.clone();
-            if let Some(level) = level {
-                match EnvFilter::try_new(&level) {
-                    Ok(filter) => {
-                        let _ = filter_handle.reload(filter);
-                    }
-                    Err(e) => tracing::warn!(%level, error = %e, "log_level not applied"),
-                }
-            }
-        }
-    });
+    let _background = serve::start_background(&handle, &engine, filter_handle)?;
 
     let snapshot = handle.snapshot();
-    let gateway_router = glider_gateway::router_with(engine.clone(), delegator.clone())
-        .map_err(anyhow::Error::msg)?;
-    if !snapshot.server.is_loopback() && snapshot.server.gateway_token.is_none() {
-        tracing::warn!(
-            "server.bind is {:?} but server.gateway_token is unset: the gateway answers only requests addressed to a loopback host name; set a token to serve other machines",
-            snapshot.server.bind
-        );
-    }
-    let addr = format!("{}:{}", snapshot.server.bind, snapshot.server.proxy_port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} (server.proxy_port)"))?;
-    let local = listener.local_addr()?;
-    tracing::info!(
-        config = %config_path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "embedded configs/glider.yaml".into()),
-        home = %home.display(),
-        "gateway listening on http://{local}"
-    );
-    println!("glider gateway listening on http://{local}");
+    let (trigger, stop) = serve::Stop::new();
+    let gateway = serve::start_gateway(
+        &engine,
+        &delegator,
+        &snapshot,
+        config_path.as_deref(),
+        &home,
+        &stop,
+    )
+    .await?;
+    // One signal stops every door; until the gateway listens, a signal ends the process.
+    trigger.on(shutdown_signal());
 
-    // One signal stops every door.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        let _ = stop_tx.send(true);
-    });
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
-
-    let mut doors = vec![glider_dashboard::Door {
-        name: "gateway".into(),
-        url: format!("http://{local}"),
-    }];
+    let mut doors = vec![gateway.door];
     let mut transparent = None;
     let mut enrollment = None;
     if snapshot.mitm.enabled {
-        let mitm = glider_mitm::Mitm::with_delegator(engine.clone(), &home, delegator.clone())?;
-        if snapshot.mitm.transparent {
-            use glider_mitm::transparent::{
-                Enrollment, ProcessFilter, Transparent, selected_names,
-            };
-            let enrolled = Enrollment::default();
-            let filter = ProcessFilter::new(selected_names(&snapshot), enrolled.clone())
-                .with_registry(vendors.clone());
-            let names: Vec<String> = filter.names().iter().cloned().collect();
-            let started =
-                match Transparent::start(mitm.clone(), filter, runstate, stopped(stop_rx.clone()))
-                    .await
-                {
-                    Ok(started) => started,
-                    // Nothing of this run is left on the machine (the caller records the
-                    // orderly exit); the error itself names what an earlier run left.
-                    Err(e) => return Err(anyhow::anyhow!("mitm.transparent: {e}")),
-                };
-            let addrs: Vec<String> = started.addrs().iter().map(|a| a.to_string()).collect();
-            println!(
-                "glider transparent door on {} (TCP to ports {:?} redirected; processes: {})",
-                addrs.join(", "),
-                snapshot.mitm.transparent_ports,
-                names.join(", ")
-            );
-            if started.supports_enrollment() {
-                enrollment = Some(glider_dashboard::EnrollmentHook(Arc::new(move |pids| {
-                    enrolled.set(pids)
-                })));
-            }
-            transparent = Some(started);
+        let mitm = serve::start_mitm(
+            &engine, &home, &delegator, &vendors, &snapshot, runstate, &stop,
+        )
+        .await?;
+        doors.push(mitm.door);
+        if let Some(started) = mitm.transparent {
+            transparent = Some(started.door);
+            enrollment = started.enrollment;
         }
-        let addr = format!("{}:{}", snapshot.server.bind, snapshot.mitm.port);
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .with_context(|| format!("cannot listen on {addr} (mitm.port)"))?;
-        let local = listener.local_addr()?;
-        if !local.ip().is_loopback() {
-            tracing::warn!(
-                "the MITM proxy listens on {local}, reachable from other machines: it has no authentication, so anyone who reaches it can use it as a proxy; prefer server.bind: 127.0.0.1"
-            );
-        }
-        let ca = mitm.authority().cert_path();
-        tracing::info!(ca = %ca.display(), hosts = ?snapshot.mitm.hosts, "MITM proxy listening on {local}");
-        println!(
-            "glider mitm proxy listening on {local} (HTTPS_PROXY=http://{local}, CA {})",
-            ca.display()
-        );
-        doors.push(glider_dashboard::Door {
-            name: "mitm".into(),
-            url: format!("http://{local}"),
-        });
-        tokio::spawn(mitm.serve(listener, stopped(stop_rx.clone())));
     }
-    let token = match &snapshot.server.dashboard_token {
-        Some(secret) => Some(
-            secret
-                .resolve()
-                .map_err(|e| anyhow::anyhow!("server.dashboard_token: {e}"))?,
-        ),
-        None => None,
-    };
-    let dashboard_addr = format!(
-        "{}:{}",
-        snapshot.server.bind, snapshot.server.dashboard_port
-    );
-    let dashboard_listener = tokio::net::TcpListener::bind(&dashboard_addr)
-        .await
-        .with_context(|| format!("cannot listen on {dashboard_addr} (server.dashboard_port)"))?;
-    let dashboard_local = dashboard_listener.local_addr()?;
-    let mut options = glider_dashboard::Options::new(home.clone());
-    doors.push(glider_dashboard::Door {
-        name: "dashboard".into(),
-        url: format!("http://{dashboard_local}"),
-    });
-    options.doors = doors;
-    options.token = token;
-    options.baseline = baseline;
-    options.vendors = vendors;
-    options.enrollment = enrollment;
-    let dashboard = glider_dashboard::Dashboard::start(engine.clone(), options)
-        .with_context(|| format!("cannot open the request history under {}", home.display()))?;
-    tracing::info!("dashboard on http://{dashboard_local}");
-    println!(
-        "glider dashboard on http://{dashboard_local}{}",
-        if snapshot.server.dashboard_token.is_some() {
-            " (token required: open /?token=<server.dashboard_token>)"
-        } else {
-            ""
-        }
-    );
-    report_backends(&engine).await;
+    let dashboard = serve::start_dashboard(
+        &engine,
+        &home,
+        &snapshot,
+        serve::DashboardInputs {
+            doors,
+            baseline,
+            vendors,
+            enrollment,
+        },
+        &stop,
+    )
+    .await?;
+    serve::report_backends(&engine).await;
 
-    // The redirect rules go at the signal, not after the drain: new connections then
-    // reach their origins directly instead of a door that no longer accepts.
-    let remove_rules = async {
-        stopped(stop_rx.clone()).await;
-        if let Some(transparent) = transparent
-            && let Err(e) = tokio::task::block_in_place(|| transparent.stop())
-        {
-            tracing::error!("{e}");
-        }
-    };
     let (gateway, dashboard, ()) = tokio::join!(
-        glider_gateway::serve_with(listener, gateway_router, stopped(stop_rx.clone())),
-        dashboard.serve(dashboard_listener, stopped(stop_rx.clone())),
-        remove_rules,
+        gateway.serving,
+        dashboard,
+        serve::remove_rules_at_stop(transparent, &stop),
     );
     gateway?;
     dashboard?;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Say plainly, at start, which backends can answer and what is missing for the others.
-async fn report_backends(engine: &Arc<Engine>) {
-    engine.probe_all().await;
-    let runtime = engine.runtime();
-    let mut usable = 0;
-    for backend in &runtime.backends {
-        let health = backend.health();
-        let kind = format!("{:?}", backend.kind()).to_lowercase();
-        match (&backend.unavailable, health.detail) {
-            (Some(why), _) => {
-                tracing::warn!("backend {} ({kind}): unusable: {why}", backend.name())
-            }
-            (None, Some(detail)) => {
-                tracing::warn!("backend {} ({kind}): down: {detail}", backend.name())
-            }
-            (None, None) => {
-                usable += 1;
-                tracing::info!(
-                    "backend {} ({kind}) at {}: ready",
-                    backend.name(),
-                    backend.config.base_url
-                );
-            }
-        }
-    }
-    if usable == 0 {
-        tracing::warn!(
-            "no backend can answer yet: start Ollama (http://127.0.0.1:11434), set ANTHROPIC_API_KEY or OPENAI_API_KEY, or pass -c with your own config; requests get a clear error until then"
-        );
-    }
 }
 
 async fn shutdown_signal() {

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use glider_config::{Config, ConfigHandle};
+use glider_dialects::codec;
 use glider_engine::Engine;
 use glider_ngl::{Dialect, Part, Response, ResponseBuilder, Role, ToolDef, Turn};
 use glider_test_support::{MockConfig, MockVendor};
-use glider_dialects::codec;
 use serde_json::{Value, json};
 
 /// A gateway served on 127.0.0.1:0 in this process.

@@ -1,0 +1,368 @@
+//! What `glider serve` starts, one function per door and service: delegation, the
+//! background tasks (config and rules watchers, health probes, the log-level follower),
+//! the gateway, the MITM proxy with its transparent door, the dashboard, and the
+//! start-up report on the backends. `main` wires them in order and waits for the stop.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use glider_config::{Config, ConfigHandle, FileWatcher};
+use glider_engine::Engine;
+use tokio::net::TcpListener;
+use tracing_subscriber::EnvFilter;
+
+/// Where the log filter set up at start is replaced when `log_level` changes.
+pub type LogFilterHandle =
+    tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>;
+
+/// The one stop every door and service waits on.
+#[derive(Clone)]
+pub struct Stop(tokio::sync::watch::Receiver<bool>);
+
+/// Fires its [`Stop`]; made apart from it so doors can wait on the stop before the
+/// signal handler is installed.
+pub struct StopTrigger(tokio::sync::watch::Sender<bool>);
+
+impl Stop {
+    /// A stop and its trigger.
+    pub fn new() -> (StopTrigger, Stop) {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        (StopTrigger(stop_tx), Stop(stop_rx))
+    }
+
+    /// Resolves when the stop fired.
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + use<> {
+        let mut rx = self.0.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    }
+}
+
+impl StopTrigger {
+    /// Fire the stop once `signal` resolves (a task waits for it).
+    pub fn on(self, signal: impl Future<Output = ()> + Send + 'static) {
+        tokio::spawn(async move {
+            signal.await;
+            let _ = self.0.send(true);
+        });
+    }
+}
+
+/// Delegation: the handler (each running delegate recorded in runstate, so a crash
+/// leaves their PIDs named) and the registry of CLIs, which starts finding them now.
+pub fn start_delegation(
+    runstate: &glider_sys::runstate::RunState,
+    delegate: &glider_config::schema::DelegateConfig,
+) -> (
+    Arc<glider_delegate::Delegator>,
+    Arc<glider_delegate::Registry>,
+) {
+    let delegator = Arc::new(glider_delegate::Delegator::with_pids(
+        runstate.delegate_pids(),
+    ));
+    let vendors = Arc::new(glider_delegate::Registry::new());
+    {
+        let (vendors, delegate) = (vendors.clone(), delegate.clone());
+        tokio::spawn(async move {
+            for found in vendors.discover(&delegate).await.iter() {
+                tracing::debug!(vendor = found.vendor.binary(), path = ?found.path, version = ?found.version, "delegate CLI");
+            }
+        });
+    }
+    (delegator, vendors)
+}
+
+/// The file watchers the background services run on; dropping it stops them.
+pub struct Background {
+    _config: Option<FileWatcher>,
+    _rules: Option<FileWatcher>,
+}
+
+/// The background services: reload the config file when it changes, the engine's own
+/// tasks (health probes and the like), reload the routing rules file, and follow
+/// `log_level` on reload.
+pub fn start_background(
+    handle: &ConfigHandle,
+    engine: &Arc<Engine>,
+    filter_handle: LogFilterHandle,
+) -> anyhow::Result<Background> {
+    let config = handle.watch()?;
+    engine.spawn_background();
+    let rules = engine.watch_rules();
+    follow_log_level(handle, filter_handle);
+    Ok(Background {
+        _config: config,
+        _rules: rules,
+    })
+}
+
+/// Hot log level: apply each reloaded config's `log_level` to the log filter.
+fn follow_log_level(handle: &ConfigHandle, filter_handle: LogFilterHandle) {
+    let mut changes = handle.subscribe();
+    tokio::spawn(async move {
+        while changes.changed().await.is_ok() {
+            let level = changes.borrow_and_update().log_level.clone();
+            if let Some(level) = level {
+                match EnvFilter::try_new(&level) {
+                    Ok(filter) => {
+                        let _ = filter_handle.reload(filter);
+                    }
+                    Err(e) => tracing::warn!(%level, error = %e, "log_level not applied"),
+                }
+            }
+        }
+    });
+}
+
+/// Listen on `server.bind` and `port`; an error names `setting`, where the port comes
+/// from.
+async fn listen(
+    snapshot: &Config,
+    port: u16,
+    setting: &str,
+) -> anyhow::Result<(TcpListener, std::net::SocketAddr)> {
+    let addr = format!("{}:{}", snapshot.server.bind, port);
+    let listener = TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} ({setting})"))?;
+    let local = listener.local_addr()?;
+    Ok((listener, local))
+}
+
+/// A door that listens: its entry on the dashboard, and the future that serves it
+/// until the stop (nothing is served until it is polled).
+pub struct Listening<F> {
+    pub door: glider_dashboard::Door,
+    pub serving: F,
+}
+
+/// The gateway: build its router, warn when it is open to other machines without a
+/// token, listen on `server.proxy_port`, and say so.
+pub async fn start_gateway(
+    engine: &Arc<Engine>,
+    delegator: &Arc<glider_delegate::Delegator>,
+    snapshot: &Config,
+    config_path: Option<&Path>,
+    home: &Path,
+    stop: &Stop,
+) -> anyhow::Result<Listening<impl Future<Output = std::io::Result<()>> + use<>>> {
+    let router = glider_gateway::router_with(engine.clone(), delegator.clone())
+        .map_err(anyhow::Error::msg)?;
+    if !snapshot.server.is_loopback() && snapshot.server.gateway_token.is_none() {
+        tracing::warn!(
+            "server.bind is {:?} but server.gateway_token is unset: the gateway answers only requests addressed to a loopback host name; set a token to serve other machines",
+            snapshot.server.bind
+        );
+    }
+    let (listener, local) =
+        listen(snapshot, snapshot.server.proxy_port, "server.proxy_port").await?;
+    tracing::info!(
+        config = %config_path.map(|p| p.display().to_string()).unwrap_or_else(|| "embedded configs/glider.yaml".into()),
+        home = %home.display(),
+        "gateway listening on http://{local}"
+    );
+    println!("glider gateway listening on http://{local}");
+    Ok(Listening {
+        door: glider_dashboard::Door {
+            name: "gateway".into(),
+            url: format!("http://{local}"),
+        },
+        serving: glider_gateway::serve_with(listener, router, stop.stopped()),
+    })
+}
+
+/// The MITM proxy as started: serving already, its entry on the dashboard, and the
+/// transparent door when `mitm.transparent` is on.
+pub struct MitmStarted {
+    pub door: glider_dashboard::Door,
+    pub transparent: Option<TransparentStarted>,
+}
+
+/// The transparent door as started, and how the dashboard enrolls PIDs in it (where
+/// the platform's redirector supports that).
+pub struct TransparentStarted {
+    pub door: glider_mitm::transparent::Transparent,
+    pub enrollment: Option<glider_dashboard::EnrollmentHook>,
+}
+
+/// The MITM proxy (and first its transparent door, when on): listen on `mitm.port`,
+/// warn when that is reachable from other machines, say so, and serve until the stop.
+pub async fn start_mitm(
+    engine: &Arc<Engine>,
+    home: &Path,
+    delegator: &Arc<glider_delegate::Delegator>,
+    vendors: &Arc<glider_delegate::Registry>,
+    snapshot: &Config,
+    runstate: &mut glider_sys::runstate::RunState,
+    stop: &Stop,
+) -> anyhow::Result<MitmStarted> {
+    let mitm = glider_mitm::Mitm::with_delegator(engine.clone(), home, delegator.clone())?;
+    let transparent = if snapshot.mitm.transparent {
+        Some(start_transparent(&mitm, vendors, snapshot, runstate, stop).await?)
+    } else {
+        None
+    };
+    let (listener, local) = listen(snapshot, snapshot.mitm.port, "mitm.port").await?;
+    if !local.ip().is_loopback() {
+        tracing::warn!(
+            "the MITM proxy listens on {local}, reachable from other machines: it has no authentication, so anyone who reaches it can use it as a proxy; prefer server.bind: 127.0.0.1"
+        );
+    }
+    let ca = mitm.authority().cert_path();
+    tracing::info!(ca = %ca.display(), hosts = ?snapshot.mitm.hosts, "MITM proxy listening on {local}");
+    println!(
+        "glider mitm proxy listening on {local} (HTTPS_PROXY=http://{local}, CA {})",
+        ca.display()
+    );
+    tokio::spawn(mitm.serve(listener, stop.stopped()));
+    Ok(MitmStarted {
+        door: glider_dashboard::Door {
+            name: "mitm".into(),
+            url: format!("http://{local}"),
+        },
+        transparent,
+    })
+}
+
+/// The transparent door: pick the processes it decrypts, install the redirect rules
+/// (recorded in runstate), and say which ports and processes it covers.
+async fn start_transparent(
+    mitm: &Arc<glider_mitm::Mitm>,
+    vendors: &Arc<glider_delegate::Registry>,
+    snapshot: &Config,
+    runstate: &mut glider_sys::runstate::RunState,
+    stop: &Stop,
+) -> anyhow::Result<TransparentStarted> {
+    use glider_mitm::transparent::{Enrollment, ProcessFilter, Transparent, selected_names};
+    let enrolled = Enrollment::default();
+    let filter = ProcessFilter::new(selected_names(snapshot), enrolled.clone())
+        .with_registry(vendors.clone());
+    let names: Vec<String> = filter.names().iter().cloned().collect();
+    let started = match Transparent::start(mitm.clone(), filter, runstate, stop.stopped()).await {
+        Ok(started) => started,
+        // Nothing of this run is left on the machine (the caller records the orderly
+        // exit); the error itself names what an earlier run left.
+        Err(e) => return Err(anyhow::anyhow!("mitm.transparent: {e}")),
+    };
+    let addrs: Vec<String> = started.addrs().iter().map(|a| a.to_string()).collect();
+    println!(
+        "glider transparent door on {} (TCP to ports {:?} redirected; processes: {})",
+        addrs.join(", "),
+        snapshot.mitm.transparent_ports,
+        names.join(", ")
+    );
+    let enrollment = started
+        .supports_enrollment()
+        .then(|| glider_dashboard::EnrollmentHook(Arc::new(move |pids| enrolled.set(pids))));
+    Ok(TransparentStarted {
+        door: started,
+        enrollment,
+    })
+}
+
+/// The redirect rules go at the stop, not after the drain: new connections then reach
+/// their origins directly instead of a door that no longer accepts.
+pub async fn remove_rules_at_stop(
+    transparent: Option<glider_mitm::transparent::Transparent>,
+    stop: &Stop,
+) {
+    stop.stopped().await;
+    if let Some(transparent) = transparent
+        && let Err(e) = tokio::task::block_in_place(|| transparent.stop())
+    {
+        tracing::error!("{e}");
+    }
+}
+
+/// What the dashboard shows besides the engine's events.
+pub struct DashboardInputs {
+    /// The doors already listening (the dashboard adds itself).
+    pub doors: Vec<glider_dashboard::Door>,
+    /// The config file as written, to say what a restart would change.
+    pub baseline: Option<Arc<Config>>,
+    pub vendors: Arc<glider_delegate::Registry>,
+    pub enrollment: Option<glider_dashboard::EnrollmentHook>,
+}
+
+/// The dashboard: resolve its token, listen on `server.dashboard_port`, open the
+/// request history, and say where it is (and whether it wants the token).
+pub async fn start_dashboard(
+    engine: &Arc<Engine>,
+    home: &Path,
+    snapshot: &Config,
+    inputs: DashboardInputs,
+    stop: &Stop,
+) -> anyhow::Result<impl Future<Output = std::io::Result<()>> + use<>> {
+    let token = match &snapshot.server.dashboard_token {
+        Some(secret) => Some(
+            secret
+                .resolve()
+                .map_err(|e| anyhow::anyhow!("server.dashboard_token: {e}"))?,
+        ),
+        None => None,
+    };
+    let (dashboard_listener, dashboard_local) = listen(
+        snapshot,
+        snapshot.server.dashboard_port,
+        "server.dashboard_port",
+    )
+    .await?;
+    let mut options = glider_dashboard::Options::new(home.to_path_buf());
+    let mut doors = inputs.doors;
+    doors.push(glider_dashboard::Door {
+        name: "dashboard".into(),
+        url: format!("http://{dashboard_local}"),
+    });
+    options.doors = doors;
+    options.token = token;
+    options.baseline = inputs.baseline;
+    options.vendors = inputs.vendors;
+    options.enrollment = inputs.enrollment;
+    let dashboard = glider_dashboard::Dashboard::start(engine.clone(), options)
+        .with_context(|| format!("cannot open the request history under {}", home.display()))?;
+    tracing::info!("dashboard on http://{dashboard_local}");
+    println!(
+        "glider dashboard on http://{dashboard_local}{}",
+        if snapshot.server.dashboard_token.is_some() {
+            " (token required: open /?token=<server.dashboard_token>)"
+        } else {
+            ""
+        }
+    );
+    Ok(dashboard.serve(dashboard_listener, stop.stopped()))
+}
+
+/// Say plainly, at start, which backends can answer and what is missing for the others.
+pub async fn report_backends(engine: &Arc<Engine>) {
+    engine.probe_all().await;
+    let runtime = engine.runtime();
+    let mut usable = 0;
+    for backend in &runtime.backends {
+        let health = backend.health();
+        let kind = format!("{:?}", backend.kind()).to_lowercase();
+        match (&backend.unavailable, health.detail) {
+            (Some(why), _) => {
+                tracing::warn!("backend {} ({kind}): unusable: {why}", backend.name())
+            }
+            (None, Some(detail)) => {
+                tracing::warn!("backend {} ({kind}): down: {detail}", backend.name())
+            }
+            (None, None) => {
+                usable += 1;
+                tracing::info!(
+                    "backend {} ({kind}) at {}: ready",
+                    backend.name(),
+                    backend.config.base_url
+                );
+            }
+        }
+    }
+    if usable == 0 {
+        tracing::warn!(
+            "no backend can answer yet: start Ollama (http://127.0.0.1:11434), set ANTHROPIC_API_KEY or OPENAI_API_KEY, or pass -c with your own config; requests get a clear error until then"
+        );
+    }
+}
