@@ -308,12 +308,7 @@ impl Mitm {
                 Response::from_parts(parts, body)
             }
             Err(e) => {
-                let message = format!(
-                    "Glider could not reach the origin {}: {}",
-                    target.authority(),
-                    error_chain(&e)
-                );
-                tracing::warn!("{message}");
+                let message = unreachable_origin(target, &e);
                 match tracker.take() {
                     Some(mut tracker) => {
                         tracker.fail(502, &message);
@@ -354,12 +349,7 @@ impl Mitm {
         {
             Ok(response) => response,
             Err(e) => {
-                let message = format!(
-                    "Glider could not reach the origin {}: {}",
-                    target.authority(),
-                    error_chain(&e)
-                );
-                tracing::warn!("{message}");
+                let message = unreachable_origin(target, &e);
                 return text(StatusCode::BAD_GATEWAY, &format!("{message}\n"));
             }
         };
@@ -417,6 +407,17 @@ where
     if let Err(e) = tokio::io::copy_bidirectional(&mut client, origin).await {
         tracing::debug!(%host, error = %e, "tunnel closed with an error");
     }
+}
+
+/// Why the origin could not be reached, in words for the client; logged as a warning.
+fn unreachable_origin(target: &Target, error: &dyn std::error::Error) -> String {
+    let message = format!(
+        "Glider could not reach the origin {}: {}",
+        target.authority(),
+        error_chain(error)
+    );
+    tracing::warn!("{message}");
+    message
 }
 
 /// An error with its sources, on one line.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::body::Body;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use glider_cursorrpc::frame::{EndOfStream, FrameDecoder, decode_all};
+use glider_cursorrpc::frame::{EndOfStream, FrameDecoder};
 use glider_cursorrpc::messages::{
     AgentClientMessage, AppendKind, BidiAppendRequest, BidiRequestId,
 };
@@ -306,11 +306,13 @@ impl Mitm {
             .map_err(|error| NotLocal::failed(Door::Mitm.after_local_error(&self.engine, error)))?;
         let mut response = Response::new(Body::new(ObservedBody::new(
             Body::from_stream(reply.into_stream()),
-            LocalEnd {
-                mitm: self.clone(),
-                request_id: request_id.to_owned(),
-                frames: self.debug_rpc().then(Vec::new),
-            },
+            TurnWatch::new(
+                self,
+                request_id.to_owned(),
+                "agent-rpc-local-reply",
+                false,
+                false,
+            ),
         )));
         response.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -394,21 +396,16 @@ impl HttpHandler for AgentRpcHandler {
         let Some(request_id) = self.relayed.take() else {
             return response;
         };
-        let mitm = ctx.mitm;
         let (parts, body) = response.into_parts();
-        let debug = mitm.debug_rpc();
-        let tool_codec = mitm.engine.runtime().config.mitm.agent_rpc_tool_codec;
-        let watched = ObservedBody::new(
-            body,
-            RelayEnd {
-                mitm: mitm.clone(),
-                request_id,
-                decoder: (debug || tool_codec)
-                    .then(|| FrameDecoder::new(gzip_stream(&parts.headers))),
-                views: debug.then(Vec::new),
-                tool_codec,
-            },
+        let tool_codec = ctx.mitm.engine.runtime().config.mitm.agent_rpc_tool_codec;
+        let watch = TurnWatch::new(
+            ctx.mitm,
+            request_id,
+            "agent-rpc-origin-reply",
+            gzip_stream(&parts.headers),
+            tool_codec,
         );
+        let watched = ObservedBody::new(body, watch);
         Response::from_parts(parts, Body::new(watched))
     }
 }
@@ -503,39 +500,6 @@ struct LocalReply {
     encoder: FrameEncoder,
 }
 
-/// Sees each frame of a local reply as it is written; its `Drop` runs when the reply
-/// ends (or the client leaves).
-impl Observer for LocalEnd {
-    fn data(&mut self, frame: &Bytes) {
-        if let Some(frames) = self.frames.as_mut()
-            && let Ok(decoded) = decode_all(frame, false)
-        {
-            frames.extend(decoded.iter().map(view::frame));
-        }
-    }
-
-    fn finish(self, _failure: Option<String>) {}
-}
-
-/// What a local reply does when it ends: touch the family, dump its frames.
-struct LocalEnd {
-    mitm: Arc<Mitm>,
-    request_id: String,
-    frames: Option<Vec<serde_json::Value>>,
-}
-
-impl Drop for LocalEnd {
-    fn drop(&mut self) {
-        self.mitm.turn_ended(&self.request_id);
-        if let Some(frames) = self.frames.take() {
-            self.mitm.dumps.dump_record(
-                "agent-rpc-local-reply",
-                &json!({"request_id": self.request_id, "frames": frames}),
-            );
-        }
-    }
-}
-
 impl LocalReply {
     /// Read events up to the first frame Cursor would show. A failure (or an empty
     /// end) before that is an `Err`: nothing has been written yet.
@@ -600,11 +564,15 @@ impl LocalReply {
     }
 }
 
-/// What a relayed RunSSE does when it ends: touch the family, dump decoded frames.
-struct RelayEnd {
+/// Watches a root turn's RunSSE reply, local or the origin's: reads its frames as they
+/// pass (debug dumps, the tool codec) and, when it ends or the client leaves, touches
+/// the turn's family and writes the dump.
+struct TurnWatch {
     mitm: Arc<Mitm>,
     request_id: String,
-    /// Reads the origin's frames as they pass (debug dumps, or the tool codec).
+    /// The debug dump's record: whose reply this is.
+    dump: &'static str,
+    /// Reads the frames as they pass (debug dumps, or the tool codec).
     decoder: Option<FrameDecoder>,
     /// Decoded frames for the debug dump.
     views: Option<Vec<serde_json::Value>>,
@@ -612,7 +580,28 @@ struct RelayEnd {
     tool_codec: bool,
 }
 
-impl Observer for RelayEnd {
+impl TurnWatch {
+    /// A watcher for `request_id`'s reply; `gzip`: its frames are compressed.
+    fn new(
+        mitm: &Arc<Mitm>,
+        request_id: String,
+        dump: &'static str,
+        gzip: bool,
+        tool_codec: bool,
+    ) -> TurnWatch {
+        let debug = mitm.debug_rpc();
+        TurnWatch {
+            mitm: mitm.clone(),
+            request_id,
+            dump,
+            decoder: (debug || tool_codec).then(|| FrameDecoder::new(gzip)),
+            views: debug.then(Vec::new),
+            tool_codec,
+        }
+    }
+}
+
+impl Observer for TurnWatch {
     fn data(&mut self, data: &Bytes) {
         let Some(decoder) = self.decoder.as_mut() else {
             return;
@@ -655,12 +644,12 @@ fn log_tool_call(request_id: &str, frame: &glider_cursorrpc::Frame) {
     }
 }
 
-impl Drop for RelayEnd {
+impl Drop for TurnWatch {
     fn drop(&mut self) {
         self.mitm.turn_ended(&self.request_id);
         if let Some(views) = self.views.take() {
             self.mitm.dumps.dump_record(
-                "agent-rpc-origin-reply",
+                self.dump,
                 &json!({"request_id": self.request_id, "frames": views}),
             );
         }
@@ -740,6 +729,7 @@ fn stream_error(error: &ApiError) -> Response<Body> {
 mod tests {
     use super::*;
     use glider_cursorrpc::frame::Frame as ConnectFrame;
+    use glider_cursorrpc::frame::decode_all;
     use glider_cursorrpc::messages::AgentServerMessage;
     use glider_ngl::{StopReason, Usage};
 
