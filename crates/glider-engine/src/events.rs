@@ -135,6 +135,16 @@ impl Bus {
         let _ = self.sender.send(Arc::new(event));
     }
 
+    /// [`Bus::start`] for a request with `headers`: the client shown is its
+    /// `user-agent`, so every door names the client the same way.
+    pub fn start_for(&self, door: &str, front: Dialect, headers: &http::HeaderMap) -> Tracker {
+        let client = headers
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        self.start(door, front, client)
+    }
+
     /// Open a record for a request that just arrived and announce it.
     pub fn start(&self, door: &str, front: Dialect, client: Option<String>) -> Tracker {
         let record = RequestRecord {

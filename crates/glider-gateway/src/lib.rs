@@ -3,7 +3,6 @@
 //! error in the caller's own dialect with its status decided by `ErrorKind::status`.
 
 pub mod access;
-pub mod render;
 
 use std::sync::Arc;
 
@@ -13,11 +12,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
-use glider_engine::{CompleteError, CompletionRequest, Engine};
+use glider_door::{Door, Outcome};
+use glider_engine::Engine;
 use glider_ngl::{ApiError, Dialect, ErrorKind};
-use http_body_util::{BodyExt, Limited};
 
-pub use render::error_response;
+/// The rendering lives in the door kit, shared with the MITM; these paths stay valid.
+pub use glider_door::{error_response, render};
 
 #[derive(Clone)]
 struct Gateway {
@@ -132,21 +132,9 @@ async fn read_body(
 ) -> Result<(HeaderMap, Bytes), Response> {
     let limit = gw.engine.runtime().config.server.max_body_bytes;
     let (parts, body) = request.into_parts();
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok((parts.headers, collected.to_bytes())),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(error_response(
-            front,
-            &ApiError::new(
-                ErrorKind::RequestTooLarge,
-                format!(
-                    "request body exceeds the configured limit of {limit} bytes (server.max_body_bytes)"
-                ),
-            ),
-        )),
-        Err(e) => Err(error_response(
-            front,
-            &ApiError::invalid(format!("could not read the request body: {e}")),
-        )),
+    match glider_door::read_limited(body, limit).await {
+        Ok(body) => Ok((parts.headers, body)),
+        Err(error) => Err(error_response(front, &error.api_error(Door::Gateway))),
     }
 }
 
@@ -155,25 +143,20 @@ async fn complete(gw: Gateway, front: Dialect, request: Request) -> Response {
         Ok(read) => read,
         Err(response) => return response,
     };
-    // Delegation comes first: a flagged message never enters the pipeline.
-    let delegate_config = &gw.engine.runtime().config.delegate;
-    if let Some(delegation) = gw.delegator.take(delegate_config, front, &headers, &body) {
-        return render::delegation(front, delegation).await;
-    }
-    match gw
-        .engine
-        .complete(CompletionRequest::gateway(front, body, headers))
-        .await
-    {
-        Ok(completion) => render::completion(front, completion),
-        Err(CompleteError::Api(error)) => error_response(front, &error),
+    let outcome = Door::Gateway
+        .answer(&gw.engine, Some(&gw.delegator), front, &headers, &body)
+        .await;
+    match outcome {
+        Outcome::Delegated(delegation) => render::delegation(front, delegation).await,
+        Outcome::Reply(completion) => render::completion(front, *completion),
+        Outcome::Error(error) => error_response(front, &error),
         // The gateway never asks for origin passthrough; if it happened anyway, saying
         // so beats a silent hang.
-        Err(error @ CompleteError::OriginPassthrough { .. }) => error_response(
+        Outcome::Origin(to_origin) => error_response(
             front,
             &ApiError::new(
                 ErrorKind::Internal,
-                format!("unexpected pipeline outcome: {error:?}"),
+                format!("unexpected pipeline outcome: {to_origin:?}"),
             ),
         ),
     }

@@ -1,13 +1,17 @@
 //! The MITM proxy door (spec package `mitm`): a CONNECT proxy on `mitm.port` that
 //! decrypts the hosts in `mitm.hosts` with leaf certificates from Glider's own CA,
-//! answers model requests through the shared pipeline with `origin_passthrough` set,
-//! and sends everything else to the CLI's origin untouched. Hosts not listed are
+//! answers model requests through the door kit's sequence (`glider-door`) with
+//! `origin_passthrough` set, and sends everything else to the CLI's origin untouched.
+//! The mechanics ([`proxy`]) meet the API path and the Cursor plane at one
+//! [`handler::HttpHandler`] seam. Hosts not listed are
 //! tunnelled as bytes, or refused when `mitm.passthrough_default` is false.
 
+mod api;
 mod body;
 pub mod ca;
 pub mod cursor;
 pub mod debug;
+pub mod handler;
 pub mod hosts;
 pub mod proxy;
 pub mod transparent;

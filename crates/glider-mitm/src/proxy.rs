@@ -1,26 +1,26 @@
-//! The proxy's two layers. Outside: an HTTP/1.1 proxy server that answers `CONNECT`
-//! (decrypt a listed host, tunnel or refuse the others) and plain-HTTP absolute-form
-//! requests. Inside a decrypted tunnel: TLS with a leaf for the host, then an HTTP/1.1 +
-//! HTTP/2 server whose API requests go through the engine and everything else to the
-//! origin untouched.
+//! The proxy's mechanics, in two layers. Outside: an HTTP/1.1 proxy server that answers
+//! `CONNECT` (decrypt a listed host, tunnel or refuse the others) and plain-HTTP
+//! absolute-form requests. Inside a decrypted tunnel: TLS with a leaf for the host, then
+//! an HTTP/1.1 + HTTP/2 server that hands Agent RPC and model requests to their
+//! [`crate::handler::HttpHandler`] and forwards everything else to the origin untouched.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use bytes::Bytes;
-use glider_engine::{CompleteError, CompletionRequest, Tracker};
+use glider_door::error_response;
+use glider_engine::Tracker;
 use glider_ngl::{ApiError, Dialect, ErrorKind};
 use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 
 use crate::Mitm;
-use crate::body::OriginBody;
+use crate::api::ApiHandler;
+use crate::body::origin_body;
 use crate::upstream::{strip_hop_by_hop, upgrade_protocol};
 
 /// Longest a client may take to finish the TLS handshake inside a tunnel.
@@ -258,106 +258,14 @@ impl Mitm {
         target: &Target,
     ) -> Response<Body> {
         if let Some(rpc) = crate::cursor::rpc(request.method(), request.uri().path()) {
-            return self.agent_rpc_request(request, rpc, target).await;
+            let handler = crate::cursor::AgentRpcHandler::new(rpc);
+            return self.handle(target, handler, request).await;
         }
         match api_front(request.method(), request.uri().path()) {
-            Some(front) => self.api_request(request, front, target).await,
+            Some(front) => self.handle(target, ApiHandler { front }, request).await,
             None => {
                 tracing::debug!(host = %target.host, method = %request.method(), path = request.uri().path(), "to the origin untouched");
                 self.forward(request.map(Body::new), target, None).await
-            }
-        }
-    }
-
-    /// A model request: the engine answers it locally, or it goes to the origin with its
-    /// bytes and credentials unchanged.
-    async fn api_request(
-        self: Arc<Self>,
-        request: Request<Incoming>,
-        front: Dialect,
-        target: &Target,
-    ) -> Response<Body> {
-        let config = self.engine.runtime().config.clone();
-        let limit = config.server.max_body_bytes;
-        let (parts, body) = request.into_parts();
-        let body: Bytes = match Limited::new(body, limit).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                return glider_gateway::error_response(
-                    front,
-                    &ApiError::new(
-                        ErrorKind::RequestTooLarge,
-                        format!(
-                            "request body exceeds Glider's limit of {limit} bytes (server.max_body_bytes)"
-                        ),
-                    ),
-                );
-            }
-            Err(e) => {
-                return glider_gateway::error_response(
-                    front,
-                    &ApiError::invalid(format!("could not read the request body: {e}")),
-                );
-            }
-        };
-        if config.mitm.debug_agent_rpc || crate::debug::env_enabled() {
-            self.dumps.dump(
-                &target.host,
-                parts.method.as_str(),
-                parts.uri.path_and_query().map_or("/", |p| p.as_str()),
-                &parts.headers,
-                &body,
-            );
-        }
-        // Delegation comes first, as on the gateway: a flagged message never enters the
-        // pipeline and never reaches the origin.
-        if let Some(delegation) =
-            self.delegator
-                .take(&config.delegate, front, &parts.headers, &body)
-        {
-            tracing::info!(host = %target.host, vendor = delegation.vendor.binary(), "delegated");
-            return glider_gateway::render::delegation(front, delegation).await;
-        }
-        let outcome = self
-            .engine
-            .complete(CompletionRequest {
-                front,
-                body: body.clone(),
-                headers: parts.headers.clone(),
-                door: "mitm",
-                origin_passthrough: true,
-            })
-            .await;
-        match outcome {
-            Ok(completion) => {
-                tracing::info!(host = %target.host, backend = %completion.backend, model = %completion.model, "answered locally");
-                glider_gateway::render::completion(front, completion)
-            }
-            Err(CompleteError::OriginPassthrough { decision, tracker }) => {
-                tracing::info!(host = %target.host, rule = decision.rule, reason = %decision.reason, "to the origin");
-                let request = Request::from_parts(parts, Body::from(body));
-                self.forward(request, target, Some(*tracker)).await
-            }
-            Err(CompleteError::Api(error)) if config.mitm.origin_on_local_error => {
-                tracing::info!(host = %target.host, error = %error, "local answer failed; to the origin (mitm.origin_on_local_error)");
-                let client = parts
-                    .headers
-                    .get(header::USER_AGENT)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned);
-                let mut tracker = self.engine.bus().start("mitm", front, client);
-                tracker.record.backend = Some("origin".into());
-                tracker.record.local = Some(false);
-                tracker.record.rule = Some("origin_on_local_error".into());
-                tracker.record.reason = Some(format!("local answer failed: {}", error.message));
-                tracker.record.fallbacks = vec![error.message.clone()];
-                tracker.announce();
-                let request = Request::from_parts(parts, Body::from(body));
-                self.forward(request, target, Some(tracker)).await
-            }
-            Err(CompleteError::Api(error)) => {
-                tracing::info!(host = %target.host, error = %error, "local answer failed; shown to the client (mitm.origin_on_local_error: false)");
-                glider_gateway::error_response(front, &error)
             }
         }
     }
@@ -393,27 +301,19 @@ impl Mitm {
                             tracker.record.error =
                                 Some(format!("origin answered {}", parts.status));
                         }
-                        Body::new(OriginBody::new(incoming, tracker, parts.status.as_u16()))
+                        Body::new(origin_body(incoming, tracker, parts.status.as_u16()))
                     }
                     None => Body::new(incoming),
                 };
                 Response::from_parts(parts, body)
             }
             Err(e) => {
-                let message = format!(
-                    "Glider could not reach the origin {}: {}",
-                    target.authority(),
-                    error_chain(&e)
-                );
-                tracing::warn!("{message}");
+                let message = unreachable_origin(target, &e);
                 match tracker.take() {
                     Some(mut tracker) => {
                         tracker.fail(502, &message);
                         let front = tracker.record.front;
-                        glider_gateway::error_response(
-                            front,
-                            &ApiError::new(ErrorKind::BadGateway, message),
-                        )
+                        error_response(front, &ApiError::new(ErrorKind::BadGateway, message))
                     }
                     None => text(StatusCode::BAD_GATEWAY, &format!("{message}\n")),
                 }
@@ -449,12 +349,7 @@ impl Mitm {
         {
             Ok(response) => response,
             Err(e) => {
-                let message = format!(
-                    "Glider could not reach the origin {}: {}",
-                    target.authority(),
-                    error_chain(&e)
-                );
-                tracing::warn!("{message}");
+                let message = unreachable_origin(target, &e);
                 return text(StatusCode::BAD_GATEWAY, &format!("{message}\n"));
             }
         };
@@ -512,6 +407,17 @@ where
     if let Err(e) = tokio::io::copy_bidirectional(&mut client, origin).await {
         tracing::debug!(%host, error = %e, "tunnel closed with an error");
     }
+}
+
+/// Why the origin could not be reached, in words for the client; logged as a warning.
+fn unreachable_origin(target: &Target, error: &dyn std::error::Error) -> String {
+    let message = format!(
+        "Glider could not reach the origin {}: {}",
+        target.authority(),
+        error_chain(error)
+    );
+    tracing::warn!("{message}");
+    message
 }
 
 /// An error with its sources, on one line.

@@ -4,4 +4,4 @@
 pub mod hub;
 pub mod plane;
 
-pub use plane::{AgentRpc, LocalTurn, Rpc, rpc};
+pub use plane::{AgentRpc, AgentRpcHandler, LocalTurn, Rpc, rpc};

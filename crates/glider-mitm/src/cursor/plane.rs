@@ -6,28 +6,27 @@
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use glider_cursorrpc::frame::{EndOfStream, FrameDecoder, decode_all};
+use glider_cursorrpc::frame::{EndOfStream, FrameDecoder};
 use glider_cursorrpc::messages::{
     AgentClientMessage, AppendKind, BidiAppendRequest, BidiRequestId,
 };
 use glider_cursorrpc::{Update, fields, server_frame, view};
+use glider_door::{Door, ObservedBody, Observer, Outcome, ToOrigin, read_limited};
 use glider_engine::router::Target as RouteTarget;
-use glider_engine::{CompleteError, CompletionBody, CompletionRequest, decode_events};
+use glider_engine::{CompletionBody, decode_events};
 use glider_ngl::{ApiError, Dialect, ErrorKind, StreamEvent};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body::{Frame, SizeHint};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::json;
 
 use super::hub::{AgentFulfillHub, Decision, FamilyOutcome, Sticky, WAIT};
 use crate::Mitm;
+use crate::handler::{HandlerCtx, HttpHandler, RequestOrResponse};
 use crate::proxy::Target;
 
 /// How long a turn family stays sticky after it opens, and after its root's reply
@@ -78,53 +77,10 @@ impl Mitm {
         self.engine.runtime().config.mitm.debug_agent_rpc || crate::debug::env_enabled()
     }
 
-    /// One Agent RPC on a decrypted host.
-    pub(crate) async fn agent_rpc_request(
-        self: Arc<Self>,
-        request: Request<Incoming>,
-        rpc: Rpc,
-        target: &Target,
-    ) -> Response<Body> {
-        let limit = self.engine.runtime().config.server.max_body_bytes;
-        let (parts, body) = request.into_parts();
-        let body = match Limited::new(body, limit).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) => {
-                let (status, code) = if e.is::<http_body_util::LengthLimitError>() {
-                    (StatusCode::PAYLOAD_TOO_LARGE, "resource_exhausted")
-                } else {
-                    (StatusCode::BAD_REQUEST, "invalid_argument")
-                };
-                return connect_error(
-                    status,
-                    code,
-                    &format!("Glider could not read the request body: {e}"),
-                );
-            }
-        };
-        let path = parts.uri.path().to_owned();
-        if self.debug_rpc() {
-            self.dumps.dump(
-                &target.host,
-                parts.method.as_str(),
-                &path,
-                &parts.headers,
-                &body,
-            );
-        }
-        match rpc {
-            Rpc::BidiAppend => self.bidi_append(parts, body, target).await,
-            Rpc::RunSse => self.run_sse(parts, body, target).await,
-        }
-    }
-
-    async fn bidi_append(
-        self: Arc<Self>,
-        parts: http::request::Parts,
-        body: Bytes,
-        target: &Target,
-    ) -> Response<Body> {
-        let payload = unary_payload(&parts.headers, &body);
+    /// Read a BidiAppend and arm the hub for its RunSSE; the append itself always goes
+    /// on to the origin.
+    fn bidi_append(&self, parts: &http::request::Parts, body: &Bytes, target: &Target) {
+        let payload = unary_payload(&parts.headers, body);
         if self.debug_rpc() {
             let append = match &payload {
                 Ok(payload) => view::append(payload),
@@ -142,8 +98,6 @@ impl Mitm {
                 tracing::info!(host = %target.host, error = %e, "Agent RPC: BidiAppend not understood; its RunSSE goes to the origin")
             }
         }
-        let request = Request::from_parts(parts, Body::from(body));
-        self.forward(request, target, None).await
     }
 
     /// Decide for an append that starts a request, and arm the hub. A later append on
@@ -261,13 +215,15 @@ impl Mitm {
         Decision::Local(local)
     }
 
+    /// Wait for a RunSSE's decision and answer it locally when it is local. `Err`: the
+    /// request id whose stream the origin answers instead.
     async fn run_sse(
-        self: Arc<Self>,
-        parts: http::request::Parts,
-        body: Bytes,
+        self: &Arc<Self>,
+        parts: &http::request::Parts,
+        body: &Bytes,
         target: &Target,
-    ) -> Response<Body> {
-        let request_id = run_sse_request_id(&parts.headers, &body);
+    ) -> Result<Response<Body>, String> {
+        let request_id = run_sse_request_id(&parts.headers, body);
         let decision = match &request_id {
             Some(id) => self.agent_rpc.hub.wait(id, WAIT).await,
             None => {
@@ -278,38 +234,20 @@ impl Mitm {
         let request_id = request_id.unwrap_or_default();
         if let Some(Decision::Local(turn)) = decision {
             match self.answer_locally(&request_id, turn).await {
-                Ok(response) => return response,
+                Ok(response) => return Ok(response),
                 Err(NotLocal::Origin(reason)) => {
                     tracing::info!(request_id, %reason, "Agent RPC: the pipeline now sends this turn to the origin");
                 }
-                Err(NotLocal::Failed(error))
-                    if self.engine.runtime().config.mitm.origin_on_local_error =>
-                {
+                Err(NotLocal::FailedToOrigin(error)) => {
                     tracing::info!(request_id, error = %error, "Agent RPC: local answer failed before its first byte; to the origin (mitm.origin_on_local_error)");
                 }
                 Err(NotLocal::Failed(error)) => {
                     tracing::info!(request_id, error = %error, "Agent RPC: local answer failed; shown to the client");
-                    return stream_error(&error);
+                    return Ok(stream_error(&error));
                 }
             }
         }
-        let request = Request::from_parts(parts, Body::from(body));
-        let response = self.forward(request, target, None).await;
-        let (parts, body) = response.into_parts();
-        let debug = self.debug_rpc();
-        let tool_codec = self.engine.runtime().config.mitm.agent_rpc_tool_codec;
-        let watched = RelayBody {
-            inner: body,
-            at_end: Some(RelayEnd {
-                mitm: self.clone(),
-                request_id,
-                decoder: (debug || tool_codec)
-                    .then(|| FrameDecoder::new(gzip_stream(&parts.headers))),
-                views: debug.then(Vec::new),
-                tool_codec,
-            }),
-        };
-        Response::from_parts(parts, Body::new(watched))
+        Err(request_id)
     }
 
     /// Run the turn through the pipeline and stream it as RunSSE frames. `Err`: nothing
@@ -320,20 +258,19 @@ impl Mitm {
         request_id: &str,
         turn: LocalTurn,
     ) -> Result<Response<Body>, NotLocal> {
-        let completion = self
-            .engine
-            .complete(CompletionRequest {
-                front: Dialect::OpenAiChat,
-                body: turn.body,
-                headers: turn.headers,
-                door: "mitm",
-                origin_passthrough: true,
-            })
+        // No delegator: the plane's turns are never delegated.
+        let outcome = Door::Mitm
+            .answer(
+                &self.engine,
+                None,
+                Dialect::OpenAiChat,
+                &turn.headers,
+                &turn.body,
+            )
             .await;
-        let completion = match completion {
-            Ok(completion) => completion,
-            Err(CompleteError::Api(error)) => return Err(NotLocal::Failed(error)),
-            Err(CompleteError::OriginPassthrough {
+        let completion = match outcome {
+            Outcome::Reply(completion) => *completion,
+            Outcome::Origin(ToOrigin::Decided {
                 decision,
                 mut tracker,
             }) => {
@@ -341,6 +278,7 @@ impl Mitm {
                 tracker.end();
                 return Err(NotLocal::Origin(decision.reason));
             }
+            other => return Err(NotLocal::failed(other)),
         };
         tracing::info!(request_id, backend = %completion.backend, model = %completion.model, "Agent RPC: answering locally");
         let events: EventStream = match completion.body {
@@ -363,12 +301,19 @@ impl Mitm {
                 },
             ])),
         };
-        let reply = LocalReply::start(events).await.map_err(NotLocal::Failed)?;
-        let mut response = Response::new(Body::from_stream(reply.into_stream(LocalEnd {
-            mitm: self.clone(),
-            request_id: request_id.to_owned(),
-            frames: self.debug_rpc().then(Vec::new),
-        })));
+        let reply = LocalReply::start(events)
+            .await
+            .map_err(|error| NotLocal::failed(Door::Mitm.after_local_error(&self.engine, error)))?;
+        let mut response = Response::new(Body::new(ObservedBody::new(
+            Body::from_stream(reply.into_stream()),
+            TurnWatch::new(
+                self,
+                request_id.to_owned(),
+                "agent-rpc-local-reply",
+                false,
+                false,
+            ),
+        )));
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/connect+proto"),
@@ -384,12 +329,114 @@ impl Mitm {
     }
 }
 
+/// The plane's [`HttpHandler`], one per Agent RPC request. BidiAppend: arm the hub,
+/// let the append through. RunSSE: answer locally, or let it through and watch the
+/// origin's stream (the family is touched at its end; frames read for dumps and the
+/// tool codec).
+pub struct AgentRpcHandler {
+    rpc: Rpc,
+    /// A RunSSE the origin answers: its request id, for the reply's watcher.
+    relayed: Option<String>,
+}
+
+impl AgentRpcHandler {
+    pub fn new(rpc: Rpc) -> Self {
+        AgentRpcHandler { rpc, relayed: None }
+    }
+}
+
+impl HttpHandler for AgentRpcHandler {
+    async fn handle_request(
+        &mut self,
+        ctx: &HandlerCtx<'_>,
+        request: Request<Incoming>,
+    ) -> RequestOrResponse {
+        let (mitm, target) = (ctx.mitm, ctx.target);
+        let limit = mitm.engine.runtime().config.server.max_body_bytes;
+        let (parts, body) = request.into_parts();
+        let body = match read_limited(body, limit).await {
+            Ok(body) => body,
+            Err(error) => {
+                let (status, code) = if error.too_large {
+                    (StatusCode::PAYLOAD_TOO_LARGE, "resource_exhausted")
+                } else {
+                    (StatusCode::BAD_REQUEST, "invalid_argument")
+                };
+                return RequestOrResponse::Response(connect_error(
+                    status,
+                    code,
+                    &format!("Glider could not read the request body: {}", error.cause),
+                ));
+            }
+        };
+        if mitm.debug_rpc() {
+            mitm.dumps.dump(
+                &target.host,
+                parts.method.as_str(),
+                parts.uri.path(),
+                &parts.headers,
+                &body,
+            );
+        }
+        match self.rpc {
+            Rpc::BidiAppend => mitm.bidi_append(&parts, &body, target),
+            Rpc::RunSse => match mitm.run_sse(&parts, &body, target).await {
+                Ok(response) => return RequestOrResponse::Response(response),
+                Err(request_id) => self.relayed = Some(request_id),
+            },
+        }
+        RequestOrResponse::to_origin(Request::from_parts(parts, Body::from(body)), None)
+    }
+
+    fn handle_response(
+        &mut self,
+        ctx: &HandlerCtx<'_>,
+        response: Response<Body>,
+    ) -> Response<Body> {
+        let Some(request_id) = self.relayed.take() else {
+            return response;
+        };
+        let (parts, body) = response.into_parts();
+        let tool_codec = ctx.mitm.engine.runtime().config.mitm.agent_rpc_tool_codec;
+        let watch = TurnWatch::new(
+            ctx.mitm,
+            request_id,
+            "agent-rpc-origin-reply",
+            gzip_stream(&parts.headers),
+            tool_codec,
+        );
+        let watched = ObservedBody::new(body, watch);
+        Response::from_parts(parts, Body::new(watched))
+    }
+}
+
 /// Why a local turn was not answered; either way nothing has been written yet.
 enum NotLocal {
     /// The pipeline sends the turn to the origin after all (a reload, a breaker).
     Origin(String),
-    /// The local answer failed before its first frame.
+    /// The local answer failed before its first frame and `mitm.origin_on_local_error`
+    /// sends the turn to the origin.
+    FailedToOrigin(ApiError),
+    /// The local answer failed before its first frame; the client sees the error.
     Failed(ApiError),
+}
+
+impl NotLocal {
+    /// A failed local answer, after the door kit's origin-on-local-error rule.
+    fn failed(outcome: Outcome) -> NotLocal {
+        match outcome {
+            Outcome::Origin(ToOrigin::LocalFailed(error)) => NotLocal::FailedToOrigin(error),
+            Outcome::Error(error) => NotLocal::Failed(error),
+            Outcome::Origin(ToOrigin::Decided { decision, .. }) => {
+                NotLocal::Origin(decision.reason)
+            }
+            // Nothing in the plane passes a delegator; if one ran anyway, say so.
+            Outcome::Reply(_) | Outcome::Delegated(_) => NotLocal::Failed(ApiError::new(
+                ErrorKind::Internal,
+                "unexpected outcome for a local Cursor turn",
+            )),
+        }
+    }
 }
 
 /// Encodes ngl events as RunSSE frames.
@@ -453,46 +500,6 @@ struct LocalReply {
     encoder: FrameEncoder,
 }
 
-/// Sees each frame of a local reply as it is written; dropped when the reply ends (or
-/// the client leaves).
-trait ReplyObserver: Send + 'static {
-    fn frame(&mut self, frame: &Bytes);
-}
-
-/// Nothing to observe (tests).
-impl ReplyObserver for () {
-    fn frame(&mut self, _: &Bytes) {}
-}
-
-impl ReplyObserver for LocalEnd {
-    fn frame(&mut self, frame: &Bytes) {
-        if let Some(frames) = self.frames.as_mut()
-            && let Ok(decoded) = decode_all(frame, false)
-        {
-            frames.extend(decoded.iter().map(view::frame));
-        }
-    }
-}
-
-/// What a local reply does when it ends: touch the family, dump its frames.
-struct LocalEnd {
-    mitm: Arc<Mitm>,
-    request_id: String,
-    frames: Option<Vec<serde_json::Value>>,
-}
-
-impl Drop for LocalEnd {
-    fn drop(&mut self) {
-        self.mitm.turn_ended(&self.request_id);
-        if let Some(frames) = self.frames.take() {
-            self.mitm.dumps.dump_record(
-                "agent-rpc-local-reply",
-                &json!({"request_id": self.request_id, "frames": frames}),
-            );
-        }
-    }
-}
-
 impl LocalReply {
     /// Read events up to the first frame Cursor would show. A failure (or an empty
     /// end) before that is an `Err`: nothing has been written yet.
@@ -520,26 +527,20 @@ impl LocalReply {
 
     /// The frames as a body stream; heartbeats fill silences, and a model that stops
     /// without finishing ends the stream with an error frame.
-    fn into_stream<O: ReplyObserver>(
-        self,
-        end: O,
-    ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
-        struct State<O> {
+    fn into_stream(self) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
+        struct State {
             queue: std::collections::VecDeque<Bytes>,
             rest: EventStream,
             encoder: FrameEncoder,
-            end: O,
         }
         let state = State {
             queue: self.head.into(),
             rest: self.rest,
             encoder: self.encoder,
-            end,
         };
         futures_util::stream::unfold(state, |mut s| async move {
             loop {
                 if let Some(frame) = s.queue.pop_front() {
-                    s.end.frame(&frame);
                     return Some((Ok(frame), s));
                 }
                 if s.encoder.ended {
@@ -563,11 +564,15 @@ impl LocalReply {
     }
 }
 
-/// What a relayed RunSSE does when it ends: touch the family, dump decoded frames.
-struct RelayEnd {
+/// Watches a root turn's RunSSE reply, local or the origin's: reads its frames as they
+/// pass (debug dumps, the tool codec) and, when it ends or the client leaves, touches
+/// the turn's family and writes the dump.
+struct TurnWatch {
     mitm: Arc<Mitm>,
     request_id: String,
-    /// Reads the origin's frames as they pass (debug dumps, or the tool codec).
+    /// The debug dump's record: whose reply this is.
+    dump: &'static str,
+    /// Reads the frames as they pass (debug dumps, or the tool codec).
     decoder: Option<FrameDecoder>,
     /// Decoded frames for the debug dump.
     views: Option<Vec<serde_json::Value>>,
@@ -575,8 +580,29 @@ struct RelayEnd {
     tool_codec: bool,
 }
 
-impl RelayEnd {
-    fn observe(&mut self, data: &[u8]) {
+impl TurnWatch {
+    /// A watcher for `request_id`'s reply; `gzip`: its frames are compressed.
+    fn new(
+        mitm: &Arc<Mitm>,
+        request_id: String,
+        dump: &'static str,
+        gzip: bool,
+        tool_codec: bool,
+    ) -> TurnWatch {
+        let debug = mitm.debug_rpc();
+        TurnWatch {
+            mitm: mitm.clone(),
+            request_id,
+            dump,
+            decoder: (debug || tool_codec).then(|| FrameDecoder::new(gzip)),
+            views: debug.then(Vec::new),
+            tool_codec,
+        }
+    }
+}
+
+impl Observer for TurnWatch {
+    fn data(&mut self, data: &Bytes) {
         let Some(decoder) = self.decoder.as_mut() else {
             return;
         };
@@ -603,6 +629,9 @@ impl RelayEnd {
             }
         }
     }
+
+    /// Its `Drop` does the work, so a client that leaves is handled the same.
+    fn finish(self, _failure: Option<String>) {}
 }
 
 /// The tool codec: say which of the usual tools the origin asked the client to run.
@@ -615,55 +644,15 @@ fn log_tool_call(request_id: &str, frame: &glider_cursorrpc::Frame) {
     }
 }
 
-impl Drop for RelayEnd {
+impl Drop for TurnWatch {
     fn drop(&mut self) {
         self.mitm.turn_ended(&self.request_id);
         if let Some(views) = self.views.take() {
             self.mitm.dumps.dump_record(
-                "agent-rpc-origin-reply",
+                self.dump,
                 &json!({"request_id": self.request_id, "frames": views}),
             );
         }
-    }
-}
-
-/// The origin's RunSSE body, passed through untouched; on its end (or the client
-/// leaving) the family is touched, and its frames are read for dumps and the codec.
-struct RelayBody {
-    inner: Body,
-    at_end: Option<RelayEnd>,
-}
-
-impl http_body::Body for RelayBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let this = &mut *self;
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(end), Some(data)) = (&mut this.at_end, frame.data_ref()) {
-                    end.observe(data);
-                }
-            }
-            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
-                this.at_end.take();
-            }
-            Poll::Pending => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 
@@ -740,6 +729,7 @@ fn stream_error(error: &ApiError) -> Response<Body> {
 mod tests {
     use super::*;
     use glider_cursorrpc::frame::Frame as ConnectFrame;
+    use glider_cursorrpc::frame::decode_all;
     use glider_cursorrpc::messages::AgentServerMessage;
     use glider_ngl::{StopReason, Usage};
 
@@ -756,7 +746,7 @@ mod tests {
 
     async fn frames_of(reply: LocalReply) -> Vec<ConnectFrame> {
         let chunks: Vec<Bytes> = reply
-            .into_stream(())
+            .into_stream()
             .map(|chunk| match chunk {
                 Ok(bytes) => bytes,
                 Err(never) => match never {},
@@ -873,7 +863,7 @@ mod tests {
         }));
         tx.send(text("thinking about it")).expect("send");
         let reply = LocalReply::start(events).await.expect("starts");
-        let mut stream = Box::pin(reply.into_stream(()));
+        let mut stream = Box::pin(reply.into_stream());
         assert_eq!(
             next_update(&mut stream).await,
             Some(Update::TextDelta("thinking about it".into()))

@@ -6,9 +6,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use glider_dialects::codec;
 use glider_engine::{Completion, CompletionBody};
 use glider_ngl::{ApiError, Dialect, ResponseBuilder, StreamEvent};
-use glider_dialects::codec;
 
 /// An error in `front`'s own JSON shape with its status.
 pub fn error_response(front: Dialect, error: &ApiError) -> Response {

@@ -1,0 +1,16 @@
+//! The door kit (spec packages `api` and `mitm` share it): what every door does with a
+//! model request between accepting it and writing its reply. It owns the door
+//! sequence ([`sequence`]: the body read under `server.max_body_bytes`, delegation
+//! first, the pipeline, the `mitm.origin_on_local_error` rule), the rendering of a
+//! completion, a delegation or an error in the caller's dialect ([`render`]), and the
+//! one body wrapper that watches a reply's bytes and finishes its record at the end
+//! ([`observed`]). The doors keep only their transport: routes for the gateway,
+//! CONNECT/TLS/forwarding for the MITM.
+
+pub mod observed;
+pub mod render;
+pub mod sequence;
+
+pub use observed::{ObservedBody, Observer};
+pub use render::error_response;
+pub use sequence::{BodyError, Door, Outcome, ToOrigin, read_limited};

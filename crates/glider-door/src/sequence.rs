@@ -1,0 +1,232 @@
+//! The door sequence, the same for every door: read the body under
+//! `server.max_body_bytes`, let a delegate take a flagged message first, run the
+//! pipeline, then apply `mitm.origin_on_local_error`. The result is an [`Outcome`]
+//! the door renders in its own way (HTTP in the caller's dialect, or Cursor frames).
+
+use bytes::Bytes;
+use glider_delegate::{Delegation, Delegator};
+use glider_engine::{
+    Bus, CompleteError, Completion, CompletionRequest, Engine, RouteDecision, Tracker,
+};
+use glider_ngl::{ApiError, Dialect, ErrorKind};
+use http::HeaderMap;
+use http_body_util::{BodyExt, Limited};
+
+/// Which door a request came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// The base-URL gateway: every request is answered, never sent to an origin.
+    Gateway,
+    /// The MITM proxy: a request that is not local goes to the CLI's origin.
+    Mitm,
+}
+
+impl Door {
+    /// The door's name in the request record.
+    pub fn name(self) -> &'static str {
+        match self {
+            Door::Gateway => "gateway",
+            Door::Mitm => "mitm",
+        }
+    }
+
+    /// The pipeline request for a body that came through this door.
+    fn completion_request(
+        self,
+        front: Dialect,
+        body: Bytes,
+        headers: HeaderMap,
+    ) -> CompletionRequest {
+        match self {
+            Door::Gateway => CompletionRequest::gateway(front, body, headers),
+            Door::Mitm => CompletionRequest {
+                front,
+                body,
+                headers,
+                door: self.name(),
+                origin_passthrough: true,
+            },
+        }
+    }
+
+    /// Whose limit a too-large body broke, in the 413's message.
+    fn limit_owner(self) -> &'static str {
+        match self {
+            Door::Gateway => "the configured limit",
+            Door::Mitm => "Glider's limit",
+        }
+    }
+
+    /// Steps two to four of the sequence for a body already read: delegation first (a
+    /// flagged message never enters the pipeline nor reaches an origin; only when
+    /// `delegator` is given), then the pipeline, then the origin-on-local-error rule.
+    pub async fn answer(
+        self,
+        engine: &Engine,
+        delegator: Option<&Delegator>,
+        front: Dialect,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Outcome {
+        if let Some(delegator) = delegator
+            && let Some(delegation) =
+                delegator.take(&engine.runtime().config.delegate, front, headers, body)
+        {
+            return Outcome::Delegated(delegation);
+        }
+        let request = self.completion_request(front, body.clone(), headers.clone());
+        match engine.complete(request).await {
+            Ok(completion) => Outcome::Reply(Box::new(completion)),
+            Err(CompleteError::OriginPassthrough { decision, tracker }) => {
+                Outcome::Origin(ToOrigin::Decided { decision, tracker })
+            }
+            Err(CompleteError::Api(error)) => self.after_local_error(engine, error),
+        }
+    }
+
+    /// The `mitm.origin_on_local_error` rule for a local answer that failed before
+    /// anything was written: the origin answers instead (MITM, rule on), or the client
+    /// sees the error.
+    pub fn after_local_error(self, engine: &Engine, error: ApiError) -> Outcome {
+        if self == Door::Mitm && engine.runtime().config.mitm.origin_on_local_error {
+            Outcome::Origin(ToOrigin::LocalFailed(error))
+        } else {
+            Outcome::Error(error)
+        }
+    }
+}
+
+/// What the door sequence decided for one request.
+pub enum Outcome {
+    /// A delegate took the message: render it with [`crate::render::delegation`].
+    Delegated(Delegation),
+    /// The pipeline answered (boxed: a completion is far larger than the other cases).
+    Reply(Box<Completion>),
+    /// Send the original request to the origin with its credentials unchanged (MITM only).
+    Origin(ToOrigin),
+    /// Show this error to the client, in its dialect.
+    Error(ApiError),
+}
+
+/// Why a request goes to the origin after all.
+pub enum ToOrigin {
+    /// The pipeline decided it is not a local request; its tracker records it.
+    Decided {
+        decision: Box<RouteDecision>,
+        tracker: Box<Tracker>,
+    },
+    /// The local answer failed and `mitm.origin_on_local_error` sends it on.
+    LocalFailed(ApiError),
+}
+
+/// The shape the pipeline's own `CompleteError` prints, for logs and the gateway's
+/// "unexpected outcome" error.
+impl std::fmt::Debug for ToOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToOrigin::Decided { decision, .. } => write!(
+                f,
+                "OriginPassthrough({}: {})",
+                decision.rule, decision.reason
+            ),
+            ToOrigin::LocalFailed(error) => write!(f, "LocalFailed({error})"),
+        }
+    }
+}
+
+impl ToOrigin {
+    /// The record of the origin's leg: the pipeline's own, or a new one saying that the
+    /// local answer failed (announced, backend `origin`, rule `origin_on_local_error`).
+    pub fn into_tracker(self, bus: &Bus, front: Dialect, headers: &HeaderMap) -> Tracker {
+        match self {
+            ToOrigin::Decided { tracker, .. } => *tracker,
+            ToOrigin::LocalFailed(error) => {
+                let mut tracker = bus.start_for(Door::Mitm.name(), front, headers);
+                tracker.record.backend = Some("origin".into());
+                tracker.record.local = Some(false);
+                tracker.record.rule = Some("origin_on_local_error".into());
+                tracker.record.reason = Some(format!("local answer failed: {}", error.message));
+                tracker.record.fallbacks = vec![error.message];
+                tracker.announce();
+                tracker
+            }
+        }
+    }
+}
+
+/// A request body that could not be read whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodyError {
+    /// The body is longer than the limit (else it broke off while being read).
+    pub too_large: bool,
+    pub limit: usize,
+    /// The reader's own words.
+    pub cause: String,
+}
+
+impl BodyError {
+    /// The error in ngl terms, for a door that answers in the caller's dialect: a 413
+    /// naming `server.max_body_bytes`, or a 400.
+    pub fn api_error(&self, door: Door) -> ApiError {
+        if self.too_large {
+            ApiError::new(
+                ErrorKind::RequestTooLarge,
+                format!(
+                    "request body exceeds {} of {} bytes (server.max_body_bytes)",
+                    door.limit_owner(),
+                    self.limit
+                ),
+            )
+        } else {
+            ApiError::invalid(format!("could not read the request body: {}", self.cause))
+        }
+    }
+}
+
+/// Step one of the sequence: the whole body, at most `limit` bytes of it.
+pub async fn read_limited<B>(body: B, limit: usize) -> Result<Bytes, BodyError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) => Err(BodyError {
+            too_large: e.is::<http_body_util::LengthLimitError>(),
+            limit,
+            cause: e.to_string(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Full;
+
+    #[tokio::test]
+    async fn a_body_under_the_limit_is_read_whole() {
+        let body = read_limited(Full::new(Bytes::from_static(b"hello")), 5).await;
+        assert_eq!(body, Ok(Bytes::from_static(b"hello")));
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_a_413_naming_the_setting() {
+        let error = read_limited(Full::new(Bytes::from_static(b"hello!")), 5)
+            .await
+            .expect_err("over the limit");
+        assert!(error.too_large);
+        let api = error.api_error(Door::Gateway);
+        assert_eq!(api.kind, ErrorKind::RequestTooLarge);
+        assert_eq!(
+            api.message,
+            "request body exceeds the configured limit of 5 bytes (server.max_body_bytes)"
+        );
+        assert!(
+            error
+                .api_error(Door::Mitm)
+                .message
+                .contains("Glider's limit of 5 bytes")
+        );
+    }
+}
