@@ -320,13 +320,12 @@ impl Mitm {
         }
         let outcome = self
             .engine
-            .complete(CompletionRequest {
+            .complete(CompletionRequest::mitm(
                 front,
-                body: body.clone(),
-                headers: parts.headers.clone(),
-                door: "mitm",
-                origin_passthrough: true,
-            })
+                body.clone(),
+                parts.headers.clone(),
+                true,
+            ))
             .await;
         match outcome {
             Ok(completion) => {

@@ -322,13 +322,12 @@ impl Mitm {
     ) -> Result<Response<Body>, NotLocal> {
         let completion = self
             .engine
-            .complete(CompletionRequest {
-                front: Dialect::OpenAiChat,
-                body: turn.body,
-                headers: turn.headers,
-                door: "mitm",
-                origin_passthrough: true,
-            })
+            .complete(CompletionRequest::mitm(
+                Dialect::OpenAiChat,
+                turn.body,
+                turn.headers,
+                true,
+            ))
             .await;
         let completion = match completion {
             Ok(completion) => completion,
