@@ -14,4 +14,4 @@ pub use pipeline::{
     CompleteError, Completion, CompletionBody, CompletionRequest, Door, Engine, ModelInfo,
     Prepared, decode_events,
 };
-pub use router::RouteDecision;
+pub use router::{RouteDecision, RuleName};

@@ -333,7 +333,7 @@ impl Mitm {
                 glider_gateway::render::completion(front, completion)
             }
             Err(CompleteError::OriginPassthrough { decision, tracker }) => {
-                tracing::info!(host = %target.host, rule = decision.rule, reason = %decision.reason, "to the origin");
+                tracing::info!(host = %target.host, rule = decision.rule.as_str(), reason = %decision.reason, "to the origin");
                 let request = Request::from_parts(parts, Body::from(body));
                 self.forward(request, target, Some(*tracker)).await
             }

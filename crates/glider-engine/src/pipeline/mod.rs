@@ -326,3 +326,108 @@ fn failed(error: ApiError, mut tracker: Tracker, front: Dialect) -> CompleteErro
     tracker.fail(error.kind.status(), &error.message);
     CompleteError::Api(error)
 }
+
+#[cfg(test)]
+mod tests {
+    use glider_config::Config;
+    use glider_test_support::{MockConfig, MockVendor};
+
+    use super::*;
+    use crate::router::RuleName;
+
+    fn engine(mock: &MockVendor) -> Arc<Engine> {
+        let yaml = format!(
+            "backends:\n\
+             \x20 - {{name: local, type: ollama, base_url: '{0}', models: [qwen]}}\n\
+             \x20 - {{name: claude, type: anthropic, base_url: '{0}', api_key: k, models: ['claude-*']}}\n",
+            mock.base_url()
+        );
+        let config = Config::parse(&yaml, "t").expect("valid");
+        Engine::new(ConfigHandle::new(config, None))
+    }
+
+    fn ask(model: &str) -> Request {
+        let body = serde_json::json!({
+            "model": model, "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}],
+        });
+        codec(Dialect::Anthropic)
+            .decode_request(body.to_string().as_bytes())
+            .expect("decodes")
+    }
+
+    #[tokio::test]
+    async fn a_request_prepared_from_ngl_is_routed_once_and_re_encoded() {
+        let mock = MockVendor::start(MockConfig::default()).await;
+        let engine = engine(&mock);
+        let prepared = engine
+            .prepare_decoded(
+                Dialect::Anthropic,
+                ask("qwen"),
+                HeaderMap::new(),
+                Door::Mitm,
+                true,
+            )
+            .await
+            .expect("routes");
+        assert!(prepared.body().is_none());
+        assert_eq!(prepared.door(), Door::Mitm);
+        assert_eq!(prepared.model(), "qwen");
+        assert_eq!(prepared.decision().rule, RuleName::Model);
+        let completion = engine.complete_prepared(prepared).await.expect("answers");
+        assert_eq!(
+            (completion.backend.as_str(), completion.model.as_str()),
+            ("local", "qwen")
+        );
+        assert!(matches!(completion.body, CompletionBody::Whole(_)));
+        let sent = mock.requests();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].path, "/api/chat", "re-encoded for Ollama");
+        assert_eq!(sent[0].body["model"], "qwen");
+    }
+
+    #[tokio::test]
+    async fn a_prepared_cloud_request_can_go_to_the_origin_unsent() {
+        let mock = MockVendor::start(MockConfig::default()).await;
+        let engine = engine(&mock);
+        let prepared = engine
+            .prepare_completion(CompletionRequest::mitm(
+                Dialect::Anthropic,
+                Bytes::from(
+                    serde_json::json!({"model": "claude-x", "max_tokens": 10,
+                        "messages": [{"role": "user", "content": "hi"}]})
+                    .to_string(),
+                ),
+                HeaderMap::new(),
+                true,
+            ))
+            .await
+            .expect("routes");
+        assert!(prepared.body().is_some());
+        assert_eq!(prepared.decision().candidates[0].backend.name(), "claude");
+        let CompleteError::OriginPassthrough { decision, .. } = prepared.into_origin() else {
+            panic!("to the origin");
+        };
+        assert_eq!(decision.rule, RuleName::Model);
+        assert!(mock.requests().is_empty(), "nothing was sent");
+    }
+
+    #[test]
+    fn phases_run_in_the_specs_order() {
+        let names = |phases: &[&dyn phases::Phase]| -> Vec<&str> {
+            phases.iter().map(|p| p.name()).collect()
+        };
+        assert_eq!(names(DECIDING), ["alias", "estimate", "route"]);
+        assert_eq!(
+            names(CARRYING_OUT),
+            [
+                "origin_gate",
+                "bounded_context",
+                "transform",
+                "encode",
+                "execute",
+                "record"
+            ]
+        );
+    }
+}

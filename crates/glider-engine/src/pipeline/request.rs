@@ -26,7 +26,7 @@ impl Door {
 
 impl std::fmt::Display for Door {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 

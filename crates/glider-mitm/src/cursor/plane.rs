@@ -243,7 +243,7 @@ impl Mitm {
             .any(|c| c.backend.kind().is_local());
         let flag = decision.flag.as_ref().map(|f| f.target.clone());
         if !is_local {
-            tracing::info!(request_id, rule = decision.rule, reason = %decision.reason, "Agent RPC: cloud decision; to the origin, family opened");
+            tracing::info!(request_id, rule = decision.rule.as_str(), reason = %decision.reason, "Agent RPC: cloud decision; to the origin, family opened");
             hub.open_family(request_id, conversation, Sticky::Cloud, FAMILY_TTL);
             return Decision::Origin;
         }
@@ -257,7 +257,7 @@ impl Mitm {
             );
             return Decision::Origin;
         }
-        tracing::info!(request_id, rule = decision.rule, reason = %decision.reason, "Agent RPC: root turn answered locally");
+        tracing::info!(request_id, rule = decision.rule.as_str(), reason = %decision.reason, "Agent RPC: root turn answered locally");
         Decision::Local(local)
     }
 

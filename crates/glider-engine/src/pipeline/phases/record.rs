@@ -43,7 +43,7 @@ impl Phase for Record {
                 requested = %job.request.model,
                 backend = candidate.backend.name(),
                 model = %candidate.model,
-                rule = decision.rule,
+                rule = decision.rule.as_str(),
                 tokens = job.tokens,
                 stream,
                 fallbacks = executed.failures.len(),

@@ -4,7 +4,7 @@
 use glider_ngl::ErrorKind;
 
 use super::{Flow, Job, Phase, PhaseFuture, ready};
-use crate::router::{RouteDecision, RouteInput, explicit};
+use crate::router::{RouteDecision, RouteInput, RuleName, explicit};
 
 pub(crate) struct Route;
 
@@ -26,10 +26,10 @@ impl Phase for Route {
             // No backend serves the model: for MITM that is not a local request, so it
             // belongs to the CLI's origin, which knows every model it offers.
             Err(error) if job.origin_passthrough && error.kind == ErrorKind::NotFound => {
-                job.tracker.record.rule = Some("origin".into());
+                job.tracker.record.rule = Some(RuleName::Origin.as_str().to_owned());
                 job.tracker.record.reason = Some(error.message.clone());
                 return ready(Flow::Origin(Box::new(RouteDecision {
-                    rule: "origin",
+                    rule: RuleName::Origin,
                     reason: error.message,
                     score: None,
                     estimated_tokens: job.tokens,
@@ -51,7 +51,7 @@ impl Phase for Route {
                 job.body = Some(stripped);
             }
         }
-        job.tracker.record.rule = Some(decision.rule.to_owned());
+        job.tracker.record.rule = Some(decision.rule.as_str().to_owned());
         job.tracker.record.reason = Some(decision.reason.clone());
         job.decision = Some(decision);
         ready(Flow::Continue)
