@@ -12,7 +12,7 @@ use glider_ngl::{Dialect, ErrorKind};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::breaker::CircuitBreaker;
-use crate::executor::AttemptFailure;
+use crate::failure::AttemptFailure;
 use crate::health::HealthCell;
 
 /// The rest of a reply body after its first chunk.

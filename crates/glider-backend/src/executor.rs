@@ -3,42 +3,21 @@
 //! it and go on. After the first byte the choice is final: a later failure is the
 //! stream's problem, reported in the client's dialect, never a silent switch.
 
+use std::borrow::Cow;
 use std::sync::Arc;
-
-use futures_util::StreamExt;
-use glider_ngl::ErrorKind;
-use serde::Serialize;
 
 use crate::breaker::Admission;
 use crate::client::{Backend, BodyStream, UpstreamRequest, UpstreamResponse};
+pub use crate::failure::AttemptFailure;
 use crate::health::HealthStatus;
+use futures_util::StreamExt;
+use glider_ngl::ErrorKind;
 
 /// One (backend, model) pair the router would accept.
 #[derive(Debug, Clone)]
 pub struct Candidate {
     pub backend: Arc<Backend>,
     pub model: String,
-}
-
-/// Why one attempt did not produce a reply.
-#[derive(Debug, Clone, Serialize)]
-pub struct AttemptFailure {
-    pub backend: String,
-    pub kind: ErrorKind,
-    pub message: String,
-    /// May another backend be tried after this failure?
-    pub retryable: bool,
-    /// The backend's HTTP status, if it answered.
-    pub status: Option<u16>,
-    /// The backend's error body, if it answered.
-    #[serde(skip)]
-    pub body: Option<bytes::Bytes>,
-}
-
-impl std::fmt::Display for AttemptFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.backend, self.message)
-    }
 }
 
 /// The attempt that answered.
@@ -81,11 +60,42 @@ impl Drop for ProbeGuard<'_> {
     }
 }
 
+/// Run the backup sequence over requests already prepared, one per candidate (same
+/// order): the executor only sends them, in attempt order, under each breaker.
+pub async fn execute_prepared(
+    candidates: &[Candidate],
+    requests: &[UpstreamRequest],
+) -> Result<Executed, Vec<AttemptFailure>> {
+    run_sequence(candidates, |index, candidate| {
+        requests
+            .get(index)
+            .map(Cow::Borrowed)
+            .ok_or_else(|| AttemptFailure {
+                backend: candidate.backend.name().to_owned(),
+                kind: ErrorKind::Internal,
+                message: "no upstream request was prepared for this candidate".into(),
+                retryable: true,
+                status: None,
+                body: None,
+            })
+    })
+    .await
+}
+
 /// Run the backup sequence. `build` makes the request body for a candidate (its
 /// dialect and model differ); a build error counts as that candidate's failure.
 pub async fn execute(
     candidates: &[Candidate],
     mut build: impl FnMut(&Candidate) -> Result<UpstreamRequest, AttemptFailure>,
+) -> Result<Executed, Vec<AttemptFailure>> {
+    run_sequence(candidates, |_, candidate| build(candidate).map(Cow::Owned)).await
+}
+
+/// The backup sequence itself; `request_for` gives the request for a candidate (by its
+/// index in `candidates`) only once the breaker admits it.
+async fn run_sequence<'r>(
+    candidates: &[Candidate],
+    mut request_for: impl FnMut(usize, &Candidate) -> Result<Cow<'r, UpstreamRequest>, AttemptFailure>,
 ) -> Result<Executed, Vec<AttemptFailure>> {
     let mut failures = Vec::new();
     for index in attempt_order(candidates) {
@@ -107,7 +117,7 @@ pub async fn execute(
             backend,
             armed: admission == Admission::Probe,
         };
-        let request = match build(candidate) {
+        let request = match request_for(index, candidate) {
             Ok(request) => request,
             Err(failure) => {
                 failures.push(failure);

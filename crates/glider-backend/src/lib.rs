@@ -5,9 +5,11 @@
 pub mod breaker;
 pub mod client;
 pub mod executor;
+pub mod failure;
 pub mod health;
 
 pub use breaker::{BreakerState, CircuitBreaker};
 pub use client::{Backend, BodyStream, UpstreamRequest, UpstreamResponse};
-pub use executor::{AttemptFailure, Candidate, Executed, execute};
+pub use executor::{Candidate, Executed, execute, execute_prepared};
+pub use failure::AttemptFailure;
 pub use health::Health;

@@ -12,82 +12,77 @@ use glider_ngl::{ApiError, Dialect, ErrorKind};
 use http::HeaderMap;
 use http_body_util::{BodyExt, Limited};
 
-/// Which door a request came through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Door {
-    /// The base-URL gateway: every request is answered, never sent to an origin.
-    Gateway,
-    /// The MITM proxy: a request that is not local goes to the CLI's origin.
-    Mitm,
+pub use glider_engine::Door;
+
+/// The pipeline request for a body that came through `door`.
+fn completion_request(
+    door: Door,
+    front: Dialect,
+    body: Bytes,
+    headers: HeaderMap,
+) -> CompletionRequest {
+    match door {
+        Door::Gateway => CompletionRequest::gateway(front, body, headers),
+        Door::Mitm => CompletionRequest::mitm(front, body, headers, true),
+    }
 }
 
-impl Door {
-    /// The door's name in the request record.
-    pub fn name(self) -> &'static str {
-        match self {
-            Door::Gateway => "gateway",
-            Door::Mitm => "mitm",
-        }
+/// Whose limit a too-large body broke, in the 413's message.
+fn limit_owner(door: Door) -> &'static str {
+    match door {
+        Door::Gateway => "the configured limit",
+        Door::Mitm => "Glider's limit",
     }
+}
 
-    /// The pipeline request for a body that came through this door.
-    fn completion_request(
+/// The door sequence's steps two to four, as methods of the engine's [`Door`].
+pub trait DoorSequence: Copy {
+    /// Steps two to four for a body already read: delegation first (a flagged message
+    /// never enters the pipeline nor reaches an origin; only when `delegator` is given),
+    /// then the pipeline, then the origin-on-local-error rule.
+    fn answer<'a>(
         self,
+        engine: &'a Engine,
+        delegator: Option<&'a Delegator>,
         front: Dialect,
-        body: Bytes,
-        headers: HeaderMap,
-    ) -> CompletionRequest {
-        match self {
-            Door::Gateway => CompletionRequest::gateway(front, body, headers),
-            Door::Mitm => CompletionRequest {
-                front,
-                body,
-                headers,
-                door: self.name(),
-                origin_passthrough: true,
-            },
-        }
-    }
-
-    /// Whose limit a too-large body broke, in the 413's message.
-    fn limit_owner(self) -> &'static str {
-        match self {
-            Door::Gateway => "the configured limit",
-            Door::Mitm => "Glider's limit",
-        }
-    }
-
-    /// Steps two to four of the sequence for a body already read: delegation first (a
-    /// flagged message never enters the pipeline nor reaches an origin; only when
-    /// `delegator` is given), then the pipeline, then the origin-on-local-error rule.
-    pub async fn answer(
-        self,
-        engine: &Engine,
-        delegator: Option<&Delegator>,
-        front: Dialect,
-        headers: &HeaderMap,
-        body: &Bytes,
-    ) -> Outcome {
-        if let Some(delegator) = delegator
-            && let Some(delegation) =
-                delegator.take(&engine.runtime().config.delegate, front, headers, body)
-        {
-            return Outcome::Delegated(delegation);
-        }
-        let request = self.completion_request(front, body.clone(), headers.clone());
-        match engine.complete(request).await {
-            Ok(completion) => Outcome::Reply(Box::new(completion)),
-            Err(CompleteError::OriginPassthrough { decision, tracker }) => {
-                Outcome::Origin(ToOrigin::Decided { decision, tracker })
-            }
-            Err(CompleteError::Api(error)) => self.after_local_error(engine, error),
-        }
-    }
+        headers: &'a HeaderMap,
+        body: &'a Bytes,
+    ) -> impl Future<Output = Outcome> + Send + 'a;
 
     /// The `mitm.origin_on_local_error` rule for a local answer that failed before
     /// anything was written: the origin answers instead (MITM, rule on), or the client
     /// sees the error.
-    pub fn after_local_error(self, engine: &Engine, error: ApiError) -> Outcome {
+    fn after_local_error(self, engine: &Engine, error: ApiError) -> Outcome;
+}
+
+impl DoorSequence for Door {
+    fn answer<'a>(
+        self,
+        engine: &'a Engine,
+        delegator: Option<&'a Delegator>,
+        front: Dialect,
+        headers: &'a HeaderMap,
+        body: &'a Bytes,
+    ) -> impl Future<Output = Outcome> + Send + 'a {
+        async move {
+            if let Some(delegator) = delegator
+                && let Some(delegation) =
+                    delegator.take(&engine.runtime().config.delegate, front, headers, body)
+            {
+                return Outcome::Delegated(delegation);
+            }
+            let request = completion_request(self, front, body.clone(), headers.clone());
+            match engine.complete(request).await {
+                Ok(completion) => Outcome::Reply(Box::new(completion)),
+                Err(CompleteError::OriginPassthrough { decision, tracker }) => {
+                    Outcome::Origin(ToOrigin::Decided { decision, tracker })
+                }
+                Err(CompleteError::Api(error)) => self.after_local_error(engine, error),
+            }
+        }
+    }
+
+    fn after_local_error(self, engine: &Engine, error: ApiError) -> Outcome {
         if self == Door::Mitm && engine.runtime().config.mitm.origin_on_local_error {
             Outcome::Origin(ToOrigin::LocalFailed(error))
         } else {
@@ -141,7 +136,7 @@ impl ToOrigin {
         match self {
             ToOrigin::Decided { tracker, .. } => *tracker,
             ToOrigin::LocalFailed(error) => {
-                let mut tracker = bus.start_for(Door::Mitm.name(), front, headers);
+                let mut tracker = bus.start_for(Door::Mitm, front, headers);
                 tracker.record.backend = Some("origin".into());
                 tracker.record.local = Some(false);
                 tracker.record.rule = Some("origin_on_local_error".into());
@@ -173,7 +168,7 @@ impl BodyError {
                 ErrorKind::RequestTooLarge,
                 format!(
                     "request body exceeds {} of {} bytes (server.max_body_bytes)",
-                    door.limit_owner(),
+                    limit_owner(door),
                     self.limit
                 ),
             )

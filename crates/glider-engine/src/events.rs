@@ -13,8 +13,8 @@ use glider_backend::Backend;
 use glider_backend::breaker::BreakerState;
 use glider_backend::health::HealthStatus;
 use glider_config::BackendKind;
-use glider_ngl::{Dialect, Response, StreamEvent, Usage};
 use glider_dialects::{StreamDecoder, codec};
+use glider_ngl::{Dialect, Response, StreamEvent, Usage};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
@@ -137,12 +137,17 @@ impl Bus {
 
     /// [`Bus::start`] for a request with `headers`: the client shown is its
     /// `user-agent`, so every door names the client the same way.
-    pub fn start_for(&self, door: &str, front: Dialect, headers: &http::HeaderMap) -> Tracker {
+    pub fn start_for(
+        &self,
+        door: crate::Door,
+        front: Dialect,
+        headers: &http::HeaderMap,
+    ) -> Tracker {
         let client = headers
             .get(http::header::USER_AGENT)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        self.start(door, front, client)
+        self.start(door.as_str(), front, client)
     }
 
     /// Open a record for a request that just arrived and announce it.

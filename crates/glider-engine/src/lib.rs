@@ -3,6 +3,7 @@
 //! hands a request to [`Engine::complete`]; nothing in here looks at which CLI sent it.
 
 pub mod events;
+pub mod hotswap;
 pub mod pipeline;
 pub mod router;
 pub mod tokenizer;
@@ -10,6 +11,7 @@ pub mod transform;
 
 pub use events::{BackendState, Bus, PipelineEvent, RequestRecord, Tracker, unix_ms};
 pub use pipeline::{
-    CompleteError, Completion, CompletionBody, CompletionRequest, Engine, ModelInfo, decode_events,
+    CompleteError, Completion, CompletionBody, CompletionRequest, Door, Engine, ModelInfo,
+    Prepared, decode_events,
 };
-pub use router::RouteDecision;
+pub use router::{RouteDecision, RuleName};

@@ -38,9 +38,12 @@ pub fn needs_rewrite(
     transform: &TransformConfig,
     window: u64,
 ) -> bool {
-    transform.enabled
-        || (context.bound_local
-            && estimate_request_tokens(request, "").0 > local_budget(context, window))
+    transform.enabled || over_local_budget(request, context, window)
+}
+
+/// Whether bounding would cut `request` for a local model with `window` tokens.
+pub fn over_local_budget(request: &Request, context: &ContextConfig, window: u64) -> bool {
+    context.bound_local && estimate_request_tokens(request, "").0 > local_budget(context, window)
 }
 
 /// Cut `request`'s history to the budget for a local model with `window` tokens.

@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
-use glider_door::{Door, Outcome};
+use glider_door::{Door, DoorSequence, Outcome};
 use glider_engine::Engine;
 use glider_ngl::{ApiError, Dialect, ErrorKind};
 

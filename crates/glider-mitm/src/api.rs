@@ -4,7 +4,7 @@
 //! and a tracker recording the origin's leg.
 
 use axum::body::Body;
-use glider_door::{Door, Outcome, ToOrigin, error_response, read_limited, render};
+use glider_door::{Door, DoorSequence, Outcome, ToOrigin, error_response, read_limited, render};
 use glider_ngl::Dialect;
 use http::Request;
 use hyper::body::Incoming;
@@ -62,7 +62,7 @@ impl HttpHandler for ApiHandler {
             Outcome::Origin(to_origin) => {
                 match &to_origin {
                     ToOrigin::Decided { decision, .. } => {
-                        tracing::info!(host = %target.host, rule = decision.rule, reason = %decision.reason, "to the origin");
+                        tracing::info!(host = %target.host, rule = decision.rule.as_str(), reason = %decision.reason, "to the origin");
                     }
                     ToOrigin::LocalFailed(error) => {
                         tracing::info!(host = %target.host, error = %error, "local answer failed; to the origin (mitm.origin_on_local_error)");

@@ -495,12 +495,13 @@ async fn a_client_that_leaves_is_recorded_as_499() {
 async fn origin_passthrough_answers_locally_only_what_is_local() {
     use glider_engine::{CompleteError, CompletionRequest};
     let (local, _cloud, gw) = local_and_cloud().await;
-    let request = |model: &str| CompletionRequest {
-        front: Dialect::Anthropic,
-        body: ask(model, false).to_string().into(),
-        headers: Default::default(),
-        door: "mitm",
-        origin_passthrough: true,
+    let request = |model: &str| {
+        CompletionRequest::mitm(
+            Dialect::Anthropic,
+            ask(model, false).to_string().into(),
+            Default::default(),
+            true,
+        )
     };
     // claude-sonnet is aliased to the local qwen: answered here, never the cloud.
     let completion = gw

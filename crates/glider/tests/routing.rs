@@ -134,7 +134,7 @@ async fn realistic_requests_get_the_default_policy() {
             decision.reason
         );
         // Every rule gave its view when explaining.
-        let rules: Vec<&str> = decision.opinions.iter().map(|o| o.rule).collect();
+        let rules: Vec<&str> = decision.opinions.iter().map(|o| o.rule.as_str()).collect();
         assert!(
             rules.contains(&"explicit") && rules.contains(&"classifier"),
             "{case}: {rules:?}"
@@ -222,7 +222,10 @@ async fn the_header_decides_and_an_unknown_backend_is_a_clear_error() {
         &[("x-glider-route", "local")],
     );
     assert_eq!(
-        (decision.rule, decision.candidates[0].backend.name()),
+        (
+            decision.rule.as_str(),
+            decision.candidates[0].backend.name()
+        ),
         ("explicit", "local")
     );
     let reply = post(
@@ -257,7 +260,7 @@ async fn an_explicit_choice_sticks_to_the_session() {
     // The session's next title call stays with the cloud the user chose.
     let follow = explain(&gw, Dialect::Anthropic, &claude_code_title(), &session);
     assert_eq!(
-        (follow.rule, follow.candidates[0].backend.name()),
+        (follow.rule.as_str(), follow.candidates[0].backend.name()),
         ("sticky", "claude"),
         "{follow:#?}"
     );
@@ -306,7 +309,10 @@ async fn starlark_rules_decide_fall_through_on_errors_and_reload() {
 
     let decision = decide("train on the GPU");
     assert_eq!(
-        (decision.rule, decision.candidates[0].backend.name()),
+        (
+            decision.rule.as_str(),
+            decision.candidates[0].backend.name()
+        ),
         ("starlark", "claude")
     );
     assert_eq!(decide("hello").rule, "model");

@@ -14,10 +14,10 @@ use std::time::Instant;
 
 use glider_bench::{Flags, summary};
 use glider_config::{Config, ConfigHandle};
+use glider_dialects::codec;
 use glider_engine::Engine;
 use glider_engine::tokenizer::estimate_request_tokens;
 use glider_ngl::Dialect;
-use glider_dialects::codec;
 use serde_json::{Value, json};
 
 const DIALECTS: [(&str, Dialect); 4] = [

@@ -8,6 +8,7 @@
 
 pub mod classifier;
 pub mod explicit;
+pub mod rules;
 pub mod sticky;
 
 use std::sync::Arc;
@@ -20,8 +21,10 @@ use glider_starlark::Rules;
 use http::HeaderMap;
 use serde::Serialize;
 
-use classifier::{Classifier, features};
+use classifier::Classifier;
 use explicit::Flag;
+pub use rules::RuleName;
+use rules::{Deliberation, PRIORITY, Verdict};
 use sticky::StickyStore;
 
 /// Where a rule wants a request to go.
@@ -55,7 +58,7 @@ impl Target {
 
 /// The first rule with an opinion some backend can serve, and those candidates.
 struct Decided {
-    rule: &'static str,
+    rule: RuleName,
     target: Target,
     detail: String,
     candidates: Vec<Candidate>,
@@ -64,7 +67,7 @@ struct Decided {
 /// One rule's view of a request.
 #[derive(Debug, Clone, Serialize)]
 pub struct Opinion {
-    pub rule: &'static str,
+    pub rule: RuleName,
     /// `local`, `cloud`, a backend name, or `None` (no opinion).
     pub target: Option<String>,
     pub detail: String,
@@ -76,7 +79,7 @@ pub struct Opinion {
 pub struct RouteDecision {
     /// The rule that decided: `explicit`, `sticky`, `classifier`, `starlark`, `model`
     /// (no rule had an opinion) or `token_limit`.
-    pub rule: &'static str,
+    pub rule: RuleName,
     /// A short human reason.
     pub reason: String,
     /// The classifier's score, when it ran.
@@ -144,130 +147,37 @@ pub struct Router<'a> {
 }
 
 impl Router<'_> {
-    /// Decide. With `explain`, every rule is asked even after one decided.
+    /// Decide: ask the rules in priority order (all of them with `explain`), then let
+    /// the token limit have the last word.
     pub fn decide(&self, input: &RouteInput, explain: bool) -> Result<RouteDecision, ApiError> {
         let routing = &self.config.routing;
-        let session = sticky::session_id(input.request, input.headers);
+        let mut notes = Deliberation {
+            session: sticky::session_id(input.request, input.headers),
+            ..Deliberation::default()
+        };
         let mut opinions = Vec::new();
         let mut decided: Option<Decided> = None;
-        let mut model_override = None;
-        let mut flag = None;
-        let mut score = None;
-
-        // 1. Explicit: a flag, the header, or a model naming a backend.
-        let explicit = self.explicit(input, &mut flag, &mut model_override)?;
-        self.note(
-            (
-                input.request,
-                model_override.as_deref().unwrap_or(input.model),
-            ),
-            &mut opinions,
-            &mut decided,
-            "explicit",
-            explicit,
-        );
-
-        // 2. Sticky: an explicit choice earlier in this session.
-        if routing.sticky.enabled && (explain || decided.is_none()) {
-            let kept = session.as_deref().and_then(|s| {
-                self.sticky
-                    .get(s, Duration::from_secs(routing.sticky.ttl_secs))
-            });
-            let opinion = kept.map(|(target, age)| {
-                let detail = format!(
-                    "session kept {} (chosen {}s ago)",
-                    target.label(),
-                    age.as_secs()
-                );
-                (target, detail)
-            });
+        for rule in PRIORITY {
+            if !rule.asked(self, decided.is_some(), explain) {
+                continue;
+            }
+            let verdict = rule.opinion(self, input, &mut notes)?;
+            let model = notes.model_override.as_deref().unwrap_or(input.model);
             self.note(
-                (
-                    input.request,
-                    model_override.as_deref().unwrap_or(input.model),
-                ),
+                (input.request, model),
                 &mut opinions,
                 &mut decided,
-                "sticky",
-                opinion,
+                rule.name(),
+                verdict,
             );
         }
 
-        // 3. Classifier: a weighted score of the request's features.
-        if routing.classifier.enabled && (explain || decided.is_none() || self.starlark.is_some()) {
-            let scored = self.classifier.score(&features(input.request));
-            score = Some(scored.score);
-            let target = if scored.score >= self.classifier.local_threshold() {
-                Some(Target::Local)
-            } else if scored.score <= self.classifier.cloud_threshold() {
-                Some(Target::Cloud)
-            } else {
-                None
-            };
-            let detail = format!("score {:.1} ({})", scored.score, scored.explain());
-            match target {
-                Some(target) => self.note(
-                    (
-                        input.request,
-                        model_override.as_deref().unwrap_or(input.model),
-                    ),
-                    &mut opinions,
-                    &mut decided,
-                    "classifier",
-                    Some((target, detail)),
-                ),
-                None => opinions.push(Opinion {
-                    rule: "classifier",
-                    target: None,
-                    detail,
-                }),
-            }
-        }
-
-        // 4. Starlark: the user's `route(req)`; an error never fails the request.
-        if let Some(rules) = self.starlark
-            && (explain || decided.is_none())
-        {
-            let view = starlark_view(input, &session, score, &routing.starlark.expose_headers);
-            let steps = routing
-                .starlark
-                .max_steps
-                .unwrap_or(glider_starlark::DEFAULT_MAX_STEPS);
-            match rules.route(&view, steps) {
-                Ok(answer) => {
-                    let opinion = answer
-                        .as_deref()
-                        .and_then(Target::parse)
-                        .map(|t| (t, format!("{} returned it", rules.name())));
-                    if opinion.is_none() {
-                        opinions.push(Opinion {
-                            rule: "starlark",
-                            target: None,
-                            detail: format!("{} returned None", rules.name()),
-                        });
-                    }
-                    self.note(
-                        (
-                            input.request,
-                            model_override.as_deref().unwrap_or(input.model),
-                        ),
-                        &mut opinions,
-                        &mut decided,
-                        "starlark",
-                        opinion,
-                    );
-                }
-                Err(error) => {
-                    tracing::warn!(rules = rules.name(), %error, "starlark rule failed; falling through");
-                    opinions.push(Opinion {
-                        rule: "starlark",
-                        target: None,
-                        detail: format!("error, ignored: {error}"),
-                    });
-                }
-            }
-        }
-
+        let Deliberation {
+            session,
+            flag,
+            model_override,
+            score,
+        } = notes;
         let model = model_override.as_deref().unwrap_or(input.model);
         let (rule, reason, mut candidates, explicit_target) = match decided {
             Some(Decided {
@@ -279,12 +189,12 @@ impl Router<'_> {
                 rule,
                 detail,
                 candidates,
-                (rule == "explicit").then_some(target),
+                (rule == RuleName::Explicit).then_some(target),
             ),
             None => {
                 let candidates = self.by_model(input.request, model)?;
                 let reason = format!("{model} is served by {}", names(&candidates));
-                ("model", reason, candidates, None)
+                (RuleName::Model, reason, candidates, None)
             }
         };
         if let (Some(session), Some(target)) = (&session, explicit_target) {
@@ -298,7 +208,7 @@ impl Router<'_> {
             );
         }
 
-        // 5. Token limit: a local model must hold the request.
+        // The token limit: a local model must hold the request.
         let (rule, reason) =
             self.token_limit(input.estimated_tokens, &mut candidates, rule, reason)?;
         if candidates.is_empty() {
@@ -319,24 +229,33 @@ impl Router<'_> {
         })
     }
 
-    /// Record an opinion; the first resolvable one decides.
+    /// Record a rule's verdict; the first resolvable opinion decides.
     fn note(
         &self,
         scope: (&Request, &str),
         opinions: &mut Vec<Opinion>,
         decided: &mut Option<Decided>,
-        rule: &'static str,
-        opinion: Option<(Target, String)>,
+        rule: RuleName,
+        verdict: Verdict,
     ) {
-        let Some((target, detail)) = opinion else {
-            if rule != "classifier" && rule != "starlark" {
+        let (target, detail) = match verdict {
+            Verdict::Wants(target, detail) => (target, detail),
+            Verdict::Abstains(detail) => {
+                opinions.push(Opinion {
+                    rule,
+                    target: None,
+                    detail,
+                });
+                return;
+            }
+            Verdict::Silent => {
                 opinions.push(Opinion {
                     rule,
                     target: None,
                     detail: "no opinion".into(),
                 });
+                return;
             }
-            return;
         };
         let (request, model) = scope;
         let candidates = self.resolve(&target, request, model);
@@ -363,41 +282,7 @@ impl Router<'_> {
         }
     }
 
-    fn explicit(
-        &self,
-        input: &RouteInput,
-        flag: &mut Option<Flag>,
-        model_override: &mut Option<String>,
-    ) -> Result<Option<(Target, String)>, ApiError> {
-        let explicit = &self.config.routing.explicit;
-        if explicit.flags
-            && let Some(found) = explicit::find_flag(input.request)
-        {
-            let detail = format!("flag {}", found.prefix.trim());
-            let target = found.target.clone();
-            self.require_backend(&target, "flag")?;
-            *flag = Some(found);
-            return Ok(Some((target, detail)));
-        }
-        if let Some(target) = explicit::header_target(input.headers, &explicit.header) {
-            self.require_backend(&target, &format!("header {}", explicit.header))?;
-            return Ok(Some((
-                target.clone(),
-                format!("header {}: {}", explicit.header, target.label()),
-            )));
-        }
-        let names: Vec<&str> = self.backends.iter().map(|b| b.name()).collect();
-        if let Some((target, model)) = explicit::model_target(input.model, &names) {
-            *model_override = model;
-            return Ok(Some((
-                target,
-                format!("model {} names a backend", input.model),
-            )));
-        }
-        Ok(None)
-    }
-
-    fn require_backend(&self, target: &Target, source: &str) -> Result<(), ApiError> {
+    pub(crate) fn require_backend(&self, target: &Target, source: &str) -> Result<(), ApiError> {
         match target {
             Target::Backend(name) if self.backend(name).is_none() => {
                 let known: Vec<&str> = self.backends.iter().map(|b| b.name()).collect();
@@ -547,9 +432,9 @@ impl Router<'_> {
         &self,
         tokens: u64,
         candidates: &mut Vec<Candidate>,
-        rule: &'static str,
+        rule: RuleName,
         reason: String,
-    ) -> Result<(&'static str, String), ApiError> {
+    ) -> Result<(RuleName, String), ApiError> {
         let mut too_long = Vec::new();
         candidates.retain(|c| {
             if !c.backend.kind().is_local() {
@@ -584,7 +469,10 @@ impl Router<'_> {
             // A local backend with a larger window still takes it.
             return Ok((rule, format!("{reason}; {why}")));
         }
-        Ok(("token_limit", format!("{why} (chosen by {rule}: {reason})")))
+        Ok((
+            RuleName::TokenLimit,
+            format!("{why} (chosen by {rule}: {reason})"),
+        ))
     }
 
     fn local_window(&self, candidate: &Candidate) -> u64 {
@@ -602,7 +490,7 @@ pub fn local_window(config: &Config, candidate: &Candidate) -> u64 {
 }
 
 /// The read-only request view a Starlark `route(req)` gets.
-fn starlark_view(
+pub(crate) fn starlark_view(
     input: &RouteInput,
     session: &Option<String>,
     score: Option<f64>,

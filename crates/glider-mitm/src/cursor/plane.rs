@@ -16,7 +16,7 @@ use glider_cursorrpc::messages::{
     AgentClientMessage, AppendKind, BidiAppendRequest, BidiRequestId,
 };
 use glider_cursorrpc::{Update, fields, server_frame, view};
-use glider_door::{Door, ObservedBody, Observer, Outcome, ToOrigin, read_limited};
+use glider_door::{Door, DoorSequence, ObservedBody, Observer, Outcome, ToOrigin, read_limited};
 use glider_engine::router::Target as RouteTarget;
 use glider_engine::{CompletionBody, decode_events};
 use glider_ngl::{ApiError, Dialect, ErrorKind, StreamEvent};
@@ -197,7 +197,7 @@ impl Mitm {
             .any(|c| c.backend.kind().is_local());
         let flag = decision.flag.as_ref().map(|f| f.target.clone());
         if !is_local {
-            tracing::info!(request_id, rule = decision.rule, reason = %decision.reason, "Agent RPC: cloud decision; to the origin, family opened");
+            tracing::info!(request_id, rule = decision.rule.as_str(), reason = %decision.reason, "Agent RPC: cloud decision; to the origin, family opened");
             hub.open_family(request_id, conversation, Sticky::Cloud, FAMILY_TTL);
             return Decision::Origin;
         }
@@ -211,7 +211,7 @@ impl Mitm {
             );
             return Decision::Origin;
         }
-        tracing::info!(request_id, rule = decision.rule, reason = %decision.reason, "Agent RPC: root turn answered locally");
+        tracing::info!(request_id, rule = decision.rule.as_str(), reason = %decision.reason, "Agent RPC: root turn answered locally");
         Decision::Local(local)
     }
 

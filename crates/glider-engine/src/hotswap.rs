@@ -1,0 +1,133 @@
+//! Hot swap: the registry of modules that accept a new config. A reload builds each
+//! module's next state before swapping it in; a request in flight keeps the snapshot it
+//! loaded (an `Arc`), and a failed build keeps the current state and says why.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwap;
+use glider_config::Config;
+
+/// One module that accepts a new config.
+pub trait HotSwap: Send + Sync {
+    /// The module's name in logs and reload reports.
+    fn name(&self) -> &'static str;
+
+    /// Build this module's next state from `config` and swap it in. `Err(why)`: the
+    /// build failed and the module kept its current state.
+    fn reload(&self, config: &Arc<Config>) -> Result<(), String>;
+}
+
+/// A value readers snapshot and a reload replaces whole.
+pub struct Swap<T> {
+    current: ArcSwap<T>,
+}
+
+impl<T> Swap<T> {
+    pub fn new(initial: T) -> Self {
+        Swap {
+            current: ArcSwap::from_pointee(initial),
+        }
+    }
+
+    /// The current value; it stays valid for as long as the caller holds it, whatever
+    /// reloads happen meanwhile.
+    pub fn snapshot(&self) -> Arc<T> {
+        self.current.load_full()
+    }
+
+    /// Build the next value from the current one and swap it in; on `Err` nothing is
+    /// swapped.
+    pub fn swap_with(&self, build: impl FnOnce(&T) -> Result<T, String>) -> Result<(), String> {
+        let next = build(&self.snapshot())?;
+        self.current.store(Arc::new(next));
+        Ok(())
+    }
+}
+
+/// The modules a reload is handed to, in the order they registered.
+#[derive(Default)]
+pub struct Registry {
+    modules: Mutex<Vec<Arc<dyn HotSwap>>>,
+}
+
+impl Registry {
+    pub fn register(&self, module: Arc<dyn HotSwap>) {
+        self.lock().push(module);
+    }
+
+    /// The registered modules' names.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.lock().iter().map(|m| m.name()).collect()
+    }
+
+    /// Hand `config` to every module; returns the modules that kept their previous
+    /// state, with why.
+    pub fn reload(&self, config: &Arc<Config>) -> Vec<(&'static str, String)> {
+        // Reload outside the lock: a module's build may take a while.
+        let modules = self.lock().clone();
+        modules
+            .iter()
+            .filter_map(|m| m.reload(config).err().map(|why| (m.name(), why)))
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<dyn HotSwap>>> {
+        // A panic while registering leaves the list whole; keep using it.
+        self.modules.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A module whose build fails when the config has no backends.
+    struct Counter {
+        value: Swap<usize>,
+    }
+
+    impl HotSwap for Counter {
+        fn name(&self) -> &'static str {
+            "counter"
+        }
+
+        fn reload(&self, config: &Arc<Config>) -> Result<(), String> {
+            self.value.swap_with(|_| {
+                if config.backends.is_empty() {
+                    Err("no backends".into())
+                } else {
+                    Ok(config.backends.len())
+                }
+            })
+        }
+    }
+
+    #[test]
+    fn a_failed_build_keeps_the_old_state_and_snapshots_outlive_a_swap() {
+        let module = Arc::new(Counter {
+            value: Swap::new(7),
+        });
+        let registry = Registry::default();
+        registry.register(module.clone());
+        assert_eq!(registry.names(), ["counter"]);
+
+        let held = module.value.snapshot();
+        let empty = Arc::new(Config::parse("backends: []\n", "t").expect("valid"));
+        assert_eq!(
+            registry.reload(&empty),
+            [("counter", "no backends".to_owned())]
+        );
+        assert_eq!(*module.value.snapshot(), 7);
+
+        let one = Arc::new(
+            Config::parse(
+                "backends:\n  - {name: a, type: ollama, base_url: 'http://127.0.0.1:1', models: [m]}\n",
+                "t",
+            )
+            .expect("valid"),
+        );
+        assert!(registry.reload(&one).is_empty());
+        assert_eq!(*module.value.snapshot(), 1);
+        assert_eq!(*held, 7, "a request in flight keeps its snapshot");
+    }
+}

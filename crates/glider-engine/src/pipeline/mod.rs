@@ -1,0 +1,429 @@
+//! `PipelineCompleter`: every door hands a request to [`Engine::complete`], which runs
+//! the [`phases`] in order — the deciding ones ([`Engine::prepare_completion`]), then
+//! those that carry the decision out ([`Engine::complete_prepared`]). Same dialect on
+//! both sides and nothing to rewrite but the model: the body and the reply are
+//! forwarded as bytes.
+
+mod count_tokens;
+mod models;
+mod phases;
+mod probes;
+mod reply;
+mod request;
+mod runtime;
+mod upstream;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use glider_config::ConfigHandle;
+use glider_dialects::codec;
+use glider_ngl::{ApiError, Dialect, ErrorKind, Request};
+use http::HeaderMap;
+
+pub use models::ModelInfo;
+pub use probes::HEALTH_INTERVAL;
+pub use reply::{CompleteError, Completion, CompletionBody, decode_events};
+pub use request::{CompletionRequest, Door};
+pub use runtime::{Runtime, rules_path};
+
+use crate::events::{Bus, Tracker};
+use crate::hotswap::{Registry, Swap};
+use crate::router::sticky::StickyStore;
+use crate::router::{RouteDecision, RouteInput};
+use crate::tokenizer::estimate_request_tokens;
+use phases::{CARRYING_OUT, DECIDING, Flow, Job};
+use runtime::{RuntimeModule, config_dir};
+
+/// The pipeline, shared by every door. Stateless per request.
+pub struct Engine {
+    config: ConfigHandle,
+    runtime: Arc<Swap<Runtime>>,
+    /// Every module a config reload is handed to (the runtime, today).
+    hotswap: Registry,
+    bus: Bus,
+    sticky: Arc<StickyStore>,
+}
+
+/// A request decoded, aliased, estimated and routed: the decision is made once, and
+/// [`Engine::complete_prepared`] carries out exactly that decision. Dropping it
+/// records the request as abandoned by the client; [`Prepared::into_origin`] records
+/// it as handed to the origin.
+pub struct Prepared {
+    /// The request, held out of `job` until it is carried out.
+    decision: RouteDecision,
+    job: Job,
+}
+
+impl Prepared {
+    pub fn front(&self) -> Dialect {
+        self.job.front
+    }
+
+    /// The decoded request (any routing flag stripped).
+    pub fn request(&self) -> &Request {
+        &self.job.request
+    }
+
+    /// The model after `model_aliases`.
+    pub fn model(&self) -> &str {
+        &self.job.model
+    }
+
+    pub fn estimated_tokens(&self) -> u64 {
+        self.job.tokens
+    }
+
+    pub fn decision(&self) -> &RouteDecision {
+        &self.decision
+    }
+
+    /// The client's body (routing flag stripped); `None` when prepared from ngl.
+    pub fn body(&self) -> Option<&Bytes> {
+        self.job.body.as_ref()
+    }
+
+    pub fn door(&self) -> Door {
+        self.job.door
+    }
+
+    pub fn headers(&self) -> &HeaderMap {
+        &self.job.headers
+    }
+
+    /// Not run here: the door forwards the request to the CLI's origin, and the record
+    /// says so ([`CompleteError::OriginPassthrough`]).
+    pub fn into_origin(self) -> CompleteError {
+        to_origin(Box::new(self.decision), self.job.tracker)
+    }
+}
+
+impl Engine {
+    pub fn new(config: ConfigHandle) -> Arc<Engine> {
+        let base = config_dir(&config);
+        let runtime = Arc::new(Swap::new(Runtime::build(config.snapshot(), None, &base)));
+        let hotswap = Registry::default();
+        hotswap.register(Arc::new(RuntimeModule {
+            current: runtime.clone(),
+            base,
+        }));
+        Arc::new(Engine {
+            config,
+            runtime,
+            hotswap,
+            bus: Bus::default(),
+            sticky: Arc::default(),
+        })
+    }
+
+    /// The backends and config a request should use.
+    pub fn runtime(&self) -> Arc<Runtime> {
+        self.runtime.snapshot()
+    }
+
+    pub fn config(&self) -> &ConfigHandle {
+        &self.config
+    }
+
+    /// The event bus every request is reported on.
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
+    /// The modules a config reload is handed to.
+    pub fn hotswap(&self) -> &Registry {
+        &self.hotswap
+    }
+
+    /// Follow config reloads and probe local backends, until the engine is dropped.
+    pub fn spawn_background(self: &Arc<Self>) {
+        self.follow_config();
+        self.spawn_health_probes();
+    }
+
+    /// Decode a request in its dialect, apply the alias and estimate its tokens.
+    pub fn prepare(&self, front: Dialect, body: &[u8]) -> Result<(Request, String, u64), ApiError> {
+        let request = codec(front).decode_request(body)?;
+        let runtime = self.runtime();
+        let model = runtime.config.resolve_alias(&request.model).to_owned();
+        let (tokens, _) = estimate_request_tokens(&request, &model);
+        Ok((request, model, tokens))
+    }
+
+    /// Route a prepared request. With `explain`, every rule gives its opinion.
+    pub fn decide(
+        &self,
+        front: Dialect,
+        request: &Request,
+        headers: &HeaderMap,
+        model: &str,
+        tokens: u64,
+        explain: bool,
+    ) -> Result<RouteDecision, ApiError> {
+        let runtime = self.runtime();
+        let input = RouteInput {
+            front,
+            request,
+            headers,
+            model,
+            estimated_tokens: tokens,
+        };
+        runtime.router(&self.sticky).decide(&input, explain)
+    }
+
+    /// `glider route explain`: decode, alias, estimate and route a body without sending
+    /// it anywhere.
+    pub fn explain(
+        &self,
+        front: Dialect,
+        body: &[u8],
+        headers: &HeaderMap,
+    ) -> Result<RouteDecision, ApiError> {
+        let (request, model, tokens) = self.prepare(front, body)?;
+        self.decide(front, &request, headers, &model, tokens, true)
+    }
+
+    /// Run one completion through the pipeline. Every call is reported on the bus.
+    pub async fn complete(&self, incoming: CompletionRequest) -> Result<Completion, CompleteError> {
+        let prepared = self.prepare_completion(incoming).await?;
+        self.complete_prepared(prepared).await
+    }
+
+    /// Decode a door's request and run the deciding phases on it.
+    pub async fn prepare_completion(
+        &self,
+        incoming: CompletionRequest,
+    ) -> Result<Prepared, CompleteError> {
+        let tracker = self.start(incoming.door, incoming.front, &incoming.headers);
+        let request = match codec(incoming.front).decode_request(&incoming.body) {
+            Ok(request) => request,
+            Err(error) => return Err(failed(error, tracker, incoming.front)),
+        };
+        let job = self.job(
+            tracker,
+            incoming.front,
+            incoming.door,
+            incoming.headers,
+            incoming.origin_passthrough,
+            Some(incoming.body),
+            request,
+        );
+        decided(job).await
+    }
+
+    /// Run the deciding phases on a request built as ngl (no client body: every
+    /// candidate gets it re-encoded in its dialect).
+    pub async fn prepare_decoded(
+        &self,
+        front: Dialect,
+        request: Request,
+        headers: HeaderMap,
+        door: Door,
+        origin_passthrough: bool,
+    ) -> Result<Prepared, CompleteError> {
+        let tracker = self.start(door, front, &headers);
+        let job = self.job(
+            tracker,
+            front,
+            door,
+            headers,
+            origin_passthrough,
+            None,
+            request,
+        );
+        decided(job).await
+    }
+
+    /// Carry out a prepared request's decision: the remaining phases, on exactly the
+    /// candidates it was routed to.
+    pub async fn complete_prepared(&self, prepared: Prepared) -> Result<Completion, CompleteError> {
+        let mut job = prepared.job;
+        job.decision = Some(prepared.decision);
+        let flow = phases::run(CARRYING_OUT, &mut job).await;
+        match flow {
+            Flow::Answer(answered) => Ok(answered.finish(job.tracker)),
+            Flow::Origin(decision) => Err(to_origin(decision, job.tracker)),
+            Flow::Fail(error) => Err(failed(error, job.tracker, job.front)),
+            Flow::Continue => Err(failed(
+                ApiError::new(ErrorKind::Internal, "the pipeline ended without a reply"),
+                job.tracker,
+                job.front,
+            )),
+        }
+    }
+
+    /// A request's record on the bus, from the moment its door hands it over.
+    fn start(&self, door: Door, front: Dialect, headers: &HeaderMap) -> Tracker {
+        self.bus.start_for(door, front, headers)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn job(
+        &self,
+        tracker: Tracker,
+        front: Dialect,
+        door: Door,
+        headers: HeaderMap,
+        origin_passthrough: bool,
+        body: Option<Bytes>,
+        request: Request,
+    ) -> Job {
+        Job {
+            runtime: self.runtime(),
+            sticky: self.sticky.clone(),
+            tracker,
+            front,
+            door,
+            headers,
+            origin_passthrough,
+            body,
+            request,
+            model: String::new(),
+            tokens: 0,
+            decision: None,
+            adapted: Vec::new(),
+            upstream: Vec::new(),
+            executed: None,
+        }
+    }
+}
+
+/// Run the deciding phases; they end with a decision, or the request goes no further.
+async fn decided(mut job: Job) -> Result<Prepared, CompleteError> {
+    match phases::run(DECIDING, &mut job).await {
+        Flow::Continue => match job.decision.take() {
+            Some(decision) => Ok(Prepared { decision, job }),
+            None => Err(failed(phases::not_routed(), job.tracker, job.front)),
+        },
+        Flow::Origin(decision) => Err(to_origin(decision, job.tracker)),
+        Flow::Fail(error) => Err(failed(error, job.tracker, job.front)),
+        Flow::Answer(_) => Err(failed(
+            ApiError::new(ErrorKind::Internal, "a deciding phase answered the request"),
+            job.tracker,
+            job.front,
+        )),
+    }
+}
+
+/// The request goes to the CLI's origin; the door fills in the origin's status.
+fn to_origin(decision: Box<RouteDecision>, mut tracker: Tracker) -> CompleteError {
+    tracker.record.backend = Some("origin".into());
+    tracker.record.local = Some(false);
+    tracker.announce();
+    CompleteError::OriginPassthrough {
+        decision,
+        tracker: Box::new(tracker),
+    }
+}
+
+/// The request failed before any reply.
+fn failed(error: ApiError, mut tracker: Tracker, front: Dialect) -> CompleteError {
+    tracing::info!(front = front.as_str(), kind = ?error.kind, message = %error.message, "request failed");
+    tracker.fail(error.kind.status(), &error.message);
+    CompleteError::Api(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use glider_config::Config;
+    use glider_test_support::{MockConfig, MockVendor};
+
+    use super::*;
+    use crate::router::RuleName;
+
+    fn engine(mock: &MockVendor) -> Arc<Engine> {
+        let yaml = format!(
+            "backends:\n\
+             \x20 - {{name: local, type: ollama, base_url: '{0}', models: [qwen]}}\n\
+             \x20 - {{name: claude, type: anthropic, base_url: '{0}', api_key: k, models: ['claude-*']}}\n",
+            mock.base_url()
+        );
+        let config = Config::parse(&yaml, "t").expect("valid");
+        Engine::new(ConfigHandle::new(config, None))
+    }
+
+    fn ask(model: &str) -> Request {
+        let body = serde_json::json!({
+            "model": model, "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}],
+        });
+        codec(Dialect::Anthropic)
+            .decode_request(body.to_string().as_bytes())
+            .expect("decodes")
+    }
+
+    #[tokio::test]
+    async fn a_request_prepared_from_ngl_is_routed_once_and_re_encoded() {
+        let mock = MockVendor::start(MockConfig::default()).await;
+        let engine = engine(&mock);
+        let prepared = engine
+            .prepare_decoded(
+                Dialect::Anthropic,
+                ask("qwen"),
+                HeaderMap::new(),
+                Door::Mitm,
+                true,
+            )
+            .await
+            .expect("routes");
+        assert!(prepared.body().is_none());
+        assert_eq!(prepared.door(), Door::Mitm);
+        assert_eq!(prepared.model(), "qwen");
+        assert_eq!(prepared.decision().rule, RuleName::Model);
+        let completion = engine.complete_prepared(prepared).await.expect("answers");
+        assert_eq!(
+            (completion.backend.as_str(), completion.model.as_str()),
+            ("local", "qwen")
+        );
+        assert!(matches!(completion.body, CompletionBody::Whole(_)));
+        let sent = mock.requests();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].path, "/api/chat", "re-encoded for Ollama");
+        assert_eq!(sent[0].body["model"], "qwen");
+    }
+
+    #[tokio::test]
+    async fn a_prepared_cloud_request_can_go_to_the_origin_unsent() {
+        let mock = MockVendor::start(MockConfig::default()).await;
+        let engine = engine(&mock);
+        let prepared = engine
+            .prepare_completion(CompletionRequest::mitm(
+                Dialect::Anthropic,
+                Bytes::from(
+                    serde_json::json!({"model": "claude-x", "max_tokens": 10,
+                        "messages": [{"role": "user", "content": "hi"}]})
+                    .to_string(),
+                ),
+                HeaderMap::new(),
+                true,
+            ))
+            .await
+            .expect("routes");
+        assert!(prepared.body().is_some());
+        assert_eq!(prepared.decision().candidates[0].backend.name(), "claude");
+        let CompleteError::OriginPassthrough { decision, .. } = prepared.into_origin() else {
+            panic!("to the origin");
+        };
+        assert_eq!(decision.rule, RuleName::Model);
+        assert!(mock.requests().is_empty(), "nothing was sent");
+    }
+
+    #[test]
+    fn phases_run_in_the_specs_order() {
+        let names = |phases: &[&dyn phases::Phase]| -> Vec<&str> {
+            phases.iter().map(|p| p.name()).collect()
+        };
+        assert_eq!(names(DECIDING), ["alias", "estimate", "route"]);
+        assert_eq!(
+            names(CARRYING_OUT),
+            [
+                "origin_gate",
+                "bounded_context",
+                "transform",
+                "encode",
+                "execute",
+                "record"
+            ]
+        );
+    }
+}

@@ -1,0 +1,124 @@
+//! The pipeline as named phases, in the spec's order: alias → estimate → route →
+//! origin gate → episodes and bounded context → transform → encode → execute →
+//! record. Each phase is one type behind [`Phase`]; a new phase (a VRAM gate, hedging,
+//! a plugin hook) is one new file here and one line in [`DECIDING`] or [`CARRYING_OUT`].
+
+mod alias;
+mod bounded_context;
+mod encode;
+mod estimate;
+mod execute;
+mod origin_gate;
+mod record;
+mod route;
+mod transform;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use glider_backend::{Executed, UpstreamRequest};
+use glider_ngl::{ApiError, Dialect, ErrorKind, Request};
+use http::HeaderMap;
+
+use super::reply::Answered;
+use super::request::Door;
+use super::runtime::Runtime;
+use crate::events::Tracker;
+use crate::router::RouteDecision;
+use crate::router::sticky::StickyStore;
+
+/// The phases that decide where a request goes; `Engine::prepare_*` runs them, and the
+/// decision they leave is the one the request is carried out on.
+pub(crate) static DECIDING: &[&dyn Phase] = &[&alias::Alias, &estimate::Estimate, &route::Route];
+
+/// The phases that carry a decision out; `Engine::complete_prepared` runs them.
+pub(crate) static CARRYING_OUT: &[&dyn Phase] = &[
+    &origin_gate::OriginGate,
+    &bounded_context::BoundedContext,
+    &transform::Transform,
+    &encode::Encode,
+    &execute::Execute,
+    &record::Record,
+];
+
+/// What a phase says happens next.
+pub(crate) enum Flow {
+    /// This phase is done; run the next one.
+    Continue,
+    /// The reply is ready; no later phase runs.
+    Answer(Box<Answered>),
+    /// Not a local request: the door forwards it to the CLI's origin on this decision.
+    Origin(Box<RouteDecision>),
+    /// The request fails with this error, shown to the client in its dialect.
+    Fail(ApiError),
+}
+
+/// One step of the pipeline.
+pub(crate) trait Phase: Send + Sync {
+    /// The phase's name, for logs.
+    fn name(&self) -> &'static str;
+
+    /// Run on `job`, reading what earlier phases left there and leaving what later ones
+    /// need; the [`Flow`] says whether the pipeline goes on.
+    fn run<'a>(&'a self, job: &'a mut Job) -> PhaseFuture<'a>;
+}
+
+pub(crate) type PhaseFuture<'a> = Pin<Box<dyn Future<Output = Flow> + Send + 'a>>;
+
+/// A phase's flow, for phases that finish without waiting.
+fn ready<'a>(flow: Flow) -> PhaseFuture<'a> {
+    Box::pin(std::future::ready(flow))
+}
+
+/// Run `phases` in order until one does not say [`Flow::Continue`].
+pub(crate) async fn run(phases: &[&dyn Phase], job: &mut Job) -> Flow {
+    for phase in phases {
+        match phase.run(job).await {
+            Flow::Continue => {}
+            stop => {
+                tracing::trace!(phase = phase.name(), "pipeline stopped");
+                return stop;
+            }
+        }
+    }
+    Flow::Continue
+}
+
+/// One request on its way through the phases: what the door gave, and what each phase
+/// has worked out so far.
+pub(crate) struct Job {
+    /// The config, backends and rules this request uses from start to end.
+    pub runtime: Arc<Runtime>,
+    pub sticky: Arc<StickyStore>,
+    pub tracker: Tracker,
+    pub front: Dialect,
+    pub door: Door,
+    pub headers: HeaderMap,
+    pub origin_passthrough: bool,
+    /// The client's body (routing flag stripped after routing); `None` for a request
+    /// built as ngl, which every candidate gets re-encoded.
+    pub body: Option<Bytes>,
+    pub request: Request,
+    /// Alias: the model after `model_aliases`.
+    pub model: String,
+    /// Estimate: the request's input tokens.
+    pub tokens: u64,
+    /// Route: where it goes; the candidates are final after the origin gate.
+    pub decision: Option<RouteDecision>,
+    /// Bounding and transform: each candidate's request when they changed it (same
+    /// order as the candidates).
+    pub adapted: Vec<Option<Request>>,
+    /// Encode: each candidate's upstream request (same order as the candidates).
+    pub upstream: Vec<UpstreamRequest>,
+    /// Execute: the attempt that answered.
+    pub executed: Option<Executed>,
+}
+
+pub(crate) fn not_routed() -> ApiError {
+    ApiError::new(
+        ErrorKind::Internal,
+        "pipeline phases out of order: the request was not routed",
+    )
+}

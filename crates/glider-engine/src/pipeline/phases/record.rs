@@ -1,0 +1,88 @@
+//! Record: the answering backend and model go on the record, and the reply is shaped
+//! for the door — the backend's bytes when it speaks the client's dialect, else
+//! decoded ngl (a stream of events or a whole response).
+
+use glider_dialects::codec;
+use glider_ngl::{ApiError, ErrorKind};
+
+use super::{Flow, Job, Phase, PhaseFuture};
+use crate::pipeline::reply::{Answered, CompletionBody, decode_events};
+
+pub(crate) struct Record;
+
+impl Phase for Record {
+    fn name(&self) -> &'static str {
+        "record"
+    }
+
+    fn run<'a>(&'a self, job: &'a mut Job) -> PhaseFuture<'a> {
+        Box::pin(async move {
+            let (Some(decision), Some(executed)) = (job.decision.take(), job.executed.take())
+            else {
+                return Flow::Fail(ApiError::new(
+                    ErrorKind::Internal,
+                    "pipeline phases out of order: nothing was executed",
+                ));
+            };
+            let Some(candidate) = decision.candidates.get(executed.index) else {
+                return Flow::Fail(ApiError::new(
+                    ErrorKind::Internal,
+                    "the executor answered for a candidate the route does not have",
+                ));
+            };
+            let front = job.front;
+            let stream = job.request.stream;
+            let tracker = &mut job.tracker;
+            tracker.record.backend = Some(candidate.backend.name().to_owned());
+            tracker.record.model_used = Some(candidate.model.clone());
+            tracker.record.local = Some(candidate.backend.kind().is_local());
+            tracker.first_byte();
+            let backend_dialect = candidate.backend.dialect_for(front);
+            tracing::info!(
+                front = front.as_str(),
+                requested = %job.request.model,
+                backend = candidate.backend.name(),
+                model = %candidate.model,
+                rule = decision.rule.as_str(),
+                tokens = job.tokens,
+                stream,
+                fallbacks = executed.failures.len(),
+                "completion routed"
+            );
+            let response = executed.response;
+            let body = if backend_dialect == front {
+                tracker.observe_raw_in(backend_dialect, stream);
+                CompletionBody::Raw {
+                    content_type: response.content_type,
+                    first_chunk: response.first_chunk,
+                    rest: response.rest,
+                }
+            } else if stream {
+                CompletionBody::Events(decode_events(
+                    codec(backend_dialect).stream_decoder(),
+                    response.first_chunk,
+                    response.rest,
+                ))
+            } else {
+                let whole = match response.collect().await {
+                    Ok(whole) => whole,
+                    Err(failure) => {
+                        return Flow::Fail(ApiError::new(failure.kind, failure.to_string()));
+                    }
+                };
+                match codec(backend_dialect).decode_response(&whole) {
+                    Ok(response) => CompletionBody::Whole(response),
+                    Err(error) => return Flow::Fail(error),
+                }
+            };
+            Flow::Answer(Box::new(Answered {
+                backend: candidate.backend.name().to_owned(),
+                model: candidate.model.clone(),
+                stream,
+                body,
+                failures: executed.failures,
+                decision,
+            }))
+        })
+    }
+}

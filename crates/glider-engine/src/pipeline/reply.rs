@@ -1,0 +1,222 @@
+//! What the pipeline hands back to a door: the reply (raw bytes, ngl events or a whole
+//! response), or why there is none, and the wrapping that records the request on the
+//! bus when the reply ends.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use glider_backend::{AttemptFailure, BodyStream};
+use glider_dialects::StreamDecoder;
+use glider_ngl::{ApiError, Response, StreamEvent};
+
+use crate::events::Tracker;
+use crate::router::RouteDecision;
+
+/// Why the pipeline did not produce a reply.
+pub enum CompleteError {
+    /// Show this error to the client, in its dialect.
+    Api(ApiError),
+    /// MITM only: not a local request; forward it to the origin. The tracker records
+    /// the request; the door fills in the origin's status before dropping it.
+    OriginPassthrough {
+        decision: Box<RouteDecision>,
+        tracker: Box<Tracker>,
+    },
+}
+
+impl From<ApiError> for CompleteError {
+    fn from(error: ApiError) -> Self {
+        CompleteError::Api(error)
+    }
+}
+
+impl std::fmt::Debug for CompleteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CompleteError::Api(error) => write!(f, "Api({error})"),
+            CompleteError::OriginPassthrough { decision, .. } => {
+                write!(
+                    f,
+                    "OriginPassthrough({}: {})",
+                    decision.rule, decision.reason
+                )
+            }
+        }
+    }
+}
+
+/// How the reply body reaches the client.
+pub enum CompletionBody {
+    /// The backend speaks the client's dialect: its bytes, untouched.
+    Raw {
+        content_type: Option<String>,
+        first_chunk: Bytes,
+        rest: BodyStream,
+    },
+    /// A translated stream of ngl events (encode with the front codec).
+    Events(Pin<Box<dyn Stream<Item = StreamEvent> + Send>>),
+    /// A translated whole reply.
+    Whole(Response),
+}
+
+/// A reply with the decision that produced it.
+pub struct Completion {
+    /// The request's id on the event bus.
+    pub id: u64,
+    pub decision: RouteDecision,
+    /// The backend and model that answered.
+    pub backend: String,
+    pub model: String,
+    /// Whether the client asked for a stream.
+    pub stream: bool,
+    pub body: CompletionBody,
+    /// Attempts that failed before the one that answered.
+    pub failures: Vec<AttemptFailure>,
+}
+
+impl Completion {
+    /// The `x-glider-route` header value.
+    pub fn route_header(&self) -> String {
+        self.decision.header_value(&self.backend, &self.model)
+    }
+}
+
+/// A completion before its body is wrapped for tracking.
+pub(crate) struct Answered {
+    pub(crate) backend: String,
+    pub(crate) model: String,
+    pub(crate) decision: RouteDecision,
+    pub(crate) stream: bool,
+    pub(crate) body: CompletionBody,
+    pub(crate) failures: Vec<AttemptFailure>,
+}
+
+impl Answered {
+    /// Hand the tracker to the body, so the request is recorded when the reply ends
+    /// (or when the client drops it).
+    pub(crate) fn finish(self, mut tracker: Tracker) -> Completion {
+        let id = tracker.id();
+        let body = match self.body {
+            CompletionBody::Raw {
+                content_type,
+                first_chunk,
+                rest,
+            } => {
+                tracker.raw_bytes(&first_chunk);
+                CompletionBody::Raw {
+                    content_type,
+                    first_chunk,
+                    rest: Box::pin(tracked(rest, tracker, |t, chunk| match chunk {
+                        Ok(bytes) => t.raw_bytes(bytes),
+                        Err(failure) => t.record.error = Some(failure.to_string()),
+                    })),
+                }
+            }
+            CompletionBody::Events(events) => {
+                CompletionBody::Events(Box::pin(tracked(events, tracker, Tracker::event)))
+            }
+            CompletionBody::Whole(response) => {
+                tracker.response(&response);
+                tracker.end();
+                CompletionBody::Whole(response)
+            }
+        };
+        Completion {
+            id,
+            backend: self.backend,
+            model: self.model,
+            decision: self.decision,
+            stream: self.stream,
+            body,
+            failures: self.failures,
+        }
+    }
+}
+
+/// `stream`, with each item shown to the tracker, which ends with the stream (or is
+/// dropped with it, which records a client that went away).
+fn tracked<S, T>(
+    stream: S,
+    tracker: Tracker,
+    observe: fn(&mut Tracker, &T),
+) -> impl Stream<Item = T> + Send
+where
+    S: Stream<Item = T> + Send + Unpin + 'static,
+    T: Send + 'static,
+{
+    futures_util::stream::unfold(
+        (stream, Some(tracker)),
+        move |(mut stream, mut tracker)| async move {
+            match stream.next().await {
+                Some(item) => {
+                    if let Some(t) = &mut tracker {
+                        observe(t, &item);
+                    }
+                    Some((item, (stream, tracker)))
+                }
+                None => {
+                    if let Some(mut t) = tracker.take() {
+                        t.end();
+                    }
+                    None
+                }
+            }
+        },
+    )
+}
+
+/// A backend's raw streamed reply as ngl events, decoded by `decoder` as the bytes
+/// arrive; a transport or decode failure ends the stream with `StreamEvent::Error`.
+pub fn decode_events(
+    decoder: Box<dyn StreamDecoder>,
+    first_chunk: Bytes,
+    rest: BodyStream,
+) -> Pin<Box<dyn Stream<Item = StreamEvent> + Send>> {
+    struct State {
+        decoder: Box<dyn StreamDecoder>,
+        first: Option<Bytes>,
+        rest: BodyStream,
+        queue: VecDeque<StreamEvent>,
+        done: bool,
+    }
+    let state = State {
+        decoder,
+        first: Some(first_chunk),
+        rest,
+        queue: VecDeque::new(),
+        done: false,
+    };
+    Box::pin(futures_util::stream::unfold(state, |mut s| async move {
+        loop {
+            if let Some(event) = s.queue.pop_front() {
+                if matches!(event, StreamEvent::Error { .. }) {
+                    s.done = true;
+                    s.queue.clear();
+                }
+                return Some((event, s));
+            }
+            if s.done {
+                return None;
+            }
+            let chunk = match s.first.take() {
+                Some(first) => Some(Ok(first)),
+                None => s.rest.next().await,
+            };
+            match chunk {
+                Some(Ok(bytes)) => match s.decoder.feed(&bytes) {
+                    Ok(events) => s.queue.extend(events),
+                    Err(error) => s.queue.push_back(StreamEvent::Error { error }),
+                },
+                Some(Err(failure)) => s.queue.push_back(StreamEvent::Error {
+                    error: ApiError::new(failure.kind, format!("backend stream failed: {failure}")),
+                }),
+                None => {
+                    s.queue.extend(s.decoder.finish());
+                    s.done = true;
+                }
+            }
+        }
+    }))
+}

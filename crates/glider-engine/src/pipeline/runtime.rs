@@ -1,0 +1,200 @@
+//! The runtime snapshot — backends, classifier and Starlark rules built from one
+//! config — and how the engine follows config and rules-file changes: each change
+//! rebuilds the snapshot through the [`hotswap`](crate::hotswap) registry.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use glider_backend::Backend;
+use glider_config::{Config, ConfigHandle};
+use glider_starlark::Rules;
+
+use super::Engine;
+use crate::events::{PipelineEvent, unix_ms};
+use crate::hotswap::{HotSwap, Swap};
+use crate::router::Router;
+use crate::router::classifier::{Classifier, ScoringClassifier};
+use crate::router::sticky::StickyStore;
+
+/// Backends built from one config; replaced whole on reload.
+pub struct Runtime {
+    pub config: Arc<Config>,
+    pub backends: Vec<Arc<Backend>>,
+    /// The classifier built from `routing.classifier` (rebuilt on reload: the hot swap).
+    pub classifier: Box<dyn Classifier>,
+    /// The compiled Starlark rules, if configured and valid.
+    pub starlark: Option<Arc<Rules>>,
+    /// Why the configured Starlark file is not in use, if so.
+    pub starlark_error: Option<String>,
+}
+
+impl Runtime {
+    /// Build from `config`, reusing `previous` backends whose config did not change (so
+    /// their breaker and health survive the reload). `base` is the directory relative
+    /// paths in the config are read from.
+    pub(crate) fn build(config: Arc<Config>, previous: Option<&Runtime>, base: &Path) -> Runtime {
+        let backends = config
+            .backends
+            .iter()
+            .map(|bc| {
+                previous
+                    .and_then(|p| {
+                        p.backends
+                            .iter()
+                            .find(|b| b.config.name == bc.name && raw_config_eq(b, bc))
+                    })
+                    .cloned()
+                    .unwrap_or_else(|| Backend::new(bc.clone()))
+            })
+            .collect();
+        let classifier = Box::new(ScoringClassifier::from_config(&config.routing.classifier));
+        let (starlark, starlark_error) = match load_rules(&config, base) {
+            Ok(rules) => (rules.map(Arc::new), None),
+            Err(error) => {
+                tracing::error!(%error, "starlark rules not loaded; the rule is skipped");
+                (None, Some(error))
+            }
+        };
+        Runtime {
+            config,
+            backends,
+            classifier,
+            starlark,
+            starlark_error,
+        }
+    }
+
+    /// The router over this snapshot.
+    pub fn router<'a>(&'a self, sticky: &'a StickyStore) -> Router<'a> {
+        Router {
+            config: &self.config,
+            backends: &self.backends,
+            classifier: self.classifier.as_ref(),
+            starlark: self.starlark.as_deref(),
+            sticky,
+        }
+    }
+
+    pub fn backend(&self, name: &str) -> Option<&Arc<Backend>> {
+        self.backends.iter().find(|b| b.name() == name)
+    }
+}
+
+/// The directory of the config file (relative paths in it are read from there).
+pub(crate) fn config_dir(config: &ConfigHandle) -> PathBuf {
+    config
+        .path()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// The path of the configured Starlark file, relative paths read from `base`.
+pub fn rules_path(config: &Config, base: &Path) -> Option<PathBuf> {
+    let file = config.routing.starlark.file.as_ref()?;
+    let path = Path::new(file);
+    Some(if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base.join(path)
+    })
+}
+
+fn load_rules(config: &Config, base: &Path) -> Result<Option<Rules>, String> {
+    let Some(path) = rules_path(config, base) else {
+        return Ok(None);
+    };
+    let source = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Rules::compile(&path.display().to_string(), &source).map(Some)
+}
+
+fn raw_config_eq(backend: &Backend, config: &glider_config::BackendConfig) -> bool {
+    // `Backend` stores its base URL resolved; compare with the config as written.
+    let resolved = glider_config::Secret(config.base_url.clone())
+        .resolve()
+        .map(|u| u.trim_end_matches('/').to_owned())
+        .unwrap_or_else(|_| config.base_url.clone());
+    let written = glider_config::BackendConfig {
+        base_url: resolved,
+        ..config.clone()
+    };
+    backend.config == written
+}
+
+/// The hot-swappable module that rebuilds the runtime from a new config. Routing reads
+/// backends and rules from one snapshot, so the Starlark rules are rebuilt with it (a
+/// request never sees new rules with old backends).
+pub(crate) struct RuntimeModule {
+    pub(crate) current: Arc<Swap<Runtime>>,
+    /// Where relative paths in the config are read from.
+    pub(crate) base: PathBuf,
+}
+
+impl HotSwap for RuntimeModule {
+    fn name(&self) -> &'static str {
+        "runtime"
+    }
+
+    /// Never fails as a whole: a Starlark file that does not compile leaves the rule
+    /// out of the new snapshot and says why in `Runtime::starlark_error`.
+    fn reload(&self, config: &Arc<Config>) -> Result<(), String> {
+        self.current
+            .swap_with(|previous| Ok(Runtime::build(config.clone(), Some(previous), &self.base)))
+    }
+}
+
+impl Engine {
+    /// Rebuild the runtime whenever the config changes (backends whose settings did not
+    /// change keep their breaker and health), then say so on the bus.
+    pub fn follow_config(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let mut changes = self.config.subscribe();
+        tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                let Some(engine) = weak.upgrade() else { break };
+                let config = changes.borrow_and_update().clone();
+                engine.rebuild(config);
+            }
+        });
+    }
+
+    /// Hand `config` to every hot-swappable module and publish the result.
+    fn rebuild(&self, config: Arc<Config>) {
+        for (module, error) in self.hotswap.reload(&config) {
+            tracing::error!(module, %error, "module kept its previous state");
+        }
+        let backends = self
+            .runtime()
+            .backends
+            .iter()
+            .map(|b| b.name().to_owned())
+            .collect();
+        self.bus.publish(PipelineEvent::ConfigReloaded {
+            at_ms: unix_ms(),
+            backends,
+        });
+    }
+
+    /// Recompile the Starlark rules whenever their file changes (the file named by the
+    /// config at start; a config reload that names another file recompiles at once).
+    /// Returns the OS watcher, which must be kept alive.
+    pub fn watch_rules(self: &Arc<Self>) -> Option<glider_config::FileWatcher> {
+        let path = rules_path(&self.runtime().config, &config_dir(&self.config))?;
+        let weak = Arc::downgrade(self);
+        match glider_config::watch_path(&path, move || {
+            let Some(engine) = weak.upgrade() else {
+                return false;
+            };
+            engine.rebuild(engine.runtime().config.clone());
+            tracing::info!("starlark rules reloaded");
+            true
+        }) {
+            Ok(watcher) => Some(watcher),
+            Err(error) => {
+                tracing::warn!(%error, "cannot watch the starlark rules file");
+                None
+            }
+        }
+    }
+}

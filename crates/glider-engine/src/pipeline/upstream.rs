@@ -1,0 +1,144 @@
+//! The upstream request for one candidate: the client's bytes with the model replaced
+//! when nothing else changes, else the ngl request re-encoded in the backend's
+//! dialect; and the client headers a backend should see.
+
+use bytes::Bytes;
+use glider_backend::{Backend, Candidate, UpstreamRequest};
+use glider_config::BackendKind;
+use glider_dialects::codec;
+use glider_ngl::{Dialect, Request, Role, Turn};
+use http::HeaderMap;
+
+/// The request for `candidate`. `body` is the client's body (routing flag stripped),
+/// absent when the request was built as ngl; `adapted` is the request as bounding and
+/// the transform left it for this candidate, if they changed it.
+pub(crate) fn for_candidate(
+    front: Dialect,
+    headers: &HeaderMap,
+    body: Option<&Bytes>,
+    request: &Request,
+    adapted: Option<Request>,
+    candidate: &Candidate,
+) -> UpstreamRequest {
+    let backend = &candidate.backend;
+    let dialect = backend.dialect_for(front);
+    let strip_thinking = backend.kind() == BackendKind::Ollama
+        && request.thinking.is_some()
+        && backend
+            .config
+            .model_spec(&candidate.model)
+            .and_then(|s| s.thinking)
+            != Some(true);
+    let body = match (adapted, body) {
+        (None, Some(body)) if dialect == front && !strip_thinking => {
+            rewrite_model(body, &request.model, &candidate.model)
+        }
+        (adapted, _) => {
+            let mut adapted = adapted.unwrap_or_else(|| request.clone());
+            adapted.model = candidate.model.clone();
+            if strip_thinking {
+                adapted.thinking = None;
+            }
+            if backend.kind().is_local() {
+                hoist_system_turns(&mut adapted.turns);
+            }
+            Bytes::from(codec(dialect).encode_request(&adapted).to_string())
+        }
+    };
+    UpstreamRequest {
+        dialect,
+        body,
+        stream: request.stream,
+        headers: forward_headers(headers, backend),
+    }
+}
+
+/// Gather every system turn into one leading turn. Claude Code puts a system entry
+/// after the user turn; many local chat templates refuse a system message anywhere but
+/// first ("System message must be at the beginning").
+fn hoist_system_turns(turns: &mut Vec<Turn>) {
+    let later_system = turns.iter().skip(1).any(|t| t.role == Role::System);
+    if !later_system {
+        return;
+    }
+    let (system, rest): (Vec<Turn>, Vec<Turn>) = std::mem::take(turns)
+        .into_iter()
+        .partition(|t| t.role == Role::System);
+    let parts = system.into_iter().flat_map(|t| t.parts).collect();
+    turns.push(Turn {
+        role: Role::System,
+        parts,
+    });
+    turns.extend(rest);
+}
+
+/// Client headers a backend should see: Anthropic's beta flags to Anthropic, and the
+/// client's own credentials to a cloud backend that has no key configured (so a CLI's
+/// key keeps working through Glider).
+pub(crate) fn forward_headers(client: &HeaderMap, backend: &Backend) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    let mut copy = |name: &str| {
+        for value in client.get_all(name) {
+            if let Ok(name) = http::HeaderName::try_from(name) {
+                out.append(name, value.clone());
+            }
+        }
+    };
+    if backend.kind() == BackendKind::Anthropic {
+        copy("anthropic-beta");
+    }
+    if !backend.kind().is_local() && !backend.has_api_key() {
+        match backend.kind() {
+            BackendKind::Anthropic => {
+                copy("x-api-key");
+                copy("authorization");
+            }
+            _ => copy("authorization"),
+        }
+    }
+    out
+}
+
+/// The body with its top-level `model` replaced; untouched bytes when it is unchanged.
+fn rewrite_model(body: &Bytes, from: &str, to: &str) -> Bytes {
+    if from == to {
+        return body.clone();
+    }
+    match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body) {
+        Ok(mut map) => {
+            map.insert("model".into(), to.into());
+            serde_json::to_vec(&map)
+                .map(Bytes::from)
+                .unwrap_or_else(|_| body.clone())
+        }
+        Err(_) => body.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_turns_are_hoisted_in_order() {
+        let mut turns = vec![
+            Turn::text(Role::System, "a"),
+            Turn::text(Role::User, "q"),
+            Turn::text(Role::System, "b"),
+        ];
+        hoist_system_turns(&mut turns);
+        assert_eq!(turns.len(), 2);
+        assert_eq!(turns[0].role, Role::System);
+        assert_eq!(turns[0].plain_text(), "a\nb");
+        assert_eq!(turns[1].plain_text(), "q");
+    }
+
+    #[test]
+    fn model_rewrite_keeps_untouched_bytes_when_unchanged() {
+        let body = Bytes::from_static(b"{\"model\":\"a\",  \"x\":1}");
+        assert_eq!(rewrite_model(&body, "a", "a"), body);
+        let rewritten: serde_json::Value =
+            serde_json::from_slice(&rewrite_model(&body, "a", "b")).expect("json");
+        assert_eq!(rewritten, serde_json::json!({"model": "b", "x": 1}));
+    }
+}
