@@ -24,6 +24,7 @@ macro_rules! conformance_cases {
             tools_and_choice => ToolsAndChoice,
             tools_parallel => ToolsParallel,
             thinking => Thinking,
+            thinking_switch => ThinkingSwitch,
             stop_reasons => StopReasons,
             stop_sequences => StopSequences,
             usage_with_cache => UsageWithCache,
@@ -359,25 +360,44 @@ impl Case {
                 }
             }
             Case::Thinking => Sample {
-                requests: vec![Request {
-                    thinking: Some(ThinkingConfig {
-                        budget_tokens: Some(2048),
-                        effort: None,
-                    }),
-                    max_tokens: Some(8192),
-                    ..request(vec![
-                        user("think first"),
-                        Turn {
-                            role: Role::Assistant,
-                            parts: vec![thinking_part(), Part::text("done thinking")],
-                        },
-                        user("again"),
-                    ])
-                }],
+                requests: vec![
+                    Request {
+                        thinking: Some(ThinkingConfig {
+                            budget_tokens: Some(2048),
+                            effort: None,
+                        }),
+                        max_tokens: Some(8192),
+                        ..request(vec![
+                            user("think first"),
+                            Turn {
+                                role: Role::Assistant,
+                                parts: vec![thinking_part(), Part::text("done thinking")],
+                            },
+                            user("again"),
+                        ])
+                    },
+                    // What an OpenAI client asks: an effort, no budget.
+                    Request {
+                        thinking: Some(ThinkingConfig {
+                            budget_tokens: None,
+                            effort: Some("low".into()),
+                        }),
+                        max_tokens: Some(8192),
+                        ..request(vec![user("think first")])
+                    },
+                ],
                 responses: vec![response(
                     vec![thinking_part(), Part::text("the answer")],
                     StopReason::EndTurn,
                 )],
+                ..Sample::default()
+            },
+            Case::ThinkingSwitch => Sample {
+                requests: vec![Request {
+                    thinking: Some(ThinkingConfig::default()),
+                    max_tokens: Some(8192),
+                    ..request(vec![user("think first")])
+                }],
                 ..Sample::default()
             },
             Case::StopReasons => Sample {
@@ -509,6 +529,20 @@ pub fn support(dialect: Dialect, case: Case) -> Support {
                 }
             },
         ),
+        (Anthropic, Case::Thinking) => Support::Lossy(
+            "thinking is a budget: an effort is sent as one (low 2048, medium 8192, high \
+             24576 when max_tokens allows)",
+            |s| {
+                for req in &mut s.requests {
+                    if let Some(thinking) = &mut req.thinking
+                        && thinking.effort.as_deref() == Some("low")
+                    {
+                        thinking.effort = None;
+                        thinking.budget_tokens = Some(2048);
+                    }
+                }
+            },
+        ),
         (OpenAiChat, Case::Thinking) => Support::Lossy(
             "thinking in history is not sent, a budget is sent as an effort (2048 → low), \
              and reasoning_content has no signature",
@@ -535,6 +569,17 @@ pub fn support(dialect: Dialect, case: Case) -> Support {
                 }
                 for_each_request_part(s, drop_signature);
                 drop_reply_signatures(s);
+            },
+        ),
+        (OpenAiChat, Case::ThinkingSwitch) => Support::Bug(
+            "openai_chat::effort_of gives None for a ThinkingConfig with neither effort nor \
+             budget, so encode_request sends no reasoning_effort and Ollama's `think: true` \
+             never turns reasoning on at a chat backend. Fix: fall back to \"medium\" (the \
+             Anthropic codec sends `adaptive` for the same config)",
+            |s| {
+                for req in &mut s.requests {
+                    req.thinking = None;
+                }
             },
         ),
         (OpenAiChat | Ollama, Case::StreamSplitAnywhere | Case::StreamCutBeforeTerminator) => {

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use glider_config::{Config, ConfigHandle};
+use glider_dialects::codec;
 use glider_engine::Engine;
 use glider_ngl::{Dialect, Part, Response, ResponseBuilder, Role, ToolDef, Turn};
 use glider_test_support::{MockConfig, MockVendor};
-use glider_dialects::codec;
 use serde_json::{Value, json};
 
 /// A gateway served on 127.0.0.1:0 in this process.
@@ -66,7 +66,12 @@ pub async fn gateway_with_delegator(
 
 /// One mock serving all four dialects, and a config with one backend of each type on it.
 pub async fn mock_and_config(extra: &str) -> (MockVendor, String) {
-    let mock = MockVendor::start(MockConfig::default()).await;
+    mock_and_config_with(MockConfig::default(), extra).await
+}
+
+/// [`mock_and_config`] with a mock configured by `config`.
+pub async fn mock_and_config_with(config: MockConfig, extra: &str) -> (MockVendor, String) {
+    let mock = MockVendor::start(config).await;
     let url = mock.base_url();
     let yaml = format!(
         "backends:\n\
