@@ -120,24 +120,24 @@ pub const STOP_SEQUENCES: [&str; 2] = ["END", "###"];
 pub const PNG_BASE64: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
 
-/// A get_weather function tool.
-pub fn weather_tool() -> ToolDef {
+/// A function tool taking one `city` argument.
+fn city_tool(name: &str, description: &str) -> ToolDef {
     ToolDef {
-        name: "get_weather".into(),
-        description: Some("Weather for a city".into()),
+        name: name.into(),
+        description: Some(description.into()),
         parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
         native: None,
     }
 }
 
+/// A get_weather function tool.
+pub fn weather_tool() -> ToolDef {
+    city_tool("get_weather", "Weather for a city")
+}
+
 /// A get_time function tool (a second tool, so choices have something to pick from).
 pub fn time_tool() -> ToolDef {
-    ToolDef {
-        name: "get_time".into(),
-        description: Some("Local time in a city".into()),
-        parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-        native: None,
-    }
+    city_tool("get_time", "Local time in a city")
 }
 
 /// A request of `turns` with the fields every dialect carries set.

@@ -280,21 +280,8 @@ async fn system_placement(leg: &Leg<'_>, case: Case) {
         "{name}: {response:?}"
     );
     let seen = leg.backend_request();
-    let system_texts: Vec<(usize, String)> = seen
-        .turns
-        .iter()
-        .enumerate()
-        .filter(|(_, turn)| turn.role == Role::System)
-        .map(|(at, turn)| (at, turn.plain_text()))
-        .collect();
-    let expected: Vec<(usize, String)> = leg
-        .carried_request(case)
-        .turns
-        .iter()
-        .enumerate()
-        .filter(|(_, turn)| turn.role == Role::System)
-        .map(|(at, turn)| (at, turn.plain_text()))
-        .collect();
+    let system_texts = system_positions(&seen.turns);
+    let expected = system_positions(&leg.carried_request(case).turns);
     if case == Case::SystemMidConversation {
         assert!(
             expected
@@ -311,6 +298,16 @@ async fn system_placement(leg: &Leg<'_>, case: Case) {
     };
     assert_eq!(system_texts, expected, "{name}: {:?}", seen.turns);
     assert!(expected[0].1.starts_with(SYSTEM_TEXT), "{name}");
+}
+
+/// Each system turn's position in `turns` and its text.
+fn system_positions(turns: &[Turn]) -> Vec<(usize, String)> {
+    turns
+        .iter()
+        .enumerate()
+        .filter(|(_, turn)| turn.role == Role::System)
+        .map(|(at, turn)| (at, turn.plain_text()))
+        .collect()
 }
 
 /// The user text that makes the mock call each `(tool, city)` in order.
@@ -333,22 +330,6 @@ fn asking(mut request: Request, text: &str) -> Request {
         *turn = Turn::text(Role::User, text);
     }
     request
-}
-
-/// The tool calls of a reply as (id, name, arguments).
-fn tool_calls(response: &Response) -> Vec<(String, String, serde_json::Value)> {
-    response
-        .parts
-        .iter()
-        .filter_map(|p| match p {
-            Part::ToolCall {
-                id,
-                name,
-                arguments,
-            } => Some((id.clone(), name.clone(), arguments.clone())),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Ask for `calls`, check the model makes exactly them, send `results` back (one per
