@@ -2,9 +2,11 @@
 //! server speaking OpenAI Chat Completions, OpenAI Responses, Anthropic Messages and
 //! Ollama, written independently of `glider-dialects` so codec tests against it mean
 //! something. Start one with [`MockVendor::start`]; script replies with `[[call:...]]`.
+//! [`conformance`] holds the case list the codec and end-to-end matrices share.
 
 mod anthropic;
 mod clock;
+pub mod conformance;
 pub mod fixtures;
 mod ollama;
 mod openai_chat;

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use glider_config::{Config, ConfigHandle};
 use glider_dialects::codec;
 use glider_engine::Engine;
-use glider_ngl::{Dialect, Part, Response, ResponseBuilder, Role, ToolDef, Turn};
+use glider_ngl::{Dialect, Part, Response, ResponseBuilder, Role, Turn};
 use glider_test_support::{MockConfig, MockVendor};
 use serde_json::{Value, json};
 
@@ -66,7 +66,12 @@ pub async fn gateway_with_delegator(
 
 /// One mock serving all four dialects, and a config with one backend of each type on it.
 pub async fn mock_and_config(extra: &str) -> (MockVendor, String) {
-    let mock = MockVendor::start(MockConfig::default()).await;
+    mock_and_config_with(MockConfig::default(), extra).await
+}
+
+/// [`mock_and_config`] with a mock configured by `config`.
+pub async fn mock_and_config_with(config: MockConfig, extra: &str) -> (MockVendor, String) {
+    let mock = MockVendor::start(config).await;
     let url = mock.base_url();
     let yaml = format!(
         "backends:\n\
@@ -103,14 +108,7 @@ pub fn front_path(front: Dialect) -> &'static str {
     }
 }
 
-pub fn weather_tool() -> ToolDef {
-    ToolDef {
-        name: "get_weather".into(),
-        description: Some("Weather for a city".into()),
-        parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-        native: None,
-    }
-}
+pub use glider_test_support::conformance::weather_tool;
 
 /// A plain user question.
 pub fn text_request(model: &str, text: &str, stream: bool) -> glider_ngl::Request {
@@ -233,14 +231,23 @@ pub async fn post_json(base: &str, path: &str, body: &Value) -> Reply {
     post(base, path, body.to_string(), &[]).await
 }
 
+/// The tool calls of a reply as (id, name, arguments), in order.
+pub fn tool_calls(response: &Response) -> Vec<(String, String, Value)> {
+    response
+        .parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => Some((id.clone(), name.clone(), arguments.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The first tool call in a reply.
 pub fn first_tool_call(response: &Response) -> Option<(String, String, Value)> {
-    response.parts.iter().find_map(|p| match p {
-        Part::ToolCall {
-            id,
-            name,
-            arguments,
-        } => Some((id.clone(), name.clone(), arguments.clone())),
-        _ => None,
-    })
+    tool_calls(response).into_iter().next()
 }
