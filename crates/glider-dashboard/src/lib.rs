@@ -4,12 +4,12 @@
 //! it shows comes from the engine's event bus, read by one collector task that never
 //! makes a request wait.
 
-mod rest;
 mod collector;
 mod docs;
 pub mod history;
 pub mod metrics;
 mod redact;
+mod rest;
 mod security;
 mod ui;
 mod ws;
