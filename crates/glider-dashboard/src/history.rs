@@ -2,7 +2,8 @@
 //! one JSON line in `GLIDER_HOME/history/requests-YYYY-MM-DD[.N].jsonl` (UTC day of its
 //! end; a new part `.N` when a file reaches its size limit), written by one background
 //! thread so no request ever waits on a disk, and read back newest first for paging.
-//! Prompt text is never written: a `RequestRecord` has none.
+//! Prompt text is never written: a `RequestRecord` has none. The directory is 0700 and
+//! its files 0600, so other local users cannot read the request metadata.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
@@ -68,7 +69,8 @@ pub struct History {
 impl History {
     /// Create the directory, drop expired files and start the writer thread.
     pub fn start(options: HistoryOptions) -> std::io::Result<History> {
-        std::fs::create_dir_all(&options.dir)?;
+        // Request metadata is the user's business: owner-only directory and files.
+        glider_sys::fileacl::private_dir(&options.dir)?;
         let stats = Arc::new(HistoryStats::default());
         let (sender, receiver) = mpsc::channel(QUEUE);
         let writer = Writer {
@@ -212,7 +214,7 @@ impl Writer {
                 part += 1;
                 continue;
             }
-            let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
+            let mut file = append_private(&path)?;
             // A crash may have left half a line: start ours on a fresh one.
             if size > 0 && !ends_with_newline(&path) {
                 file.write_all(b"\n")?;
@@ -250,6 +252,15 @@ impl Writer {
         }
         *last = Some(message.to_owned());
     }
+}
+
+/// Open `path` to append, creating it owner-only (0600) if it is new.
+fn append_private(path: &Path) -> std::io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, glider_sys::fileacl::PRIVATE_FILE);
+    options.open(path)
 }
 
 fn ends_with_newline(path: &Path) -> bool {
@@ -677,6 +688,25 @@ mod tests {
         let (_, held) = cost::take();
         assert_eq!(seqs, vec![3, 1]);
         assert!(held <= MAX_LINE_BYTES + 2 * BLOCK_BYTES, "held {held}");
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn history_directory_and_files_are_private_to_their_owner() {
+        use std::os::unix::fs::PermissionsExt;
+        let home = tempfile::tempdir().expect("tempdir");
+        let options = HistoryOptions::under(home.path());
+        let history = History::start(options.clone()).expect("start");
+        history.append(Line {
+            ended_at_ms: crate::unix_ms(),
+            json: "{\"seq\":1}".into(),
+        });
+        history.close().await;
+        let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode(&options.dir), 0o700);
+        let files = list_files(&options.dir);
+        assert_eq!(files.len(), 1);
+        assert_eq!(mode(&files[0].path), 0o600);
     }
 
     #[test]
