@@ -71,7 +71,7 @@ impl ConfigHandle {
         let Some(path) = &self.inner.path else {
             return ReloadOutcome::Unchanged;
         };
-        match Config::load(path) {
+        match Config::load(path).and_then(|next| refuse_no_backends(path, next)) {
             Ok(next) => self.apply(next),
             Err(err) => {
                 tracing::error!(error = %err, "config reload rejected; the previous config stays");
@@ -121,6 +121,21 @@ impl ConfigHandle {
         })
         .map(Some)
     }
+}
+
+/// A file without backends is refused on reload: applying it would drop every backend,
+/// and an editor that truncates before it writes shows the watcher just such a file.
+/// (At start an empty file still runs, with no backends, as it always has.)
+fn refuse_no_backends(path: &Path, next: Config) -> Result<Config, ConfigError> {
+    if next.backends.is_empty() {
+        return Err(ConfigError::Invalid {
+            path: path.display().to_string(),
+            problems: vec![
+                "no backends: a reloaded file must define at least one (an empty or comment-only file is not applied)".to_owned(),
+            ],
+        });
+    }
+    Ok(next)
 }
 
 /// Call `on_change` (on a tokio task) after `path` changes, a burst of writes counted
@@ -215,6 +230,29 @@ mod tests {
         );
         assert_eq!(handle.snapshot().server.proxy_port, 8080);
         assert!(handle.snapshot().model_aliases.is_empty());
+    }
+
+    #[test]
+    fn reload_rejects_a_file_without_backends_and_keeps_the_old_config() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("glider.yaml");
+        write(&path, BASE);
+        let handle = ConfigHandle::new(Config::load(&path).expect("valid"), Some(path.clone()));
+        // An editor that truncates before it writes, a file commented out, an empty list.
+        for text in [
+            "",
+            "\n  \n",
+            "# all commented out\n# backends:\n",
+            "backends: []\n",
+        ] {
+            std::fs::write(&path, text).expect("write");
+            let outcome = handle.reload();
+            assert!(
+                matches!(&outcome, ReloadOutcome::Rejected { error } if error.contains("no backends")),
+                "{text:?}: {outcome:?}"
+            );
+            assert_eq!(handle.snapshot().backends.len(), 1, "{text:?}");
+        }
     }
 
     #[tokio::test]

@@ -2,7 +2,8 @@
 //! one JSON line in `GLIDER_HOME/history/requests-YYYY-MM-DD[.N].jsonl` (UTC day of its
 //! end; a new part `.N` when a file reaches its size limit), written by one background
 //! thread so no request ever waits on a disk, and read back newest first for paging.
-//! Prompt text is never written: a `RequestRecord` has none.
+//! Prompt text is never written: a `RequestRecord` has none. The directory is 0700 and
+//! its files 0600, so other local users cannot read the request metadata.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
@@ -68,7 +69,8 @@ pub struct History {
 impl History {
     /// Create the directory, drop expired files and start the writer thread.
     pub fn start(options: HistoryOptions) -> std::io::Result<History> {
-        std::fs::create_dir_all(&options.dir)?;
+        // Request metadata is the user's business: owner-only directory and files.
+        glider_sys::fileacl::private_dir(&options.dir)?;
         let stats = Arc::new(HistoryStats::default());
         let (sender, receiver) = mpsc::channel(QUEUE);
         let writer = Writer {
@@ -212,7 +214,7 @@ impl Writer {
                 part += 1;
                 continue;
             }
-            let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
+            let mut file = append_private(&path)?;
             // A crash may have left half a line: start ours on a fresh one.
             if size > 0 && !ends_with_newline(&path) {
                 file.write_all(b"\n")?;
@@ -250,6 +252,15 @@ impl Writer {
         }
         *last = Some(message.to_owned());
     }
+}
+
+/// Open `path` to append, creating it owner-only (0600) if it is new.
+fn append_private(path: &Path) -> std::io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, glider_sys::fileacl::PRIVATE_FILE);
+    options.open(path)
 }
 
 fn ends_with_newline(path: &Path) -> bool {
@@ -305,49 +316,167 @@ fn list_files(dir: &Path) -> Vec<HistoryFile> {
     files
 }
 
-/// Entries of one file that parse, in file order (a torn line is skipped).
-fn read_file(path: &Path) -> Vec<Value> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v.get("seq").and_then(Value::as_u64).is_some())
-        .collect()
+/// Bytes read from the end of a file at a time when paging backwards.
+const BLOCK_BYTES: usize = 64 * 1024;
+/// A line longer than this is no request record (those are a few hundred bytes): it is
+/// skipped, so one damaged file cannot make a page hold it whole.
+const MAX_LINE_BYTES: usize = 1024 * 1024;
+
+/// A file's lines, last first, read block by block from its end: a page of the newest
+/// requests costs a few blocks, and no read holds more than a block and one line,
+/// whatever the history's size.
+#[derive(Debug)]
+struct LinesBackwards {
+    file: File,
+    /// Bytes before this offset are not read yet.
+    unread: u64,
+    /// The file's bytes from `unread` up to the lines already handed out.
+    pending: Vec<u8>,
+    /// `pending` is the tail of an overlong line, to be dropped up to its start.
+    skipping: bool,
+}
+
+impl LinesBackwards {
+    fn open(path: &Path) -> Option<LinesBackwards> {
+        let file = File::open(path).ok()?;
+        let unread = file.metadata().ok()?.len();
+        Some(LinesBackwards {
+            file,
+            unread,
+            pending: Vec::new(),
+            skipping: false,
+        })
+    }
+
+    /// Prepend the block before `pending`; false at the start of the file or on error.
+    fn read_block(&mut self) -> bool {
+        if self.unread == 0 {
+            return false;
+        }
+        let len = BLOCK_BYTES.min(usize::try_from(self.unread).unwrap_or(BLOCK_BYTES));
+        let start = self.unread - len as u64;
+        let mut block = vec![0u8; len];
+        let read = self
+            .file
+            .seek(SeekFrom::Start(start))
+            .and_then(|_| self.file.read_exact(&mut block));
+        if read.is_err() {
+            return false;
+        }
+        self.unread = start;
+        block.extend_from_slice(&self.pending);
+        self.pending = block;
+        cost::count(len, self.pending.len());
+        true
+    }
+}
+
+impl Iterator for LinesBackwards {
+    type Item = Vec<u8>;
+
+    fn next(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(newline) = self.pending.iter().rposition(|b| *b == b'\n') {
+                let line = self.pending.split_off(newline + 1);
+                self.pending.truncate(newline);
+                if std::mem::take(&mut self.skipping) {
+                    continue;
+                }
+                return Some(line);
+            }
+            if self.pending.len() > MAX_LINE_BYTES {
+                self.pending = Vec::new();
+                self.skipping = true;
+            }
+            if !self.read_block() {
+                let rest = std::mem::take(&mut self.pending);
+                return (!rest.is_empty() && !std::mem::take(&mut self.skipping)).then_some(rest);
+            }
+        }
+    }
+}
+
+/// What reading the history cost this thread: bytes read and the most a reader held at
+/// once. Tests read it to show that a page's memory is bounded whatever the history's size.
+mod cost {
+    use std::cell::Cell;
+
+    thread_local! {
+        static READ: Cell<u64> = const { Cell::new(0) };
+        static MOST_HELD: Cell<usize> = const { Cell::new(0) };
+    }
+
+    pub(super) fn count(read: usize, held: usize) {
+        READ.with(|r| r.set(r.get() + read as u64));
+        MOST_HELD.with(|m| m.set(m.get().max(held)));
+    }
+
+    /// `(bytes read, most bytes held)` since the last call, which starts a new count.
+    #[cfg(test)]
+    pub(super) fn take() -> (u64, usize) {
+        (
+            READ.with(|r| r.replace(0)),
+            MOST_HELD.with(|m| m.replace(0)),
+        )
+    }
+}
+
+/// Just the `seq` of a line, to pass over entries a page does not want without building
+/// them.
+#[derive(serde::Deserialize)]
+struct SeqOnly {
+    seq: u64,
+}
+
+/// The entry a history line holds, when it is one: a JSON object with an unsigned `seq`
+/// (a torn or foreign line is skipped). `wanted` sees the `seq` first, so a line it
+/// refuses is never built into a `Value`.
+fn parse_entry(line: &[u8], wanted: impl Fn(u64) -> bool) -> Option<Value> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    if let Ok(SeqOnly { seq }) = serde_json::from_slice::<SeqOnly>(line)
+        && !wanted(seq)
+    {
+        return None;
+    }
+    let entry: Value = serde_json::from_slice(line).ok()?;
+    let seq = entry.get("seq").and_then(Value::as_u64)?;
+    wanted(seq).then_some(entry)
+}
+
+/// Entries of `files`, newest file first and each file last line first.
+fn entries_backwards(
+    files: Vec<HistoryFile>,
+    wanted: impl Fn(u64) -> bool + Copy,
+) -> impl Iterator<Item = Value> {
+    files
+        .into_iter()
+        .rev()
+        .filter_map(|file| LinesBackwards::open(&file.path))
+        .flatten()
+        .filter_map(move |line| parse_entry(&line, wanted))
 }
 
 fn seq_of(entry: &Value) -> u64 {
     entry.get("seq").and_then(Value::as_u64).unwrap_or(0)
 }
 
-/// Up to `limit` entries with `seq < before`, newest first, across files.
+/// Up to `limit` entries with `seq < before`, newest first, across files. Files are read
+/// from their ends, so memory stays at one block plus the page.
 pub fn read_before(dir: &Path, before: Option<u64>, limit: usize) -> Vec<Value> {
-    let mut out = Vec::new();
-    for file in list_files(dir).into_iter().rev() {
-        if out.len() >= limit {
-            break;
-        }
-        let entries = read_file(&file.path);
-        for entry in entries.into_iter().rev() {
-            if before.is_none_or(|b| seq_of(&entry) < b) {
-                out.push(entry);
-                if out.len() >= limit {
-                    break;
-                }
-            }
-        }
-    }
-    out
+    entries_backwards(list_files(dir), |seq| before.is_none_or(|b| seq < b))
+        .take(limit)
+        .collect()
 }
 
 /// The highest `seq` written so far (0 for an empty history), so numbering continues
-/// across restarts.
+/// across restarts: the last entry of the newest file that has one, since the one writer
+/// appends entries in `seq` order.
 pub fn last_seq(dir: &Path) -> u64 {
-    list_files(dir)
-        .iter()
-        .rev()
-        .find_map(|f| read_file(&f.path).iter().map(seq_of).max())
+    entries_backwards(list_files(dir), |_| true)
+        .next()
+        .map(|entry| seq_of(&entry))
         .unwrap_or(0)
 }
 
@@ -428,6 +557,156 @@ mod tests {
             json: "{}".into(),
         });
         assert_eq!(history.stats.dropped.load(Ordering::Relaxed), 1);
+    }
+
+    const PER_FILE: u64 = 22_000;
+    const PARTS: [(&str, u32); 4] = [
+        ("2025-01-01", 0),
+        ("2025-01-01", 1),
+        ("2025-01-02", 0),
+        ("2025-01-02", 1),
+    ];
+
+    /// Four files of ~6.5 MB, seq 1.. in order; one ends torn, some blank lines.
+    fn write_large_history(dir: &Path) -> u64 {
+        let pad = "x".repeat(200);
+        let mut seq = 0;
+        for (i, (day, part)) in PARTS.iter().enumerate() {
+            let mut text = String::new();
+            for _ in 0..PER_FILE {
+                seq += 1;
+                text.push_str(&format!(
+                    "{{\"seq\":{seq},\"id\":{seq},\"front\":\"anthropic\",\"backend\":\"local\",\"status\":200,\"total_ms\":12,\"pad\":\"{pad}\"}}\n"
+                ));
+                if seq % 10_000 == 0 {
+                    text.push('\n');
+                }
+            }
+            if i == 1 {
+                text.push_str("{\"seq\":99999999,\"id\"");
+            }
+            std::fs::write(dir.join(file_name(day, *part)), text).expect("write history");
+        }
+        seq
+    }
+
+    /// The history as it was read before: each file parsed whole, newest file first.
+    fn whole_parse(dir: &Path) -> Vec<Value> {
+        let mut out = Vec::new();
+        for (day, part) in PARTS.iter().rev() {
+            let text = std::fs::read_to_string(dir.join(file_name(day, *part))).expect("read");
+            let entries: Vec<Value> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|v| v.get("seq").and_then(Value::as_u64).is_some())
+                .collect();
+            out.extend(entries.into_iter().rev());
+        }
+        out
+    }
+
+    #[test]
+    fn pages_of_a_large_history_match_a_whole_parse_and_hold_a_bounded_amount() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let newest = write_large_history(dir.path());
+        let size: u64 = list_files(dir.path())
+            .iter()
+            .map(|f| std::fs::metadata(&f.path).expect("meta").len())
+            .sum();
+        assert!(size > 24 * 1024 * 1024, "tens of MB: {size}");
+        // One block and one line (~300 bytes) at most, whatever the history's size.
+        let held_bound = 2 * BLOCK_BYTES;
+
+        cost::take();
+        assert_eq!(last_seq(dir.path()), newest);
+        let (read, held) = cost::take();
+        assert!(
+            read <= BLOCK_BYTES as u64 && held <= held_bound,
+            "last_seq: read {read}, held {held}"
+        );
+
+        // The first page, what start-up restores (1000), and pages across file
+        // boundaries (the newest file starts at 3 * PER_FILE + 1; file 2 ends torn).
+        let cases = [
+            (None, 500),
+            (None, 1000),
+            (Some(3 * PER_FILE + 100), 500),
+            (Some(2 * PER_FILE + 3), 10),
+            (Some(PER_FILE + 1), 5),
+            (Some(250), 500),
+            (Some(1), 500),
+        ];
+        let whole = whole_parse(dir.path());
+        for (before, limit) in cases {
+            cost::take();
+            let page = read_before(dir.path(), before, limit);
+            let (read, held) = cost::take();
+            let expected: Vec<Value> = whole
+                .iter()
+                .filter(|v| before.is_none_or(|b| seq_of(v) < b))
+                .take(limit)
+                .cloned()
+                .collect();
+            let seqs = |page: &[Value]| page.iter().map(seq_of).collect::<Vec<_>>();
+            assert_eq!(
+                seqs(&page),
+                seqs(&expected),
+                "before {before:?} limit {limit}"
+            );
+            assert_eq!(page, expected, "before {before:?} limit {limit}");
+            assert!(
+                held <= held_bound,
+                "before {before:?} limit {limit}: held {held} bytes of a {size}-byte history"
+            );
+            if before.is_none() {
+                // The newest page reads only the end of the newest file.
+                assert!(read < 1024 * 1024, "limit {limit}: read {read} bytes");
+            }
+        }
+        let across = read_before(dir.path(), Some(3 * PER_FILE + 100), 500);
+        assert_eq!(across.first().map(seq_of), Some(3 * PER_FILE + 99));
+        assert_eq!(across.last().map(seq_of), Some(3 * PER_FILE - 400));
+    }
+
+    #[test]
+    fn an_overlong_line_is_skipped_without_being_held_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let huge = format!(
+            "{{\"seq\":2,\"pad\":\"{}\"}}",
+            "y".repeat(3 * MAX_LINE_BYTES)
+        );
+        std::fs::write(
+            dir.path().join(file_name("2025-01-01", 0)),
+            format!("{{\"seq\":1}}\n{huge}\n{{\"seq\":3}}\n"),
+        )
+        .expect("write");
+        cost::take();
+        let seqs: Vec<u64> = read_before(dir.path(), None, 10)
+            .iter()
+            .map(seq_of)
+            .collect();
+        let (_, held) = cost::take();
+        assert_eq!(seqs, vec![3, 1]);
+        assert!(held <= MAX_LINE_BYTES + 2 * BLOCK_BYTES, "held {held}");
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn history_directory_and_files_are_private_to_their_owner() {
+        use std::os::unix::fs::PermissionsExt;
+        let home = tempfile::tempdir().expect("tempdir");
+        let options = HistoryOptions::under(home.path());
+        let history = History::start(options.clone()).expect("start");
+        history.append(Line {
+            ended_at_ms: crate::unix_ms(),
+            json: "{\"seq\":1}".into(),
+        });
+        history.close().await;
+        let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode(&options.dir), 0o700);
+        let files = list_files(&options.dir);
+        assert_eq!(files.len(), 1);
+        assert_eq!(mode(&files[0].path), 0o600);
     }
 
     #[test]

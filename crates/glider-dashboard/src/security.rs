@@ -1,7 +1,9 @@
 //! Who may use the dashboard. Bound to loopback, it answers only requests addressed to a
 //! loopback host name (so a DNS-rebinding page cannot reach it); with a token (required
 //! off loopback) every request must carry it. State-changing requests and `/ws` must
-//! come from the dashboard's own origin, or from a client that sends no `Origin`.
+//! come from the dashboard's own origin, or from a client that sends no `Origin`; so must
+//! the reads that cost work (paging the history files), so another page cannot make the
+//! dashboard do it.
 
 use std::sync::Arc;
 
@@ -13,6 +15,9 @@ use axum::response::{IntoResponse, Response};
 use glider_sys::webguard;
 
 use crate::Shared;
+
+/// GET routes that read from disk per call: guarded like the state-changing requests.
+const COSTLY_READS: &[&str] = &["/api/requests"];
 
 /// The cookie `?token=` sets, so the page's assets, API calls and socket carry it.
 pub const COOKIE: &str = "glider_dashboard_token";
@@ -63,13 +68,18 @@ pub async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Ne
         }
     }
 
-    // 3. Only the dashboard's own pages may change state or open the live socket.
+    // 3. Only the dashboard's own pages may change state, open the live socket or make
+    // it read the history.
     let changes_state = !matches!(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
     );
-    let is_socket = request.uri().path() == "/ws";
-    if (changes_state || is_socket) && !origin_allowed(request.headers(), host.as_deref()) {
+    let path = request.uri().path();
+    let is_socket = path == "/ws";
+    let costs_work = COSTLY_READS.contains(&path);
+    if (changes_state || is_socket || costs_work)
+        && !origin_allowed(request.headers(), host.as_deref())
+    {
         return refuse(
             StatusCode::FORBIDDEN,
             "forbidden",

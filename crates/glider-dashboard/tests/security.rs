@@ -160,3 +160,24 @@ async fn a_token_is_required_when_set() {
     .await;
     assert_eq!(cross.status, 403);
 }
+
+#[tokio::test]
+async fn a_foreign_origin_cannot_make_the_dashboard_page_through_its_history() {
+    // `/api/requests` reads history files: another page's script must not be able to
+    // make it do that work. The dashboard's own page and clients without Origin may.
+    let stack = start(Setup::default()).await;
+    let url = format!("{}/api/requests?before=1000000&limit=500", stack.base);
+    let foreign = send(client().get(&url).header("origin", "http://evil.example")).await;
+    assert_eq!(foreign.status, 403, "{}", foreign.text);
+    let own = send(client().get(&url).header("origin", &stack.base)).await;
+    assert_eq!(own.status, 200, "{}", own.text);
+    assert_eq!(send(client().get(&url)).await.status, 200);
+    // Cheap reads stay open to any page, as before.
+    let status = send(
+        client()
+            .get(format!("{}/api/status", stack.base))
+            .header("origin", "http://evil.example"),
+    )
+    .await;
+    assert_eq!(status.status, 200);
+}

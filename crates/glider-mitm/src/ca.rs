@@ -146,7 +146,7 @@ impl Authority {
     }
 
     fn create(dir: &Path) -> Result<Authority, CaError> {
-        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+        fileacl::private_dir(dir).map_err(io_error(dir))?;
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::default();
         let mut name = DistinguishedName::new();

@@ -195,7 +195,10 @@ pub struct OutputSchema {
 #[serde(rename_all = "snake_case")]
 pub enum Dialect {
     Anthropic,
+    // Named as the docs and logs name them; history written before said `open_ai_*`.
+    #[serde(rename = "openai_chat", alias = "open_ai_chat")]
     OpenAiChat,
+    #[serde(rename = "openai_responses", alias = "open_ai_responses")]
     OpenAiResponses,
     Ollama,
 }

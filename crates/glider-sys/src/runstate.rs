@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::atomicfile;
+use crate::{atomicfile, fileacl};
 
 /// File name of the record under `GLIDER_HOME`.
 pub const FILE_NAME: &str = "runstate.json";
@@ -221,7 +221,7 @@ impl Shared {
         if number <= *written {
             return Ok(());
         }
-        atomicfile::write(&self.path, bytes, 0o644)?;
+        atomicfile::write(&self.path, bytes, fileacl::PRIVATE_FILE)?;
         *written = number;
         Ok(())
     }
@@ -509,7 +509,7 @@ fn is_alive(pid: u32) -> bool {
 }
 
 fn write(path: &Path, record: &Record) -> io::Result<()> {
-    atomicfile::write(path, &encode(record)?, 0o644)
+    atomicfile::write(path, &encode(record)?, fileacl::PRIVATE_FILE)
 }
 
 fn encode(record: &Record) -> io::Result<Vec<u8>> {
@@ -537,6 +537,24 @@ fn human_duration(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn the_run_state_file_is_private_to_its_owner() {
+        use std::os::unix::fs::PermissionsExt;
+        let home = tempfile::tempdir().expect("tempdir");
+        let (run, _) = RunState::start(home.path(), "1", &[]).expect("start");
+        let mode = || {
+            std::fs::metadata(home.path().join(FILE_NAME))
+                .expect("meta")
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode(), 0o600, "written at start");
+        run.stopped().expect("stop");
+        assert_eq!(mode(), 0o600, "rewritten at stop");
+    }
 
     #[test]
     fn clean_then_unclean() {

@@ -235,7 +235,7 @@ async fn serve(
         .init();
 
     let home = glider_home();
-    std::fs::create_dir_all(&home)
+    glider_sys::fileacl::private_home(&home)
         .with_context(|| format!("cannot create GLIDER_HOME {}", home.display()))?;
     let mut features = Vec::new();
     if config.mitm.enabled {
