@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use glider_delegate::{Delegation, Delegator};
 use glider_engine::{
-    Bus, CompleteError, Completion, CompletionRequest, Engine, RouteDecision, Tracker,
+    Bus, CompleteError, Completion, CompletionRequest, Engine, Prepared, RouteDecision, Tracker,
 };
 use glider_ngl::{ApiError, Dialect, ErrorKind};
 use http::HeaderMap;
@@ -49,37 +49,53 @@ pub trait DoorSequence: Copy {
         body: &'a Bytes,
     ) -> impl Future<Output = Outcome> + Send + 'a;
 
+    /// Step three and four for a request decided earlier (the spec's `CompleteLocal`
+    /// after a `DecideLocal`): carry out exactly `prepared`'s decision, then the
+    /// origin-on-local-error rule.
+    fn carry_out<'a>(
+        self,
+        engine: &'a Engine,
+        prepared: Prepared,
+    ) -> impl Future<Output = Outcome> + Send + 'a;
+
     /// The `mitm.origin_on_local_error` rule for a local answer that failed before
     /// anything was written: the origin answers instead (MITM, rule on), or the client
     /// sees the error.
     fn after_local_error(self, engine: &Engine, error: ApiError) -> Outcome;
 }
 
+/// The door's outcome for what the pipeline said.
+fn outcome(door: Door, engine: &Engine, result: Result<Completion, CompleteError>) -> Outcome {
+    match result {
+        Ok(completion) => Outcome::Reply(Box::new(completion)),
+        Err(CompleteError::OriginPassthrough { decision, tracker }) => {
+            Outcome::Origin(ToOrigin::Decided { decision, tracker })
+        }
+        Err(CompleteError::Api(error)) => door.after_local_error(engine, error),
+    }
+}
+
 impl DoorSequence for Door {
-    fn answer<'a>(
+    async fn answer<'a>(
         self,
         engine: &'a Engine,
         delegator: Option<&'a Delegator>,
         front: Dialect,
         headers: &'a HeaderMap,
         body: &'a Bytes,
-    ) -> impl Future<Output = Outcome> + Send + 'a {
-        async move {
-            if let Some(delegator) = delegator
-                && let Some(delegation) =
-                    delegator.take(&engine.runtime().config.delegate, front, headers, body)
-            {
-                return Outcome::Delegated(delegation);
-            }
-            let request = completion_request(self, front, body.clone(), headers.clone());
-            match engine.complete(request).await {
-                Ok(completion) => Outcome::Reply(Box::new(completion)),
-                Err(CompleteError::OriginPassthrough { decision, tracker }) => {
-                    Outcome::Origin(ToOrigin::Decided { decision, tracker })
-                }
-                Err(CompleteError::Api(error)) => self.after_local_error(engine, error),
-            }
+    ) -> Outcome {
+        if let Some(delegator) = delegator
+            && let Some(delegation) =
+                delegator.take(&engine.runtime().config.delegate, front, headers, body)
+        {
+            return Outcome::Delegated(delegation);
         }
+        let request = completion_request(self, front, body.clone(), headers.clone());
+        outcome(self, engine, engine.complete(request).await)
+    }
+
+    async fn carry_out(self, engine: &Engine, prepared: Prepared) -> Outcome {
+        outcome(self, engine, engine.complete_prepared(prepared).await)
     }
 
     fn after_local_error(self, engine: &Engine, error: ApiError) -> Outcome {

@@ -181,6 +181,7 @@ impl Bus {
             raw_stream: None,
             raw_whole: None,
             ended: false,
+            forgotten: false,
         }
     }
 }
@@ -203,9 +204,26 @@ pub struct Tracker {
     raw_stream: Option<Box<dyn StreamDecoder>>,
     raw_whole: Option<(Dialect, Vec<u8>)>,
     ended: bool,
+    /// Dropped without a record ([`Tracker::forget`]).
+    forgotten: bool,
 }
 
 impl Tracker {
+    /// Drop this record without publishing anything: for a request that was only
+    /// routed to see where it goes and is not carried out here (the Cursor plane's
+    /// turns that the origin answers are not Glider's requests to record).
+    pub fn forget(mut self) {
+        self.forgotten = true;
+    }
+
+    /// Time the request from now: it was prepared ahead of the moment its door
+    /// handed it over to be carried out (the Cursor plane decides at BidiAppend and
+    /// answers at RunSSE).
+    pub fn restart_clock(&mut self) {
+        self.started = Instant::now();
+        self.record.started_at_ms = unix_ms();
+    }
+
     /// Publish `RequestStarted` (once the request is decoded and routed).
     pub fn announce(&mut self) {
         if !self.announced {
@@ -288,6 +306,9 @@ impl Tracker {
 
 impl Drop for Tracker {
     fn drop(&mut self) {
+        if self.forgotten {
+            return;
+        }
         self.announce();
         self.record.total_ms = Some(self.started.elapsed().as_millis() as u64);
         if self.record.status.is_none() {

@@ -91,6 +91,17 @@ impl Prepared {
         &self.job.headers
     }
 
+    /// Not carried out, and not recorded either: the decision was only wanted to see
+    /// where the request goes, and someone else (the CLI's origin) answers it.
+    pub fn discard(self) {
+        self.job.tracker.forget();
+    }
+
+    /// Time the request from now, when it was prepared ahead of being carried out.
+    pub fn restart_clock(&mut self) {
+        self.job.tracker.restart_clock();
+    }
+
     /// Not run here: the door forwards the request to the CLI's origin, and the record
     /// says so ([`CompleteError::OriginPassthrough`]).
     pub fn into_origin(self) -> CompleteError {

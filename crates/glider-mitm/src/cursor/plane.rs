@@ -18,8 +18,8 @@ use glider_cursorrpc::messages::{
 use glider_cursorrpc::{Update, fields, server_frame, view};
 use glider_door::{Door, DoorSequence, ObservedBody, Observer, Outcome, ToOrigin, read_limited};
 use glider_engine::router::Target as RouteTarget;
-use glider_engine::{CompletionBody, decode_events};
-use glider_ngl::{ApiError, Dialect, ErrorKind, StreamEvent};
+use glider_engine::{CompleteError, CompletionBody, Prepared, decode_events};
+use glider_ngl::{ApiError, Dialect, ErrorKind, Role, StreamEvent, Turn};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use serde_json::json;
@@ -56,12 +56,40 @@ pub fn rpc(method: &Method, path: &str) -> Option<Rpc> {
     }
 }
 
-/// A root turn to answer locally: an OpenAI Chat body for the pipeline, and the
-/// append's headers (for the pipeline's session rules).
-#[derive(Debug, Clone)]
-pub struct LocalTurn {
-    pub body: Bytes,
-    pub headers: HeaderMap,
+/// A root turn to answer locally: the pipeline's decision, made once at BidiAppend (the
+/// spec's `DecideLocal`) and carried out as it is at RunSSE (`CompleteLocal`). A turn
+/// whose RunSSE never comes is dropped unrecorded, as the origin's turns are.
+pub struct LocalTurn(Option<Prepared>);
+
+impl LocalTurn {
+    fn take(mut self) -> Option<Prepared> {
+        self.0.take()
+    }
+}
+
+impl Drop for LocalTurn {
+    fn drop(&mut self) {
+        if let Some(prepared) = self.0.take() {
+            prepared.discard();
+        }
+    }
+}
+
+impl std::fmt::Debug for LocalTurn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(prepared) => write!(f, "LocalTurn({})", prepared.model()),
+            None => f.write_str("LocalTurn(taken)"),
+        }
+    }
+}
+
+/// A turn the pipeline would not take leaves no record: the origin answers it, and
+/// the plane records no origin turn.
+fn forget(error: CompleteError) {
+    if let CompleteError::OriginPassthrough { tracker, .. } = error {
+        tracker.forget();
+    }
 }
 
 /// The plane's state, shared by every connection.
@@ -79,7 +107,7 @@ impl Mitm {
 
     /// Read a BidiAppend and arm the hub for its RunSSE; the append itself always goes
     /// on to the origin.
-    fn bidi_append(&self, parts: &http::request::Parts, body: &Bytes, target: &Target) {
+    async fn bidi_append(&self, parts: &http::request::Parts, body: &Bytes, target: &Target) {
         let payload = unary_payload(&parts.headers, body);
         if self.debug_rpc() {
             let append = match &payload {
@@ -93,7 +121,7 @@ impl Mitm {
         }
         let decoded = payload.and_then(|payload| BidiAppendRequest::decode(&payload));
         match decoded {
-            Ok(append) => self.arm_for(&append, &parts.headers),
+            Ok(append) => self.arm_for(&append, &parts.headers).await,
             Err(e) => {
                 tracing::info!(host = %target.host, error = %e, "Agent RPC: BidiAppend not understood; its RunSSE goes to the origin")
             }
@@ -103,7 +131,7 @@ impl Mitm {
     /// Decide for an append that starts a request, and arm the hub. A later append on
     /// the same request (a tool result, a heartbeat) arms nothing: the RunSSE already
     /// has, or is about to get, the decision of the first.
-    fn arm_for(&self, append: &BidiAppendRequest, headers: &HeaderMap) {
+    async fn arm_for(&self, append: &BidiAppendRequest, headers: &HeaderMap) {
         let Some(request_id) = append.request_id() else {
             return;
         };
@@ -120,11 +148,11 @@ impl Mitm {
         if message.run_request.is_none() && append.append_seqno != 0 {
             return;
         }
-        let decision = self.decide(request_id, &message, headers);
+        let decision = self.decide(request_id, &message, headers).await;
         self.agent_rpc.hub.arm(request_id, decision);
     }
 
-    fn decide(
+    async fn decide(
         &self,
         request_id: &str,
         message: &AgentClientMessage,
@@ -142,16 +170,21 @@ impl Mitm {
             }
         };
         let hub = &self.agent_rpc.hub;
-        let turn = |model: &str, text: &str| LocalTurn {
-            body: Bytes::from(
-                json!({
-                    "model": model,
-                    "stream": true,
-                    "messages": [{"role": "user", "content": text}],
-                })
-                .to_string(),
-            ),
-            headers: headers.clone(),
+        // The turn as ngl, straight from the protobuf: no JSON to build and decode back.
+        let turn = |model: &str, text: &str| glider_ngl::Request {
+            model: model.to_owned(),
+            turns: vec![Turn::text(Role::User, text)],
+            stream: true,
+            ..glider_ngl::Request::default()
+        };
+        let prepare = |request: glider_ngl::Request| {
+            self.engine.prepare_decoded(
+                Dialect::OpenAiChat,
+                request,
+                headers.clone(),
+                Door::Mitm,
+                true,
+            )
         };
         let model = run.and_then(|r| r.model()).unwrap_or(DEFAULT_MODEL);
         // A follow-on (summary, title) of a turn that just ran keeps its family's side;
@@ -166,31 +199,26 @@ impl Mitm {
                 Sticky::Cloud => Decision::Origin,
                 // The pipeline's own `/local` flag keeps it local even for a model no
                 // local backend lists (the flag is stripped before the model sees it).
-                Sticky::Local => Decision::Local(turn(model, &format!("/local {text}"))),
+                Sticky::Local => match prepare(turn(model, &format!("/local {text}"))).await {
+                    Ok(prepared) => Decision::Local(LocalTurn(Some(prepared))),
+                    Err(error) => {
+                        tracing::info!(request_id, model, error = ?error, "Agent RPC: sticky-local follow-on not routable; to the origin");
+                        forget(error);
+                        Decision::Origin
+                    }
+                },
             };
         }
-        let local = turn(model, &text);
-        let decided = self
-            .engine
-            .prepare(Dialect::OpenAiChat, &local.body)
-            .and_then(|(request, model, tokens)| {
-                self.engine.decide(
-                    Dialect::OpenAiChat,
-                    &request,
-                    headers,
-                    &model,
-                    tokens,
-                    false,
-                )
-            });
-        let decision = match decided {
-            Ok(decision) => decision,
+        let prepared = match prepare(turn(model, &text)).await {
+            Ok(prepared) => prepared,
             Err(error) => {
-                tracing::info!(request_id, model, error = %error.message, "Agent RPC: no local answer; to the origin");
+                tracing::info!(request_id, model, error = ?error, "Agent RPC: no local answer; to the origin");
+                forget(error);
                 hub.open_family(request_id, conversation, Sticky::Cloud, FAMILY_TTL);
                 return Decision::Origin;
             }
         };
+        let decision = prepared.decision();
         let is_local = decision
             .candidates
             .iter()
@@ -199,6 +227,7 @@ impl Mitm {
         if !is_local {
             tracing::info!(request_id, rule = decision.rule.as_str(), reason = %decision.reason, "Agent RPC: cloud decision; to the origin, family opened");
             hub.open_family(request_id, conversation, Sticky::Cloud, FAMILY_TTL);
+            prepared.discard();
             return Decision::Origin;
         }
         if flag == Some(RouteTarget::Local)
@@ -209,10 +238,11 @@ impl Mitm {
                 request_id,
                 "Agent RPC: a live sticky-cloud family kept its place; to the origin"
             );
+            prepared.discard();
             return Decision::Origin;
         }
         tracing::info!(request_id, rule = decision.rule.as_str(), reason = %decision.reason, "Agent RPC: root turn answered locally");
-        Decision::Local(local)
+        Decision::Local(LocalTurn(Some(prepared)))
     }
 
     /// Wait for a RunSSE's decision and answer it locally when it is local. `Err`: the
@@ -258,16 +288,14 @@ impl Mitm {
         request_id: &str,
         turn: LocalTurn,
     ) -> Result<Response<Body>, NotLocal> {
-        // No delegator: the plane's turns are never delegated.
-        let outcome = Door::Mitm
-            .answer(
-                &self.engine,
-                None,
-                Dialect::OpenAiChat,
-                &turn.headers,
-                &turn.body,
-            )
-            .await;
+        let Some(mut prepared) = turn.take() else {
+            return Err(NotLocal::Origin(
+                "the turn's decision was already used".into(),
+            ));
+        };
+        // Timed from the RunSSE, as the client sees it; never delegated.
+        prepared.restart_clock();
+        let outcome = Door::Mitm.carry_out(&self.engine, prepared).await;
         let completion = match outcome {
             Outcome::Reply(completion) => *completion,
             Outcome::Origin(ToOrigin::Decided {
@@ -379,7 +407,7 @@ impl HttpHandler for AgentRpcHandler {
             );
         }
         match self.rpc {
-            Rpc::BidiAppend => mitm.bidi_append(&parts, &body, target),
+            Rpc::BidiAppend => mitm.bidi_append(&parts, &body, target).await,
             Rpc::RunSse => match mitm.run_sse(&parts, &body, target).await {
                 Ok(response) => return RequestOrResponse::Response(response),
                 Err(request_id) => self.relayed = Some(request_id),
