@@ -161,6 +161,10 @@ fn origin_run_sse(request_id: &str) -> Vec<u8> {
 struct CursorStack {
     proxy: SocketAddr,
     mitm: Arc<Mitm>,
+    engine: Arc<Engine>,
+    config: ConfigHandle,
+    /// The YAML the stack started with.
+    yaml: String,
     origin: CursorOrigin,
     home: tempfile::TempDir,
     _mock: MockVendor,
@@ -190,9 +194,13 @@ async fn cursor_stack(local_backend: &str, extra_mitm: &str) -> CursorStack {
         origin = origin.addr,
         ca = ca_file.display(),
     );
-    let config = Config::parse(&yaml, "test").expect("valid test config");
-    let engine = Engine::new(ConfigHandle::new(config, None));
-    let mitm = Mitm::new(engine, home.path()).expect("mitm");
+    let config = ConfigHandle::new(
+        Config::parse(&yaml, "test").expect("valid test config"),
+        None,
+    );
+    let engine = Engine::new(config.clone());
+    engine.follow_config();
+    let mitm = Mitm::new(engine.clone(), home.path()).expect("mitm");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let proxy = listener.local_addr().expect("addr");
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -202,6 +210,9 @@ async fn cursor_stack(local_backend: &str, extra_mitm: &str) -> CursorStack {
     CursorStack {
         proxy,
         mitm,
+        engine,
+        config,
+        yaml,
         origin,
         home,
         _mock: mock,
@@ -619,4 +630,48 @@ async fn an_explicit_local_turn_keeps_its_follow_ons_local() {
     .await;
     let (_, frames) = run_sse(client, "title-8".into()).await;
     assert_eq!(text_of(&frames), "from-origin");
+}
+
+#[tokio::test]
+async fn a_run_sse_carries_out_the_decision_its_append_made() {
+    let stack = cursor_stack(OLLAMA_LOCAL, "").await;
+    let mut client = cursor_client(&stack).await;
+    append(
+        &mut client,
+        &Turn {
+            request_id: "once-1",
+            model: "cursor-local",
+            text: "decided once",
+            conversation: "conv-once",
+            subagent: None,
+            other_action: None,
+        },
+    )
+    .await;
+    // Between the append and its RunSSE the alias goes away: routed again, the turn
+    // would belong to the origin (no backend serves `cursor-local`). Decided once, the
+    // RunSSE carries out the append's local decision.
+    let without_alias = stack
+        .yaml
+        .replace("model_aliases: {cursor-local: qwen-local}\n", "");
+    assert_ne!(
+        without_alias, stack.yaml,
+        "the test's config names the alias"
+    );
+    stack
+        .config
+        .apply(Config::parse(&without_alias, "reload").expect("valid"));
+    bounded("the engine follows the reload", async {
+        while !stack.engine.runtime().config.model_aliases.is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let (_, frames) = run_sse(client, "once-1".into()).await;
+    assert_eq!(text_of(&frames), "echo: decided once");
+    assert!(ended_cleanly(&frames), "{frames:?}");
+    assert!(
+        stack.origin.seen(RUN_SSE).is_empty(),
+        "the origin never saw the RunSSE"
+    );
 }
