@@ -39,14 +39,15 @@ fn limit_owner(door: Door) -> &'static str {
 pub trait DoorSequence: Copy {
     /// Steps two to four for a body already read: delegation first (a flagged message
     /// never enters the pipeline nor reaches an origin; only when `delegator` is given),
-    /// then the pipeline, then the origin-on-local-error rule.
+    /// then the pipeline, then the origin-on-local-error rule. The headers and body move
+    /// into the pipeline's request (a door that still needs them keeps its own copy).
     fn answer<'a>(
         self,
         engine: &'a Engine,
         delegator: Option<&'a Delegator>,
         front: Dialect,
-        headers: &'a HeaderMap,
-        body: &'a Bytes,
+        headers: HeaderMap,
+        body: Bytes,
     ) -> impl Future<Output = Outcome> + Send + 'a;
 
     /// Step three and four for a request decided earlier (the spec's `CompleteLocal`
@@ -81,16 +82,16 @@ impl DoorSequence for Door {
         engine: &'a Engine,
         delegator: Option<&'a Delegator>,
         front: Dialect,
-        headers: &'a HeaderMap,
-        body: &'a Bytes,
+        headers: HeaderMap,
+        body: Bytes,
     ) -> Outcome {
         if let Some(delegator) = delegator
             && let Some(delegation) =
-                delegator.take(&engine.runtime().config.delegate, front, headers, body)
+                delegator.take(&engine.runtime().config.delegate, front, &headers, &body)
         {
             return Outcome::Delegated(delegation);
         }
-        let request = completion_request(self, front, body.clone(), headers.clone());
+        let request = completion_request(self, front, body, headers);
         outcome(self, engine, engine.complete(request).await)
     }
 

@@ -144,7 +144,7 @@ async fn complete(gw: Gateway, front: Dialect, request: Request) -> Response {
         Err(response) => return response,
     };
     let outcome = Door::Gateway
-        .answer(&gw.engine, Some(&gw.delegator), front, &headers, &body)
+        .answer(&gw.engine, Some(&gw.delegator), front, headers, body)
         .await;
     match outcome {
         Outcome::Delegated(delegation) => render::delegation(front, delegation).await,

@@ -46,8 +46,8 @@ impl HttpHandler for ApiHandler {
                 &mitm.engine,
                 Some(&mitm.delegator),
                 front,
-                &parts.headers,
-                &body,
+                parts.headers.clone(),
+                body.clone(),
             )
             .await;
         let response = match outcome {
