@@ -379,6 +379,21 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, in status order (for tests that must cover each one).
+    pub const ALL: [ErrorKind; 11] = [
+        ErrorKind::InvalidRequest,
+        ErrorKind::Authentication,
+        ErrorKind::Permission,
+        ErrorKind::NotFound,
+        ErrorKind::RequestTooLarge,
+        ErrorKind::RateLimit,
+        ErrorKind::Internal,
+        ErrorKind::BadGateway,
+        ErrorKind::Unavailable,
+        ErrorKind::Timeout,
+        ErrorKind::Overloaded,
+    ];
+
     /// The HTTP status of this kind, decided in one place.
     pub fn status(self) -> u16 {
         match self {

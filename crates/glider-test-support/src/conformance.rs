@@ -227,23 +227,10 @@ pub fn stop_reason_replies() -> Vec<Response> {
 
 /// One error of every kind, each with a message naming its kind.
 pub fn every_error() -> Vec<ApiError> {
-    use ErrorKind::*;
-    [
-        InvalidRequest,
-        Authentication,
-        Permission,
-        NotFound,
-        RequestTooLarge,
-        RateLimit,
-        Internal,
-        BadGateway,
-        Unavailable,
-        Timeout,
-        Overloaded,
-    ]
-    .into_iter()
-    .map(|kind| ApiError::new(kind, format!("conformance: {kind:?} went wrong")))
-    .collect()
+    ErrorKind::ALL
+        .into_iter()
+        .map(|kind| ApiError::new(kind, format!("conformance: {kind:?} went wrong")))
+        .collect()
 }
 
 /// The reply the stream cases encode: every streamable part kind, two tool calls and

@@ -15,7 +15,7 @@ impl Phase for Execute {
     }
 
     fn run<'a>(&'a self, job: &'a mut Job) -> PhaseFuture<'a> {
-        Box::pin(async move {
+        PhaseFuture::waiting(async move {
             let Some(decision) = &job.decision else {
                 return Flow::Fail(not_routed());
             };

@@ -65,11 +65,39 @@ pub(crate) trait Phase: Send + Sync {
     fn run<'a>(&'a self, job: &'a mut Job) -> PhaseFuture<'a>;
 }
 
-pub(crate) type PhaseFuture<'a> = Pin<Box<dyn Future<Output = Flow> + Send + 'a>>;
+/// What a phase's `run` returns: its flow at once (most phases; no allocation on the
+/// hot path), or a future for a phase that waits (execute, record).
+pub(crate) enum PhaseFuture<'a> {
+    Ready(Option<Flow>),
+    Waiting(Pin<Box<dyn Future<Output = Flow> + Send + 'a>>),
+}
+
+impl<'a> PhaseFuture<'a> {
+    /// A phase that waits, e.g. on the backend.
+    fn waiting(future: impl Future<Output = Flow> + Send + 'a) -> Self {
+        PhaseFuture::Waiting(Box::pin(future))
+    }
+}
+
+impl Future for PhaseFuture<'_> {
+    type Output = Flow;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Flow> {
+        match self.get_mut() {
+            PhaseFuture::Ready(flow) => std::task::Poll::Ready(flow.take().unwrap_or_else(|| {
+                Flow::Fail(ApiError::new(
+                    ErrorKind::Internal,
+                    "a phase was polled after it finished",
+                ))
+            })),
+            PhaseFuture::Waiting(future) => future.as_mut().poll(cx),
+        }
+    }
+}
 
 /// A phase's flow, for phases that finish without waiting.
 fn ready<'a>(flow: Flow) -> PhaseFuture<'a> {
-    Box::pin(std::future::ready(flow))
+    PhaseFuture::Ready(Some(flow))
 }
 
 /// Run `phases` in order until one does not say [`Flow::Continue`].

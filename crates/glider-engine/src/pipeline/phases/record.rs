@@ -16,7 +16,7 @@ impl Phase for Record {
     }
 
     fn run<'a>(&'a self, job: &'a mut Job) -> PhaseFuture<'a> {
-        Box::pin(async move {
+        PhaseFuture::waiting(async move {
             let (Some(decision), Some(executed)) = (job.decision.take(), job.executed.take())
             else {
                 return Flow::Fail(ApiError::new(
