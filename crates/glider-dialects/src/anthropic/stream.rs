@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::error::{encode_error, error_from_json};
 use super::response::{decode_stop_reason, decode_usage, message_id, stop_reason_str, usage_value};
-use crate::framing::{SseEvent, SseParser, write_sse_json};
+use crate::framing::{SseEvent, SseParser, finished, refused, write_sse_json};
 use crate::json::bad_gateway;
 use crate::{StreamDecoder, StreamEncoder};
 
@@ -229,7 +229,11 @@ fn block_index(data: &Value) -> Result<u64, ApiError> {
 impl StreamDecoder for AnthropicStreamDecoder {
     fn feed(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ApiError> {
         let mut out = Vec::new();
-        for event in self.sse.feed(bytes) {
+        let events = self
+            .sse
+            .feed(bytes)
+            .map_err(|error| refused(error, &mut self.done))?;
+        for event in events {
             if let Err(err) = self.handle(event, &mut out) {
                 self.done = true;
                 return Err(err);
@@ -240,7 +244,8 @@ impl StreamDecoder for AnthropicStreamDecoder {
 
     fn finish(&mut self) -> Vec<StreamEvent> {
         let mut out = Vec::new();
-        if let Some(event) = self.sse.finish()
+        let last = finished(self.sse.finish(), &mut self.done, &mut out);
+        if let Some(event) = last
             && let Err(error) = self.handle(event, &mut out)
         {
             self.done = true;
@@ -719,8 +724,8 @@ data: {\"type\":\"message_stop\"}\n\
 
     fn parse_sse(bytes: &[u8]) -> Vec<(String, Value)> {
         let mut parser = SseParser::new();
-        let mut events = parser.feed(bytes);
-        events.extend(parser.finish());
+        let mut events = parser.feed(bytes).expect("short lines");
+        events.extend(parser.finish().expect("short lines"));
         events
             .into_iter()
             .map(|e| {

@@ -8,7 +8,7 @@ use super::request::tool_call_value;
 use super::response::{
     count, decode_reply_calls, decode_stop, final_fields, response_id, rfc3339_now, stamp_of,
 };
-use crate::framing::LineSplitter;
+use crate::framing::{LineSplitter, finished, refused};
 use crate::json::bad_gateway;
 use crate::openai_chat::error_fields;
 use crate::{StreamDecoder, StreamEncoder};
@@ -154,7 +154,11 @@ impl OllamaStreamDecoder {
 impl StreamDecoder for OllamaStreamDecoder {
     fn feed(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ApiError> {
         let mut out = Vec::new();
-        for line in self.lines.feed(bytes) {
+        let lines = self
+            .lines
+            .feed(bytes)
+            .map_err(|error| refused(error, &mut self.ended))?;
+        for line in lines {
             if self.ended {
                 break;
             }
@@ -165,7 +169,8 @@ impl StreamDecoder for OllamaStreamDecoder {
 
     fn finish(&mut self) -> Vec<StreamEvent> {
         let mut out = Vec::new();
-        if let Some(line) = self.lines.finish()
+        let last = finished(self.lines.finish(), &mut self.ended, &mut out);
+        if let Some(line) = last
             && !self.ended
             && let Err(error) = self.line(&line, &mut out)
         {

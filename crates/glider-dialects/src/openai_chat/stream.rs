@@ -9,7 +9,7 @@ use super::error::{error_fields, error_object};
 use super::response::{
     completion_id, decode_finish, decode_usage, encode_finish, encode_usage, now_unix,
 };
-use crate::framing::{SseParser, write_sse, write_sse_json};
+use crate::framing::{SseParser, finished, refused, write_sse, write_sse_json};
 use crate::json::bad_gateway;
 use crate::{StreamDecoder, StreamEncoder};
 
@@ -240,7 +240,11 @@ impl ChatStreamDecoder {
 impl StreamDecoder for ChatStreamDecoder {
     fn feed(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ApiError> {
         let mut out = Vec::new();
-        for event in self.sse.feed(bytes) {
+        let events = self
+            .sse
+            .feed(bytes)
+            .map_err(|error| refused(error, &mut self.ended))?;
+        for event in events {
             if self.ended {
                 break;
             }
@@ -251,7 +255,8 @@ impl StreamDecoder for ChatStreamDecoder {
 
     fn finish(&mut self) -> Vec<StreamEvent> {
         let mut out = Vec::new();
-        if let Some(event) = self.sse.finish()
+        let last = finished(self.sse.finish(), &mut self.ended, &mut out);
+        if let Some(event) = last
             && !self.ended
             && let Err(error) = self.data(&event.data, &mut out)
         {
@@ -399,8 +404,8 @@ mod tests {
 
     fn sse_data(wire: &[u8]) -> Vec<String> {
         let mut parser = SseParser::new();
-        let mut events = parser.feed(wire);
-        events.extend(parser.finish());
+        let mut events = parser.feed(wire).expect("short lines");
+        events.extend(parser.finish().expect("short lines"));
         events.into_iter().map(|e| e.data).collect()
     }
 

@@ -14,7 +14,7 @@ use super::request::reasoning_part;
 use super::response::{
     ResponseShape, decode_usage, incomplete_stop, output_item_parts, status_of, typed_arguments,
 };
-use crate::framing::{SseParser, write_sse_json};
+use crate::framing::{SseParser, finished, refused, write_sse_json};
 use crate::json::{bad_gateway, str_field};
 use crate::openai_chat::now_unix;
 use crate::{StreamDecoder, StreamEncoder};
@@ -404,7 +404,11 @@ impl ResponsesStreamDecoder {
 impl StreamDecoder for ResponsesStreamDecoder {
     fn feed(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ApiError> {
         let mut out = Vec::new();
-        for event in self.sse.feed(bytes) {
+        let events = self
+            .sse
+            .feed(bytes)
+            .map_err(|error| refused(error, &mut self.terminated))?;
+        for event in events {
             self.handle(&mut out, event.event.as_deref(), &event.data)?;
         }
         Ok(out)
@@ -412,7 +416,8 @@ impl StreamDecoder for ResponsesStreamDecoder {
 
     fn finish(&mut self) -> Vec<StreamEvent> {
         let mut out = Vec::new();
-        if let Some(event) = self.sse.finish()
+        let last = finished(self.sse.finish(), &mut self.terminated, &mut out);
+        if let Some(event) = last
             && let Err(error) = self.handle(&mut out, event.event.as_deref(), &event.data)
         {
             self.fail(&mut out, error);
@@ -1266,8 +1271,8 @@ mod tests {
 
     fn parse_sse(bytes: &[u8]) -> Vec<(String, Value)> {
         let mut parser = SseParser::new();
-        let mut events: Vec<SseEvent> = parser.feed(bytes);
-        events.extend(parser.finish());
+        let mut events: Vec<SseEvent> = parser.feed(bytes).expect("short lines");
+        events.extend(parser.finish().expect("short lines"));
         events
             .into_iter()
             .map(|e| {
