@@ -1,0 +1,98 @@
+//! What the no-panic test (`tests/no_panic.rs`) and the cargo-fuzz targets (`fuzz/`) run
+//! on each input, shared so both check the same things: every decoder of a dialect on
+//! the bytes (request, response, error, stream fed in random splits), none may panic,
+//! and what decodes must encode in every dialect without panicking and re-decode in its
+//! own. A stream that is fed without error ends in exactly one terminal event.
+
+use glider_dialects::codec;
+use glider_ngl::{Dialect, StreamEvent};
+
+pub const DIALECTS: [Dialect; 4] = [
+    Dialect::Anthropic,
+    Dialect::OpenAiChat,
+    Dialect::OpenAiResponses,
+    Dialect::Ollama,
+];
+
+/// xorshift64*: deterministic, so a failure names its seed and round.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Every decoder of `dialect` on `input`; the stream decoder gets it in chunks whose
+/// sizes `rng` picks (1 to 64 bytes, or all at once).
+pub fn exercise(dialect: Dialect, input: &[u8], rng: &mut Rng) {
+    let own = codec(dialect);
+    if let Ok(request) = own.decode_request(input) {
+        for other in DIALECTS {
+            let _ = codec(other).encode_request(&request);
+        }
+    }
+    if let Ok(response) = own.decode_response(input) {
+        for other in DIALECTS {
+            let _ = codec(other).encode_response(&response);
+        }
+        let again = own.encode_response(&response).to_string();
+        if let Err(error) = own.decode_response(again.as_bytes()) {
+            panic!("{dialect:?}: a decoded response does not re-decode: {error}\n{again}");
+        }
+    }
+    let error = own.decode_error(502, input);
+    for other in DIALECTS {
+        let _ = codec(other).encode_error(&error);
+    }
+    stream(dialect, input, rng);
+}
+
+fn stream(dialect: Dialect, input: &[u8], rng: &mut Rng) {
+    let mut decoder = codec(dialect).stream_decoder();
+    let mut events = Vec::new();
+    let whole = rng.below(4) == 0;
+    let mut rest = input;
+    let mut refused = false;
+    while !rest.is_empty() {
+        let cut = if whole {
+            rest.len()
+        } else {
+            (1 + rng.below(64)).min(rest.len())
+        };
+        let (chunk, tail) = rest.split_at(cut);
+        rest = tail;
+        match decoder.feed(chunk) {
+            Ok(more) => events.extend(more),
+            Err(_) => {
+                refused = true;
+                break;
+            }
+        }
+    }
+    if !refused {
+        events.extend(decoder.finish());
+        let terminal = |e: &StreamEvent| {
+            matches!(e, StreamEvent::Finish { .. } | StreamEvent::Error { .. })
+        };
+        let terminals = events.iter().filter(|e| terminal(e)).count();
+        assert!(
+            terminals == 1 && events.last().is_some_and(terminal),
+            "{dialect:?}: a stream must end in exactly one Finish or Error: {events:?}"
+        );
+    }
+    for other in DIALECTS {
+        let mut encoder = codec(other).stream_encoder();
+        let mut out = Vec::new();
+        for event in &events {
+            encoder.encode(event, &mut out);
+        }
+    }
+}
