@@ -160,3 +160,247 @@ async fn content_length_with_transfer_encoding_cannot_smuggle_a_request() {
         "a smuggled request reached a backend"
     );
 }
+
+/// The release-style binary, run as a user runs it: `glider serve` over a home directory.
+mod binary {
+    use std::io::{BufRead, BufReader};
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Stdio};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    const GLIDER: &str = env!("CARGO_BIN_EXE_glider");
+
+    /// A running `glider serve`; everything it printed (stdout and stderr) is kept.
+    pub struct Serve {
+        child: Child,
+        pub output: Arc<Mutex<String>>,
+        pub gateway: String,
+        pub dashboard: String,
+    }
+
+    impl Serve {
+        pub fn start(home: &Path, config: &Path) -> Serve {
+            let mut child = Command::new(GLIDER)
+                .env("GLIDER_HOME", home)
+                .env("GLIDER_LOG", "debug")
+                .env_remove("GLIDER_CONFIG")
+                .args(["serve", "--port", "0", "--dashboard-port", "0", "-c"])
+                .arg(config)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn glider serve");
+            let output = Arc::new(Mutex::new(String::new()));
+            let stdout = child.stdout.take().expect("stdout");
+            let stderr = child.stderr.take().expect("stderr");
+            for pipe in [
+                Box::new(stdout) as Box<dyn std::io::Read + Send>,
+                Box::new(stderr),
+            ] {
+                let output = output.clone();
+                std::thread::spawn(move || {
+                    for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                        let mut all = output.lock().expect("output");
+                        all.push_str(&line);
+                        all.push('\n');
+                    }
+                });
+            }
+            let mut serve = Serve {
+                child,
+                output,
+                gateway: String::new(),
+                dashboard: String::new(),
+            };
+            serve.gateway = serve.address("glider gateway listening on ");
+            serve.dashboard = serve.address("glider dashboard on ");
+            serve
+        }
+
+        /// The URL printed after `prefix`, waited for (bounded).
+        fn address(&mut self, prefix: &str) -> String {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let found = self
+                    .output
+                    .lock()
+                    .expect("output")
+                    .lines()
+                    .find_map(|l| l.strip_prefix(prefix))
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .map(str::to_owned);
+                if let Some(url) = found {
+                    return url;
+                }
+                if std::time::Instant::now() > deadline {
+                    let _ = self.child.kill();
+                    panic!(
+                        "no {prefix:?} line: {}",
+                        self.output.lock().expect("output")
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+
+        /// SIGKILL: no shutdown code runs.
+        pub fn kill(mut self) -> String {
+            self.child.kill().expect("SIGKILL");
+            self.child.wait().expect("reaped");
+            self.output.lock().expect("output").clone()
+        }
+    }
+
+    impl Drop for Serve {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// The history files under `home`.
+    pub fn history_files(home: &Path) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(home.join("history"))
+            .map(|dir| dir.filter_map(|e| Some(e.ok()?.path())).collect())
+            .unwrap_or_default();
+        files.sort();
+        files
+    }
+
+    /// Wait (bounded) until `check` holds; whether it did.
+    pub async fn until(mut check: impl FnMut() -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !check() {
+            if tokio::time::Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+}
+
+/// The cloud key the tests configure; it must never show in a log line or a reply.
+const KEY: &str = "sk-held-faults-secret-4242";
+
+async fn get(url: &str) -> (u16, String) {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let response = client.get(url).send().await.expect("dashboard answers");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("body"))
+}
+
+/// The number of finished requests `/api/requests` lists.
+async fn listed_requests(dashboard: &str) -> usize {
+    let (status, body) = get(&format!("{dashboard}/api/requests")).await;
+    assert_eq!(status, 200, "{body}");
+    let page: Value = serde_json::from_str(&body).expect("requests page is JSON");
+    page["requests"].as_array().map_or(0, Vec::len)
+}
+
+#[tokio::test]
+async fn sigkill_and_a_torn_history_line_keep_history_and_no_key_reaches_a_log_or_the_api() {
+    let mock = glider_test_support::MockVendor::start(Default::default()).await;
+    let home = tempfile::tempdir().expect("home");
+    let config = home.path().join("glider.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "backends:\n  - {{name: openai, type: openai, base_url: '{}/v1', api_key: {KEY}, models: [m-openai]}}\n\
+             routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}\n",
+            mock.base_url()
+        ),
+    )
+    .expect("config");
+    let ask = wire(Dialect::OpenAiChat, &text_request("m-openai", "hi", false)).to_string();
+
+    let first = binary::Serve::start(home.path(), &config);
+    let reply = post(&first.gateway, "/v1/chat/completions", ask.clone(), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(
+        mock.requests()
+            .iter()
+            .any(|r| format!("{r:?}").contains(KEY)),
+        "the key is sent to the backend (else this test shows nothing)"
+    );
+    // Every API that describes backends, config or requests, and the docs.
+    for path in [
+        "/api/config",
+        "/api/backends",
+        "/api/requests",
+        "/api/status",
+        "/metrics",
+    ] {
+        let (status, body) = get(&format!("{}{path}", first.dashboard)).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(!body.contains(KEY), "{path} shows the key: {body}");
+    }
+    // Docs are embedded pages, not files: no path reaches the disk.
+    for path in [
+        "/docs/..%2F..%2FCargo.toml",
+        "/docs/%2e%2e%2f%2e%2e%2fCargo.toml",
+        "/docs/..%2F..%2F..%2F..%2F..%2Fetc%2Fpasswd",
+        "/assets/..%2F..%2FCargo.toml",
+    ] {
+        let (status, body) = get(&format!("{}{path}", first.dashboard)).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(
+            !body.contains("[package]") && !body.contains("root:"),
+            "{path} served a file"
+        );
+    }
+    let dashboard = first.dashboard.clone();
+    assert!(
+        binary::until(|| binary::history_files(home.path())
+            .iter()
+            .any(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0)))
+        .await,
+        "the request reached the history"
+    );
+    assert_eq!(listed_requests(&dashboard).await, 1);
+    let mut output = first.kill();
+
+    // A write cut off by the kill: half a line, no newline.
+    let file = binary::history_files(home.path())
+        .pop()
+        .expect("a history file");
+    let mut torn = std::fs::read(&file).expect("history");
+    torn.extend_from_slice(b"{\"seq\": 99, \"front\": \"openai_ch");
+    std::fs::write(&file, torn).expect("tear the history");
+
+    let second = binary::Serve::start(home.path(), &config);
+    assert_eq!(
+        listed_requests(&second.dashboard).await,
+        1,
+        "the request before the kill is still listed"
+    );
+    let reply = post(&second.gateway, "/v1/chat/completions", ask, &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let dashboard = second.dashboard.clone();
+    assert!(
+        binary::until(|| std::fs::read_to_string(&file)
+            .is_ok_and(|t| t.matches("\"model_requested\":\"m-openai\"").count() >= 2))
+        .await,
+        "the new request reached the history"
+    );
+    output.push_str(&second.kill());
+
+    // A third start reads both requests back, the torn line skipped.
+    let third = binary::Serve::start(home.path(), &config);
+    assert_eq!(
+        listed_requests(&third.dashboard).await,
+        2,
+        "{dashboard}: {}",
+        std::fs::read_to_string(&file).unwrap_or_default()
+    );
+    output.push_str(&third.kill());
+    assert!(
+        output.contains("DEBUG") || output.contains("debug"),
+        "debug logging was on: {output}"
+    );
+    assert!(!output.contains(KEY), "a log line shows the key:\n{output}");
+}
