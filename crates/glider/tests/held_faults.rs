@@ -267,18 +267,6 @@ mod binary {
         files.sort();
         files
     }
-
-    /// Wait (bounded) until `check` holds; whether it did.
-    pub async fn until(mut check: impl FnMut() -> bool) -> bool {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !check() {
-            if tokio::time::Instant::now() > deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        true
-    }
 }
 
 /// The cloud key the tests configure; it must never show in a log line or a reply.
@@ -355,7 +343,7 @@ async fn sigkill_and_a_torn_history_line_keep_history_and_no_key_reaches_a_log_o
     }
     let dashboard = first.dashboard.clone();
     assert!(
-        binary::until(|| binary::history_files(home.path())
+        common::procs::until(|| binary::history_files(home.path())
             .iter()
             .any(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0)))
         .await,
@@ -382,7 +370,7 @@ async fn sigkill_and_a_torn_history_line_keep_history_and_no_key_reaches_a_log_o
     assert_eq!(reply.status, 200, "{}", reply.text());
     let dashboard = second.dashboard.clone();
     assert!(
-        binary::until(|| std::fs::read_to_string(&file)
+        common::procs::until(|| std::fs::read_to_string(&file)
             .is_ok_and(|t| t.matches("\"model_requested\":\"m-openai\"").count() >= 2))
         .await,
         "the new request reached the history"

@@ -85,8 +85,7 @@ async fn an_endless_backend_line_ends_the_clients_stream_with_an_error_and_close
     let text = reply.text();
     let last = text
         .lines()
-        .filter(|l| l.starts_with("data: "))
-        .next_back()
+        .rfind(|l| l.starts_with("data: "))
         .expect("the stream has events");
     let event: serde_json::Value =
         serde_json::from_str(last.trim_start_matches("data: ")).expect("a JSON event");

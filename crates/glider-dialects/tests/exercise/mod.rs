@@ -30,6 +30,17 @@ impl Rng {
     }
 }
 
+/// One fuzz input: its first 8 bytes seed the stream's split points, the rest is the
+/// input to [`exercise`].
+pub fn fuzz_one(dialect: Dialect, data: &[u8]) {
+    let (seed, input) = data.split_at(data.len().min(8));
+    let mut seed_bytes = [0u8; 8];
+    seed_bytes[..seed.len()].copy_from_slice(seed);
+    // xorshift never leaves 0.
+    let mut rng = Rng(u64::from_le_bytes(seed_bytes) | 1);
+    exercise(dialect, input, &mut rng);
+}
+
 /// Every decoder of `dialect` on `input`; the stream decoder gets it in chunks whose
 /// sizes `rng` picks (1 to 64 bytes, or all at once).
 pub fn exercise(dialect: Dialect, input: &[u8], rng: &mut Rng) {
@@ -79,9 +90,8 @@ fn stream(dialect: Dialect, input: &[u8], rng: &mut Rng) {
     }
     if !refused {
         events.extend(decoder.finish());
-        let terminal = |e: &StreamEvent| {
-            matches!(e, StreamEvent::Finish { .. } | StreamEvent::Error { .. })
-        };
+        let terminal =
+            |e: &StreamEvent| matches!(e, StreamEvent::Finish { .. } | StreamEvent::Error { .. });
         let terminals = events.iter().filter(|e| terminal(e)).count();
         assert!(
             terminals == 1 && events.last().is_some_and(terminal),
