@@ -199,7 +199,8 @@ fn cooling_down(backend: &str, wait: Duration) -> AttemptFailure {
 ///    request, its key, its pace) — its status, message and `retry-after`, so the
 ///    client can act on it as if it had called the backend itself;
 /// 2. nothing was reachable (no connection, missing keys, open breakers) — 503;
-/// 3. otherwise 502 listing each backend's failure.
+/// 3. every backend reached timed out — 504;
+/// 4. otherwise 502 listing each backend's failure.
 pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
     if failures.is_empty() {
         return ApiError::new(
@@ -219,8 +220,11 @@ pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
         return ApiError::new(answered.kind, message).with_retry_after(answered.retry_after_secs);
     }
     let list: Vec<String> = failures.iter().map(ToString::to_string).collect();
-    let kind = if failures.iter().all(|f| f.kind == ErrorKind::Unavailable) {
+    let all = |kinds: &[ErrorKind]| failures.iter().all(|f| kinds.contains(&f.kind));
+    let kind = if all(&[ErrorKind::Unavailable]) {
         ErrorKind::Unavailable
+    } else if all(&[ErrorKind::Timeout, ErrorKind::Unavailable]) {
+        ErrorKind::Timeout
     } else {
         ErrorKind::BadGateway
     };
