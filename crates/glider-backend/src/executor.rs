@@ -230,3 +230,57 @@ pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
     };
     ApiError::new(kind, format!("all backends failed: {}", list.join("; ")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(kind: ErrorKind, status: Option<u16>) -> AttemptFailure {
+        AttemptFailure {
+            status,
+            upstream_message: status.map(|s| format!("upstream says {s}")),
+            retry_after_secs: (status == Some(429)).then_some(9),
+            ..AttemptFailure::new("b", kind, "why", true)
+        }
+    }
+
+    #[test]
+    fn the_summary_keeps_the_status_a_client_can_act_on() {
+        let refused = failed(ErrorKind::Unavailable, None);
+        let limited = failed(ErrorKind::RateLimit, Some(429));
+        let timed_out = failed(ErrorKind::Timeout, None);
+        let broken = failed(ErrorKind::BadGateway, Some(500));
+
+        let error = summarise(&[refused.clone(), limited.clone()]);
+        assert_eq!(
+            (error.kind, error.message.as_str(), error.retry_after_secs),
+            (ErrorKind::RateLimit, "upstream says 429", Some(9))
+        );
+        // An open breaker after the 429 does not hide it.
+        assert_eq!(
+            summarise(&[limited.clone(), refused.clone()]).kind,
+            ErrorKind::RateLimit
+        );
+        // A backend that broke after the 4xx decides: 502.
+        assert_eq!(
+            summarise(&[limited, broken.clone()]).kind,
+            ErrorKind::BadGateway
+        );
+        assert_eq!(
+            summarise(&[refused.clone(), refused.clone()]).kind,
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            summarise(&[refused.clone(), timed_out]).kind,
+            ErrorKind::Timeout
+        );
+        let listed = summarise(&[refused, broken]);
+        assert_eq!(listed.kind, ErrorKind::BadGateway);
+        assert!(
+            listed
+                .message
+                .starts_with("all backends failed: b: why; b: why")
+        );
+        assert_eq!(summarise(&[]).kind, ErrorKind::Unavailable);
+    }
+}
