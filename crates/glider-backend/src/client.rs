@@ -1,6 +1,10 @@
-//! One backend: its resolved settings, HTTP client (pooled connections), breaker and
-//! health, and `send`, which returns once the first byte of the reply has arrived —
-//! the last point where a failure can still fall back to another backend.
+//! One backend: its resolved settings, HTTP client (pooled connections), breaker,
+//! rate-limit cool-down and health, and `send`, which returns once the first byte of
+//! the reply has arrived — the last point where a failure can still fall back to
+//! another backend. Each timeout bounds what its name says: `connect_timeout_secs` the
+//! TCP (and TLS) connection, `first_byte_timeout_secs` the wait for the headers and the
+//! first body byte (a cold model load), `idle_timeout_secs` each gap between body
+//! chunks after the first.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,6 +16,7 @@ use glider_ngl::{Dialect, ErrorKind};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::breaker::CircuitBreaker;
+use crate::cooldown::{Cooldown, retry_after_secs};
 use crate::failure::AttemptFailure;
 use crate::health::HealthCell;
 
@@ -56,6 +61,8 @@ pub struct Backend {
     /// Why this backend cannot be used at all (a missing `${VAR}`), if so.
     pub unavailable: Option<String>,
     pub breaker: CircuitBreaker,
+    /// Callers a 429 told to wait (see [`crate::cooldown`]).
+    pub cooldown: Cooldown,
     pub(crate) health: HealthCell,
     http: reqwest::Client,
     /// The generation endpoint per dialect, parsed once: reqwest parses a URL string
@@ -107,9 +114,10 @@ impl Backend {
                 _ => problems.push(format!("header {name:?} is not a valid HTTP header")),
             }
         }
+        // No `read_timeout`: it would bound the wait for the first byte by the idle
+        // timeout too. `send` applies the first-byte and idle timeouts itself.
         let mut builder = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout())
-            .read_timeout(config.idle_timeout())
             .tcp_nodelay(true)
             .pool_idle_timeout(std::time::Duration::from_secs(90));
         if config.kind.is_local() {
@@ -130,6 +138,7 @@ impl Backend {
             headers,
             unavailable,
             breaker: CircuitBreaker::default(),
+            cooldown: Cooldown::default(),
             health: HealthCell::default(),
             http,
             endpoints,
@@ -228,13 +237,8 @@ impl Backend {
         &self,
         request: &UpstreamRequest,
     ) -> Result<UpstreamResponse, AttemptFailure> {
-        let fail = |kind, message: String, retryable| AttemptFailure {
-            backend: self.config.name.clone(),
-            kind,
-            message,
-            retryable,
-            status: None,
-            body: None,
+        let fail = |kind, message: String, retryable| {
+            AttemptFailure::new(self.name(), kind, message, retryable)
         };
         if let Some(why) = &self.unavailable {
             return Err(fail(
@@ -262,12 +266,13 @@ impl Backend {
                 .get(http::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
+            let retry_after = retry_after_secs(response.headers());
             let mut body = response.bytes_stream();
             let first = body.next().await;
-            Ok::<_, AttemptFailure>((status, content_type, first, body))
+            Ok::<_, AttemptFailure>((status, content_type, retry_after, first, body))
         })
         .await;
-        let (status, content_type, first, body) = match outcome {
+        let (status, content_type, retry_after, first, body) = match outcome {
             Ok(result) => result?,
             Err(_) => {
                 return Err(fail(
@@ -285,9 +290,11 @@ impl Backend {
             }
             None => Bytes::new(),
         };
-        let backend = self.config.name.clone();
-        let rest: BodyStream =
-            Box::pin(body.map(move |chunk| chunk.map_err(|e| transport_failure(&backend, &e))));
+        let rest = idle_bounded(
+            self.config.name.clone(),
+            self.config.idle_timeout(),
+            body.boxed(),
+        );
         if !(200..300).contains(&status) {
             let body = UpstreamResponse {
                 status,
@@ -300,16 +307,20 @@ impl Backend {
             .unwrap_or_default();
             let kind = ErrorKind::from_status(status);
             // A client error the backend would repeat anywhere is not worth a fallback;
-            // a missing model, rate limit, overload or server error is.
+            // a missing model, refused key, rate limit, overload or server error is.
             let retryable = !matches!(kind, ErrorKind::InvalidRequest | ErrorKind::RequestTooLarge)
                 || status >= 500;
+            let upstream = glider_dialects::codec(request.dialect).decode_error(status, &body);
             return Err(AttemptFailure {
-                backend: self.config.name.clone(),
-                kind,
-                message: format!("HTTP {status}: {}", snippet(&body)),
-                retryable,
                 status: Some(status),
-                body: Some(body),
+                upstream_message: Some(upstream.message),
+                retry_after_secs: retry_after,
+                ..AttemptFailure::new(
+                    self.name(),
+                    kind,
+                    format!("HTTP {status}: {}", snippet(&body)),
+                    retryable,
+                )
             });
         }
         Ok(UpstreamResponse {
@@ -338,8 +349,43 @@ fn path_of(dialect: Dialect) -> &'static str {
     }
 }
 
+/// The rest of a body after its first chunk, each further chunk awaited for at most
+/// `idle`: a backend silent for longer has stalled, and the stream ends with a
+/// `Timeout` failure.
+fn idle_bounded(
+    backend: String,
+    idle: std::time::Duration,
+    body: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+) -> BodyStream {
+    Box::pin(futures_util::stream::unfold(Some(body), move |body| {
+        let backend = backend.clone();
+        async move {
+            let mut body = body?;
+            match tokio::time::timeout(idle, body.next()).await {
+                Ok(Some(Ok(chunk))) => Some((Ok(chunk), Some(body))),
+                Ok(Some(Err(e))) => Some((Err(transport_failure(&backend, &e)), None)),
+                Ok(None) => None,
+                Err(_) => Some((
+                    Err(AttemptFailure::new(
+                        backend,
+                        ErrorKind::Timeout,
+                        format!("stream idle for more than {} s", idle.as_secs()),
+                        true,
+                    )),
+                    None,
+                )),
+            }
+        }
+    }))
+}
+
+/// A failure to reach or read from a backend. Nothing reachable (no connection) is
+/// `Unavailable` (503 when no backend is left); a timeout is `Timeout`; anything else
+/// that broke after connecting is `BadGateway`.
 fn transport_failure(backend: &str, e: &reqwest::Error) -> AttemptFailure {
-    let kind = if e.is_timeout() {
+    let kind = if e.is_connect() {
+        ErrorKind::Unavailable
+    } else if e.is_timeout() {
         ErrorKind::Timeout
     } else {
         ErrorKind::BadGateway
@@ -350,14 +396,7 @@ fn transport_failure(backend: &str, e: &reqwest::Error) -> AttemptFailure {
         message = format!("{message}: {inner}");
         source = inner.source();
     }
-    AttemptFailure {
-        backend: backend.to_owned(),
-        kind,
-        message,
-        retryable: true,
-        status: None,
-        body: None,
-    }
+    AttemptFailure::new(backend, kind, message, true)
 }
 
 /// The start of a body, for error messages.

@@ -1,17 +1,21 @@
 //! The backup sequence: try candidates in order of usability (configured, breaker
 //! admits, healthy, warm), each until the first byte of a good reply; on failure record
 //! it and go on. After the first byte the choice is final: a later failure is the
-//! stream's problem, reported in the client's dialect, never a silent switch.
+//! stream's problem, reported in the client's dialect, never a silent switch. Only a
+//! backend that is unwell (no connection, timeout, 5xx) counts toward its breaker; a
+//! 4xx is the request's or its key's, and a 429 with `retry-after` cools that caller
+//! down on that backend instead.
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::breaker::Admission;
 use crate::client::{Backend, BodyStream, UpstreamRequest, UpstreamResponse};
 pub use crate::failure::AttemptFailure;
 use crate::health::HealthStatus;
 use futures_util::StreamExt;
-use glider_ngl::ErrorKind;
+use glider_ngl::{ApiError, ErrorKind};
 
 /// One (backend, model) pair the router would accept.
 #[derive(Debug, Clone)]
@@ -67,17 +71,14 @@ pub async fn execute_prepared(
     requests: &[UpstreamRequest],
 ) -> Result<Executed, Vec<AttemptFailure>> {
     run_sequence(candidates, |index, candidate| {
-        requests
-            .get(index)
-            .map(Cow::Borrowed)
-            .ok_or_else(|| AttemptFailure {
-                backend: candidate.backend.name().to_owned(),
-                kind: ErrorKind::Internal,
-                message: "no upstream request was prepared for this candidate".into(),
-                retryable: true,
-                status: None,
-                body: None,
-            })
+        requests.get(index).map(Cow::Borrowed).ok_or_else(|| {
+            AttemptFailure::new(
+                candidate.backend.name(),
+                ErrorKind::Internal,
+                "no upstream request was prepared for this candidate",
+                true,
+            )
+        })
     })
     .await
 }
@@ -103,14 +104,12 @@ async fn run_sequence<'r>(
         let backend = &candidate.backend;
         let admission = backend.breaker.admit();
         if admission == Admission::Refused {
-            failures.push(AttemptFailure {
-                backend: backend.name().to_owned(),
-                kind: ErrorKind::Unavailable,
-                message: "circuit breaker open after repeated failures".into(),
-                retryable: true,
-                status: None,
-                body: None,
-            });
+            failures.push(AttemptFailure::new(
+                backend.name(),
+                ErrorKind::Unavailable,
+                "circuit breaker open after repeated failures",
+                true,
+            ));
             continue;
         }
         let mut probe = ProbeGuard {
@@ -124,6 +123,12 @@ async fn run_sequence<'r>(
                 continue;
             }
         };
+        let caller = backend.cooldown.caller(&request.headers);
+        if let Some(wait) = backend.cooldown.remaining(caller) {
+            // Told to wait by a 429: skipping it is no verdict on the backend.
+            failures.push(cooling_down(backend.name(), wait));
+            continue;
+        }
         match backend.send(&request).await {
             Ok(mut response) => {
                 probe.armed = false;
@@ -138,11 +143,19 @@ async fn run_sequence<'r>(
             Err(failure) => {
                 probe.armed = false;
                 let retryable = failure.retryable;
-                if retryable && backend.unavailable.is_none() {
+                if backend.unavailable.is_some() {
+                    // Never sent: neither a failure nor a success of the backend.
+                    backend.breaker.abandon_probe();
+                } else if failure.backend_unwell() {
                     backend.breaker.failure();
                 } else {
-                    // The backend answered; the request was at fault.
+                    // The backend answered; the request, its key or its pace was refused.
                     backend.breaker.success();
+                    if failure.status == Some(429)
+                        && let Some(secs) = failure.retry_after_secs
+                    {
+                        backend.cooldown.cool(caller, Duration::from_secs(secs));
+                    }
                 }
                 tracing::warn!(backend = backend.name(), model = %candidate.model, error = %failure.message, "backend attempt failed");
                 failures.push(failure);
@@ -164,24 +177,110 @@ fn watch_stream(backend: Arc<Backend>, rest: BodyStream) -> BodyStream {
     }))
 }
 
-/// The one error to show when every attempt failed: a non-retryable backend answer
-/// keeps its own kind; otherwise 502 listing each backend's failure.
-pub fn summarise(failures: &[AttemptFailure]) -> (ErrorKind, String) {
-    if let Some(last) = failures.last().filter(|f| !f.retryable) {
-        return (last.kind, last.to_string());
+/// A candidate skipped because a 429 told this caller to wait `wait` more.
+fn cooling_down(backend: &str, wait: Duration) -> AttemptFailure {
+    // Round up: a client told "0" would ask again at once.
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    AttemptFailure {
+        status: Some(429),
+        upstream_message: Some(format!("rate limited by {backend}; retry after {secs} s")),
+        retry_after_secs: Some(secs),
+        ..AttemptFailure::new(
+            backend,
+            ErrorKind::RateLimit,
+            format!("cooling down after HTTP 429 for {secs} more s"),
+            true,
+        )
     }
+}
+
+/// The one error to show when every attempt failed:
+/// 1. the last backend that was reached answered with a client error (4xx: the
+///    request, its key, its pace) — its status, message and `retry-after`, so the
+///    client can act on it as if it had called the backend itself;
+/// 2. nothing was reachable (no connection, missing keys, open breakers) — 503;
+/// 3. every backend reached timed out — 504;
+/// 4. otherwise 502 listing each backend's failure.
+pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
     if failures.is_empty() {
-        return (
+        return ApiError::new(
             ErrorKind::Unavailable,
-            "no backend is configured for this model".into(),
+            "no backend is configured for this model",
         );
     }
+    let last_reached = failures
+        .iter()
+        .rev()
+        .find(|f| f.kind != ErrorKind::Unavailable);
+    if let Some(answered) = last_reached.filter(|f| f.answered_client_error()) {
+        let message = answered
+            .upstream_message
+            .clone()
+            .unwrap_or_else(|| answered.message.clone());
+        return ApiError::new(answered.kind, message).with_retry_after(answered.retry_after_secs);
+    }
     let list: Vec<String> = failures.iter().map(ToString::to_string).collect();
-    // Nothing was even reachable (missing keys, open breakers): 503, not 502.
-    let kind = if failures.iter().all(|f| f.kind == ErrorKind::Unavailable) {
+    let all = |kinds: &[ErrorKind]| failures.iter().all(|f| kinds.contains(&f.kind));
+    let kind = if all(&[ErrorKind::Unavailable]) {
         ErrorKind::Unavailable
+    } else if all(&[ErrorKind::Timeout, ErrorKind::Unavailable]) {
+        ErrorKind::Timeout
     } else {
         ErrorKind::BadGateway
     };
-    (kind, format!("all backends failed: {}", list.join("; ")))
+    ApiError::new(kind, format!("all backends failed: {}", list.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(kind: ErrorKind, status: Option<u16>) -> AttemptFailure {
+        AttemptFailure {
+            status,
+            upstream_message: status.map(|s| format!("upstream says {s}")),
+            retry_after_secs: (status == Some(429)).then_some(9),
+            ..AttemptFailure::new("b", kind, "why", true)
+        }
+    }
+
+    #[test]
+    fn the_summary_keeps_the_status_a_client_can_act_on() {
+        let refused = failed(ErrorKind::Unavailable, None);
+        let limited = failed(ErrorKind::RateLimit, Some(429));
+        let timed_out = failed(ErrorKind::Timeout, None);
+        let broken = failed(ErrorKind::BadGateway, Some(500));
+
+        let error = summarise(&[refused.clone(), limited.clone()]);
+        assert_eq!(
+            (error.kind, error.message.as_str(), error.retry_after_secs),
+            (ErrorKind::RateLimit, "upstream says 429", Some(9))
+        );
+        // An open breaker after the 429 does not hide it.
+        assert_eq!(
+            summarise(&[limited.clone(), refused.clone()]).kind,
+            ErrorKind::RateLimit
+        );
+        // A backend that broke after the 4xx decides: 502.
+        assert_eq!(
+            summarise(&[limited, broken.clone()]).kind,
+            ErrorKind::BadGateway
+        );
+        assert_eq!(
+            summarise(&[refused.clone(), refused.clone()]).kind,
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            summarise(&[refused.clone(), timed_out]).kind,
+            ErrorKind::Timeout
+        );
+        let listed = summarise(&[refused, broken]);
+        assert_eq!(listed.kind, ErrorKind::BadGateway);
+        assert!(
+            listed
+                .message
+                .starts_with("all backends failed: b: why; b: why")
+        );
+        assert_eq!(summarise(&[]).kind, ErrorKind::Unavailable);
+    }
 }

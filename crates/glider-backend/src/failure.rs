@@ -1,5 +1,7 @@
 //! What one failed attempt at a backend looks like: the value the client, the health
-//! probe and the executor all speak, kept apart from each so none depends on another.
+//! probe and the executor all speak, kept apart from each so none depends on another;
+//! and which failures say the backend is unwell (they count toward its breaker) rather
+//! than that the request or its credentials were refused.
 
 use glider_ngl::ErrorKind;
 use serde::Serialize;
@@ -14,13 +16,80 @@ pub struct AttemptFailure {
     pub retryable: bool,
     /// The backend's HTTP status, if it answered.
     pub status: Option<u16>,
-    /// The backend's error body, if it answered.
+    /// The message of the backend's error body (decoded in its dialect), if it answered.
     #[serde(skip)]
-    pub body: Option<bytes::Bytes>,
+    pub upstream_message: Option<String>,
+    /// The backend's `retry-after`, in seconds, if it sent one (or the rest of a
+    /// cool-down Glider keeps after a 429).
+    pub retry_after_secs: Option<u64>,
+}
+
+impl AttemptFailure {
+    /// A failure without an HTTP answer from the backend.
+    pub fn new(
+        backend: impl Into<String>,
+        kind: ErrorKind,
+        message: impl Into<String>,
+        retryable: bool,
+    ) -> AttemptFailure {
+        AttemptFailure {
+            backend: backend.into(),
+            kind,
+            message: message.into(),
+            retryable,
+            status: None,
+            upstream_message: None,
+            retry_after_secs: None,
+        }
+    }
+
+    /// Does this failure say the backend itself is unwell (count it toward the
+    /// breaker)? A transport failure, a timeout or a 5xx does. A 4xx does not: the
+    /// request (400, 404, 413, 422) or its credentials (401, 403) were refused by a
+    /// backend that answered, and a 429 is the backend pacing this caller, handled by
+    /// its cool-down instead.
+    pub fn backend_unwell(&self) -> bool {
+        match self.status {
+            None => true,
+            Some(status) => status >= 500 || status == 408,
+        }
+    }
+
+    /// The backend answered with a client error (4xx other than 408): the status a
+    /// client can act on when no other backend is left.
+    pub fn answered_client_error(&self) -> bool {
+        matches!(self.status, Some(status) if (400..500).contains(&status) && status != 408)
+    }
 }
 
 impl std::fmt::Display for AttemptFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.backend, self.message)
+    }
+}
+
+impl std::error::Error for AttemptFailure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(status: u16) -> AttemptFailure {
+        AttemptFailure {
+            status: Some(status),
+            ..AttemptFailure::new("b", ErrorKind::from_status(status), "x", true)
+        }
+    }
+
+    #[test]
+    fn only_transport_failures_timeouts_and_5xx_count_against_a_backend() {
+        assert!(AttemptFailure::new("b", ErrorKind::BadGateway, "refused", true).backend_unwell());
+        for status in [500, 502, 503, 504, 529, 408] {
+            assert!(answered(status).backend_unwell(), "{status}");
+        }
+        for status in [400, 401, 403, 404, 413, 422, 429] {
+            assert!(!answered(status).backend_unwell(), "{status}");
+            assert!(answered(status).answered_client_error(), "{status}");
+        }
     }
 }

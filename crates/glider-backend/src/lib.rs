@@ -1,9 +1,10 @@
 //! Backend clients (spec package `backend`) and the resilient half of `orchestrator`:
 //! [`client`] speaks HTTP to one backend, [`breaker`] is its circuit breaker,
-//! [`health`] probes it, and [`executor`] runs the backup sequence over candidates.
+//! [`cooldown`] holds back callers a 429 told to wait, [`health`] probes it, and [`executor`] runs the backup sequence over candidates.
 
 pub mod breaker;
 pub mod client;
+pub mod cooldown;
 pub mod executor;
 pub mod failure;
 pub mod health;

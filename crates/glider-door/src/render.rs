@@ -1,5 +1,7 @@
 //! Rendering a completion or an error for the client: raw bytes from a same-dialect
-//! backend, a translated stream through the front codec's encoder, or a whole reply.
+//! backend, a translated stream through the front codec's encoder, or a whole reply;
+//! an error with its status (the upstream's own when it was passed through) and its
+//! `retry-after`.
 
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -10,11 +12,18 @@ use glider_dialects::codec;
 use glider_engine::{Completion, CompletionBody};
 use glider_ngl::{ApiError, Dialect, ResponseBuilder, StreamEvent};
 
-/// An error in `front`'s own JSON shape with its status.
+/// An error in `front`'s own JSON shape with its status, and `retry-after` when the
+/// error says how long to wait.
 pub fn error_response(front: Dialect, error: &ApiError) -> Response {
     let status =
         StatusCode::from_u16(error.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, axum::Json(codec(front).encode_error(error))).into_response()
+    let mut response = (status, axum::Json(codec(front).encode_error(error))).into_response();
+    if let Some(secs) = error.retry_after_secs {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
 }
 
 /// The HTTP response for a completion in `front`'s dialect (shared by every door, so
@@ -29,37 +38,11 @@ pub fn completion(front: Dialect, completion: Completion) -> Response {
             rest,
         } => {
             let streaming = completion.stream;
-            let first = futures_util::stream::once(async move { first_chunk });
-            // A transport failure after the first byte becomes the dialect's own error
-            // event (the backend speaks the client's dialect here), then the stream ends.
-            let tail = rest.scan(false, move |failed, chunk| {
-                if *failed {
-                    return futures_util::future::ready(None);
-                }
-                futures_util::future::ready(Some(match chunk {
-                    Ok(bytes) => bytes,
-                    Err(failure) => {
-                        *failed = true;
-                        tracing::warn!(error = %failure, "backend stream failed mid-reply");
-                        if streaming {
-                            let mut out = Vec::new();
-                            front_codec.stream_encoder().encode(
-                                &StreamEvent::Error {
-                                    error: ApiError::new(
-                                        failure.kind,
-                                        format!("backend stream failed: {failure}"),
-                                    ),
-                                },
-                                &mut out,
-                            );
-                            Bytes::from(out)
-                        } else {
-                            Bytes::new()
-                        }
-                    }
-                }))
-            });
-            let body = Body::from_stream(first.chain(tail).map(Ok::<_, std::convert::Infallible>));
+            let first = futures_util::stream::once(async move { Ok(first_chunk) });
+            // The pipeline already ended a broken stream with the dialect's error
+            // event; an `Err` left (a whole body cut short) aborts the reply, so the
+            // client sees a failed transfer rather than a truncated JSON body.
+            let body = Body::from_stream(first.chain(rest));
             let content_type =
                 content_type.unwrap_or_else(|| default_content_type(front, streaming).to_owned());
             let mut response = Response::new(body);

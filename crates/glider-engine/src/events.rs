@@ -268,6 +268,16 @@ impl Tracker {
         }
     }
 
+    /// A forwarded stream closed: the error its decoder reports if it ended before the
+    /// dialect's terminal event (`None` when complete, or when not decoding a stream).
+    pub fn raw_truncation(&mut self) -> Option<glider_ngl::ApiError> {
+        let decoder = self.raw_stream.as_mut()?;
+        decoder.finish().into_iter().find_map(|event| match event {
+            StreamEvent::Error { error } => Some(error),
+            _ => None,
+        })
+    }
+
     /// An event of a translated stream.
     pub fn event(&mut self, event: &StreamEvent) {
         match event {
@@ -275,6 +285,9 @@ impl Tracker {
                 self.record.usage.merge(usage)
             }
             StreamEvent::Error { error } => {
+                // The stream's failure is the backend's: a stall is a 504, a cut or
+                // an error the backend sent keeps its class.
+                self.record.status.get_or_insert(error.kind.status());
                 self.record.error = Some(error.message.clone());
             }
             _ => {}

@@ -681,3 +681,32 @@ async fn a_flagged_message_is_delegated_and_never_reaches_the_origin() {
     );
     assert!(s.origin.seen().is_empty(), "{:?}", s.origin.seen());
 }
+
+#[tokio::test]
+async fn a_local_stream_that_ends_before_its_terminator_is_an_error_event_and_a_failure() {
+    let s = stack("").await;
+    let mut events = s.engine.bus().subscribe();
+    s.mock
+        .set_failure(glider_test_support::Failure::EndEarly { after_deltas: 1 });
+    let (mut client, _) = client(s.proxy, "api.anthropic.com", &[s.glider_ca()], Http::One).await;
+    let (response, reply) = client
+        .fetch(request(
+            Http::One,
+            "POST",
+            "api.anthropic.com",
+            "/v1/messages",
+            &[KEY, ("content-type", "application/json")],
+            messages_body("claude-local-1", "hello local", true),
+        ))
+        .await;
+    let text = String::from_utf8_lossy(&reply);
+    assert_eq!(response.status(), 200, "headers went first: {text}");
+    assert!(text.contains("event: error"), "{text}");
+    assert!(!text.contains("event: message_stop"), "{text}");
+    let record = next_finished(&mut events).await;
+    assert_eq!(record.status, Some(502), "{record:?}");
+    assert!(
+        s.origin.seen().is_empty(),
+        "a broken local stream is not re-sent"
+    );
+}

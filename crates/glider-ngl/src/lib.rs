@@ -437,6 +437,10 @@ pub struct ApiError {
     /// The offending parameter, when known (OpenAI's `param`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub param: Option<String>,
+    /// Seconds the client should wait before trying again (an upstream's `retry-after`,
+    /// sent back as the same header).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
@@ -445,6 +449,7 @@ impl ApiError {
             kind,
             message: message.into(),
             param: None,
+            retry_after_secs: None,
         }
     }
 
@@ -454,6 +459,11 @@ impl ApiError {
 
     pub fn with_param(mut self, param: impl Into<String>) -> Self {
         self.param = Some(param.into());
+        self
+    }
+
+    pub fn with_retry_after(mut self, secs: Option<u64>) -> Self {
+        self.retry_after_secs = secs;
         self
     }
 }

@@ -82,6 +82,13 @@ pub enum Failure {
     /// have been sent (or before the final event, whichever comes first); the stream
     /// never ends cleanly. A non-streaming answer is cut in half and aborted.
     CloseMidStream { after_deltas: usize },
+    /// Stream normally, then end the body cleanly (a complete HTTP message) once
+    /// `after_deltas` content deltas have been sent, or just before the final event:
+    /// the dialect's terminator (`[DONE]`, `message_stop`, `response.completed`,
+    /// `done: true`) never comes. A non-streaming answer is cut in half and aborted.
+    EndEarly { after_deltas: usize },
+    /// Answer with this status, the dialect's error body and `retry-after: SECS`.
+    StatusRetryAfter { status: u16, retry_after_secs: u64 },
     /// Never answer; the request counts in [`MockVendor::open_streams`] until the
     /// client drops it (or the mock shuts down).
     Hang,

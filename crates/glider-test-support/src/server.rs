@@ -167,7 +167,28 @@ async fn generate(wire: Wire, state: Arc<MockState>, inc: Incoming) -> Response 
             return wire.error(status, &format!("mock failure: status {status}"));
         }
         Failure::Garbage => return garbage(wire, &state, stream),
-        Failure::CloseMidStream { after_deltas } => close_after = Some(after_deltas),
+        Failure::StatusRetryAfter {
+            status,
+            retry_after_secs,
+        } => {
+            let mut response = wire.error(status, &format!("mock failure: status {status}"));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            return response;
+        }
+        Failure::CloseMidStream { after_deltas } => {
+            close_after = Some(Cut {
+                after_deltas,
+                clean: false,
+            });
+        }
+        Failure::EndEarly { after_deltas } => {
+            close_after = Some(Cut {
+                after_deltas,
+                clean: true,
+            });
+        }
         Failure::Hang => {
             let _open = OpenStream::new(state.clone());
             state.until_shutdown().await;
@@ -193,8 +214,17 @@ pub(crate) struct Ctx<'a> {
     pub state: &'a Arc<MockState>,
     pub inc: &'a Incoming,
     pub stream: bool,
-    /// `Some(n)` when the answer must be cut after `n` deltas.
-    pub close_after: Option<usize>,
+    /// `Some` when the answer must be cut short.
+    pub close_after: Option<Cut>,
+}
+
+/// Where and how a reply is cut short.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cut {
+    /// Content deltas sent before the cut (the final event is never sent).
+    pub after_deltas: usize,
+    /// End the body cleanly (else abort the connection).
+    pub clean: bool,
 }
 
 fn garbage(wire: Wire, state: &Arc<MockState>, stream: bool) -> Response {

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::Value;
 
+use crate::server::Cut;
 use crate::state::{MockState, OpenStream};
 
 /// One chunk of a streamed body. `delta` marks content deltas (text, thinking, tool
@@ -68,7 +69,7 @@ struct Streaming {
     guard: OpenStream,
     first: bool,
     deltas_sent: usize,
-    close_after: Option<usize>,
+    close_after: Option<Cut>,
     done: bool,
 }
 
@@ -81,7 +82,7 @@ pub(crate) fn streamed(
     state: &Arc<MockState>,
     content_type: &'static str,
     frames: Vec<Frame>,
-    close_after: Option<usize>,
+    close_after: Option<Cut>,
     extra_headers: &[(&'static str, String)],
 ) -> Response {
     let st = Streaming {
@@ -110,10 +111,13 @@ pub(crate) fn streamed(
             st.done = true;
             return Some((Err(cut()), st));
         }
-        if let Some(after) = st.close_after {
+        if let Some(planned) = st.close_after {
             let last = st.frames.len() == 0;
-            if last || (frame.delta && st.deltas_sent >= after) {
+            if last || (frame.delta && st.deltas_sent >= planned.after_deltas) {
                 st.done = true;
+                if planned.clean {
+                    return None;
+                }
                 // Let hyper flush what was sent before the abort discards its buffer.
                 tokio::task::yield_now().await;
                 return Some((Err(cut()), st));

@@ -12,10 +12,10 @@ pub(crate) fn decode_error(status: u16, body: &[u8]) -> ApiError {
     if let Ok(value) = serde_json::from_slice::<Value>(body) {
         let (message, param) = error_fields(&value);
         if let Some(message) = message {
-            return ApiError {
-                kind,
-                message,
-                param,
+            let error = ApiError::new(kind, message);
+            return match param {
+                Some(param) => error.with_param(param),
+                None => error,
             };
         }
     }

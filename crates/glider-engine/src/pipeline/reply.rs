@@ -1,6 +1,10 @@
 //! What the pipeline hands back to a door: the reply (raw bytes, ngl events or a whole
 //! response), or why there is none, and the wrapping that records the request on the
-//! bus when the reply ends.
+//! bus when the reply ends. A forwarded stream that breaks off — a transport error, a
+//! stall past the idle timeout, or a clean close before the dialect's terminator
+//! (`[DONE]`, `message_stop`, `response.completed`, `done: true`) — ends with the
+//! dialect's own error event and is recorded as the backend's failure, never as a
+//! success or as a client that went away.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -8,8 +12,8 @@ use std::pin::Pin;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use glider_backend::{AttemptFailure, BodyStream};
-use glider_dialects::StreamDecoder;
-use glider_ngl::{ApiError, Response, StreamEvent};
+use glider_dialects::{StreamDecoder, codec};
+use glider_ngl::{ApiError, Dialect, ErrorKind, Response, StreamEvent};
 
 use crate::events::Tracker;
 use crate::router::RouteDecision;
@@ -49,7 +53,9 @@ impl std::fmt::Debug for CompleteError {
 
 /// How the reply body reaches the client.
 pub enum CompletionBody {
-    /// The backend speaks the client's dialect: its bytes, untouched.
+    /// The backend speaks the client's dialect: its bytes, untouched. A stream that
+    /// breaks off ends with the dialect's error event (already in `rest`); a whole
+    /// body that breaks off ends with the `Err`, for the door to abort the reply.
     Raw {
         content_type: Option<String>,
         first_chunk: Bytes,
@@ -108,10 +114,7 @@ impl Answered {
                 CompletionBody::Raw {
                     content_type,
                     first_chunk,
-                    rest: Box::pin(tracked(rest, tracker, |t, chunk| match chunk {
-                        Ok(bytes) => t.raw_bytes(bytes),
-                        Err(failure) => t.record.error = Some(failure.to_string()),
-                    })),
+                    rest: forwarded(rest, tracker, self.stream),
                 }
             }
             CompletionBody::Events(events) => {
@@ -165,6 +168,69 @@ where
             }
         },
     )
+}
+
+/// The rest of a same-dialect reply on its way to the client, its bytes shown to the
+/// tracker. The end decides the record: a clean end of a complete reply is a success;
+/// a transport failure or stall (`Err`) or, for a stream, a close before the dialect's
+/// terminator is the backend's failure (504 for a stall, 502 otherwise), and a stream
+/// then gets the client dialect's error event as its last bytes.
+fn forwarded(rest: BodyStream, tracker: Tracker, stream: bool) -> BodyStream {
+    let front = tracker.record.front;
+    Box::pin(futures_util::stream::unfold(
+        (rest, Some(tracker)),
+        move |(mut rest, tracker)| async move {
+            let mut t = tracker?;
+            let failure = match rest.next().await {
+                Some(Ok(bytes)) => {
+                    t.raw_bytes(&bytes);
+                    return Some((Ok(bytes), (rest, Some(t))));
+                }
+                Some(Err(failure)) => {
+                    ApiError::new(failure.kind, format!("backend stream failed: {failure}"))
+                }
+                None => match stream.then(|| t.raw_truncation()).flatten() {
+                    Some(truncated) => truncated,
+                    None => {
+                        t.end();
+                        return None;
+                    }
+                },
+            };
+            tracing::warn!(backend = ?t.record.backend, error = %failure.message, "backend reply broke off");
+            t.fail(failure_status(failure.kind), &failure.message);
+            let last = if stream {
+                Ok(error_event(front, failure))
+            } else {
+                Err(AttemptFailure::new(
+                    t.record.backend.clone().unwrap_or_default(),
+                    failure.kind,
+                    failure.message,
+                    false,
+                ))
+            };
+            // The tracker is dropped here, with the failure on its record.
+            Some((last, (rest, None)))
+        },
+    ))
+}
+
+/// The status recorded for a reply that broke off: a stall is the gateway timeout
+/// class, anything else a bad gateway (the client saw 200 headers either way).
+fn failure_status(kind: ErrorKind) -> u16 {
+    match kind {
+        ErrorKind::Timeout => ErrorKind::Timeout.status(),
+        _ => ErrorKind::BadGateway.status(),
+    }
+}
+
+/// `error` as `front`'s stream error event.
+fn error_event(front: Dialect, error: ApiError) -> Bytes {
+    let mut out = Vec::new();
+    codec(front)
+        .stream_encoder()
+        .encode(&StreamEvent::Error { error }, &mut out);
+    Bytes::from(out)
 }
 
 /// A backend's raw streamed reply as ngl events, decoded by `decoder` as the bytes

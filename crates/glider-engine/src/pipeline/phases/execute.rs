@@ -3,7 +3,6 @@
 
 use glider_backend::execute_prepared;
 use glider_backend::executor::summarise;
-use glider_ngl::ApiError;
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed};
 
@@ -31,10 +30,7 @@ impl Phase for Execute {
                     job.executed = Some(executed);
                     Flow::Continue
                 }
-                Err(failures) => {
-                    let (kind, message) = summarise(&failures);
-                    Flow::Fail(ApiError::new(kind, message))
-                }
+                Err(failures) => Flow::Fail(summarise(&failures)),
             }
         })
     }
