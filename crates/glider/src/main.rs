@@ -315,7 +315,7 @@ async fn serve_recorded(
     let mut enrollment = None;
     if snapshot.mitm.enabled {
         let mitm = serve::start_mitm(
-            &engine, &home, &delegator, &vendors, &snapshot, runstate, &stop, &drain,
+            &engine, &home, &delegator, &vendors, &snapshot, runstate, &drain,
         )
         .await?;
         doors.push(mitm.door);

@@ -218,14 +218,13 @@ pub async fn start_mitm(
     vendors: &Arc<glider_delegate::Registry>,
     snapshot: &Config,
     runstate: &mut glider_sys::runstate::RunState,
-    stop: &Stop,
     drain: &Drain,
 ) -> anyhow::Result<MitmStarted> {
     let mitm = glider_mitm::Mitm::with_delegator(engine.clone(), home, delegator.clone())?;
     // Before the transparent door starts: its decrypted connections drain with the rest.
     mitm.use_drain(drain.clone());
     let transparent = if snapshot.mitm.transparent {
-        Some(start_transparent(&mitm, vendors, snapshot, runstate, stop).await?)
+        Some(start_transparent(&mitm, vendors, snapshot, runstate, drain).await?)
     } else {
         None
     };
@@ -258,14 +257,14 @@ async fn start_transparent(
     vendors: &Arc<glider_delegate::Registry>,
     snapshot: &Config,
     runstate: &mut glider_sys::runstate::RunState,
-    stop: &Stop,
+    drain: &Drain,
 ) -> anyhow::Result<TransparentStarted> {
     use glider_mitm::transparent::{Enrollment, ProcessFilter, Transparent, selected_names};
     let enrolled = Enrollment::default();
     let filter = ProcessFilter::new(selected_names(snapshot), enrolled.clone())
         .with_registry(vendors.clone());
     let names: Vec<String> = filter.names().iter().cloned().collect();
-    let started = match Transparent::start(mitm.clone(), filter, runstate, stop.stopped()).await {
+    let started = match Transparent::start(mitm.clone(), filter, runstate, drain.draining()).await {
         Ok(started) => started,
         // Nothing of this run is left on the machine (the caller records the orderly
         // exit); the error itself names what an earlier run left.
