@@ -1044,6 +1044,26 @@ mod tests {
     }
 
     #[test]
+    fn client_timeouts_default_and_refuse_zero() {
+        let server = Config::parse("{}", "t").expect("empty is valid").server;
+        assert_eq!(
+            server.client_limits(),
+            glider_sys::listen::Limits::from_secs(30, 60, 60)
+        );
+        assert_eq!(server.shutdown_grace_secs, 30);
+        let yaml = "server: {header_read_timeout_secs: 0, body_read_timeout_secs: 0, idle_timeout_secs: 0, shutdown_grace_secs: 0}\n";
+        let Err(ConfigError::Invalid { problems, .. }) = Config::parse(yaml, "t") else {
+            panic!("expected invalid");
+        };
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .all(|p| p.contains("_timeout_secs must be at least 1"))
+        );
+    }
+
+    #[test]
     fn transparent_settings_are_checked() {
         let yaml = "mitm: {enabled: true, transparent: true, transparent_port: 443, transparent_ports: [443], transparent_processes: ['/usr/bin/curl', '']}\n";
         let Err(ConfigError::Invalid { problems, .. }) = Config::parse(yaml, "t") else {
