@@ -56,9 +56,33 @@ pub struct ServerConfig {
     /// is interpolated. Unset, the gateway answers only requests addressed to a loopback
     /// host name; set, it also answers other names (when `bind` is not loopback).
     pub gateway_token: Option<Secret>,
+    /// Seconds a client has to send a complete request head: from connecting, or from
+    /// the first byte of a later request on a kept-alive connection. Past it the
+    /// connection closes (every port: gateway, dashboard, MITM and its tunnels).
+    pub header_read_timeout_secs: u64,
+    /// Seconds from a request's head to the end of its body, for requests whose body
+    /// is read whole (the model APIs, the dashboard); past it the reply is a 408 in the
+    /// caller's dialect.
+    pub body_read_timeout_secs: u64,
+    /// Seconds a kept-alive connection with no request in flight may stay silent before
+    /// it is closed. A reply that is streaming is never idle.
+    pub idle_timeout_secs: u64,
+    /// Seconds a stop (SIGTERM, Ctrl-C) waits for open replies; then streams still
+    /// open end with their dialect's error event and Glider exits. A second signal
+    /// exits at once.
+    pub shutdown_grace_secs: u64,
 }
 
 impl ServerConfig {
+    /// The client-side timeouts every door serves its connections under.
+    pub fn client_limits(&self) -> glider_sys::listen::Limits {
+        glider_sys::listen::Limits::from_secs(
+            self.header_read_timeout_secs,
+            self.body_read_timeout_secs,
+            self.idle_timeout_secs,
+        )
+    }
+
     /// Whether `bind` only accepts connections from this machine.
     pub fn is_loopback(&self) -> bool {
         let host = self.bind.trim_start_matches('[').trim_end_matches(']');
@@ -78,6 +102,10 @@ impl Default for ServerConfig {
             max_body_bytes: 32 * 1024 * 1024,
             dashboard_token: None,
             gateway_token: None,
+            header_read_timeout_secs: 30,
+            body_read_timeout_secs: 60,
+            idle_timeout_secs: 60,
+            shutdown_grace_secs: 30,
         }
     }
 }
@@ -815,6 +843,23 @@ impl Config {
         if self.server.max_body_bytes < 1024 {
             problems.push("server.max_body_bytes must be at least 1024".into());
         }
+        for (key, secs) in [
+            (
+                "server.header_read_timeout_secs",
+                self.server.header_read_timeout_secs,
+            ),
+            (
+                "server.body_read_timeout_secs",
+                self.server.body_read_timeout_secs,
+            ),
+            ("server.idle_timeout_secs", self.server.idle_timeout_secs),
+        ] {
+            if secs == 0 {
+                problems.push(format!(
+                    "{key} must be at least 1 (a client would be cut off at once)"
+                ));
+            }
+        }
         let ports = [
             ("server.proxy_port", self.server.proxy_port),
             ("server.dashboard_port", self.server.dashboard_port),
@@ -996,6 +1041,26 @@ mod tests {
             panic!("expected invalid");
         };
         assert_eq!(problems.len(), 3, "{problems:?}");
+    }
+
+    #[test]
+    fn client_timeouts_default_and_refuse_zero() {
+        let server = Config::parse("{}", "t").expect("empty is valid").server;
+        assert_eq!(
+            server.client_limits(),
+            glider_sys::listen::Limits::from_secs(30, 60, 60)
+        );
+        assert_eq!(server.shutdown_grace_secs, 30);
+        let yaml = "server: {header_read_timeout_secs: 0, body_read_timeout_secs: 0, idle_timeout_secs: 0, shutdown_grace_secs: 0}\n";
+        let Err(ConfigError::Invalid { problems, .. }) = Config::parse(yaml, "t") else {
+            panic!("expected invalid");
+        };
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .all(|p| p.contains("_timeout_secs must be at least 1"))
+        );
     }
 
     #[test]

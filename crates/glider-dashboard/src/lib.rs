@@ -24,6 +24,9 @@ use axum::routing::{get, post};
 use glider_config::Config;
 use glider_engine::Engine;
 pub(crate) use glider_engine::unix_ms;
+use glider_sys::listen::{DeadlineBody, Drain, Limits};
+use hyper::body::Incoming;
+use hyper::service::Service as _;
 use serde::Serialize;
 
 pub use history::HistoryOptions;
@@ -188,20 +191,52 @@ impl Dashboard {
             .with_state(shared)
     }
 
-    /// Serve on `listener` until `shutdown` resolves, then write out the history.
+    /// Serve on `listener` until `shutdown` resolves, under the config's client
+    /// timeouts and drain deadline, then write out the history.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        let server = self.shared.engine.runtime().config.server.clone();
+        let drain = Drain::on(shutdown, Duration::from_secs(server.shutdown_grace_secs));
+        self.serve_draining(listener, server.client_limits(), drain)
+            .await
+    }
+
+    /// Serve on `listener` under `limits` until `drain` starts (live sockets close
+    /// then), then write out the history. A request body that has not arrived by
+    /// `limits.body_read` gets a 408.
+    pub async fn serve_draining(
+        self,
+        listener: tokio::net::TcpListener,
+        limits: Limits,
+        drain: Drain,
+    ) -> std::io::Result<()> {
+        let router = hyper_util::service::TowerToHyperService::new(self.router());
+        let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+            let router = router.clone();
+            async move {
+                let (parts, body) = request.into_parts();
+                let body = DeadlineBody::new(body, limits.body_read);
+                let timed_out = body.timed_out_flag();
+                let mut response = router.call(http::Request::from_parts(parts, body)).await?;
+                if timed_out.load(std::sync::atomic::Ordering::Acquire)
+                    && response.status().is_client_error()
+                {
+                    *response.status_mut() = http::StatusCode::REQUEST_TIMEOUT;
+                }
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
         let shared = self.shared.clone();
-        let served = axum::serve(listener, self.router())
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                // Live sockets would hold the drain open forever.
-                shared.closing.send_replace(true);
-            })
-            .await;
+        let closing = drain.draining();
+        let served = glider_sys::listen::serve(listener, service, limits, drain.clone());
+        let (served, ()) = tokio::join!(served, async move {
+            closing.await;
+            // Live sockets would hold the drain open until its deadline.
+            shared.closing.send_replace(true);
+        });
         self.close().await;
         served
     }

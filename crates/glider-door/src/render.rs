@@ -10,7 +10,8 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use glider_dialects::codec;
 use glider_engine::{Completion, CompletionBody};
-use glider_ngl::{ApiError, Dialect, ResponseBuilder, StreamEvent};
+use glider_ngl::{ApiError, Dialect, ErrorKind, ResponseBuilder, StreamEvent};
+use glider_sys::listen::Cutoff;
 
 /// An error in `front`'s own JSON shape with its status, and `retry-after` when the
 /// error says how long to wait.
@@ -24,6 +25,37 @@ pub fn error_response(front: Dialect, error: &ApiError) -> Response {
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     response
+}
+
+pub use glider_engine::stream_error_event;
+
+/// What a reply ended at the drain deadline says.
+pub fn shutting_down() -> ApiError {
+    ApiError::new(
+        ErrorKind::Unavailable,
+        "Glider is shutting down: this reply was ended at the drain deadline (server.shutdown_grace_secs)",
+    )
+}
+
+/// `response` as it is, except that a streamed reply (SSE or NDJSON) still open at the
+/// drain deadline of `cutoff` ends with `front`'s error event: the client sees a
+/// clean, typed end instead of a cut connection.
+pub fn ending_at(front: Dialect, response: Response, cutoff: Option<&Cutoff>) -> Response {
+    let Some(cutoff) = cutoff else {
+        return response;
+    };
+    let streamed = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            value.starts_with("text/event-stream") || value.starts_with("application/x-ndjson")
+        });
+    if !streamed {
+        return response;
+    }
+    let last = stream_error_event(front, shutting_down());
+    response.map(|body| Body::new(cutoff.end_stream(body, last)))
 }
 
 /// The HTTP response for a completion in `front`'s dialect (shared by every door, so

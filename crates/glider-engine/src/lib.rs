@@ -12,6 +12,6 @@ pub mod transform;
 pub use events::{BackendState, Bus, PipelineEvent, RequestRecord, Tracker, unix_ms};
 pub use pipeline::{
     CompleteError, Completion, CompletionBody, CompletionRequest, Door, Engine, ModelInfo,
-    Prepared, decode_events,
+    Prepared, decode_events, stream_error_event,
 };
 pub use router::{RouteDecision, RuleName};

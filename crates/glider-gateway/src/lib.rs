@@ -15,6 +15,8 @@ use bytes::Bytes;
 use glider_door::{Door, DoorSequence, Outcome};
 use glider_engine::Engine;
 use glider_ngl::{ApiError, Dialect, ErrorKind};
+use glider_sys::listen::{BodyTimedOut, Cutoff, DeadlineBody, Drain, Limits};
+use std::time::Duration;
 
 /// The rendering lives in the door kit, shared with the MITM; these paths stay valid.
 pub use glider_door::{error_response, render};
@@ -72,36 +74,31 @@ fn routes(engine: Arc<Engine>, delegator: Arc<glider_delegate::Delegator>) -> Ro
         .with_state(Gateway { engine, delegator })
 }
 
-/// Serve the gateway on `listener` until `shutdown` resolves.
-///
-/// Accepted connections get `TCP_NODELAY`: a streamed reply is written as many small
-/// chunks, and with Nagle's algorithm each chunk after the first waits for the client's
-/// (delayed) ACK — about 40 ms per reply on Linux.
+/// Serve the gateway on `listener` until `shutdown` resolves, under the config's
+/// client timeouts and drain deadline (`server.*_timeout_secs`,
+/// `server.shutdown_grace_secs`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     engine: Arc<Engine>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let server = engine.runtime().config.server.clone();
     let router = router(engine).map_err(std::io::Error::other)?;
-    serve_with(listener, router, shutdown).await
+    let drain = Drain::on(shutdown, Duration::from_secs(server.shutdown_grace_secs));
+    serve_with(listener, router, server.client_limits(), drain).await
 }
 
-/// Serve `router` (from [`router`] or [`router_with`]) on `listener` until `shutdown`
-/// resolves, with `TCP_NODELAY` as [`serve`] does.
+/// Serve `router` (from [`router`] or [`router_with`]) on `listener` under `limits`
+/// until `drain` starts, then finish or cut the open replies by its deadline (see
+/// [`glider_sys::listen::serve`]).
 pub async fn serve_with(
     listener: tokio::net::TcpListener,
     router: Router,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    limits: Limits,
+    drain: Drain,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted connection");
-        }
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    glider_sys::listen::serve(listener, service, limits, drain).await
 }
 
 async fn root() -> &'static str {
@@ -124,29 +121,59 @@ async fn ollama_chat(State(gw): State<Gateway>, request: Request) -> Response {
     complete(gw, Dialect::Ollama, request).await
 }
 
-/// Read the body under the configured limit; over it is a 413 in the caller's dialect.
+/// Read the body under the configured size and time limits: over the size is a 413,
+/// a body that has not arrived by `server.body_read_timeout_secs` a 408, each in the
+/// caller's dialect.
 async fn read_body(
     gw: &Gateway,
     front: Dialect,
     request: Request,
 ) -> Result<(HeaderMap, Bytes), Response> {
-    let limit = gw.engine.runtime().config.server.max_body_bytes;
+    let server = &gw.engine.runtime().config.server;
+    let (limit, time) = (
+        server.max_body_bytes,
+        Duration::from_secs(server.body_read_timeout_secs),
+    );
     let (parts, body) = request.into_parts();
+    let body = DeadlineBody::new(body, time);
+    let timed_out = body.timed_out_flag();
     match glider_door::read_limited(body, limit).await {
         Ok(body) => Ok((parts.headers, body)),
+        Err(_) if timed_out.load(std::sync::atomic::Ordering::Acquire) => {
+            let message = BodyTimedOut { after: time }.to_string();
+            let mut response = error_response(front, &ApiError::invalid(message));
+            *response.status_mut() = StatusCode::REQUEST_TIMEOUT;
+            Err(response)
+        }
         Err(error) => Err(error_response(front, &error.api_error(Door::Gateway))),
     }
 }
 
 async fn complete(gw: Gateway, front: Dialect, request: Request) -> Response {
+    // The drain deadline: a reply not made by then is a 503, a stream still open ends
+    // with the dialect's error event.
+    let cutoff = request.extensions().get::<Cutoff>().cloned();
     let (headers, body) = match read_body(&gw, front, request).await {
         Ok(read) => read,
         Err(response) => return response,
     };
-    let outcome = Door::Gateway
-        .answer(&gw.engine, Some(&gw.delegator), front, headers, body)
-        .await;
-    match outcome {
+    let answer = Door::Gateway.answer(&gw.engine, Some(&gw.delegator), front, headers, body);
+    let response = match &cutoff {
+        Some(cutoff) => tokio::select! {
+            response = render_outcome(front, answer) => response,
+            () = cutoff.reached() => error_response(front, &render::shutting_down()),
+        },
+        None => render_outcome(front, answer).await,
+    };
+    render::ending_at(front, response, cutoff.as_ref())
+}
+
+/// The pipeline's outcome as the reply in `front`'s dialect.
+async fn render_outcome(
+    front: Dialect,
+    answer: impl std::future::Future<Output = Outcome>,
+) -> Response {
+    match answer.await {
         Outcome::Delegated(delegation) => render::delegation(front, delegation).await,
         Outcome::Reply(completion) => render::completion(front, *completion),
         Outcome::Error(error) => error_response(front, &error),

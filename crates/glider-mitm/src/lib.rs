@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use glider_config::MitmConfig;
 use glider_engine::Engine;
+use glider_sys::listen::{Drain, Limits};
 use tokio::net::TcpListener;
 
 pub use ca::{Authority, CaError, LeafCache};
@@ -69,6 +70,8 @@ pub struct Mitm {
     agent_rpc: cursor::AgentRpc,
     /// Takes `/claude`, `/cursor-agent` and `/agy` messages before the pipeline.
     delegator: Arc<glider_delegate::Delegator>,
+    /// The shutdown its connections are served under.
+    drain: std::sync::OnceLock<Drain>,
 }
 
 impl Mitm {
@@ -110,6 +113,7 @@ impl Mitm {
             dumps,
             agent_rpc: cursor::AgentRpc::default(),
             delegator,
+            drain: std::sync::OnceLock::new(),
         }))
     }
 
@@ -128,28 +132,53 @@ impl Mitm {
         &self.leaves
     }
 
-    /// Accept proxy clients on `listener` until `shutdown` resolves. Connections already
-    /// open keep running until they close or the runtime stops.
+    /// Accept proxy clients on `listener` until `shutdown` resolves, under the config's
+    /// client timeouts and drain deadline (see [`Mitm::serve_draining`]).
     pub async fn serve(
         self: Arc<Self>,
         listener: TcpListener,
-        shutdown: impl Future<Output = ()> + Send,
+        shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => return Ok(()),
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _peer)) => {
-                        tokio::spawn(proxy::serve_client(self.clone(), stream));
-                    }
-                    Err(e) => {
-                        // Out of file descriptors and the like: say so, pause, go on.
-                        tracing::warn!(error = %e, "MITM proxy accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    }
-                },
-            }
-        }
+        let grace = self.engine.runtime().config.server.shutdown_grace_secs;
+        let drain = Drain::on(shutdown, std::time::Duration::from_secs(grace));
+        self.serve_draining(listener, drain).await
+    }
+
+    /// Accept proxy clients on `listener` until `drain` starts, then wait for the open
+    /// connections (the decrypted tunnels included) until its deadline. Tunnels of
+    /// hosts Glider does not decrypt are bytes it does not read: they stay until either
+    /// side closes or the process ends.
+    pub async fn serve_draining(
+        self: Arc<Self>,
+        listener: TcpListener,
+        drain: Drain,
+    ) -> std::io::Result<()> {
+        self.use_drain(drain.clone());
+        let limits = self.client_limits();
+        let mitm = self.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let mitm = mitm.clone();
+            async move { Ok::<_, std::convert::Infallible>(mitm.proxy_request(request).await) }
+        });
+        glider_sys::listen::serve(listener, service, limits, drain).await
+    }
+
+    /// Serve the decrypted tunnels under `drain` (the proxy's and the transparent
+    /// door's); the first drain set stays.
+    pub fn use_drain(&self, drain: Drain) {
+        let _ = self.drain.set(drain);
+    }
+
+    /// The drain decrypted connections are served under: the one set by
+    /// [`Mitm::use_drain`], else one that never starts (a proxy served by no loop).
+    pub(crate) fn drain(&self) -> Drain {
+        self.drain
+            .get_or_init(|| Drain::on(std::future::pending(), std::time::Duration::ZERO))
+            .clone()
+    }
+
+    /// The client timeouts of `server.*_timeout_secs`.
+    pub(crate) fn client_limits(&self) -> Limits {
+        self.engine.runtime().config.server.client_limits()
     }
 }

@@ -9,13 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use glider_door::error_response;
+use glider_door::{error_response, render};
 use glider_engine::Tracker;
 use glider_ngl::{ApiError, Dialect, ErrorKind};
+use glider_sys::listen::Cutoff;
 use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use crate::Mitm;
@@ -67,24 +68,12 @@ pub fn api_front(method: &Method, path: &str) -> Option<Dialect> {
     }
 }
 
-/// Serve one client connection to the proxy port.
-pub(crate) async fn serve_client(mitm: Arc<Mitm>, stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
-    let service = service_fn(move |request| {
-        let mitm = mitm.clone();
-        async move { Ok::<_, Infallible>(mitm.proxy_request(request).await) }
-    });
-    let connection = hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(stream), service)
-        .with_upgrades();
-    if let Err(e) = connection.await {
-        tracing::debug!(error = %e, "proxy client connection ended with an error");
-    }
-}
-
 impl Mitm {
     /// One request on the proxy port: CONNECT, or an absolute-form plain-HTTP request.
-    async fn proxy_request(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+    pub(crate) async fn proxy_request(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+    ) -> Response<Body> {
         if request.method() == Method::CONNECT {
             return self.connect(request).await;
         }
@@ -215,16 +204,13 @@ impl Mitm {
                 return;
             }
         };
+        let (limits, drain) = (self.client_limits(), self.drain());
         let service = service_fn(move |request: Request<Incoming>| {
             let mitm = self.clone();
             let target = target.clone();
             async move { Ok::<_, Infallible>(mitm.decrypted_request(request, &target).await) }
         });
-        let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "decrypted connection ended with an error");
-        }
+        glider_sys::listen::serve_connection(tls, service, limits, drain).await;
     }
 
     /// Why a handshake failed, in words a user can act on.
@@ -262,7 +248,20 @@ impl Mitm {
             return self.handle(target, handler, request).await;
         }
         match api_front(request.method(), request.uri().path()) {
-            Some(front) => self.handle(target, ApiHandler { front }, request).await,
+            Some(front) => {
+                // The drain deadline: a reply not made by then is a 503, a stream still
+                // open ends with the dialect's error event.
+                let cutoff = request.extensions().get::<Cutoff>().cloned();
+                let answer = self.handle(target, ApiHandler { front }, request);
+                let response = match &cutoff {
+                    Some(cutoff) => tokio::select! {
+                        response = answer => response,
+                        () = cutoff.reached() => error_response(front, &render::shutting_down()),
+                    },
+                    None => answer.await,
+                };
+                render::ending_at(front, response, cutoff.as_ref())
+            }
             None => {
                 tracing::debug!(host = %target.host, method = %request.method(), path = request.uri().path(), "to the origin untouched");
                 self.forward(request.map(Body::new), target, None).await

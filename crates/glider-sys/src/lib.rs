@@ -2,10 +2,12 @@
 //! `fileacl`, `procinfo`, `procutil` and `runstate`): write a file completely or not at
 //! all, keep secret files private to their owner, find a connection's process, run a
 //! child as a whole process group, remember whether the previous run stopped cleanly,
-//! and the browser rules (Host, Origin) every HTTP door applies.
+//! the browser rules (Host, Origin) every HTTP door applies, and how those doors
+//! serve connections (client timeouts, the drain at shutdown).
 
 pub mod atomicfile;
 pub mod fileacl;
+pub mod listen;
 pub mod procinfo;
 pub mod procutil;
 pub mod runstate;

@@ -11,11 +11,11 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use glider_config::{Config, ConfigHandle};
 use glider_engine::Engine;
+use glider_sys::listen::Drain;
 
 mod mitm_commands;
 mod serve;
 use mitm_commands::{CaAction, TransparentAction, ca, run_cli, transparent};
-use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 
 #[derive(Parser)]
@@ -219,9 +219,15 @@ async fn serve(
     if let Some(port) = mitm_port {
         config.mitm.port = port;
     }
-    let filter = EnvFilter::try_from_env("GLIDER_LOG").unwrap_or_else(|_| {
-        EnvFilter::new(config.log_level.clone().unwrap_or_else(|| "info".into()))
-    });
+    let filter = std::env::var("GLIDER_LOG")
+        .ok()
+        .and_then(|spec| serve::log_filter(&spec).ok())
+        .unwrap_or_else(|| {
+            let spec = config.log_level.clone().unwrap_or_else(|| "info".into());
+            serve::log_filter(&spec)
+                .or_else(|_| serve::log_filter("info"))
+                .unwrap_or_default()
+        });
     let (filter, filter_handle) = tracing_subscriber::reload::Layer::new(filter);
     tracing_subscriber::registry()
         .with(filter)
@@ -286,24 +292,30 @@ async fn serve_recorded(
 
     let snapshot = handle.snapshot();
     let (trigger, stop) = serve::Stop::new();
+    // Every door drains under one deadline: open replies get server.shutdown_grace_secs,
+    // then streams still open end with their dialect's error event.
+    let drain = Drain::on(
+        stop.stopped(),
+        std::time::Duration::from_secs(snapshot.server.shutdown_grace_secs),
+    );
     let gateway = serve::start_gateway(
         &engine,
         &delegator,
         &snapshot,
         config_path.as_deref(),
         &home,
-        &stop,
+        &drain,
     )
     .await?;
     // One signal stops every door; until the gateway listens, a signal ends the process.
-    trigger.on(shutdown_signal());
+    trigger.on(shutdown_signal(snapshot.server.shutdown_grace_secs));
 
     let mut doors = vec![gateway.door];
     let mut transparent = None;
     let mut enrollment = None;
     if snapshot.mitm.enabled {
         let mitm = serve::start_mitm(
-            &engine, &home, &delegator, &vendors, &snapshot, runstate, &stop,
+            &engine, &home, &delegator, &vendors, &snapshot, runstate, &drain,
         )
         .await?;
         doors.push(mitm.door);
@@ -322,7 +334,7 @@ async fn serve_recorded(
             vendors,
             enrollment,
         },
-        &stop,
+        &drain,
     )
     .await?;
     serve::report_backends(&engine).await;
@@ -338,24 +350,63 @@ async fn serve_recorded(
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Resolves at the first SIGINT or SIGTERM; a second one ends the process at once
+/// (the drain is then not waited for).
+async fn shutdown_signal(grace_secs: u64) {
+    let mut signals = StopSignals::new();
+    signals.next().await;
+    tracing::info!(
+        "shutting down: draining open requests for up to {grace_secs} s (server.shutdown_grace_secs); a second signal stops at once"
+    );
+    tokio::spawn(async move {
+        signals.next().await;
+        eprintln!("glider: second stop signal: stopping at once");
+        std::process::exit(1);
+    });
+}
+
+/// The stop signals, registered once so a second one is not missed.
+struct StopSignals {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+    interrupt: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn new() -> StopSignals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            StopSignals {
+                interrupt: signal(SignalKind::interrupt()).ok(),
+                terminate: signal(SignalKind::terminate()).ok(),
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+        #[cfg(not(unix))]
+        StopSignals {}
     }
-    tracing::info!("shutting down: draining open requests");
+
+    /// The next SIGINT or SIGTERM (Ctrl-C elsewhere).
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            }
+            tokio::select! {
+                () = recv(&mut self.interrupt) => {},
+                () = recv(&mut self.terminate) => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }

@@ -23,7 +23,7 @@ use http::HeaderMap;
 
 pub use models::ModelInfo;
 pub use probes::HEALTH_INTERVAL;
-pub use reply::{CompleteError, Completion, CompletionBody, decode_events};
+pub use reply::{CompleteError, Completion, CompletionBody, decode_events, stream_error_event};
 pub use request::{CompletionRequest, Door};
 pub use runtime::{Runtime, rules_path};
 

@@ -200,7 +200,7 @@ fn forwarded(rest: BodyStream, tracker: Tracker, stream: bool) -> BodyStream {
             tracing::warn!(backend = ?t.record.backend, error = %failure.message, "backend reply broke off");
             t.fail(failure_status(failure.kind), &failure.message);
             let last = if stream {
-                Ok(error_event(front, failure))
+                Ok(stream_error_event(front, failure))
             } else {
                 Err(AttemptFailure::new(
                     t.record.backend.clone().unwrap_or_default(),
@@ -224,8 +224,9 @@ fn failure_status(kind: ErrorKind) -> u16 {
     }
 }
 
-/// `error` as `front`'s stream error event.
-fn error_event(front: Dialect, error: ApiError) -> Bytes {
+/// `error` as `front`'s stream error event: how a stream that cannot go on ends (a
+/// broken-off backend stream here, a drain deadline in the door kit).
+pub fn stream_error_event(front: Dialect, error: ApiError) -> Bytes {
     let mut out = Vec::new();
     codec(front)
         .stream_encoder()

@@ -50,12 +50,19 @@ pub async fn gateway_with_delegator(
     let addr = listener.local_addr().expect("addr");
     let (tx, rx) = tokio::sync::oneshot::channel();
     let router = glider_gateway::router_with(engine.clone(), delegator).expect("gateway routes");
-    tokio::spawn(async move {
-        let _ = glider_gateway::serve_with(listener, router, async {
+    let server = handle.snapshot().server.clone();
+    let drain = glider_sys::listen::Drain::on(
+        async {
             let _ = rx.await;
-        })
-        .await;
-    });
+        },
+        std::time::Duration::from_secs(server.shutdown_grace_secs),
+    );
+    tokio::spawn(glider_gateway::serve_with(
+        listener,
+        router,
+        server.client_limits(),
+        drain,
+    ));
     Gateway {
         base: format!("http://{addr}"),
         engine,
