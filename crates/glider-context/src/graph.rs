@@ -371,3 +371,274 @@ impl Folder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::event::Event;
+
+    /// A recorded session, built one wire event at a time.
+    #[derive(Default)]
+    struct Script {
+        events: Vec<Stored>,
+        family: Option<String>,
+        n: u64,
+    }
+
+    impl Script {
+        fn push(&mut self, body: EventBody) {
+            self.n += 1;
+            self.events.push(Stored {
+                id: self.n as i64,
+                family: self.family.clone(),
+                event: Event {
+                    at_ms: 1000 * self.n,
+                    session: Some("s".into()),
+                    body,
+                },
+            });
+        }
+
+        /// The user types `text`: a root request, and its reply calls `calls`.
+        fn user(&mut self, text: &str, calls: Vec<ToolCall>) {
+            let request = format!("r{}", self.n);
+            self.family = Some(request.clone());
+            self.push(EventBody::Request(RequestEvent {
+                request: request.clone(),
+                root: true,
+                user_text: Some(text.into()),
+                model: "m".into(),
+                ..RequestEvent::default()
+            }));
+            self.reply(&request, calls);
+        }
+
+        /// The CLI sends `results` back; the model calls `calls` next.
+        fn results(&mut self, results: Vec<ToolResult>, calls: Vec<ToolCall>) {
+            let request = format!("r{}", self.n);
+            self.push(EventBody::Request(RequestEvent {
+                request: request.clone(),
+                tool_results: results,
+                model: "m".into(),
+                ..RequestEvent::default()
+            }));
+            self.reply(&request, calls);
+        }
+
+        fn reply(&mut self, request: &str, calls: Vec<ToolCall>) {
+            self.push(EventBody::Reply(ReplyEvent {
+                request: request.into(),
+                backend: Some("local".into()),
+                model: Some("m".into()),
+                local: Some(true),
+                status: Some(200),
+                input_tokens: 10,
+                output_tokens: 2,
+                tool_calls: calls,
+                ..ReplyEvent::default()
+            }));
+        }
+
+        fn fold(&self) -> SessionGraph {
+            fold("s", &self.events)
+        }
+    }
+
+    fn call(id: &str, name: &str, args: serde_json::Value) -> ToolCall {
+        ToolCall::new(id.into(), name.into(), args)
+    }
+
+    fn ok(id: &str, text: &str) -> ToolResult {
+        ToolResult::new(id.into(), None, false, text)
+    }
+
+    fn failed(id: &str, text: &str) -> ToolResult {
+        ToolResult::new(id.into(), None, true, text)
+    }
+
+    fn ops(graph: &SessionGraph, path: &str) -> Vec<FileOp> {
+        graph
+            .files
+            .iter()
+            .find(|f| f.path == path)
+            .map(|f| f.changes.iter().map(|c| c.op).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_claude_code_session_lists_its_files_commands_and_errors() {
+        let mut s = Script::default();
+        s.user(
+            "fix the failing test",
+            vec![call("t1", "Read", json!({"file_path": "/p/src/lib.rs"}))],
+        );
+        s.results(
+            vec![ok("t1", "fn add() {}")],
+            vec![call("t2", "Bash", json!({"command": "cargo test"}))],
+        );
+        s.results(
+            vec![failed(
+                "t2",
+                "Error: Exit code 101\ntest result: FAILED. 0 passed; 1 failed",
+            )],
+            vec![call(
+                "t3",
+                "Edit",
+                json!({"file_path": "/p/src/lib.rs", "old_string": "a", "new_string": "b"}),
+            )],
+        );
+        s.results(
+            vec![ok("t3", "The file has been updated.")],
+            vec![
+                call(
+                    "t4",
+                    "Write",
+                    json!({"file_path": "/p/tests/new.rs", "content": "x"}),
+                ),
+                call("t5", "Bash", json!({"command": "cargo test"})),
+            ],
+        );
+        s.results(
+            vec![
+                ok("t4", "File created"),
+                ok("t5", "test result: ok. 1 passed"),
+            ],
+            vec![],
+        );
+        let graph = s.fold();
+        assert_eq!(graph.episodes.len(), 1);
+        let episode = &graph.episodes[0];
+        assert_eq!(episode.goal.as_deref(), Some("fix the failing test"));
+        assert_eq!(episode.steps.len(), 5);
+        assert_eq!(episode.steps[0].tool_calls, ["Read"]);
+        assert_eq!(episode.steps[0].backend.as_deref(), Some("local"));
+        assert_eq!(ops(&graph, "/p/src/lib.rs"), [FileOp::Read, FileOp::Edited]);
+        assert_eq!(ops(&graph, "/p/tests/new.rs"), [FileOp::Created]);
+        assert_eq!(graph.edited_files(), ["/p/src/lib.rs", "/p/tests/new.rs"]);
+        let lib = graph
+            .files
+            .iter()
+            .find(|f| f.path == "/p/src/lib.rs")
+            .expect("lib.rs");
+        assert_eq!(
+            lib.changes[0].superseded_ms,
+            Some(lib.changes[1].at_ms),
+            "the edit supersedes the read"
+        );
+        assert_eq!(lib.changes[1].superseded_ms, None);
+        let commands: Vec<_> = graph
+            .commands
+            .iter()
+            .map(|c| (c.command.as_str(), c.exit_code, c.failed))
+            .collect();
+        assert_eq!(
+            commands,
+            [("cargo test", Some(101), true), ("cargo test", None, false)]
+        );
+        assert_eq!(graph.errors.len(), 1);
+        let error = &graph.errors[0];
+        assert_eq!(error.subject, "cargo test");
+        assert_eq!(error.reason, "test result: FAILED. 0 passed; 1 failed");
+        assert_eq!(
+            error.closed_by.as_deref(),
+            Some("t5"),
+            "the later passing run closes it"
+        );
+        assert_eq!(graph.open_errors().count(), 0);
+        assert_eq!(graph.models.len(), 1);
+        assert_eq!(
+            (graph.models[0].requests, graph.models[0].input_tokens),
+            (5, 50)
+        );
+    }
+
+    #[test]
+    fn a_codex_session_reads_exec_command_and_apply_patch() {
+        let mut s = Script::default();
+        let patch = "*** Begin Patch\n*** Add File: app/new.py\n+x\n*** Update File: app/main.py\n@@\n-a\n+b\n*** End Patch";
+        s.user(
+            "add a module",
+            vec![call("c1", "exec_command", json!({"cmd": "ls app"}))],
+        );
+        s.results(
+            vec![ok("c1", "Process exited with code 0\nOutput:\nmain.py")],
+            vec![call("c2", "apply_patch", json!({"input": patch}))],
+        );
+        s.results(
+            vec![ok(
+                "c2",
+                "Success. Updated the following files:\nA app/new.py\nM app/main.py",
+            )],
+            vec![call(
+                "c3",
+                "exec_command",
+                json!({"cmd": ["bash", "-lc", "python -m pytest"]}),
+            )],
+        );
+        s.results(
+            vec![ok(
+                "c3",
+                "Process exited with code 1\nOutput:\nFAILED test_main.py::test_x",
+            )],
+            vec![],
+        );
+        let graph = s.fold();
+        assert_eq!(ops(&graph, "app/new.py"), [FileOp::Created]);
+        assert_eq!(ops(&graph, "app/main.py"), [FileOp::Edited]);
+        let commands: Vec<_> = graph
+            .commands
+            .iter()
+            .map(|c| (c.command.as_str(), c.exit_code))
+            .collect();
+        assert_eq!(
+            commands,
+            [("ls app", Some(0)), ("python -m pytest", Some(1))]
+        );
+        let open: Vec<_> = graph.open_errors().map(|e| e.subject.as_str()).collect();
+        assert_eq!(open, ["python -m pytest"], "no later success: still open");
+    }
+
+    #[test]
+    fn each_root_turn_opens_an_episode_and_history_is_not_counted_twice() {
+        let mut s = Script::default();
+        s.user("first", vec![call("a", "Read", json!({"file_path": "x"}))]);
+        s.results(vec![ok("a", "1")], vec![]);
+        s.user("second", vec![]);
+        // A later request repeats an old result in its history: folded once.
+        s.results(vec![ok("a", "1")], vec![]);
+        let graph = s.fold();
+        let goals: Vec<_> = graph.episodes.iter().map(|e| e.goal.as_deref()).collect();
+        assert_eq!(goals, [Some("first"), Some("second")]);
+        assert_eq!(graph.episodes[1].steps.len(), 2);
+        assert_eq!(ops(&graph, "x"), [FileOp::Read]);
+    }
+
+    #[test]
+    fn a_failed_edit_is_an_error_closed_by_a_later_edit_of_that_file() {
+        let mut s = Script::default();
+        let edit = |id: &str| {
+            call(
+                id,
+                "Edit",
+                json!({"file_path": "f.rs", "old_string": "q", "new_string": "r"}),
+            )
+        };
+        s.user("edit", vec![edit("e1")]);
+        s.results(
+            vec![failed("e1", "String to replace not found in file.")],
+            vec![edit("e2")],
+        );
+        let open: Vec<_> = s.fold().open_errors().map(|e| e.subject.clone()).collect();
+        assert_eq!(open, ["Edit f.rs"]);
+        assert!(
+            ops(&s.fold(), "f.rs").is_empty(),
+            "a failed edit changed nothing"
+        );
+        s.results(vec![ok("e2", "updated")], vec![]);
+        let graph = s.fold();
+        assert_eq!(graph.open_errors().count(), 0);
+        assert_eq!(ops(&graph, "f.rs"), [FileOp::Edited]);
+    }
+}
