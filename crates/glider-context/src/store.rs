@@ -52,7 +52,7 @@ pub enum StoreError {
 }
 
 /// An event as stored, with its id and turn family.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Stored {
     pub id: i64,
     /// The request key (`<run>-<bus id>`) of the root request of this event's episode.
