@@ -62,11 +62,11 @@ fn scripted(n: u64, base_ms: u64) -> Event {
         }
     };
     let body = if n % 2 == 1 {
-        let root = step % 10 == 0;
+        let root = step.is_multiple_of(10);
         let results = if root || step == 0 {
             Vec::new()
         } else {
-            let text = if step % 3 == 0 {
+            let text = if step.is_multiple_of(3) {
                 "Exit code 1\nFAILED"
             } else {
                 "ok"
