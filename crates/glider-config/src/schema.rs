@@ -501,10 +501,22 @@ pub struct TransformConfig {
     pub local_system_max_chars: Option<usize>,
 }
 
-/// How much history a local request keeps (spec: BoundLocalContext, local only).
+/// How much history a local request keeps (spec: BoundLocalContext, local only), and
+/// the context log of what each session did (`crates/glider-context`, docs/context.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ContextConfig {
+    /// Keep the context log under `GLIDER_HOME/context/` (restart-only). Off: no file
+    /// is created and nothing is recorded.
+    pub enabled: bool,
+    /// Events older than this many days are deleted (restart-only).
+    pub retention_days: u64,
+    /// The log's live size in MiB beyond which its oldest events are deleted
+    /// (restart-only).
+    pub max_store_mb: u64,
+    /// Events queued for the writer before new ones are dropped and counted in a gap
+    /// event (restart-only).
+    pub queue_capacity: usize,
     /// Cut the history of a local request to fit its budget.
     pub bound_local: bool,
     /// Budget in tokens; default: the model's context window minus `output_reserve`.
@@ -516,6 +528,10 @@ pub struct ContextConfig {
 impl Default for ContextConfig {
     fn default() -> Self {
         ContextConfig {
+            enabled: true,
+            retention_days: 30,
+            max_store_mb: 512,
+            queue_capacity: 8192,
             bound_local: true,
             local_budget_tokens: None,
             output_reserve_tokens: 4096,

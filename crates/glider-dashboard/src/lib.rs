@@ -5,6 +5,7 @@
 //! makes a request wait.
 
 mod collector;
+mod context;
 mod docs;
 pub mod history;
 pub mod metrics;
@@ -77,6 +78,16 @@ pub struct Options {
     /// Where enrolled PIDs go; `None` when transparent mode does not run (the call then
     /// succeeds and does nothing, as the spec says).
     pub enrollment: Option<EnrollmentHook>,
+    /// The context log (`/api/context/*`, its counters in `/metrics`); `None` when
+    /// `context.enabled` is false.
+    pub context: Option<ContextSurface>,
+}
+
+/// What the dashboard reads of the context log.
+#[derive(Debug, Clone)]
+pub struct ContextSurface {
+    pub reader: glider_context::Reader,
+    pub counters: Arc<glider_context::Counters>,
 }
 
 impl Options {
@@ -93,6 +104,7 @@ impl Options {
             poll_interval: Duration::from_millis(250),
             vendors: Arc::new(glider_delegate::Registry::new()),
             enrollment: None,
+            context: None,
         }
     }
 }
@@ -181,6 +193,11 @@ impl Dashboard {
             .route("/api/vendors", get(rest::vendors))
             .route("/api/vendors/discover", post(rest::discover_vendors))
             .route("/api/mitm/enrollment", post(rest::enrollment))
+            .route("/api/context/sessions", get(context::sessions))
+            .route(
+                "/api/context/sessions/{id}",
+                get(context::session).delete(context::forget),
+            )
             .route("/metrics", get(rest::metrics))
             .route("/ws", get(ws::upgrade))
             .fallback(rest::not_found)

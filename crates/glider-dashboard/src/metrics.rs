@@ -83,6 +83,10 @@ pub struct Metrics {
     breaker: Family<BackendLabels, Gauge>,
     health: Family<BackendLabels, Gauge>,
     dropped: Family<DropLabels, Counter>,
+    /// The context log's counters, caught up with its own at each scrape.
+    context_written: Counter,
+    context_dropped: Counter,
+    context_gaps: Counter,
     stats: Mutex<Stats>,
 }
 
@@ -155,8 +159,29 @@ impl Metrics {
             "Live events dropped because a reader fell behind (source: bus or websocket)",
             dropped.clone(),
         );
+        let context_written = Counter::default();
+        registry.register(
+            "context_events_written",
+            "Events committed to the context log",
+            context_written.clone(),
+        );
+        let context_dropped = Counter::default();
+        registry.register(
+            "context_events_dropped",
+            "Context events dropped because the writer fell behind (each loss is logged as a gap event)",
+            context_dropped.clone(),
+        );
+        let context_gaps = Counter::default();
+        registry.register(
+            "context_gaps",
+            "Gap events written to the context log",
+            context_gaps.clone(),
+        );
         Metrics {
             registry,
+            context_written,
+            context_dropped,
+            context_gaps,
             requests,
             errors,
             duration,
@@ -254,7 +279,16 @@ impl Metrics {
 
     /// The OpenMetrics text for `/metrics`, with backend gauges read from `backends` now
     /// (a backend removed by a reload disappears).
-    pub fn encode(&self, backends: &[BackendState]) -> String {
+    pub fn encode(
+        &self,
+        backends: &[BackendState],
+        context: Option<&glider_context::Counters>,
+    ) -> String {
+        if let Some(context) = context {
+            catch_up(&self.context_written, &context.written);
+            catch_up(&self.context_dropped, &context.dropped);
+            catch_up(&self.context_gaps, &context.gaps);
+        }
         self.breaker.clear();
         self.health.clear();
         for state in backends {
@@ -280,6 +314,12 @@ impl Metrics {
         }
         text
     }
+}
+
+/// Raise `counter` to the count `source` holds (both only ever grow).
+fn catch_up(counter: &Counter, source: &AtomicU64) {
+    let now = source.load(std::sync::atomic::Ordering::Relaxed);
+    counter.inc_by(now.saturating_sub(counter.get()));
 }
 
 /// 4xx and 5xx, except 499 (the client went away: nobody's failure to report).

@@ -296,7 +296,10 @@ pub async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        shared.metrics.encode(&states),
+        shared.metrics.encode(
+            &states,
+            shared.options.context.as_ref().map(|c| c.counters.as_ref()),
+        ),
     )
         .into_response()
 }

@@ -19,6 +19,9 @@ use crate::Shared;
 /// GET routes that read from disk per call: guarded like the state-changing requests.
 const COSTLY_READS: &[&str] = &["/api/requests"];
 
+/// The context log's routes read its database per call.
+const CONTEXT_READS: &str = "/api/context/";
+
 /// The cookie `?token=` sets, so the page's assets, API calls and socket carry it.
 pub const COOKIE: &str = "glider_dashboard_token";
 
@@ -76,7 +79,7 @@ pub async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Ne
     );
     let path = request.uri().path();
     let is_socket = path == "/ws";
-    let costs_work = COSTLY_READS.contains(&path);
+    let costs_work = COSTLY_READS.contains(&path) || path.starts_with(CONTEXT_READS);
     if (changes_state || is_socket || costs_work)
         && !origin_allowed(request.headers(), host.as_deref())
     {

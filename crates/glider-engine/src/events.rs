@@ -18,6 +18,8 @@ use glider_ngl::{Dialect, Response, StreamEvent, Usage};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
+use crate::context::ReplyCapture;
+
 /// Events kept for a subscriber that falls behind.
 pub const BUS_CAPACITY: usize = 4096;
 /// Largest non-streamed reply body kept to read its usage from.
@@ -182,6 +184,7 @@ impl Bus {
             raw_whole: None,
             ended: false,
             forgotten: false,
+            context: None,
         }
     }
 }
@@ -206,6 +209,8 @@ pub struct Tracker {
     ended: bool,
     /// Dropped without a record ([`Tracker::forget`]).
     forgotten: bool,
+    /// The reply's tool calls and stop reason, kept only when a context sink is attached.
+    context: Option<Box<ReplyCapture>>,
 }
 
 impl Tracker {
@@ -214,6 +219,11 @@ impl Tracker {
     /// turns that the origin answers are not Glider's requests to record).
     pub fn forget(mut self) {
         self.forgotten = true;
+    }
+
+    /// Keep the reply's tool calls for the context sink, told when the request ends.
+    pub(crate) fn capture_context(&mut self, capture: ReplyCapture) {
+        self.context = Some(Box::new(capture));
     }
 
     /// Time the request from now: it was prepared ahead of the moment its door
@@ -292,11 +302,17 @@ impl Tracker {
             }
             _ => {}
         }
+        if let Some(capture) = &mut self.context {
+            capture.event(event);
+        }
     }
 
     /// A whole translated reply.
     pub fn response(&mut self, response: &Response) {
         self.record.usage.merge(&response.usage);
+        if let Some(capture) = &mut self.context {
+            capture.response(response);
+        }
     }
 
     /// The reply was delivered completely.
@@ -305,7 +321,7 @@ impl Tracker {
         if let Some((dialect, body)) = self.raw_whole.take()
             && let Ok(response) = codec(dialect).decode_response(&body)
         {
-            self.record.usage.merge(&response.usage);
+            self.response(&response);
         }
     }
 
@@ -333,6 +349,9 @@ impl Drop for Tracker {
         }
         if self.record.status == Some(499) && self.record.error.is_none() {
             self.record.error = Some("client closed the connection before the reply ended".into());
+        }
+        if let Some(capture) = self.context.take() {
+            capture.finish(&self.record);
         }
         self.bus
             .publish(PipelineEvent::RequestFinished(self.record.clone()));

@@ -2,6 +2,7 @@
 //! with `router` and the tokenizer half of `transform`). Every door — gateway, MITM —
 //! hands a request to [`Engine::complete`]; nothing in here looks at which CLI sent it.
 
+pub mod context;
 pub mod events;
 pub mod hotswap;
 pub mod pipeline;
@@ -9,6 +10,7 @@ pub mod router;
 pub mod tokenizer;
 pub mod transform;
 
+pub use context::{ContextSink, DecidedTurn, RecordedTurn, ReplyToolCall};
 pub use events::{BackendState, Bus, PipelineEvent, RequestRecord, Tracker, unix_ms};
 pub use pipeline::{
     CompleteError, Completion, CompletionBody, CompletionRequest, Door, Engine, ModelInfo,

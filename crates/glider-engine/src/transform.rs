@@ -252,6 +252,7 @@ mod tests {
             bound_local: true,
             local_budget_tokens: Some(budget),
             output_reserve_tokens: 0,
+            ..ContextConfig::default()
         }
     }
 

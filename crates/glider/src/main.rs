@@ -13,6 +13,7 @@ use glider_config::{Config, ConfigHandle};
 use glider_engine::Engine;
 use glider_sys::listen::Drain;
 
+mod context_commands;
 mod mitm_commands;
 mod serve;
 use mitm_commands::{CaAction, TransparentAction, ca, run_cli, transparent};
@@ -77,6 +78,12 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
+    /// The context log: `sessions`, `show ID`, `export ID [--json]`, `forget ID`
+    /// (reads GLIDER_HOME/context directly; works while `glider serve` runs).
+    Context {
+        #[command(subcommand)]
+        action: context_commands::ContextAction,
+    },
     /// Routing tools.
     Route {
         #[command(subcommand)]
@@ -123,6 +130,16 @@ fn main() -> std::process::ExitCode {
             }
             Err(e) => {
                 eprintln!("glider route explain: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        },
+        Command::Context { action } => match context_commands::run(action, &glider_home()) {
+            Ok(text) => {
+                println!("{text}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("glider context: {e:#}");
                 std::process::ExitCode::FAILURE
             }
         },
@@ -288,6 +305,7 @@ async fn serve_recorded(
     let (delegator, vendors) = serve::start_delegation(runstate, &config.delegate);
     let handle = ConfigHandle::new(config, config_path.clone());
     let engine = Engine::new(handle.clone());
+    let context = serve::start_context(&engine, &home, &handle.snapshot())?;
     let _background = serve::start_background(&handle, &engine, filter_handle)?;
 
     let snapshot = handle.snapshot();
@@ -333,6 +351,7 @@ async fn serve_recorded(
             baseline,
             vendors,
             enrollment,
+            context: context.as_deref().map(serve::context_surface),
         },
         &drain,
     )
@@ -346,6 +365,10 @@ async fn serve_recorded(
     );
     gateway?;
     dashboard?;
+    if let Some(context) = context {
+        // What the drained requests queued is committed before the process ends.
+        let _ = tokio::task::spawn_blocking(move || context.log().flush()).await;
+    }
     tracing::info!("stopped");
     Ok(())
 }

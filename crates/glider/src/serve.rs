@@ -308,6 +308,8 @@ pub struct DashboardInputs {
     pub baseline: Option<Arc<Config>>,
     pub vendors: Arc<glider_delegate::Registry>,
     pub enrollment: Option<glider_dashboard::EnrollmentHook>,
+    /// The context log, when `context.enabled`.
+    pub context: Option<glider_dashboard::ContextSurface>,
 }
 
 /// The dashboard: resolve its token, listen on `server.dashboard_port`, open the
@@ -344,6 +346,7 @@ pub async fn start_dashboard(
     options.baseline = inputs.baseline;
     options.vendors = inputs.vendors;
     options.enrollment = inputs.enrollment;
+    options.context = inputs.context;
     let dashboard = glider_dashboard::Dashboard::start(engine.clone(), options)
         .with_context(|| format!("cannot open the request history under {}", home.display()))?;
     tracing::info!("dashboard on http://{dashboard_local}");
@@ -360,6 +363,33 @@ pub async fn start_dashboard(
         snapshot.server.client_limits(),
         drain.clone(),
     ))
+}
+
+/// The context log under `GLIDER_HOME/context/`, told of every request the engine
+/// decides and records; `None` (and no file made) with `context.enabled: false`.
+pub fn start_context(
+    engine: &Arc<Engine>,
+    home: &Path,
+    snapshot: &Config,
+) -> anyhow::Result<Option<Arc<glider_context::Context>>> {
+    let Some(context) = glider_context::Context::start(home, &snapshot.context)
+        .context("cannot open the context log (context.enabled: false turns it off)")?
+    else {
+        return Ok(None);
+    };
+    if engine.attach_context(context.clone()).is_err() {
+        anyhow::bail!("the engine already has a context log attached");
+    }
+    tracing::info!(dir = %context.log().dir().display(), "context log");
+    Ok(Some(context))
+}
+
+/// What the dashboard reads of a running context log.
+pub fn context_surface(context: &glider_context::Context) -> glider_dashboard::ContextSurface {
+    glider_dashboard::ContextSurface {
+        reader: glider_context::Reader::new(context.log().dir().to_path_buf()),
+        counters: context.log().counters().clone(),
+    }
 }
 
 /// Say plainly, at start, which backends can answer and what is missing for the others.

@@ -13,7 +13,7 @@ mod request;
 mod runtime;
 mod upstream;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use glider_config::ConfigHandle;
@@ -27,6 +27,7 @@ pub use reply::{CompleteError, Completion, CompletionBody, decode_events, stream
 pub use request::{CompletionRequest, Door};
 pub use runtime::{Runtime, rules_path};
 
+use crate::context::{ContextSink, DecidedTurn, ReplyCapture};
 use crate::events::{Bus, Tracker};
 use crate::hotswap::{Registry, Swap};
 use crate::router::sticky::StickyStore;
@@ -43,6 +44,8 @@ pub struct Engine {
     hotswap: Registry,
     bus: Bus,
     sticky: Arc<StickyStore>,
+    /// Told of every request once decided and once recorded (`glider-context`).
+    context: OnceLock<Arc<dyn ContextSink>>,
 }
 
 /// A request decoded, aliased, estimated and routed: the decision is made once, and
@@ -124,6 +127,7 @@ impl Engine {
             hotswap,
             bus: Bus::default(),
             sticky: Arc::default(),
+            context: OnceLock::new(),
         })
     }
 
@@ -139,6 +143,12 @@ impl Engine {
     /// The event bus every request is reported on.
     pub fn bus(&self) -> &Bus {
         &self.bus
+    }
+
+    /// Tell `sink` of every request from now on (once: a second sink is refused and
+    /// handed back).
+    pub fn attach_context(&self, sink: Arc<dyn ContextSink>) -> Result<(), Arc<dyn ContextSink>> {
+        self.context.set(sink)
     }
 
     /// The modules a config reload is handed to.
@@ -219,7 +229,7 @@ impl Engine {
             Some(incoming.body),
             request,
         );
-        decided(job).await
+        decided(job, self.context.get()).await
     }
 
     /// Run the deciding phases on a request built as ngl (no client body: every
@@ -242,7 +252,7 @@ impl Engine {
             None,
             request,
         );
-        decided(job).await
+        decided(job, self.context.get()).await
     }
 
     /// Carry out a prepared request's decision: the remaining phases, on exactly the
@@ -300,13 +310,27 @@ impl Engine {
 }
 
 /// Run the deciding phases; they end with a decision, or the request goes no further.
-async fn decided(mut job: Job) -> Result<Prepared, CompleteError> {
+/// A decided request is told to the context sink, if any.
+async fn decided(
+    mut job: Job,
+    context: Option<&Arc<dyn ContextSink>>,
+) -> Result<Prepared, CompleteError> {
     match phases::run(DECIDING, &mut job).await {
         Flow::Continue => match job.decision.take() {
-            Some(decision) => Ok(Prepared { decision, job }),
+            Some(decision) => {
+                if let Some(sink) = context {
+                    tell_decided(sink, &mut job, &decision);
+                }
+                Ok(Prepared { decision, job })
+            }
             None => Err(failed(phases::not_routed(), job.tracker, job.front)),
         },
-        Flow::Origin(decision) => Err(to_origin(decision, job.tracker)),
+        Flow::Origin(decision) => {
+            if let Some(sink) = context {
+                tell_decided(sink, &mut job, &decision);
+            }
+            Err(to_origin(decision, job.tracker))
+        }
         Flow::Fail(error) => Err(failed(error, job.tracker, job.front)),
         Flow::Answer(_) => Err(failed(
             ApiError::new(ErrorKind::Internal, "a deciding phase answered the request"),
@@ -315,6 +339,26 @@ async fn decided(mut job: Job) -> Result<Prepared, CompleteError> {
         )),
     }
 }
+
+/// Tell the sink of a decided request, and have its tracker keep the reply's tool calls
+/// for the sink's second call.
+fn tell_decided(sink: &Arc<dyn ContextSink>, job: &mut Job, decision: &RouteDecision) {
+    let session = decision.session.as_deref().unwrap_or(UNSESSIONED);
+    sink.decided(&DecidedTurn {
+        request_id: job.tracker.id(),
+        session,
+        door: job.door,
+        front: job.front,
+        request: &job.request,
+        model: &job.model,
+        decision,
+    });
+    job.tracker
+        .capture_context(ReplyCapture::new(sink.clone(), session.to_owned()));
+}
+
+/// The session key of a request the router found none for (no user turn at all).
+pub const UNSESSIONED: &str = "unsessioned";
 
 /// The request goes to the CLI's origin; the door fills in the origin's status.
 fn to_origin(decision: Box<RouteDecision>, mut tracker: Tracker) -> CompleteError {

@@ -1,0 +1,227 @@
+//! The typed events of the context log. Each is stored as one row: its kind, session,
+//! turn family and time in columns (for queries), the rest as JSON. Nothing is ever
+//! rewritten; the graph ([`crate::graph`]) is a fold over these.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Longest string kept of a tool call's argument (an `apply_patch` patch, a `Write`'s
+/// content); longer ones keep their start and say how long they were.
+pub const MAX_ARGUMENT_CHARS: usize = 32 * 1024;
+/// Tool result text kept from each end of a longer result (a test failure is usually at
+/// the end, the command's first output at the start).
+pub const RESULT_EDGE_CHARS: usize = 2 * 1024;
+/// Most characters of a root user message kept (the user's goal in their own words).
+pub const MAX_USER_TEXT_CHARS: usize = 4 * 1024;
+
+/// One event, as appended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Unix milliseconds when it happened.
+    pub at_ms: u64,
+    /// The session key; `None` for events of the store itself (gaps, retention).
+    pub session: Option<String>,
+    pub body: EventBody,
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventBody {
+    /// A request was decided: where it goes and what its newest turns carry.
+    Request(RequestEvent),
+    /// A request ended: the reply's tool calls, usage and stop reason, or its failure.
+    Reply(ReplyEvent),
+    /// The writer fell behind and `dropped` events were not written.
+    Gap { dropped: u64 },
+    /// Retention deleted the events older than `before_ms` (reason `age`) or the
+    /// oldest ones until the log fitted its size (reason `size`).
+    Retention {
+        reason: String,
+        deleted: u64,
+        before_ms: u64,
+    },
+    /// A user asked to forget a session (`DELETE /api/context/sessions/{id}`, `glider
+    /// context forget`): its events were deleted.
+    Forgotten { deleted: u64 },
+}
+
+impl EventBody {
+    /// The `kind` column.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EventBody::Request(_) => "request",
+            EventBody::Reply(_) => "reply",
+            EventBody::Gap { .. } => "gap",
+            EventBody::Retention { .. } => "retention",
+            EventBody::Forgotten { .. } => "forgotten",
+        }
+    }
+}
+
+/// A request once routed. Only the conversation's newest turns are kept (the last
+/// assistant turn and what follows it): the rest was seen by the requests before.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestEvent {
+    /// Which run of Glider and which request in it (`<run>-<bus id>`), so its reply
+    /// finds it.
+    pub request: String,
+    pub door: String,
+    pub front: String,
+    pub model_requested: String,
+    /// The model after aliasing.
+    pub model: String,
+    pub rule: String,
+    pub reason: String,
+    /// The first candidate the router chose and whether it is local.
+    pub backend: Option<String>,
+    pub local: Option<bool>,
+    pub estimated_tokens: u64,
+    /// The newest user turn is the user's own text (not tool results): a new episode,
+    /// unless the family still waits on tool results (then it is a subagent's prompt).
+    pub root: bool,
+    /// That text, when `root`, up to [`MAX_USER_TEXT_CHARS`].
+    pub user_text: Option<String>,
+    /// Tool calls in the newest assistant turn (often already seen in its reply).
+    pub tool_calls: Vec<ToolCall>,
+    /// Tool results after it: what the CLI's tools returned.
+    pub tool_results: Vec<ToolResult>,
+}
+
+/// A request at its end.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplyEvent {
+    pub request: String,
+    pub backend: Option<String>,
+    pub model: Option<String>,
+    pub local: Option<bool>,
+    pub status: Option<u16>,
+    pub error: Option<String>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub stop_reason: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub ttft_ms: Option<u64>,
+    pub total_ms: Option<u64>,
+}
+
+/// A tool call (in a request's history or a reply).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// Parsed JSON when it parses (strings capped at [`MAX_ARGUMENT_CHARS`]), else the
+    /// text as a string.
+    pub arguments: Value,
+}
+
+/// A tool's result as the CLI sent it back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    pub call_id: String,
+    pub name: Option<String>,
+    pub is_error: bool,
+    /// The text, or its first and last [`RESULT_EDGE_CHARS`] with `…` between.
+    pub text: String,
+    /// Characters of the whole text.
+    pub chars: usize,
+}
+
+impl ToolCall {
+    /// A call whose arguments arrive as JSON text (a reply's stream fragments).
+    pub fn from_text(id: String, name: String, arguments: &str) -> Self {
+        let arguments = serde_json::from_str::<Value>(arguments)
+            .unwrap_or_else(|_| Value::String(arguments.to_owned()));
+        ToolCall::new(id, name, arguments)
+    }
+
+    /// A call, its long string arguments capped.
+    pub fn new(id: String, name: String, mut arguments: Value) -> Self {
+        cap_strings(&mut arguments);
+        ToolCall {
+            id,
+            name,
+            arguments,
+        }
+    }
+}
+
+impl ToolResult {
+    pub fn new(call_id: String, name: Option<String>, is_error: bool, text: &str) -> Self {
+        ToolResult {
+            call_id,
+            name,
+            is_error,
+            text: edges(text, RESULT_EDGE_CHARS),
+            chars: text.chars().count(),
+        }
+    }
+}
+
+fn cap_strings(value: &mut Value) {
+    match value {
+        Value::String(text) if text.len() > MAX_ARGUMENT_CHARS => {
+            let kept = prefix(text, MAX_ARGUMENT_CHARS);
+            *text = format!("{kept}… [{} chars]", text.chars().count());
+        }
+        Value::Array(items) => items.iter_mut().for_each(cap_strings),
+        Value::Object(map) => map.values_mut().for_each(cap_strings),
+        _ => {}
+    }
+}
+
+/// At most `chars` characters from the start of `text`.
+pub fn prefix(text: &str, chars: usize) -> &str {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
+
+/// `text` whole when short, else its first and last `edge` characters.
+fn edges(text: &str, edge: usize) -> String {
+    let count = text.chars().count();
+    if count <= 2 * edge {
+        return text.to_owned();
+    }
+    let head = prefix(text, edge);
+    let tail_start = text
+        .char_indices()
+        .nth(count - edge)
+        .map(|(i, _)| i)
+        .unwrap_or(text.len());
+    format!("{head}\n…\n{}", &text[tail_start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_results_keep_both_ends_and_their_length() {
+        let text = format!("{}{}{}", "a".repeat(3000), "b".repeat(3000), "FAILED x");
+        let result = ToolResult::new("c".into(), None, false, &text);
+        assert!(result.text.starts_with(&"a".repeat(RESULT_EDGE_CHARS)));
+        assert!(result.text.ends_with("FAILED x"));
+        assert_eq!(result.chars, 6008);
+        assert!(result.text.chars().count() < 2 * RESULT_EDGE_CHARS + 4);
+    }
+
+    #[test]
+    fn long_arguments_are_capped_short_ones_kept() {
+        let call = ToolCall::from_text(
+            "1".into(),
+            "Write".into(),
+            &serde_json::json!({"file_path": "a.rs", "content": "é".repeat(40_000)}).to_string(),
+        );
+        assert_eq!(call.arguments["file_path"], "a.rs");
+        let content = call.arguments["content"].as_str().expect("string");
+        assert!(
+            content.ends_with("… [40000 chars]"),
+            "{}",
+            &content[content.len() - 30..]
+        );
+        let broken = ToolCall::from_text("2".into(), "Bash".into(), "{not json");
+        assert_eq!(broken.arguments, Value::String("{not json".into()));
+    }
+}

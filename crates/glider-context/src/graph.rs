@@ -1,0 +1,644 @@
+//! The entity graph of a session: a fold over its events, so replaying the log rebuilds
+//! it exactly. Episodes (a root user turn and its follow-ons) with their requests;
+//! files read, edited, created or deleted; commands with their exit status; errors,
+//! closed by a later success of the same command or on the same file; and the models
+//! and backends that answered. Facts carry validity: each file change records when a
+//! later one superseded it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::event::{EventBody, ReplyEvent, RequestEvent, ToolCall, ToolResult};
+use crate::store::Stored;
+use crate::tools::{self, Action, FileOp};
+
+/// One session, folded.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SessionGraph {
+    pub session: String,
+    pub episodes: Vec<Episode>,
+    pub files: Vec<FileFact>,
+    pub commands: Vec<CommandFact>,
+    pub errors: Vec<ErrorFact>,
+    pub models: Vec<ModelUse>,
+}
+
+/// One root user turn and everything that followed it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Episode {
+    /// The root request's key.
+    pub family: String,
+    pub started_ms: u64,
+    /// The user's words that began it (up to 4 KiB).
+    pub goal: Option<String>,
+    pub steps: Vec<Step>,
+}
+
+/// One request of an episode.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Step {
+    pub request: String,
+    pub at_ms: u64,
+    pub door: String,
+    pub model: String,
+    pub rule: String,
+    pub reason: String,
+    /// Who answered (`origin` for the CLI's own cloud), once the reply ended.
+    pub backend: Option<String>,
+    pub local: Option<bool>,
+    pub status: Option<u16>,
+    pub estimated_tokens: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub stop_reason: Option<String>,
+    /// The tools the reply called.
+    pub tool_calls: Vec<String>,
+}
+
+/// What is known of one file; `changes` oldest first, the last one current.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FileFact {
+    pub path: String,
+    pub changes: Vec<FileChange>,
+}
+
+/// One thing done to a file, valid until `superseded_ms` when a later change came.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FileChange {
+    pub op: FileOp,
+    pub at_ms: u64,
+    pub call_id: String,
+    pub family: Option<String>,
+    pub superseded_ms: Option<u64>,
+}
+
+/// A shell command the CLI ran.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CommandFact {
+    pub command: String,
+    pub call_id: String,
+    pub at_ms: u64,
+    pub family: Option<String>,
+    pub exit_code: Option<i32>,
+    pub failed: bool,
+}
+
+/// A failing tool result, open until a later success of the same command or tool on
+/// the same file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorFact {
+    /// The command, or the tool and file, that failed.
+    pub subject: String,
+    pub reason: String,
+    pub call_id: String,
+    pub opened_ms: u64,
+    pub family: Option<String>,
+    pub closed_ms: Option<u64>,
+    pub closed_by: Option<String>,
+}
+
+/// Requests a backend and model answered, and their tokens.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ModelUse {
+    pub backend: String,
+    pub model: String,
+    pub local: bool,
+    pub requests: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl SessionGraph {
+    /// The files whose latest change is an edit, creation or deletion.
+    pub fn edited_files(&self) -> Vec<&str> {
+        self.files
+            .iter()
+            .filter(|f| f.changes.iter().any(|c| c.op != FileOp::Read))
+            .map(|f| f.path.as_str())
+            .collect()
+    }
+
+    /// The errors no later success closed.
+    pub fn open_errors(&self) -> impl Iterator<Item = &ErrorFact> {
+        self.errors.iter().filter(|e| e.closed_ms.is_none())
+    }
+}
+
+/// Fold `events` (one session's, oldest first) into its graph.
+pub fn fold(session: &str, events: &[Stored]) -> SessionGraph {
+    let mut folder = Folder {
+        graph: SessionGraph {
+            session: session.to_owned(),
+            ..SessionGraph::default()
+        },
+        ..Folder::default()
+    };
+    for stored in events {
+        let at_ms = stored.event.at_ms;
+        let family = stored.family.clone();
+        match &stored.event.body {
+            EventBody::Request(request) => folder.request(request, at_ms, family),
+            EventBody::Reply(reply) => folder.reply(reply, at_ms),
+            _ => {}
+        }
+    }
+    let mut graph = folder.graph;
+    graph.files = folder.files.into_values().collect();
+    graph.models = folder.models.into_values().collect();
+    graph
+}
+
+#[derive(Default)]
+struct Folder {
+    graph: SessionGraph,
+    /// Calls seen (in replies or request history) by id, waiting for their result.
+    calls: HashMap<String, ToolCall>,
+    /// Call ids whose result was already folded (history repeats them).
+    resulted: std::collections::HashSet<String>,
+    files: BTreeMap<String, FileFact>,
+    models: BTreeMap<(String, String), ModelUse>,
+    /// Request key → (episode index, step index).
+    steps: HashMap<String, (usize, usize)>,
+}
+
+impl Folder {
+    fn request(&mut self, request: &RequestEvent, at_ms: u64, family: Option<String>) {
+        for call in &request.tool_calls {
+            self.calls
+                .entry(call.id.clone())
+                .or_insert_with(|| call.clone());
+        }
+        for result in &request.tool_results {
+            self.result(result, at_ms, family.clone());
+        }
+        let family_key = family.clone().unwrap_or_else(|| request.request.clone());
+        let episode = match self
+            .graph
+            .episodes
+            .iter()
+            .position(|e| e.family == family_key)
+        {
+            Some(index) => index,
+            None => {
+                self.graph.episodes.push(Episode {
+                    family: family_key,
+                    started_ms: at_ms,
+                    goal: None,
+                    steps: Vec::new(),
+                });
+                self.graph.episodes.len() - 1
+            }
+        };
+        let episode_ref = &mut self.graph.episodes[episode];
+        if episode_ref.goal.is_none() && request.root {
+            episode_ref.goal = request.user_text.clone();
+        }
+        episode_ref.steps.push(Step {
+            request: request.request.clone(),
+            at_ms,
+            door: request.door.clone(),
+            model: request.model.clone(),
+            rule: request.rule.clone(),
+            reason: request.reason.clone(),
+            estimated_tokens: request.estimated_tokens,
+            ..Step::default()
+        });
+        self.steps.insert(
+            request.request.clone(),
+            (episode, episode_ref.steps.len() - 1),
+        );
+    }
+
+    fn reply(&mut self, reply: &ReplyEvent, _at_ms: u64) {
+        for call in &reply.tool_calls {
+            self.calls
+                .entry(call.id.clone())
+                .or_insert_with(|| call.clone());
+        }
+        if let Some(&(episode, step)) = self.steps.get(&reply.request) {
+            let step = &mut self.graph.episodes[episode].steps[step];
+            step.backend = reply.backend.clone();
+            step.local = reply.local;
+            step.status = reply.status;
+            step.input_tokens = reply.input_tokens;
+            step.output_tokens = reply.output_tokens;
+            step.stop_reason = reply.stop_reason.clone();
+            step.tool_calls = reply.tool_calls.iter().map(|c| c.name.clone()).collect();
+        }
+        if let (Some(backend), Some(model)) = (&reply.backend, &reply.model) {
+            let entry = self
+                .models
+                .entry((backend.clone(), model.clone()))
+                .or_insert_with(|| ModelUse {
+                    backend: backend.clone(),
+                    model: model.clone(),
+                    local: reply.local.unwrap_or(false),
+                    ..ModelUse::default()
+                });
+            entry.requests += 1;
+            entry.input_tokens += reply.input_tokens;
+            entry.output_tokens += reply.output_tokens;
+        }
+    }
+
+    fn result(&mut self, result: &ToolResult, at_ms: u64, family: Option<String>) {
+        if !self.resulted.insert(result.call_id.clone()) {
+            return;
+        }
+        let Some(call) = self.calls.get(&result.call_id) else {
+            return;
+        };
+        let outcome = tools::outcome(result.is_error, &result.text);
+        let call_id = call.id.clone();
+        match tools::action(&call.name, &call.arguments) {
+            Action::Read { path } => {
+                if outcome.failed {
+                    self.open_error(
+                        format!("{} {path}", call.name),
+                        &outcome,
+                        &call_id,
+                        at_ms,
+                        family,
+                    );
+                } else {
+                    self.close_errors(&format!("{} {path}", call.name), &call_id, at_ms);
+                    self.file_change(&path, FileOp::Read, &call_id, at_ms, family);
+                }
+            }
+            Action::Edit { files } => {
+                let name = call.name.clone();
+                for (path, op) in files {
+                    let subject = format!("{name} {path}");
+                    if outcome.failed {
+                        self.open_error(subject, &outcome, &call_id, at_ms, family.clone());
+                    } else {
+                        self.close_errors(&subject, &call_id, at_ms);
+                        let op = match op {
+                            FileOp::Written if !self.files.contains_key(&path) => FileOp::Created,
+                            op => op,
+                        };
+                        self.file_change(&path, op, &call_id, at_ms, family.clone());
+                    }
+                }
+            }
+            Action::Command { command } => {
+                if outcome.failed {
+                    self.open_error(command.clone(), &outcome, &call_id, at_ms, family.clone());
+                } else {
+                    self.close_errors(&command, &call_id, at_ms);
+                }
+                self.graph.commands.push(CommandFact {
+                    command,
+                    call_id,
+                    at_ms,
+                    family,
+                    exit_code: outcome.exit_code,
+                    failed: outcome.failed,
+                });
+            }
+            Action::Other => {
+                if outcome.failed {
+                    self.open_error(call.name.clone(), &outcome, &call_id, at_ms, family);
+                }
+            }
+        }
+    }
+
+    fn file_change(
+        &mut self,
+        path: &str,
+        op: FileOp,
+        call_id: &str,
+        at_ms: u64,
+        family: Option<String>,
+    ) {
+        let fact = self
+            .files
+            .entry(path.to_owned())
+            .or_insert_with(|| FileFact {
+                path: path.to_owned(),
+                changes: Vec::new(),
+            });
+        // A read does not supersede what an edit made of the file; an edit supersedes
+        // everything known before it.
+        if op != FileOp::Read {
+            for change in fact
+                .changes
+                .iter_mut()
+                .filter(|c| c.superseded_ms.is_none())
+            {
+                change.superseded_ms = Some(at_ms);
+            }
+        }
+        fact.changes.push(FileChange {
+            op,
+            at_ms,
+            call_id: call_id.to_owned(),
+            family,
+            superseded_ms: None,
+        });
+    }
+
+    fn open_error(
+        &mut self,
+        subject: String,
+        outcome: &tools::Outcome,
+        call_id: &str,
+        at_ms: u64,
+        family: Option<String>,
+    ) {
+        self.graph.errors.push(ErrorFact {
+            subject,
+            reason: outcome.reason.clone().unwrap_or_default(),
+            call_id: call_id.to_owned(),
+            opened_ms: at_ms,
+            family,
+            closed_ms: None,
+            closed_by: None,
+        });
+    }
+
+    fn close_errors(&mut self, subject: &str, call_id: &str, at_ms: u64) {
+        for error in self
+            .graph
+            .errors
+            .iter_mut()
+            .filter(|e| e.closed_ms.is_none() && e.subject == subject)
+        {
+            error.closed_ms = Some(at_ms);
+            error.closed_by = Some(call_id.to_owned());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::event::Event;
+
+    /// A recorded session, built one wire event at a time.
+    #[derive(Default)]
+    struct Script {
+        events: Vec<Stored>,
+        family: Option<String>,
+        n: u64,
+    }
+
+    impl Script {
+        fn push(&mut self, body: EventBody) {
+            self.n += 1;
+            self.events.push(Stored {
+                id: self.n as i64,
+                family: self.family.clone(),
+                event: Event {
+                    at_ms: 1000 * self.n,
+                    session: Some("s".into()),
+                    body,
+                },
+            });
+        }
+
+        /// The user types `text`: a root request, and its reply calls `calls`.
+        fn user(&mut self, text: &str, calls: Vec<ToolCall>) {
+            let request = format!("r{}", self.n);
+            self.family = Some(request.clone());
+            self.push(EventBody::Request(RequestEvent {
+                request: request.clone(),
+                root: true,
+                user_text: Some(text.into()),
+                model: "m".into(),
+                ..RequestEvent::default()
+            }));
+            self.reply(&request, calls);
+        }
+
+        /// The CLI sends `results` back; the model calls `calls` next.
+        fn results(&mut self, results: Vec<ToolResult>, calls: Vec<ToolCall>) {
+            let request = format!("r{}", self.n);
+            self.push(EventBody::Request(RequestEvent {
+                request: request.clone(),
+                tool_results: results,
+                model: "m".into(),
+                ..RequestEvent::default()
+            }));
+            self.reply(&request, calls);
+        }
+
+        fn reply(&mut self, request: &str, calls: Vec<ToolCall>) {
+            self.push(EventBody::Reply(ReplyEvent {
+                request: request.into(),
+                backend: Some("local".into()),
+                model: Some("m".into()),
+                local: Some(true),
+                status: Some(200),
+                input_tokens: 10,
+                output_tokens: 2,
+                tool_calls: calls,
+                ..ReplyEvent::default()
+            }));
+        }
+
+        fn fold(&self) -> SessionGraph {
+            fold("s", &self.events)
+        }
+    }
+
+    fn call(id: &str, name: &str, args: serde_json::Value) -> ToolCall {
+        ToolCall::new(id.into(), name.into(), args)
+    }
+
+    fn ok(id: &str, text: &str) -> ToolResult {
+        ToolResult::new(id.into(), None, false, text)
+    }
+
+    fn failed(id: &str, text: &str) -> ToolResult {
+        ToolResult::new(id.into(), None, true, text)
+    }
+
+    fn ops(graph: &SessionGraph, path: &str) -> Vec<FileOp> {
+        graph
+            .files
+            .iter()
+            .find(|f| f.path == path)
+            .map(|f| f.changes.iter().map(|c| c.op).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_claude_code_session_lists_its_files_commands_and_errors() {
+        let mut s = Script::default();
+        s.user(
+            "fix the failing test",
+            vec![call("t1", "Read", json!({"file_path": "/p/src/lib.rs"}))],
+        );
+        s.results(
+            vec![ok("t1", "fn add() {}")],
+            vec![call("t2", "Bash", json!({"command": "cargo test"}))],
+        );
+        s.results(
+            vec![failed(
+                "t2",
+                "Error: Exit code 101\ntest result: FAILED. 0 passed; 1 failed",
+            )],
+            vec![call(
+                "t3",
+                "Edit",
+                json!({"file_path": "/p/src/lib.rs", "old_string": "a", "new_string": "b"}),
+            )],
+        );
+        s.results(
+            vec![ok("t3", "The file has been updated.")],
+            vec![
+                call(
+                    "t4",
+                    "Write",
+                    json!({"file_path": "/p/tests/new.rs", "content": "x"}),
+                ),
+                call("t5", "Bash", json!({"command": "cargo test"})),
+            ],
+        );
+        s.results(
+            vec![
+                ok("t4", "File created"),
+                ok("t5", "test result: ok. 1 passed"),
+            ],
+            vec![],
+        );
+        let graph = s.fold();
+        assert_eq!(graph.episodes.len(), 1);
+        let episode = &graph.episodes[0];
+        assert_eq!(episode.goal.as_deref(), Some("fix the failing test"));
+        assert_eq!(episode.steps.len(), 5);
+        assert_eq!(episode.steps[0].tool_calls, ["Read"]);
+        assert_eq!(episode.steps[0].backend.as_deref(), Some("local"));
+        assert_eq!(ops(&graph, "/p/src/lib.rs"), [FileOp::Read, FileOp::Edited]);
+        assert_eq!(ops(&graph, "/p/tests/new.rs"), [FileOp::Created]);
+        assert_eq!(graph.edited_files(), ["/p/src/lib.rs", "/p/tests/new.rs"]);
+        let lib = graph
+            .files
+            .iter()
+            .find(|f| f.path == "/p/src/lib.rs")
+            .expect("lib.rs");
+        assert_eq!(
+            lib.changes[0].superseded_ms,
+            Some(lib.changes[1].at_ms),
+            "the edit supersedes the read"
+        );
+        assert_eq!(lib.changes[1].superseded_ms, None);
+        let commands: Vec<_> = graph
+            .commands
+            .iter()
+            .map(|c| (c.command.as_str(), c.exit_code, c.failed))
+            .collect();
+        assert_eq!(
+            commands,
+            [("cargo test", Some(101), true), ("cargo test", None, false)]
+        );
+        assert_eq!(graph.errors.len(), 1);
+        let error = &graph.errors[0];
+        assert_eq!(error.subject, "cargo test");
+        assert_eq!(error.reason, "test result: FAILED. 0 passed; 1 failed");
+        assert_eq!(
+            error.closed_by.as_deref(),
+            Some("t5"),
+            "the later passing run closes it"
+        );
+        assert_eq!(graph.open_errors().count(), 0);
+        assert_eq!(graph.models.len(), 1);
+        assert_eq!(
+            (graph.models[0].requests, graph.models[0].input_tokens),
+            (5, 50)
+        );
+    }
+
+    #[test]
+    fn a_codex_session_reads_exec_command_and_apply_patch() {
+        let mut s = Script::default();
+        let patch = "*** Begin Patch\n*** Add File: app/new.py\n+x\n*** Update File: app/main.py\n@@\n-a\n+b\n*** End Patch";
+        s.user(
+            "add a module",
+            vec![call("c1", "exec_command", json!({"cmd": "ls app"}))],
+        );
+        s.results(
+            vec![ok("c1", "Process exited with code 0\nOutput:\nmain.py")],
+            vec![call("c2", "apply_patch", json!({"input": patch}))],
+        );
+        s.results(
+            vec![ok(
+                "c2",
+                "Success. Updated the following files:\nA app/new.py\nM app/main.py",
+            )],
+            vec![call(
+                "c3",
+                "exec_command",
+                json!({"cmd": ["bash", "-lc", "python -m pytest"]}),
+            )],
+        );
+        s.results(
+            vec![ok(
+                "c3",
+                "Process exited with code 1\nOutput:\nFAILED test_main.py::test_x",
+            )],
+            vec![],
+        );
+        let graph = s.fold();
+        assert_eq!(ops(&graph, "app/new.py"), [FileOp::Created]);
+        assert_eq!(ops(&graph, "app/main.py"), [FileOp::Edited]);
+        let commands: Vec<_> = graph
+            .commands
+            .iter()
+            .map(|c| (c.command.as_str(), c.exit_code))
+            .collect();
+        assert_eq!(
+            commands,
+            [("ls app", Some(0)), ("python -m pytest", Some(1))]
+        );
+        let open: Vec<_> = graph.open_errors().map(|e| e.subject.as_str()).collect();
+        assert_eq!(open, ["python -m pytest"], "no later success: still open");
+    }
+
+    #[test]
+    fn each_root_turn_opens_an_episode_and_history_is_not_counted_twice() {
+        let mut s = Script::default();
+        s.user("first", vec![call("a", "Read", json!({"file_path": "x"}))]);
+        s.results(vec![ok("a", "1")], vec![]);
+        s.user("second", vec![]);
+        // A later request repeats an old result in its history: folded once.
+        s.results(vec![ok("a", "1")], vec![]);
+        let graph = s.fold();
+        let goals: Vec<_> = graph.episodes.iter().map(|e| e.goal.as_deref()).collect();
+        assert_eq!(goals, [Some("first"), Some("second")]);
+        assert_eq!(graph.episodes[1].steps.len(), 2);
+        assert_eq!(ops(&graph, "x"), [FileOp::Read]);
+    }
+
+    #[test]
+    fn a_failed_edit_is_an_error_closed_by_a_later_edit_of_that_file() {
+        let mut s = Script::default();
+        let edit = |id: &str| {
+            call(
+                id,
+                "Edit",
+                json!({"file_path": "f.rs", "old_string": "q", "new_string": "r"}),
+            )
+        };
+        s.user("edit", vec![edit("e1")]);
+        s.results(
+            vec![failed("e1", "String to replace not found in file.")],
+            vec![edit("e2")],
+        );
+        let open: Vec<_> = s.fold().open_errors().map(|e| e.subject.clone()).collect();
+        assert_eq!(open, ["Edit f.rs"]);
+        assert!(
+            ops(&s.fold(), "f.rs").is_empty(),
+            "a failed edit changed nothing"
+        );
+        s.results(vec![ok("e2", "updated")], vec![]);
+        let graph = s.fold();
+        assert_eq!(graph.open_errors().count(), 0);
+        assert_eq!(ops(&graph, "f.rs"), [FileOp::Edited]);
+    }
+}

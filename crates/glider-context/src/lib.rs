@@ -1,0 +1,159 @@
+//! Context (spec packages `contextgraph` and, later, `contextkit` and `summarizer`):
+//! what each session did, across every door and CLI. The pipeline tells [`Context`]
+//! (its `ContextSink`) of each request; the [`log`] appends typed [`event`]s to a
+//! SQLite file under `GLIDER_HOME/context/` ([`store`]), never blocking a request; the
+//! [`graph`] folds a session's events into episodes, files, commands, errors and
+//! models. The dashboard and `glider context` read it through [`Reader`].
+
+pub mod event;
+pub mod graph;
+pub mod log;
+mod sink;
+pub mod store;
+pub mod tools;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use glider_config::ContextConfig;
+
+pub use graph::SessionGraph;
+pub use log::{ContextLog, Counters, LogOptions};
+pub use store::{Retention, SessionRow, StoreError};
+
+/// How often retention runs while Glider runs (it also runs at start).
+const RETENTION_EVERY: Duration = Duration::from_secs(600);
+
+/// The context directory under `home` (`GLIDER_HOME`).
+pub fn dir(home: &Path) -> PathBuf {
+    home.join("context")
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The running context subsystem: the log, and the run id that makes request keys
+/// unique across restarts.
+pub struct Context {
+    log: ContextLog,
+    run: u64,
+}
+
+impl Context {
+    /// Start it under `home` as `config` says; `None` when `context.enabled` is false
+    /// (then no file is created).
+    pub fn start(home: &Path, config: &ContextConfig) -> Result<Option<Arc<Context>>, StoreError> {
+        if !config.enabled {
+            return Ok(None);
+        }
+        let log = ContextLog::start(LogOptions {
+            dir: dir(home),
+            queue_capacity: config.queue_capacity,
+            retention: retention_of(config),
+            retention_every: RETENTION_EVERY,
+        })?;
+        Ok(Some(Arc::new(Context::with_log(log))))
+    }
+
+    /// A context over an already started log.
+    pub fn with_log(log: ContextLog) -> Context {
+        Context { log, run: now_ms() }
+    }
+
+    pub fn log(&self) -> &ContextLog {
+        &self.log
+    }
+
+    /// A request's key: `<run>-<bus id>`.
+    fn request_key(&self, request_id: u64) -> String {
+        format!("{}-{request_id}", self.run)
+    }
+}
+
+/// `context.retention_days` and `context.max_store_mb` as a [`Retention`].
+pub fn retention_of(config: &ContextConfig) -> Retention {
+    Retention {
+        max_age_ms: config.retention_days.saturating_mul(86_400_000),
+        max_bytes: config.max_store_mb.saturating_mul(1024 * 1024),
+    }
+}
+
+/// One session as the dashboard and CLI show it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SessionView {
+    #[serde(flatten)]
+    pub summary: SessionRow,
+    pub graph: SessionGraph,
+}
+
+/// Reads the log (its own connection: the writer goes on meanwhile, WAL lets both).
+#[derive(Debug, Clone)]
+pub struct Reader {
+    dir: PathBuf,
+}
+
+impl Reader {
+    /// A reader of the context directory `dir`.
+    pub fn new(dir: PathBuf) -> Reader {
+        Reader { dir }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The sessions, most recently active first (none when there is no database yet).
+    pub fn sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
+        match store::open_existing(&self.dir)? {
+            Some(conn) => store::sessions(&conn),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// One session, folded; `None` when the log holds nothing of it.
+    pub fn session(&self, session: &str) -> Result<Option<SessionView>, StoreError> {
+        let Some(conn) = store::open_existing(&self.dir)? else {
+            return Ok(None);
+        };
+        let events = store::events(&conn, Some(session))?;
+        let (Some(first), Some(last)) = (events.first(), events.last()) else {
+            return Ok(None);
+        };
+        let summary = SessionRow {
+            session: session.to_owned(),
+            first_ms: first.event.at_ms,
+            last_ms: last.event.at_ms,
+            events: events.len() as u64,
+            requests: events
+                .iter()
+                .filter(|e| matches!(e.event.body, event::EventBody::Request(_)))
+                .count() as u64,
+        };
+        Ok(Some(SessionView {
+            summary,
+            graph: graph::fold(session, &events),
+        }))
+    }
+
+    /// A session's events as stored, oldest first (`glider context export`).
+    pub fn events(&self, session: &str) -> Result<Vec<store::Stored>, StoreError> {
+        match store::open_existing(&self.dir)? {
+            Some(conn) => store::events(&conn, Some(session)),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Delete a session's events (logged as a `forgotten` event); how many went.
+    pub fn forget(&self, session: &str) -> Result<u64, StoreError> {
+        match store::open_existing(&self.dir)? {
+            Some(mut conn) => store::forget(&mut conn, session, now_ms()),
+            None => Ok(0),
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! The writer: requests hand events to a bounded queue (never waiting) and one thread
+//! writes them, a batch per transaction. It gives each event its turn family. When the
+//! queue is full the event is dropped and counted, and the count is written as a `gap`
+//! event once the writer catches up: a loss is never silent. Retention runs on the
+//! same thread, at start and then periodically.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+
+use crate::event::{Event, EventBody};
+use crate::store::{self, Retention, StoreError};
+
+/// Most events written in one transaction.
+const MAX_BATCH: usize = 512;
+/// Families remembered for requests whose reply has not come (a Cursor turn handed
+/// back to its origin never has one); past this the oldest memory is dropped.
+const MAX_OPEN_REQUESTS: usize = 16_384;
+/// Sessions whose state (current family, calls awaiting results) is kept in memory.
+const MAX_SESSIONS: usize = 4096;
+
+/// How the log is run.
+#[derive(Debug, Clone)]
+pub struct LogOptions {
+    /// The context directory (`GLIDER_HOME/context`).
+    pub dir: PathBuf,
+    /// Events the queue holds before new ones are dropped (and counted).
+    pub queue_capacity: usize,
+    pub retention: Retention,
+    /// How often retention runs after the one at start.
+    pub retention_every: Duration,
+}
+
+/// Counters of the log, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Events committed to the database.
+    pub written: AtomicU64,
+    /// Events dropped because the queue was full (or a write failed).
+    pub dropped: AtomicU64,
+    /// Gap events written (each tells how many were dropped before it).
+    pub gaps: AtomicU64,
+    /// Dropped events not yet told by a gap event.
+    unreported: AtomicU64,
+}
+
+enum Message {
+    Event(Box<Event>),
+    /// Answered once everything sent before it is committed.
+    Flush(mpsc::Sender<()>),
+}
+
+/// The handle requests append through. Dropping it drains the queue and stops the
+/// writer.
+pub struct ContextLog {
+    sender: Option<SyncSender<Message>>,
+    counters: Arc<Counters>,
+    writer: Option<JoinHandle<()>>,
+    dir: PathBuf,
+}
+
+impl ContextLog {
+    /// Open (create, migrate) the database, apply retention once, and start the writer.
+    pub fn start(options: LogOptions) -> Result<ContextLog, StoreError> {
+        let mut conn = store::open(&options.dir)?;
+        store::apply_retention(&mut conn, options.retention, crate::now_ms())?;
+        let (sender, receiver) = mpsc::sync_channel(options.queue_capacity.max(1));
+        let counters = Arc::new(Counters::default());
+        let writer = Writer {
+            conn,
+            counters: counters.clone(),
+            families: Families::default(),
+            retention: options.retention,
+            retention_every: options.retention_every,
+        };
+        let thread = std::thread::Builder::new()
+            .name("glider-context-writer".into())
+            .spawn(move || writer.run(receiver))
+            .map_err(|source| StoreError::Io {
+                path: options.dir.clone(),
+                source,
+            })?;
+        Ok(ContextLog {
+            sender: Some(sender),
+            counters,
+            writer: Some(thread),
+            dir: options.dir,
+        })
+    }
+
+    /// Queue `event` without waiting; if the queue is full it is counted as dropped.
+    pub fn append(&self, event: Event) {
+        let sent = match &self.sender {
+            Some(sender) => sender.try_send(Message::Event(Box::new(event))),
+            None => return,
+        };
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = sent {
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            self.counters.unreported.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Wait until everything appended so far is committed (tests, the CLI, shutdown).
+    pub fn flush(&self) {
+        let Some(sender) = &self.sender else { return };
+        let (done, wait) = mpsc::channel();
+        if sender.send(Message::Flush(done)).is_ok() {
+            let _ = wait.recv();
+        }
+    }
+
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// The context directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for ContextLog {
+    fn drop(&mut self) {
+        // Closing the queue lets the writer drain it and stop.
+        self.sender.take();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+struct Writer {
+    conn: Connection,
+    counters: Arc<Counters>,
+    families: Families,
+    retention: Retention,
+    retention_every: Duration,
+}
+
+impl Writer {
+    fn run(mut self, receiver: Receiver<Message>) {
+        let mut retention_due = Instant::now() + self.retention_every;
+        loop {
+            let wait = retention_due.saturating_duration_since(Instant::now());
+            let first = match receiver.recv_timeout(wait) {
+                Ok(message) => message,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.retain();
+                    retention_due = Instant::now() + self.retention_every;
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match receiver.try_recv() {
+                    Ok(message) => batch.push(message),
+                    Err(_) => break,
+                }
+            }
+            self.write(batch);
+            if Instant::now() >= retention_due {
+                self.retain();
+                retention_due = Instant::now() + self.retention_every;
+            }
+        }
+    }
+
+    fn write(&mut self, batch: Vec<Message>) {
+        let mut rows = Vec::with_capacity(batch.len() + 1);
+        let mut flushes = Vec::new();
+        for message in batch {
+            match message {
+                Message::Event(event) => {
+                    let family = self.families.assign(&self.conn, &event);
+                    rows.push((family, *event));
+                }
+                Message::Flush(done) => flushes.push(done),
+            }
+        }
+        let unreported = self.counters.unreported.swap(0, Ordering::Relaxed);
+        if unreported > 0 {
+            rows.push((
+                None,
+                Event {
+                    at_ms: crate::now_ms(),
+                    session: None,
+                    body: EventBody::Gap {
+                        dropped: unreported,
+                    },
+                },
+            ));
+        }
+        if !rows.is_empty() {
+            match store::append(&mut self.conn, &rows) {
+                Ok(ids) => {
+                    self.counters
+                        .written
+                        .fetch_add(ids.len() as u64, Ordering::Relaxed);
+                    if unreported > 0 {
+                        self.counters.gaps.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            dropped = unreported,
+                            "context log fell behind; the loss is logged as a gap event"
+                        );
+                    }
+                }
+                Err(error) => {
+                    // Lost with this batch: counted, and told by the next gap event that
+                    // can be written.
+                    let lost = rows.len() as u64 - u64::from(unreported > 0);
+                    self.counters.dropped.fetch_add(lost, Ordering::Relaxed);
+                    self.counters
+                        .unreported
+                        .fetch_add(lost + unreported, Ordering::Relaxed);
+                    tracing::warn!(%error, lost, "context log write failed");
+                }
+            }
+        }
+        for done in flushes {
+            let _ = done.send(());
+        }
+    }
+
+    fn retain(&mut self) {
+        if let Err(error) = store::apply_retention(&mut self.conn, self.retention, crate::now_ms())
+        {
+            tracing::warn!(%error, "context retention failed");
+        }
+    }
+}
+
+/// Turn families: an episode begins at a root request (the user's own text) and every
+/// later request and reply of the session belongs to it — tool loops, titles, and a
+/// subagent's prompt, which arrives while the family still waits on a tool's result.
+#[derive(Default)]
+struct Families {
+    /// Request key → its family, until its reply comes.
+    by_request: HashMap<String, String>,
+    sessions: HashMap<String, SessionState>,
+}
+
+#[derive(Default)]
+struct SessionState {
+    current: Option<String>,
+    /// Tool call ids of replies whose results the CLI has not sent yet.
+    awaiting: Vec<String>,
+}
+
+/// Most awaited calls remembered per session.
+const MAX_AWAITING: usize = 256;
+
+impl Families {
+    fn assign(&mut self, conn: &Connection, event: &Event) -> Option<String> {
+        let session = event.session.as_deref()?;
+        if self.sessions.len() >= MAX_SESSIONS && !self.sessions.contains_key(session) {
+            self.sessions.clear();
+        }
+        if self.by_request.len() >= MAX_OPEN_REQUESTS {
+            self.by_request.clear();
+        }
+        let state = self.sessions.entry(session.to_owned()).or_default();
+        if state.current.is_none() {
+            // After a restart: continue the session's newest family.
+            state.current = store::last_family(conn, session).ok().flatten();
+        }
+        match &event.body {
+            EventBody::Request(request) => {
+                for result in &request.tool_results {
+                    state.awaiting.retain(|id| *id != result.call_id);
+                }
+                let family = match (&state.current, request.root && state.awaiting.is_empty()) {
+                    (Some(current), false) => current.clone(),
+                    _ => request.request.clone(),
+                };
+                state.current = Some(family.clone());
+                self.by_request
+                    .insert(request.request.clone(), family.clone());
+                Some(family)
+            }
+            EventBody::Reply(reply) => {
+                if reply.status == Some(200) {
+                    state
+                        .awaiting
+                        .extend(reply.tool_calls.iter().map(|c| c.id.clone()));
+                    let excess = state.awaiting.len().saturating_sub(MAX_AWAITING);
+                    state.awaiting.drain(..excess);
+                }
+                self.by_request
+                    .remove(&reply.request)
+                    .or_else(|| state.current.clone())
+            }
+            _ => state.current.clone(),
+        }
+    }
+}

@@ -1,0 +1,484 @@
+//! The SQLite file under `GLIDER_HOME/context/` (0700 directory, 0600 files, WAL
+//! mode): opening it, its numbered migrations (`PRAGMA user_version`), appending
+//! events, reading them back, and the only deletions there are — retention by age and
+//! size, and forgetting a session — each logged as an event.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+
+use crate::event::{Event, EventBody};
+
+/// The database file's name inside the context directory.
+pub const DB_FILE: &str = "context.sqlite3";
+
+/// Each migration, applied in order to a database whose `user_version` is below its
+/// number (its index + 1). Never edit one that shipped: add the next.
+const MIGRATIONS: &[&str] = &[
+    // 1: the append-only log.
+    "CREATE TABLE events (
+        id      INTEGER PRIMARY KEY,
+        at_ms   INTEGER NOT NULL,
+        session TEXT,
+        family  TEXT,
+        kind    TEXT NOT NULL,
+        body    TEXT NOT NULL
+    );
+    CREATE INDEX events_by_session ON events(session, id);
+    CREATE INDEX events_by_time ON events(at_ms);",
+];
+
+/// Why the store could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("context database: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("context directory {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "context database {path} has schema version {found}, newer than this Glider knows ({known}); upgrade Glider"
+    )]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("event {id} in the context database does not parse: {source}")]
+    BadEvent { id: i64, source: serde_json::Error },
+}
+
+/// An event as stored, with its id and turn family.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Stored {
+    pub id: i64,
+    /// The request key (`<run>-<bus id>`) of the root request of this event's episode.
+    pub family: Option<String>,
+    pub event: Event,
+}
+
+/// One session's summary line.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SessionRow {
+    pub session: String,
+    pub first_ms: u64,
+    pub last_ms: u64,
+    pub events: u64,
+    pub requests: u64,
+}
+
+/// The database path for a context directory.
+pub fn db_path(dir: &Path) -> PathBuf {
+    dir.join(DB_FILE)
+}
+
+/// Open (creating it private if needed) and migrate the database in `dir`.
+pub fn open(dir: &Path) -> Result<Connection, StoreError> {
+    let io = |source| StoreError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    glider_sys::fileacl::private_dir(dir).map_err(io)?;
+    let path = db_path(dir);
+    let conn = Connection::open(&path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // NORMAL in WAL mode: a commit survives a crash of the process (what SIGKILL does);
+    // only a power cut may lose the last transactions, never corrupt the file.
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    migrate(&conn, &path)?;
+    make_files_private(dir)?;
+    Ok(conn)
+}
+
+/// Open an existing database to read (the CLI, the dashboard): `None` when there is
+/// none yet. The schema must be one this build knows.
+pub fn open_existing(dir: &Path) -> Result<Option<Connection>, StoreError> {
+    let path = db_path(dir);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let conn = Connection::open_with_flags(
+        &path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    migrate(&conn, &path)?;
+    Ok(Some(conn))
+}
+
+fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    let known = MIGRATIONS.len() as i64;
+    if version > known {
+        return Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found: version,
+            known,
+        });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.unchecked_transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", index as i64 + 1)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+/// The database and its WAL and shared-memory files are the owner's alone.
+fn make_files_private(dir: &Path) -> Result<(), StoreError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| StoreError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_file() {
+            glider_sys::fileacl::set_mode(&path, 0o600)
+                .map_err(|source| StoreError::Io { path, source })?;
+        }
+    }
+    Ok(())
+}
+
+/// Append `events` (with their families) in one transaction; returns their ids.
+pub fn append(
+    conn: &mut Connection,
+    events: &[(Option<String>, Event)],
+) -> Result<Vec<i64>, StoreError> {
+    let tx = conn.transaction()?;
+    let mut ids = Vec::with_capacity(events.len());
+    {
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO events (at_ms, session, family, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for (family, event) in events {
+            let body = serde_json::to_string(&event.body)
+                .map_err(|source| StoreError::BadEvent { id: -1, source })?;
+            insert.execute(params![
+                event.at_ms as i64,
+                event.session,
+                family,
+                event.body.kind(),
+                body
+            ])?;
+            ids.push(tx.last_insert_rowid());
+        }
+    }
+    tx.commit()?;
+    Ok(ids)
+}
+
+/// Every event of `session` (all events when `None`), oldest first.
+pub fn events(conn: &Connection, session: Option<&str>) -> Result<Vec<Stored>, StoreError> {
+    let sql = match session {
+        Some(_) => {
+            "SELECT id, at_ms, session, family, body FROM events WHERE session = ?1 ORDER BY id"
+        }
+        None => "SELECT id, at_ms, session, family, body FROM events WHERE ?1 IS NULL ORDER BY id",
+    };
+    let mut query = conn.prepare(sql)?;
+    let rows = query.query_map([session], |row| {
+        Ok((
+            row.get::<_, i64>(0)?,
+            row.get::<_, i64>(1)?,
+            row.get::<_, Option<String>>(2)?,
+            row.get::<_, Option<String>>(3)?,
+            row.get::<_, String>(4)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, at_ms, session, family, body) = row?;
+        let body: EventBody =
+            serde_json::from_str(&body).map_err(|source| StoreError::BadEvent { id, source })?;
+        out.push(Stored {
+            id,
+            family,
+            event: Event {
+                at_ms: at_ms as u64,
+                session,
+                body,
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// The sessions in the log, most recently active first.
+pub fn sessions(conn: &Connection) -> Result<Vec<SessionRow>, StoreError> {
+    let mut query = conn.prepare(
+        "SELECT session, MIN(at_ms), MAX(at_ms), COUNT(*), SUM(kind = 'request')
+         FROM events WHERE session IS NOT NULL GROUP BY session ORDER BY MAX(id) DESC",
+    )?;
+    let rows = query.query_map([], |row| {
+        Ok(SessionRow {
+            session: row.get(0)?,
+            first_ms: row.get::<_, i64>(1)? as u64,
+            last_ms: row.get::<_, i64>(2)? as u64,
+            events: row.get::<_, i64>(3)? as u64,
+            requests: row.get::<_, i64>(4)? as u64,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The newest turn family of `session`, to continue it after a restart.
+pub fn last_family(conn: &Connection, session: &str) -> Result<Option<String>, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT family FROM events WHERE session = ?1 AND family IS NOT NULL ORDER BY id DESC LIMIT 1",
+            [session],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten())
+}
+
+/// Delete `session`'s events and log that it was forgotten (the log keeps no trace of
+/// the session's content, only that a deletion happened). Returns how many went.
+pub fn forget(conn: &mut Connection, session: &str, now_ms: u64) -> Result<u64, StoreError> {
+    let tx = conn.transaction()?;
+    let deleted = tx.execute("DELETE FROM events WHERE session = ?1", [session])? as u64;
+    if deleted > 0 {
+        let body = EventBody::Forgotten { deleted };
+        tx.execute(
+            "INSERT INTO events (at_ms, session, family, kind, body) VALUES (?1, NULL, NULL, ?2, ?3)",
+            params![now_ms as i64, body.kind(), json(&body)],
+        )?;
+    }
+    tx.commit()?;
+    Ok(deleted)
+}
+
+/// How long and how large the log may grow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Retention {
+    /// Events older than this are deleted.
+    pub max_age_ms: u64,
+    /// Bytes of live pages the database may hold; beyond, the oldest events go until
+    /// it holds 90 % of this.
+    pub max_bytes: u64,
+}
+
+/// Apply `retention` now; each deletion is itself logged. Returns the events deleted.
+pub fn apply_retention(
+    conn: &mut Connection,
+    retention: Retention,
+    now_ms: u64,
+) -> Result<u64, StoreError> {
+    let mut deleted = 0;
+    let cutoff = now_ms.saturating_sub(retention.max_age_ms);
+    let aged = delete_logged(conn, "age", cutoff, |tx| {
+        Ok(tx.execute("DELETE FROM events WHERE at_ms < ?1", [cutoff as i64])? as u64)
+    })?;
+    deleted += aged;
+    // Oldest first, a slice at a time, until the live pages fit.
+    while live_bytes(conn)? > retention.max_bytes {
+        let target = retention.max_bytes / 10 * 9;
+        let total: i64 = conn.query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))?;
+        if total <= 1 {
+            break;
+        }
+        let share = (live_bytes(conn)?.saturating_sub(target) as f64
+            / live_bytes(conn)?.max(1) as f64)
+            .clamp(0.01, 1.0);
+        let slice = ((total as f64 * share).ceil() as i64).clamp(1, total - 1);
+        let before: i64 = conn.query_row(
+            "SELECT at_ms FROM events ORDER BY id LIMIT 1 OFFSET ?1",
+            [slice],
+            |r| r.get(0),
+        )?;
+        let gone = delete_logged(conn, "size", before as u64, |tx| {
+            Ok(tx.execute(
+                "DELETE FROM events WHERE id IN (SELECT id FROM events ORDER BY id LIMIT ?1)",
+                [slice],
+            )? as u64)
+        })?;
+        if gone == 0 {
+            break;
+        }
+        deleted += gone;
+    }
+    Ok(deleted)
+}
+
+/// Run `delete` and, when it deleted anything, log a retention event in the same
+/// transaction.
+fn delete_logged(
+    conn: &mut Connection,
+    reason: &str,
+    before_ms: u64,
+    delete: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<u64, StoreError>,
+) -> Result<u64, StoreError> {
+    let tx = conn.transaction()?;
+    let deleted = delete(&tx)?;
+    if deleted > 0 {
+        let body = EventBody::Retention {
+            reason: reason.to_owned(),
+            deleted,
+            before_ms,
+        };
+        tx.execute(
+            "INSERT INTO events (at_ms, session, family, kind, body) VALUES (?1, NULL, NULL, ?2, ?3)",
+            params![crate::now_ms() as i64, body.kind(), json(&body)],
+        )?;
+        tracing::info!(
+            reason,
+            deleted,
+            before_ms,
+            "context retention deleted events"
+        );
+    }
+    tx.commit()?;
+    Ok(deleted)
+}
+
+/// Bytes in pages that hold data (a deletion frees pages for reuse without shrinking
+/// the file).
+pub fn live_bytes(conn: &Connection) -> Result<u64, StoreError> {
+    let pages: i64 = conn.pragma_query_value(None, "page_count", |r| r.get(0))?;
+    let free: i64 = conn.pragma_query_value(None, "freelist_count", |r| r.get(0))?;
+    let size: i64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
+    Ok(((pages - free).max(0) * size) as u64)
+}
+
+/// `PRAGMA integrity_check`'s verdict (`ok` when sound).
+pub fn integrity(conn: &Connection) -> Result<String, StoreError> {
+    Ok(conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?)
+}
+
+fn json(body: &EventBody) -> String {
+    // An EventBody is plain data (strings, numbers, JSON values): it always serializes.
+    serde_json::to_string(body).unwrap_or_else(|_| String::from("{}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn gap(at_ms: u64) -> (Option<String>, Event) {
+        (
+            None,
+            Event {
+                at_ms,
+                session: Some("s".into()),
+                body: EventBody::Gap { dropped: 1 },
+            },
+        )
+    }
+
+    /// The store's own events (gaps, retention, forgetting).
+    fn store_events(conn: &Connection) -> Vec<Stored> {
+        let mut all = events(conn, None).expect("read");
+        all.retain(|s| s.event.session.is_none());
+        all
+    }
+
+    #[test]
+    fn a_new_store_is_private_migrated_and_in_wal_mode() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let dir = home.path().join("context");
+        let conn = open(&dir).expect("opens");
+        let mode = |p: &Path| std::fs::metadata(p).expect("exists").permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&db_path(&dir)), 0o600);
+        let journal: String = conn
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .expect("pragma");
+        assert_eq!(journal, "wal");
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .expect("pragma");
+        assert_eq!(version, MIGRATIONS.len() as i64);
+        drop(conn);
+        // Opening again runs no migration twice.
+        open(&dir).expect("reopens");
+    }
+
+    #[test]
+    fn a_database_from_a_newer_glider_is_refused_with_a_clear_error() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let conn = open(home.path()).expect("opens");
+        conn.pragma_update(None, "user_version", 99)
+            .expect("pragma");
+        drop(conn);
+        let error = open(home.path()).expect_err("refused").to_string();
+        assert!(error.contains("schema version 99"), "{error}");
+    }
+
+    #[test]
+    fn retention_by_age_deletes_old_events_and_logs_it() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        append(&mut conn, &[gap(1_000), gap(2_000), gap(50_000)]).expect("append");
+        let retention = Retention {
+            max_age_ms: 10_000,
+            max_bytes: u64::MAX,
+        };
+        let deleted = apply_retention(&mut conn, retention, 55_000).expect("retention");
+        assert_eq!(deleted, 2);
+        let left = store_events(&conn);
+        assert_eq!(left.len(), 1, "the store-level retention event");
+        assert_eq!(
+            left[0].event.body,
+            EventBody::Retention {
+                reason: "age".into(),
+                deleted: 2,
+                before_ms: 45_000
+            }
+        );
+        assert_eq!(events(&conn, Some("s")).expect("read").len(), 1);
+    }
+
+    #[test]
+    fn retention_by_size_deletes_the_oldest_until_the_log_fits() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        let many: Vec<_> = (0..4000).map(|i| gap(10_000 + i)).collect();
+        append(&mut conn, &many).expect("append");
+        let before = live_bytes(&conn).expect("size");
+        let retention = Retention {
+            max_age_ms: u64::MAX,
+            max_bytes: before / 2,
+        };
+        let deleted = apply_retention(&mut conn, retention, 20_000).expect("retention");
+        assert!(deleted > 0);
+        assert!(live_bytes(&conn).expect("size") <= before / 2);
+        let kept = events(&conn, Some("s")).expect("read");
+        assert_eq!(kept.len() as u64, 4000 - deleted);
+        assert_eq!(
+            kept.last().map(|s| s.event.at_ms),
+            Some(10_000 + 3999),
+            "the newest stay"
+        );
+        let logged = store_events(&conn);
+        assert!(!logged.is_empty());
+        assert!(logged.iter().all(
+            |s| matches!(&s.event.body, EventBody::Retention { reason, .. } if reason == "size")
+        ));
+    }
+
+    #[test]
+    fn forgetting_a_session_deletes_only_its_events_and_logs_the_count() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        let mut other = gap(5);
+        other.1.session = Some("t".into());
+        append(&mut conn, &[gap(1), gap(2), other]).expect("append");
+        assert_eq!(forget(&mut conn, "s", 9).expect("forget"), 2);
+        assert!(events(&conn, Some("s")).expect("read").is_empty());
+        assert_eq!(events(&conn, Some("t")).expect("read").len(), 1);
+        let logged = store_events(&conn);
+        assert_eq!(logged.len(), 1);
+        assert_eq!(logged[0].event.body, EventBody::Forgotten { deleted: 2 });
+        assert_eq!(forget(&mut conn, "nobody", 9).expect("forget"), 0);
+    }
+}

@@ -1,0 +1,210 @@
+//! The engine's hook feeding a real log: requests through `Engine::complete` to mock
+//! vendors over loopback HTTP, the reply's tool calls captured both from a translated
+//! reply and from a same-dialect stream forwarded byte for byte, and the session's
+//! graph built from what was seen on the wire.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use glider_config::{Config, ConfigHandle};
+use glider_context::event::EventBody;
+use glider_context::graph;
+use glider_context::store::{self, Retention};
+use glider_context::tools::FileOp;
+use glider_context::{Context, ContextLog, LogOptions};
+use glider_engine::{CompletionBody, CompletionRequest, Engine};
+use glider_ngl::Dialect;
+use glider_test_support::{MockConfig, MockVendor};
+use http::HeaderMap;
+use serde_json::{Value, json};
+
+fn engine(mock: &MockVendor) -> Arc<Engine> {
+    let yaml = format!(
+        "backends:\n\
+         \x20 - {{name: local, type: ollama, base_url: '{0}', models: [qwen]}}\n\
+         \x20 - {{name: claude, type: anthropic, base_url: '{0}', api_key: k, models: ['claude-*']}}\n",
+        mock.base_url()
+    );
+    Engine::new(ConfigHandle::new(
+        Config::parse(&yaml, "t").expect("valid"),
+        None,
+    ))
+}
+
+fn attach(engine: &Engine, dir: &std::path::Path) -> Arc<Context> {
+    let log = ContextLog::start(LogOptions {
+        dir: dir.to_path_buf(),
+        queue_capacity: 1024,
+        retention: Retention {
+            max_age_ms: u64::MAX,
+            max_bytes: u64::MAX,
+        },
+        retention_every: Duration::from_secs(3600),
+    })
+    .expect("log starts");
+    let context = Arc::new(Context::with_log(log));
+    assert!(engine.attach_context(context.clone()).is_ok());
+    context
+}
+
+/// Send one Anthropic request for session `session` and read its reply to the end.
+async fn ask(engine: &Engine, session: &str, body: Value) {
+    let mut headers = HeaderMap::new();
+    headers.insert("x-claude-code-session-id", session.parse().expect("header"));
+    let completion = engine
+        .complete(CompletionRequest::gateway(
+            Dialect::Anthropic,
+            Bytes::from(body.to_string()),
+            headers,
+        ))
+        .await
+        .expect("answered");
+    match completion.body {
+        CompletionBody::Raw { mut rest, .. } => while rest.next().await.is_some() {},
+        CompletionBody::Events(mut events) => while events.next().await.is_some() {},
+        CompletionBody::Whole(_) => {}
+    }
+}
+
+fn tools() -> Value {
+    json!([
+        {"name": "Read", "input_schema": {"type": "object"}},
+        {"name": "Bash", "input_schema": {"type": "object"}}
+    ])
+}
+
+/// The first user turn asks the mock to call `call`; the second sends its result.
+async fn tool_round(
+    engine: &Engine,
+    model: &str,
+    stream: bool,
+    call: &str,
+    id: &str,
+    args: Value,
+    result: &str,
+) {
+    let prompt = format!("please [[call:{call} {args}]]");
+    ask(
+        engine,
+        "sess-1",
+        json!({"model": model, "max_tokens": 100, "stream": stream, "tools": tools(),
+               "messages": [{"role": "user", "content": prompt}]}),
+    )
+    .await;
+    ask(
+        engine,
+        "sess-1",
+        json!({"model": model, "max_tokens": 100, "stream": stream, "tools": tools(),
+               "messages": [
+                   {"role": "user", "content": prompt},
+                   {"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": call, "input": args}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": result}]}
+               ]}),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn requests_through_the_engine_become_events_and_a_graph() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let engine = engine(&mock);
+    let home = tempfile::tempdir().expect("tempdir");
+    let context = attach(&engine, home.path());
+
+    // Same dialect, streamed: the reply's bytes are forwarded untouched and observed.
+    tool_round(
+        &engine,
+        "claude-x",
+        true,
+        "Read",
+        "toolu_mock_1",
+        json!({"file_path": "/p/a.rs"}),
+        "fn a() {}",
+    )
+    .await;
+    // Translated (Anthropic client, Ollama backend), not streamed.
+    tool_round(
+        &engine,
+        "qwen",
+        false,
+        "Bash",
+        "call_mock_2",
+        json!({"command": "make"}),
+        "Exit code 2\nmake: *** no rule",
+    )
+    .await;
+
+    // The reply event is sent when the tracker drops, after the body ended.
+    let mut replies = 0;
+    for _ in 0..200 {
+        context.log().flush();
+        let conn = store::open(home.path()).expect("opens");
+        let events = store::events(&conn, Some("claude-code:sess-1")).expect("reads");
+        replies = events
+            .iter()
+            .filter(|e| matches!(e.event.body, EventBody::Reply(_)))
+            .count();
+        if replies == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(replies, 4);
+    let conn = store::open(home.path()).expect("opens");
+    let events = store::events(&conn, Some("claude-code:sess-1")).expect("reads");
+    let reply_calls: Vec<Vec<(String, Value)>> = events
+        .iter()
+        .filter_map(|e| match &e.event.body {
+            EventBody::Reply(r) => Some(
+                r.tool_calls
+                    .iter()
+                    .map(|c| (c.name.clone(), c.arguments.clone()))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reply_calls[0],
+        [("Read".to_owned(), json!({"file_path": "/p/a.rs"}))],
+        "from the forwarded stream"
+    );
+    assert_eq!(
+        reply_calls[2],
+        [("Bash".to_owned(), json!({"command": "make"}))],
+        "from the translated reply"
+    );
+    let first = events.iter().find_map(|e| match &e.event.body {
+        EventBody::Request(r) => Some(r.clone()),
+        _ => None,
+    });
+    let first = first.expect("a request");
+    assert!(first.root);
+    assert_eq!(first.rule, "model");
+    assert_eq!(first.backend.as_deref(), Some("claude"));
+    let graph = graph::fold("claude-code:sess-1", &events);
+    assert_eq!(graph.episodes.len(), 2, "each user prompt is a root");
+    let read: Vec<_> = graph
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), f.changes[0].op))
+        .collect();
+    assert_eq!(read, [("/p/a.rs", FileOp::Read)]);
+    assert_eq!(graph.commands.len(), 1);
+    assert_eq!(
+        (
+            graph.commands[0].command.as_str(),
+            graph.commands[0].exit_code
+        ),
+        ("make", Some(2))
+    );
+    assert_eq!(graph.open_errors().count(), 1);
+    let backends: Vec<_> = graph
+        .models
+        .iter()
+        .map(|m| (m.backend.as_str(), m.local, m.requests))
+        .collect();
+    assert_eq!(backends, [("claude", false, 2), ("local", true, 2)]);
+}

@@ -1,0 +1,140 @@
+//! The writer end to end on a real database: families given to a session's requests
+//! and replies, and a writer that falls behind logging its loss as a gap.
+
+use std::time::Duration;
+
+use glider_context::event::{Event, EventBody, ReplyEvent, RequestEvent, ToolCall, ToolResult};
+use glider_context::store::{self, Retention};
+use glider_context::{ContextLog, LogOptions};
+use serde_json::json;
+
+fn options(dir: &std::path::Path, queue_capacity: usize) -> LogOptions {
+    LogOptions {
+        dir: dir.to_path_buf(),
+        queue_capacity,
+        retention: Retention {
+            max_age_ms: u64::MAX,
+            max_bytes: u64::MAX,
+        },
+        retention_every: Duration::from_secs(3600),
+    }
+}
+
+fn event(body: EventBody) -> Event {
+    Event {
+        at_ms: glider_context::now_ms(),
+        session: Some("s".into()),
+        body,
+    }
+}
+
+fn request(key: &str, root: bool, results: &[&str]) -> Event {
+    event(EventBody::Request(RequestEvent {
+        request: key.into(),
+        root,
+        user_text: root.then(|| "do it".to_owned()),
+        tool_results: results
+            .iter()
+            .map(|id| ToolResult::new((*id).into(), None, false, "ok"))
+            .collect(),
+        ..RequestEvent::default()
+    }))
+}
+
+fn reply(key: &str, calls: &[&str]) -> Event {
+    event(EventBody::Reply(ReplyEvent {
+        request: key.into(),
+        status: Some(200),
+        tool_calls: calls
+            .iter()
+            .map(|id| ToolCall::new((*id).into(), "Task".into(), json!({"prompt": "look"})))
+            .collect(),
+        ..ReplyEvent::default()
+    }))
+}
+
+#[test]
+fn a_tool_loop_and_a_subagent_prompt_stay_in_the_root_requests_family() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let log = ContextLog::start(options(home.path(), 64)).expect("starts");
+    for e in [
+        request("a", true, &[]),
+        reply("a", &["task-1"]),
+        // The subagent's own prompt looks like a root, but its parent waits on task-1.
+        request("sub", true, &[]),
+        reply("sub", &[]),
+        request("b", false, &["task-1"]),
+        reply("b", &[]),
+        // The user's next message: a new episode.
+        request("c", true, &[]),
+        reply("c", &[]),
+    ] {
+        log.append(e);
+    }
+    log.flush();
+    assert_eq!(
+        log.counters()
+            .written
+            .load(std::sync::atomic::Ordering::Relaxed),
+        8
+    );
+    drop(log);
+    let conn = store::open(home.path()).expect("opens");
+    let families: Vec<_> = store::events(&conn, Some("s"))
+        .expect("reads")
+        .into_iter()
+        .map(|s| s.family.unwrap_or_default())
+        .collect();
+    assert_eq!(families, ["a", "a", "a", "a", "a", "a", "c", "c"]);
+
+    // After a restart the session continues its newest family.
+    let log = ContextLog::start(options(home.path(), 64)).expect("restarts");
+    log.append(request("d", false, &["x"]));
+    log.flush();
+    drop(log);
+    let last = store::events(&conn, Some("s"))
+        .expect("reads")
+        .pop()
+        .expect("one");
+    assert_eq!(last.family.as_deref(), Some("c"));
+}
+
+#[test]
+fn events_dropped_while_the_writer_is_blocked_are_logged_as_a_gap() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let log = ContextLog::start(options(home.path(), 4)).expect("starts");
+    // Another connection holds the write lock: the writer waits (busy timeout) and the
+    // queue fills.
+    let blocker = store::open(home.path()).expect("opens");
+    blocker.execute_batch("BEGIN IMMEDIATE").expect("locks");
+    const SENT: u64 = 200;
+    for i in 0..SENT {
+        log.append(request(&format!("r{i}"), true, &[]));
+    }
+    blocker.execute_batch("COMMIT").expect("unlocks");
+    log.flush();
+    let counters = log.counters();
+    let dropped = counters.dropped.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        dropped >= SENT - 16,
+        "a queue of 4 holds few of {SENT}: {dropped} dropped"
+    );
+    assert_eq!(counters.gaps.load(std::sync::atomic::Ordering::Relaxed), 1);
+    drop(log);
+    let conn = store::open(home.path()).expect("opens");
+    let all = store::events(&conn, None).expect("reads");
+    let gaps: Vec<u64> = all
+        .iter()
+        .filter_map(|s| match s.event.body {
+            EventBody::Gap { dropped } => Some(dropped),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(gaps, [dropped], "one gap event tells every dropped event");
+    let written = all.iter().filter(|s| s.event.session.is_some()).count() as u64;
+    assert_eq!(
+        written + dropped,
+        SENT,
+        "every event is either written or counted"
+    );
+}

@@ -1,0 +1,137 @@
+//! The context hook: what the pipeline tells a context store (`glider-context`) about
+//! each request, from every door, at the two moments every request passes — once it is
+//! decided (its session, the request as decoded, the route) and once it is recorded
+//! (the reply's tool calls, usage, stop reason, status). The engine knows nothing of
+//! how it is stored; with no sink attached nothing is built or copied.
+
+use std::sync::Arc;
+
+use glider_ngl::stream::PartKind;
+use glider_ngl::{Dialect, Part, Request, Response, StopReason, StreamEvent};
+
+use crate::events::RequestRecord;
+use crate::pipeline::Door;
+use crate::router::RouteDecision;
+
+/// Receives every request's two moments. Both calls run on the request path: an
+/// implementation must only hand the facts off (e.g. to a bounded queue), never wait.
+pub trait ContextSink: Send + Sync {
+    /// The request was decoded and routed (it may still go to the CLI's origin).
+    fn decided(&self, turn: &DecidedTurn<'_>);
+    /// The request ended: its reply was delivered, it failed, or its client went away.
+    fn recorded(&self, turn: RecordedTurn<'_>);
+}
+
+/// A request once the router has decided where it goes.
+pub struct DecidedTurn<'a> {
+    /// The request's id on the event bus (unique within one run of Glider).
+    pub request_id: u64,
+    /// The session key ([`crate::router::sticky::session_id`], the sticky rule's key).
+    pub session: &'a str,
+    pub door: Door,
+    pub front: Dialect,
+    /// The request as decoded (routing flag not yet stripped from the text).
+    pub request: &'a Request,
+    /// The model after `model_aliases`.
+    pub model: &'a str,
+    pub decision: &'a RouteDecision,
+}
+
+/// A request at its end.
+pub struct RecordedTurn<'a> {
+    pub request_id: u64,
+    pub session: &'a str,
+    /// The bus record: backend, model, usage, status, error, timings.
+    pub record: &'a RequestRecord,
+    /// The tool calls of the reply, in order, as far as the reply was seen.
+    pub tool_calls: Vec<ReplyToolCall>,
+    /// Why generation stopped, when the reply said so.
+    pub stop_reason: Option<StopReason>,
+}
+
+/// A tool call the model made in its reply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplyToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments as the model wrote them (JSON text; a stream's fragments joined).
+    pub arguments: String,
+}
+
+/// Collects a reply's tool calls and stop reason for the sink as the reply passes the
+/// request's tracker (translated events, a same-dialect stream decoded as it is
+/// forwarded, or a whole response).
+pub(crate) struct ReplyCapture {
+    sink: Arc<dyn ContextSink>,
+    session: String,
+    /// Stream part index → position in `calls`, for argument fragments.
+    open: Vec<(usize, usize)>,
+    calls: Vec<ReplyToolCall>,
+    stop_reason: Option<StopReason>,
+}
+
+impl ReplyCapture {
+    pub(crate) fn new(sink: Arc<dyn ContextSink>, session: String) -> Self {
+        ReplyCapture {
+            sink,
+            session,
+            open: Vec::new(),
+            calls: Vec::new(),
+            stop_reason: None,
+        }
+    }
+
+    pub(crate) fn event(&mut self, event: &StreamEvent) {
+        match event {
+            StreamEvent::PartStart {
+                index,
+                kind: PartKind::ToolCall { id, name },
+            } => {
+                self.open.push((*index, self.calls.len()));
+                self.calls.push(ReplyToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: String::new(),
+                });
+            }
+            StreamEvent::ToolArgsDelta { index, json } => {
+                if let Some(&(_, at)) = self.open.iter().rev().find(|(i, _)| i == index)
+                    && let Some(call) = self.calls.get_mut(at)
+                {
+                    call.arguments.push_str(json);
+                }
+            }
+            StreamEvent::Finish { stop_reason, .. } => self.stop_reason = Some(*stop_reason),
+            _ => {}
+        }
+    }
+
+    pub(crate) fn response(&mut self, response: &Response) {
+        self.stop_reason = Some(response.stop_reason);
+        for part in &response.parts {
+            if let Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } = part
+            {
+                self.calls.push(ReplyToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: arguments.to_string(),
+                });
+            }
+        }
+    }
+
+    /// Hand what was seen to the sink with the request's final record.
+    pub(crate) fn finish(self, record: &RequestRecord) {
+        self.sink.recorded(RecordedTurn {
+            request_id: record.id,
+            session: &self.session,
+            record,
+            tool_calls: self.calls,
+            stop_reason: self.stop_reason,
+        });
+    }
+}

@@ -1,0 +1,168 @@
+//! The context log in the real binary: `glider serve` records a Claude Code-shaped tool
+//! loop sent through its gateway; after it stops (SIGTERM, drained), `glider context
+//! sessions | show | export --json | forget` read the file it left; with
+//! `context.enabled: false` no context directory is made.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use glider_test_support::{MockConfig, MockVendor};
+use serde_json::{Value, json};
+
+const GLIDER: &str = env!("CARGO_BIN_EXE_glider");
+
+fn glider(home: &Path) -> Command {
+    let mut command = Command::new(GLIDER);
+    command
+        .env("GLIDER_HOME", home)
+        .env_remove("GLIDER_CONFIG")
+        .env_remove("GLIDER_LOG");
+    command
+}
+
+/// Start `glider serve` on free ports and return it with its gateway URL.
+fn serve(home: &Path, mock: &MockVendor, extra: &str) -> (Child, String) {
+    let config = home.join("glider.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "backends:\n  - {{name: local, type: ollama, base_url: '{}', models: [qwen]}}\n{extra}",
+            mock.base_url()
+        ),
+    )
+    .expect("config");
+    let mut child = glider(home)
+        .args(["serve", "--port", "0", "--dashboard-port", "0", "-c"])
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("glider serve starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let gateway = loop {
+        let line = lines
+            .next()
+            .expect("glider printed its gateway")
+            .expect("utf8");
+        if let Some(url) = line.strip_prefix("glider gateway listening on ") {
+            break url.to_owned();
+        }
+    };
+    // Keep reading so the child never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, gateway)
+}
+
+fn stop(mut child: Child) {
+    let pid = child.id().to_string();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    assert!(child.wait().expect("reaped").success());
+}
+
+fn context(home: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = glider(home)
+        .arg("context")
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn post(client: &reqwest::Client, gateway: &str, body: Value) {
+    let reply = client
+        .post(format!("{gateway}/v1/messages"))
+        .header("x-claude-code-session-id", "cli-session")
+        .json(&body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(reply.status(), 200);
+    reply.bytes().await.expect("body");
+}
+
+#[tokio::test]
+async fn serve_records_a_session_and_the_cli_shows_exports_and_forgets_it() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let (child, gateway) = serve(home.path(), &mock, "");
+    let client = reqwest::Client::new();
+    let tools = json!([{"name": "Edit", "input_schema": {"type": "object"}}]);
+    let args = json!({"file_path": "/w/main.rs", "old_string": "a", "new_string": "b"});
+    let prompt = format!("rename it [[call:Edit {args}]]");
+    post(
+        &client,
+        &gateway,
+        json!({"model": "qwen", "max_tokens": 50, "tools": tools,
+        "messages": [{"role": "user", "content": prompt}]}),
+    )
+    .await;
+    post(&client, &gateway, json!({"model": "qwen", "max_tokens": 50, "tools": tools,
+        "messages": [
+            {"role": "user", "content": prompt},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Edit", "input": args}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "updated"}]}
+        ]})).await;
+    stop(child);
+
+    let (ok, sessions, err) = context(home.path(), &["sessions"]);
+    assert!(ok, "{err}");
+    assert!(
+        sessions.contains("claude-code:cli-session\t2\t4\t"),
+        "{sessions}"
+    );
+    let (ok, show, err) = context(home.path(), &["show", "claude-code:cli-session"]);
+    assert!(ok, "{err}");
+    assert!(show.contains("rename it"), "{show}");
+    assert!(show.contains("  /w/main.rs  edited"), "{show}");
+    assert!(show.contains("local/qwen  2 requests"), "{show}");
+    let (ok, export, err) = context(
+        home.path(),
+        &["export", "claude-code:cli-session", "--json"],
+    );
+    assert!(ok, "{err}");
+    let export: Value = serde_json::from_str(&export).expect("JSON");
+    assert_eq!(export["events"].as_array().map(Vec::len), Some(4));
+    assert_eq!(export["graph"]["files"][0]["path"], "/w/main.rs");
+    let (ok, lines, _) = context(home.path(), &["export", "claude-code:cli-session"]);
+    assert!(ok);
+    assert_eq!(lines.lines().count(), 4, "JSON Lines: one event each");
+
+    let (ok, forgot, err) = context(home.path(), &["forget", "claude-code:cli-session"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        forgot.trim(),
+        "forgot claude-code:cli-session: 4 events deleted"
+    );
+    let (ok, _, err) = context(home.path(), &["show", "claude-code:cli-session"]);
+    assert!(!ok);
+    assert!(err.contains("holds no session"), "{err}");
+}
+
+#[tokio::test]
+async fn with_context_disabled_serve_makes_no_context_directory() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let (child, gateway) = serve(home.path(), &mock, "context: {enabled: false}\n");
+    post(
+        &reqwest::Client::new(),
+        &gateway,
+        json!({"model": "qwen", "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    stop(child);
+    assert!(!home.path().join("context").exists());
+    let (ok, out, _) = context(home.path(), &["sessions"]);
+    assert!(ok);
+    assert!(out.starts_with("no sessions in "), "{out}");
+}
