@@ -3,6 +3,7 @@
 //! hands a request to [`Engine::complete`]; nothing in here looks at which CLI sent it.
 
 pub mod events;
+pub mod fit;
 pub mod hotswap;
 pub mod pipeline;
 pub mod router;

@@ -429,6 +429,7 @@ mod tests {
             names(CARRYING_OUT),
             [
                 "origin_gate",
+                "fit",
                 "bounded_context",
                 "transform",
                 "encode",
