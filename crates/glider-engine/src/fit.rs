@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use glider_config::{BackendFit, FitConfig, ModelSpec};
+use glider_config::{BackendFit, BackendKind, FitConfig, ModelSpec};
 use glider_ngl::{Dialect, Part, Request, ToolChoice, ToolDef};
 use serde_json::Value;
 
@@ -34,6 +34,7 @@ pub struct FitTarget<'a> {
     pub model: Option<&'a ModelSpec>,
     /// The dialect the backend is spoken to in.
     pub dialect: Dialect,
+    pub kind: BackendKind,
 }
 
 /// Fit `request` to `target` in place; returns what was changed, one note per change
@@ -42,7 +43,14 @@ pub fn fit_request(request: &mut Request, target: &FitTarget) -> Vec<String> {
     let mut notes = Vec::new();
     fit_tools(request, target, &mut notes);
     cap_output(request, target, &mut notes);
-    if request.thinking.is_some() && target.model.and_then(|m| m.thinking) != Some(true) {
+    let thinks = target.model.and_then(|m| m.thinking);
+    // Ollama refuses `think` for a model that cannot think, so there it must be stated;
+    // an OpenAI-compatible server ignores an effort it cannot use unless told otherwise.
+    let cannot_think = match target.kind {
+        BackendKind::Ollama => thinks != Some(true),
+        _ => thinks == Some(false),
+    };
+    if request.thinking.is_some() && cannot_think {
         request.thinking = None;
         notes.push("thinking dropped (the model is not marked `thinking: true`)".into());
     }
@@ -302,7 +310,8 @@ mod tests {
             fit,
             backend,
             model,
-            dialect: Dialect::OpenAiChat,
+            dialect: Dialect::Ollama,
+            kind: BackendKind::Ollama,
         }
     }
 

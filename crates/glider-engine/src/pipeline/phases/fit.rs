@@ -32,6 +32,7 @@ impl Phase for Fit {
                 backend: &backend.config.fit,
                 model: spec.as_ref(),
                 dialect: backend.dialect_for(job.front),
+                kind: backend.kind(),
             };
             let earlier = adapted.is_some();
             let mut request = adapted.take().unwrap_or_else(|| job.request.clone());
