@@ -103,13 +103,14 @@ def wait_healthy(server, url, timeout=120):
 
 
 @contextlib.contextmanager
-def running_llama_server():
-    """A llama-server on the Gemma GGUF with the shipped chat template; yields its URL."""
+def running_llama_server(context=CONTEXT):
+    """A llama-server on the Gemma GGUF with the shipped chat template and a `context`
+    token window; yields its URL."""
     binary, model = installed()
     port = free_port()
     server = Process(
         [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--alias", ALIAS,
-         "--jinja", "--chat-template-file", str(TEMPLATE), "-c", str(CONTEXT), "-n", str(MAX_PREDICT),
+         "--jinja", "--chat-template-file", str(TEMPLATE), "-c", str(context), "-n", str(MAX_PREDICT),
          "--threads", "1", "--parallel", "1", "--no-webui"],
         r"listening on",
         timeout=120,
@@ -123,13 +124,13 @@ def running_llama_server():
 
 
 @contextlib.contextmanager
-def running_glider_on(llama_url, extra=""):
+def running_glider_on(llama_url, extra="", context=CONTEXT):
     """`glider serve` whose two backends are the llama-server at `llama_url`; yields the
     glider Process (`.match.group(1)`: gateway URL, `.dashboard`: dashboard URL)."""
     with tempfile.TemporaryDirectory() as tmp:
         config = pathlib.Path(tmp) / "glider.yaml"
         config.write_text(CONFIG.format(url=llama_url, via_openai=VIA_OPENAI, via_anthropic=VIA_ANTHROPIC,
-                                        context=CONTEXT, max_predict=MAX_PREDICT, extra=extra))
+                                        context=context, max_predict=MAX_PREDICT, extra=extra))
         glider = start_glider(config, pathlib.Path(tmp) / "home")
         try:
             yield glider

@@ -253,14 +253,10 @@ fn clean(parts: &mut [Part], keep_images: bool, counts: &mut (usize, usize)) {
     for part in parts {
         match part {
             Part::Text { cache_control, .. } => {
-                if cache_control.take().is_some() {
-                    counts.0 += 1;
-                }
+                counts.0 += usize::from(cache_control.take().is_some())
             }
             Part::Image { cache_control, .. } => {
-                if cache_control.take().is_some() {
-                    counts.0 += 1;
-                }
+                counts.0 += usize::from(cache_control.take().is_some());
                 if !keep_images {
                     counts.1 += 1;
                     *part = Part::text("[an image was here: this model cannot read images]");
