@@ -35,7 +35,7 @@ def test_claude_code_turn_answered_by_the_local_model(glider_for_claude, tmp_pat
     env = clean_env(home, ANTHROPIC_BASE_URL=glider_for_claude.match.group(1), ANTHROPIC_API_KEY="test-key",
                     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_TELEMETRY="1",
                     DISABLE_ERROR_REPORTING="1", DISABLE_AUTOUPDATER="1", CLAUDE_CODE_MAX_RETRIES="0")
-    code, out, err = run([cli("claude"), "-p", "Say hello.", "--output-format", "json", "--max-turns", "1"],
+    code, out, err = run([cli("claude"), "-p", "Reply with one word: hello", "--output-format", "json", "--max-turns", "1"],
                          env, work, timeout=600)
     assert code == 0, f"claude failed ({code})\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}"
     result = json.loads(out)
