@@ -30,6 +30,9 @@ pub struct Config {
     pub transform: TransformConfig,
     /// History bound for local requests (hot).
     pub context: ContextConfig,
+    /// Fitting a request to a local model: tool reduction, output cap, what the model
+    /// cannot take (hot; see docs/local-models.md).
+    pub fit: FitConfig,
     /// The TLS-intercepting proxy (its ports, CA, hosts and transparent settings are
     /// restart-only).
     pub mitm: MitmConfig,
@@ -152,6 +155,18 @@ pub struct ModelSpec {
     /// `think: true` for a model without it, so Glider strips thinking unless this is set.
     #[serde(default)]
     pub thinking: Option<bool>,
+    /// Whether the model can call tools (unset: assumed). A model without tools gets
+    /// none on a local route.
+    #[serde(default)]
+    pub tools: Option<bool>,
+    /// Whether the model takes images (unset: assumed not, on a local route: each image
+    /// becomes a short text note).
+    #[serde(default)]
+    pub vision: Option<bool>,
+    /// The most tokens the model writes in one reply; a local route caps `max_tokens`
+    /// at it.
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
 }
 
 impl ModelEntry {
@@ -161,6 +176,9 @@ impl ModelEntry {
                 name: name.clone(),
                 context_window: None,
                 thinking: None,
+                tools: None,
+                vision: None,
+                max_output_tokens: None,
             },
             ModelEntry::Detailed(spec) => spec.clone(),
         }
@@ -206,6 +224,68 @@ pub struct BackendConfig {
     /// Set false to keep this backend in the file but unused.
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// How a request is fitted to this backend's models (local backends only).
+    #[serde(default)]
+    pub fit: BackendFit,
+}
+
+/// Per-backend limits a local request is fitted to (see docs/local-models.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackendFit {
+    /// More tools than this and the set is reduced.
+    pub max_tools: usize,
+    /// Tool schemas estimated above this many tokens and the set is reduced.
+    pub max_tool_schema_tokens: u64,
+    /// `max_tokens` sent to this backend is at most this (the client's lower value is
+    /// kept; a request without one gets this).
+    pub max_output_tokens: u32,
+}
+
+impl Default for BackendFit {
+    fn default() -> Self {
+        BackendFit {
+            max_tools: 12,
+            max_tool_schema_tokens: 3000,
+            max_output_tokens: 4096,
+        }
+    }
+}
+
+/// Fitting requests to local models (`fit:`; hot).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FitConfig {
+    /// Fit requests on local routes at all (cloud routes are never fitted).
+    pub enabled: bool,
+    /// Tools a reduced set always keeps, per client (the key names the client for the
+    /// reader; a tool is kept when any list names it). Names are matched exactly.
+    pub core_tools: BTreeMap<String, Vec<String>>,
+}
+
+impl Default for FitConfig {
+    fn default() -> Self {
+        let list = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
+        FitConfig {
+            enabled: true,
+            core_tools: BTreeMap::from([
+                (
+                    "claude-code".to_owned(),
+                    list(&["Read", "Edit", "Write", "Bash", "Grep", "Glob"]),
+                ),
+                ("codex".to_owned(), list(&["exec_command", "apply_patch"])),
+            ]),
+        }
+    }
+}
+
+impl FitConfig {
+    /// Whether a reduced tool set keeps `tool` whatever the request did.
+    pub fn is_core_tool(&self, tool: &str) -> bool {
+        self.core_tools
+            .values()
+            .any(|names| names.iter().any(|n| n == tool))
+    }
 }
 
 fn default_connect_timeout() -> u64 {

@@ -54,6 +54,9 @@ pub struct RequestRecord {
     pub error: Option<String>,
     /// Backends that failed before the one that answered.
     pub fallbacks: Vec<String>,
+    /// What was fitted to each local candidate's model (`backend: change`), e.g.
+    /// `local: tools 25 -> 8 (...)`, `local: max_tokens 32000 -> 4096`.
+    pub fitted: Vec<String>,
 }
 
 /// A backend's live state as an operator sees it.
@@ -174,6 +177,7 @@ impl Bus {
             status: None,
             error: None,
             fallbacks: Vec::new(),
+            fitted: Vec::new(),
         };
         Tracker {
             bus: self.clone(),

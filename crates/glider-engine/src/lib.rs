@@ -4,6 +4,7 @@
 
 pub mod context;
 pub mod events;
+pub mod fit;
 pub mod hotswap;
 pub mod pipeline;
 pub mod router;

@@ -1,6 +1,6 @@
 //! `glider route explain`: route a request body read from standard input, in any of
 //! the four dialects, without sending it anywhere, and print the decision with every
-//! rule's opinion.
+//! rule's opinion; each candidate says whether it is local or cloud.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -72,7 +72,19 @@ pub fn explain(
     std::io::stdin()
         .read_to_end(&mut body)
         .context("reading the request body from standard input")?;
-    let value: Value = serde_json::from_slice(&body).context("the request body is not JSON")?;
+    explain_body(loaded, config, &body, dialect, headers, json)
+}
+
+/// [`explain`] on a body already read.
+fn explain_body(
+    loaded: Config,
+    config: Option<PathBuf>,
+    body: &[u8],
+    dialect: Option<String>,
+    headers: Vec<String>,
+    json: bool,
+) -> anyhow::Result<String> {
+    let value: Value = serde_json::from_slice(body).context("the request body is not JSON")?;
     let front = match dialect {
         Some(name) => parse_dialect(&name)?,
         None => guess_dialect(&value),
@@ -89,12 +101,19 @@ pub fn explain(
     }
     let engine = Engine::new(ConfigHandle::new(loaded, config));
     let decision = engine
-        .explain(front, &body, &header_map)
+        .explain(front, body, &header_map)
         .map_err(|e| anyhow::anyhow!("{} ({:?}, HTTP {})", e.message, e.kind, e.kind.status()))?;
     let candidates: Vec<String> = decision
         .candidates
         .iter()
-        .map(|c| format!("{} ({})", c.backend.name(), c.model))
+        .map(|c| {
+            let place = if c.backend.kind().is_local() {
+                "local"
+            } else {
+                "cloud"
+            };
+            format!("{} ({}, {place})", c.backend.name(), c.model)
+        })
         .collect();
     if json {
         let mut out = serde_json::to_value(&decision)?;
@@ -138,6 +157,37 @@ pub fn explain(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_decision_line_says_local_or_cloud() {
+        let config = Config::parse(
+            "backends:\n\
+             \x20 - {name: box, type: ollama, base_url: 'http://127.0.0.1:1', models: [qwen]}\n\
+             \x20 - {name: claude, type: anthropic, base_url: 'http://127.0.0.1:1', api_key: k, models: ['claude-*']}\n",
+            "t",
+        )
+        .expect("valid");
+        let decision_for = |model: &str| {
+            let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+            let out = explain_body(
+                config.clone(),
+                None,
+                body.to_string().as_bytes(),
+                None,
+                vec![],
+                false,
+            )
+            .expect("explains");
+            out.lines()
+                .find(|l| l.starts_with("decision:"))
+                .expect("a decision line")
+                .to_owned()
+        };
+        let local = decision_for("qwen");
+        assert!(local.contains("-> box (qwen, local)"), "{local}");
+        let cloud = decision_for("claude-x");
+        assert!(cloud.contains("-> claude (claude-x, cloud)"), "{cloud}");
+    }
 
     #[test]
     fn dialects_are_recognised_by_shape() {

@@ -473,6 +473,7 @@ mod tests {
             names(CARRYING_OUT),
             [
                 "origin_gate",
+                "fit",
                 "bounded_context",
                 "transform",
                 "encode",

@@ -22,23 +22,13 @@ pub(crate) fn for_candidate(
 ) -> UpstreamRequest {
     let backend = &candidate.backend;
     let dialect = backend.dialect_for(front);
-    let strip_thinking = backend.kind() == BackendKind::Ollama
-        && request.thinking.is_some()
-        && backend
-            .config
-            .model_spec(&candidate.model)
-            .and_then(|s| s.thinking)
-            != Some(true);
     let body = match (adapted, body) {
-        (None, Some(body)) if dialect == front && !strip_thinking => {
+        (None, Some(body)) if dialect == front => {
             rewrite_model(body, &request.model, &candidate.model)
         }
         (adapted, _) => {
             let mut adapted = adapted.unwrap_or_else(|| request.clone());
             adapted.model = candidate.model.clone();
-            if strip_thinking {
-                adapted.thinking = None;
-            }
             if backend.kind().is_local() {
                 hoist_system_turns(&mut adapted.turns);
             }

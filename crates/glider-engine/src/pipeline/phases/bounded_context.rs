@@ -17,28 +17,30 @@ impl Phase for BoundedContext {
             return ready(Flow::Fail(not_routed()));
         };
         let context = &job.runtime.config.context;
-        job.adapted = decision
-            .candidates
-            .iter()
-            .map(|candidate| {
-                let window = local_window(&job.runtime.config, candidate);
-                // Checked first so the common case (it fits) costs no copy.
-                if !candidate.backend.kind().is_local()
-                    || !over_local_budget(&job.request, context, window)
-                {
-                    return None;
-                }
-                let mut bounded = job.request.clone();
-                let cut = bound_local_context(&mut bounded, context, window);
-                tracing::debug!(
-                    backend = candidate.backend.name(),
-                    dropped = cut.dropped_turns,
-                    kept_tokens = cut.kept_tokens,
-                    "local history bounded"
-                );
-                (cut.dropped_turns > 0).then_some(bounded)
-            })
-            .collect();
+        job.adapted.resize_with(decision.candidates.len(), || None);
+        for (candidate, adapted) in decision.candidates.iter().zip(&mut job.adapted) {
+            if !candidate.backend.kind().is_local() {
+                continue;
+            }
+            let window = local_window(&job.runtime.config, candidate);
+            // The fitted request when fit changed it (fewer tools fit more history).
+            let request = adapted.as_ref().unwrap_or(&job.request);
+            // Checked first so the common case (it fits) costs no copy.
+            if !over_local_budget(request, context, window) {
+                continue;
+            }
+            let mut bounded = request.clone();
+            let cut = bound_local_context(&mut bounded, context, window);
+            tracing::debug!(
+                backend = candidate.backend.name(),
+                dropped = cut.dropped_turns,
+                kept_tokens = cut.kept_tokens,
+                "local history bounded"
+            );
+            if cut.dropped_turns > 0 {
+                *adapted = Some(bounded);
+            }
+        }
         ready(Flow::Continue)
     }
 }

@@ -1,5 +1,5 @@
 //! The pipeline as named phases, in the spec's order: alias → estimate → route →
-//! origin gate → episodes and bounded context → transform → encode → execute →
+//! origin gate → fit → episodes and bounded context → transform → encode → execute →
 //! record. Each phase is one type behind [`Phase`]; a new phase (a VRAM gate, hedging,
 //! a plugin hook) is one new file here and one line in [`DECIDING`] or [`CARRYING_OUT`].
 
@@ -8,6 +8,7 @@ mod bounded_context;
 mod encode;
 mod estimate;
 mod execute;
+mod fit;
 mod origin_gate;
 mod record;
 mod route;
@@ -36,6 +37,7 @@ pub(crate) static DECIDING: &[&dyn Phase] = &[&alias::Alias, &estimate::Estimate
 /// The phases that carry a decision out; `Engine::complete_prepared` runs them.
 pub(crate) static CARRYING_OUT: &[&dyn Phase] = &[
     &origin_gate::OriginGate,
+    &fit::Fit,
     &bounded_context::BoundedContext,
     &transform::Transform,
     &encode::Encode,
@@ -135,8 +137,8 @@ pub(crate) struct Job {
     pub tokens: u64,
     /// Route: where it goes; the candidates are final after the origin gate.
     pub decision: Option<RouteDecision>,
-    /// Bounding and transform: each candidate's request when they changed it (same
-    /// order as the candidates).
+    /// Fit, bounding and transform: each candidate's request when they changed it
+    /// (same order as the candidates).
     pub adapted: Vec<Option<Request>>,
     /// Encode: each candidate's upstream request (same order as the candidates).
     pub upstream: Vec<UpstreamRequest>,

@@ -1,0 +1,496 @@
+//! Fitting a request to a local model (issue 15, item 3): a small model gets a tool set
+//! it can handle, an output cap it can finish, and nothing it would reject or misread.
+//! Each change is named in the returned notes, which go on the request's record: nothing
+//! is dropped silently. Cloud routes are never fitted (they stay byte-exact).
+
+use std::collections::BTreeSet;
+
+use glider_config::{BackendFit, BackendKind, FitConfig, ModelSpec};
+use glider_ngl::{Dialect, Part, Request, ToolChoice, ToolDef};
+use serde_json::Value;
+
+use crate::tokenizer::estimate_tools;
+
+/// Top-level fields of a client's dialect that no local server takes (Claude Code's
+/// `context_management`, OpenAI's cache and storage hints): dropped on a local route.
+const LOCAL_UNSUPPORTED_FIELDS: &[&str] = &[
+    "context_management",
+    "container",
+    "mcp_servers",
+    "service_tier",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "store",
+];
+
+/// A slimmed tool keeps at most this much of its description (its first sentence).
+const SLIM_DESCRIPTION_CHARS: usize = 160;
+
+/// What one local candidate's request is fitted to.
+pub struct FitTarget<'a> {
+    pub fit: &'a FitConfig,
+    pub backend: &'a BackendFit,
+    /// The model's spec on this backend, when it lists it.
+    pub model: Option<&'a ModelSpec>,
+    /// The dialect the backend is spoken to in.
+    pub dialect: Dialect,
+    pub kind: BackendKind,
+}
+
+/// Fit `request` to `target` in place; returns what was changed, one note per change
+/// (empty: the request was already fit and is left as it came).
+pub fn fit_request(request: &mut Request, target: &FitTarget) -> Vec<String> {
+    let mut notes = Vec::new();
+    fit_tools(request, target, &mut notes);
+    cap_output(request, target, &mut notes);
+    let thinks = target.model.and_then(|m| m.thinking);
+    // Ollama refuses `think` for a model that cannot think, so there it must be stated;
+    // an OpenAI-compatible server ignores an effort it cannot use unless told otherwise.
+    let cannot_think = match target.kind {
+        BackendKind::Ollama => thinks != Some(true),
+        _ => thinks == Some(false),
+    };
+    if request.thinking.is_some() && cannot_think {
+        request.thinking = None;
+        notes.push("thinking dropped (the model is not marked `thinking: true`)".into());
+    }
+    drop_unsupported_fields(request, target.dialect, &mut notes);
+    let (markers, images) = clean_parts(request, target.model.and_then(|m| m.vision));
+    if markers > 0 {
+        notes.push(format!("{markers} cache_control markers dropped"));
+    }
+    if images > 0 {
+        notes.push(format!(
+            "{images} images replaced by a text note (the model is not marked `vision: true`)"
+        ));
+    }
+    notes
+}
+
+/// No tools for a model without tool support; above the budget, the tools this
+/// conversation needs, slimmed.
+fn fit_tools(request: &mut Request, target: &FitTarget, notes: &mut Vec<String>) {
+    if request.tools.is_empty() {
+        return;
+    }
+    if target.model.and_then(|m| m.tools) == Some(false) {
+        notes.push(format!(
+            "tools {} -> 0 (the model has no tool support)",
+            request.tools.len()
+        ));
+        request.tools.clear();
+        request.tool_choice = None;
+        request.parallel_tool_calls = None;
+        return;
+    }
+    let budget = target.backend;
+    let schema_tokens = estimate_tools(&request.tools);
+    if request.tools.len() <= budget.max_tools && schema_tokens <= budget.max_tool_schema_tokens {
+        return;
+    }
+    let keep = tools_to_keep(request, target.fit);
+    let before = request.tools.len();
+    request
+        .tools
+        .retain(|tool| tool.native.is_none() && keep.contains(tool.name.as_str()));
+    request.tools.iter_mut().for_each(slim_tool);
+    if let Some(ToolChoice::Tool { name }) = &request.tool_choice
+        && !request.tools.iter().any(|t| &t.name == name)
+    {
+        // Only a native tool can be forced and missing here; nothing to force any more.
+        request.tool_choice = None;
+    }
+    if request.tools.is_empty() {
+        request.tool_choice = None;
+        request.parallel_tool_calls = None;
+    }
+    notes.push(format!(
+        "tools {before} -> {} (over the budget of {} tools / {} schema tokens; schemas ~{schema_tokens} -> ~{} tokens)",
+        request.tools.len(),
+        budget.max_tools,
+        budget.max_tool_schema_tokens,
+        estimate_tools(&request.tools),
+    ));
+}
+
+/// Names of the tools a reduced set keeps: those already called in the conversation,
+/// those the last user message names, the forced one, and the configured core set.
+fn tools_to_keep(request: &Request, fit: &FitConfig) -> BTreeSet<String> {
+    let mut keep: BTreeSet<String> = request
+        .turns
+        .iter()
+        .flat_map(|turn| &turn.parts)
+        .filter_map(|part| match part {
+            Part::ToolCall { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    let last_user = request.last_user_text().unwrap_or_default();
+    let words: BTreeSet<&str> = last_user
+        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    for tool in &request.tools {
+        if fit.is_core_tool(&tool.name) || words.contains(tool.name.as_str()) {
+            keep.insert(tool.name.clone());
+        }
+    }
+    if let Some(ToolChoice::Tool { name }) = &request.tool_choice {
+        keep.insert(name.clone());
+    }
+    keep
+}
+
+/// The tool with its description cut to the first sentence and every description
+/// inside its schema removed; names, types and structure stay as they were.
+fn slim_tool(tool: &mut ToolDef) {
+    if let Some(description) = &mut tool.description {
+        *description = first_sentence(description);
+    }
+    strip_schema_descriptions(&mut tool.parameters);
+}
+
+fn first_sentence(text: &str) -> String {
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let end = line
+        .find(". ")
+        .map(|i| i + 1)
+        .unwrap_or(line.len())
+        .min(line.len());
+    let sentence = line[..end].trim();
+    if sentence.chars().count() <= SLIM_DESCRIPTION_CHARS {
+        return sentence.to_owned();
+    }
+    sentence.chars().take(SLIM_DESCRIPTION_CHARS).collect()
+}
+
+/// Remove the keys that only describe a schema (`description`, `examples`, `$schema`,
+/// `title`) at every level. A property *named* `description` is structure and stays:
+/// a `properties` map's keys are names, so only its values are walked.
+fn strip_schema_descriptions(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            for key in ["description", "examples", "$schema", "title"] {
+                map.remove(key);
+            }
+            for (key, value) in map.iter_mut() {
+                match (key.as_str(), value) {
+                    // Values, not schemas.
+                    ("enum" | "const" | "default", _) => {}
+                    ("properties" | "$defs" | "definitions", Value::Object(named)) => {
+                        named.values_mut().for_each(strip_schema_descriptions);
+                    }
+                    (_, value) => strip_schema_descriptions(value),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_schema_descriptions),
+        _ => {}
+    }
+}
+
+/// `max_tokens` at most the model's own limit and the backend's default cap; a lower
+/// value the client asked for is kept.
+fn cap_output(request: &mut Request, target: &FitTarget, notes: &mut Vec<String>) {
+    let cap = target
+        .model
+        .and_then(|m| m.max_output_tokens)
+        .map_or(target.backend.max_output_tokens, |own| {
+            own.min(target.backend.max_output_tokens)
+        });
+    match request.max_tokens {
+        Some(asked) if asked <= cap => {}
+        asked => {
+            let was = asked.map_or("unset".to_owned(), |n| n.to_string());
+            notes.push(format!("max_tokens {was} -> {cap}"));
+            request.max_tokens = Some(cap);
+        }
+    }
+}
+
+/// Drop the client's unmodelled fields a local server would reject or misread. Fields
+/// of another dialect than the backend's are never sent (the encoder leaves them out);
+/// they are named too, so the record shows everything the model did not get.
+fn drop_unsupported_fields(request: &mut Request, dialect: Dialect, notes: &mut Vec<String>) {
+    let Some(extra) = &mut request.extra else {
+        return;
+    };
+    let dropped: Vec<String> = if extra.dialect == dialect {
+        let names: Vec<String> = extra
+            .fields
+            .keys()
+            .filter(|k| LOCAL_UNSUPPORTED_FIELDS.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        names.iter().for_each(|k| {
+            extra.fields.remove(k);
+        });
+        names
+    } else {
+        let names = extra.fields.keys().cloned().collect();
+        extra.fields.clear();
+        names
+    };
+    if extra.fields.is_empty() {
+        request.extra = None;
+    }
+    if !dropped.is_empty() {
+        notes.push(format!("dropped {}", dropped.join(", ")));
+    }
+}
+
+/// Remove cache_control markers everywhere, and replace images with a note when the
+/// model cannot see them; returns (markers removed, images replaced).
+fn clean_parts(request: &mut Request, vision: Option<bool>) -> (usize, usize) {
+    let mut counts = (0, 0);
+    for turn in &mut request.turns {
+        clean(&mut turn.parts, vision == Some(true), &mut counts);
+    }
+    counts
+}
+
+fn clean(parts: &mut [Part], keep_images: bool, counts: &mut (usize, usize)) {
+    for part in parts {
+        match part {
+            Part::Text { cache_control, .. } => {
+                counts.0 += usize::from(cache_control.take().is_some())
+            }
+            Part::Image { cache_control, .. } => {
+                counts.0 += usize::from(cache_control.take().is_some());
+                if !keep_images {
+                    counts.1 += 1;
+                    *part = Part::text("[an image was here: this model cannot read images]");
+                }
+            }
+            Part::ToolResult { content, .. } => clean(content, keep_images, counts),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use glider_dialects::codec;
+    use serde_json::json;
+
+    use super::*;
+
+    fn decode(body: Value) -> Request {
+        codec(Dialect::Anthropic)
+            .decode_request(body.to_string().as_bytes())
+            .expect("decodes")
+    }
+
+    fn tool(name: &str) -> Value {
+        json!({
+            "name": name,
+            "description": format!("{name} does things. It has many options.\nUsage notes follow."),
+            "input_schema": {
+                "type": "object",
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "properties": {
+                    "path": {"type": "string", "description": "A long explanation of the path argument"},
+                    "description": {"type": "string", "description": "What the call is for"},
+                },
+                "required": ["path"],
+            },
+        })
+    }
+
+    fn target<'a>(
+        fit: &'a FitConfig,
+        backend: &'a BackendFit,
+        model: Option<&'a ModelSpec>,
+    ) -> FitTarget<'a> {
+        FitTarget {
+            fit,
+            backend,
+            model,
+            dialect: Dialect::Ollama,
+            kind: BackendKind::Ollama,
+        }
+    }
+
+    fn claude_code_like() -> Request {
+        let names = [
+            "Agent",
+            "Bash",
+            "Edit",
+            "Glob",
+            "Grep",
+            "Read",
+            "Write",
+            "WebFetch",
+            "WebSearch",
+            "TodoWrite",
+            "NotebookEdit",
+            "Skill",
+            "AskUserQuestion",
+            "KillShell",
+        ];
+        decode(json!({
+            "model": "m", "max_tokens": 32000,
+            "tools": names.iter().map(|n| tool(n)).collect::<Vec<_>>(),
+            "context_management": {"edits": []},
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "messages": [
+                {"role": "user", "content": "look around"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "TodoWrite", "input": {}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+                    {"type": "text", "text": "now use WebFetch on the docs", "cache_control": {"type": "ephemeral"}},
+                ]},
+            ],
+        }))
+    }
+
+    #[test]
+    fn over_the_budget_the_tools_in_use_named_and_core_are_kept_slimmed() {
+        let fit = FitConfig::default();
+        let backend = BackendFit::default();
+        let mut request = claude_code_like();
+        let notes = fit_request(&mut request, &target(&fit, &backend, None));
+        let kept: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            kept,
+            [
+                "Bash",
+                "Edit",
+                "Glob",
+                "Grep",
+                "Read",
+                "Write",
+                "WebFetch",
+                "TodoWrite"
+            ],
+            "core + named (WebFetch) + used (TodoWrite), in the client's order"
+        );
+        let read = &request.tools[4];
+        assert_eq!(read.description.as_deref(), Some("Read does things."));
+        assert_eq!(
+            read.parameters,
+            json!({"type": "object", "properties": {"path": {"type": "string"}, "description": {"type": "string"}}, "required": ["path"]}),
+            "descriptions cut, structure (and a property named description) kept"
+        );
+        assert!(
+            notes[0].starts_with("tools 14 -> 8 (over the budget of 12 tools"),
+            "{notes:?}"
+        );
+        assert!(
+            notes.contains(&"max_tokens 32000 -> 4096".to_owned()),
+            "{notes:?}"
+        );
+        assert!(
+            notes.iter().any(|n| n.starts_with("thinking dropped")),
+            "{notes:?}"
+        );
+        assert!(
+            notes.contains(&"dropped context_management".to_owned()),
+            "{notes:?}"
+        );
+        assert!(
+            notes.contains(&"1 cache_control markers dropped".to_owned()),
+            "{notes:?}"
+        );
+        assert_eq!(
+            (request.max_tokens, &request.thinking, &request.extra),
+            (Some(4096), &None, &None)
+        );
+    }
+
+    #[test]
+    fn a_request_within_every_limit_is_left_as_it_came() {
+        let fit = FitConfig::default();
+        let backend = BackendFit::default();
+        let mut request = decode(json!({
+            "model": "m", "max_tokens": 100, "tools": [tool("Read"), tool("Lookup")],
+            "messages": [{"role": "user", "content": "hi"}],
+        }));
+        let before = request.clone();
+        assert!(fit_request(&mut request, &target(&fit, &backend, None)).is_empty());
+        assert_eq!(
+            request, before,
+            "under budget: full tools with descriptions"
+        );
+    }
+
+    #[test]
+    fn a_model_without_tools_gets_none_and_its_own_output_limit() {
+        let fit = FitConfig::default();
+        let backend = BackendFit::default();
+        let spec = ModelSpec {
+            name: "m".into(),
+            context_window: None,
+            thinking: None,
+            tools: Some(false),
+            vision: None,
+            max_output_tokens: Some(512),
+        };
+        let mut request = decode(json!({
+            "model": "m", "max_tokens": 1000, "tools": [tool("Read")], "tool_choice": {"type": "any"},
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "what is this"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+            ]}],
+        }));
+        let notes = fit_request(&mut request, &target(&fit, &backend, Some(&spec)));
+        assert_eq!(
+            notes,
+            [
+                "tools 1 -> 0 (the model has no tool support)",
+                "max_tokens 1000 -> 512",
+                "1 images replaced by a text note (the model is not marked `vision: true`)",
+            ]
+        );
+        assert!(request.tools.is_empty() && request.tool_choice.is_none());
+        assert!(
+            matches!(&request.turns[0].parts[1], Part::Text { text, .. } if text.contains("cannot read images"))
+        );
+    }
+
+    #[test]
+    fn a_lower_client_cap_is_kept_and_a_missing_one_is_set() {
+        let fit = FitConfig::default();
+        let backend = BackendFit::default();
+        let mut low = decode(
+            json!({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}),
+        );
+        assert!(fit_request(&mut low, &target(&fit, &backend, None)).is_empty());
+        let mut unset = codec(Dialect::OpenAiChat)
+            .decode_request(
+                json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+                    .to_string()
+                    .as_bytes(),
+            )
+            .expect("decodes");
+        assert_eq!(
+            fit_request(&mut unset, &target(&fit, &backend, None)),
+            ["max_tokens unset -> 4096"]
+        );
+        assert_eq!(unset.max_tokens, Some(4096));
+    }
+
+    #[test]
+    fn a_forced_tool_survives_the_reduction() {
+        let fit = FitConfig {
+            enabled: true,
+            core_tools: Default::default(),
+        };
+        let backend = BackendFit {
+            max_tools: 1,
+            ..BackendFit::default()
+        };
+        let mut request = decode(json!({
+            "model": "m", "max_tokens": 10, "tools": [tool("A"), tool("B"), tool("C")],
+            "tool_choice": {"type": "tool", "name": "B"},
+            "messages": [{"role": "user", "content": "go"}],
+        }));
+        fit_request(&mut request, &target(&fit, &backend, None));
+        assert_eq!(request.tools.len(), 1);
+        assert_eq!(request.tools[0].name, "B");
+        assert_eq!(
+            request.tool_choice,
+            Some(ToolChoice::Tool { name: "B".into() })
+        );
+    }
+}
