@@ -13,4 +13,4 @@ pub mod sequence;
 
 pub use observed::{ObservedBody, Observer};
 pub use render::error_response;
-pub use sequence::{BodyError, Door, DoorSequence, Outcome, ToOrigin, read_limited};
+pub use sequence::{BodyError, Door, DoorSequence, Outcome, ToOrigin, read_limited, read_within};

@@ -13,6 +13,8 @@ use glider_engine::{Completion, CompletionBody};
 use glider_ngl::{ApiError, Dialect, ErrorKind, ResponseBuilder, StreamEvent};
 use glider_sys::listen::Cutoff;
 
+use crate::sequence::{BodyError, Door};
+
 /// An error in `front`'s own JSON shape with its status, and `retry-after` when the
 /// error says how long to wait.
 pub fn error_response(front: Dialect, error: &ApiError) -> Response {
@@ -28,6 +30,16 @@ pub fn error_response(front: Dialect, error: &ApiError) -> Response {
 }
 
 pub use glider_engine::stream_error_event;
+
+/// A request body a door could not read, as `front`'s error: 413 over
+/// `server.max_body_bytes`, 408 past `server.body_read_timeout_secs`, else 400.
+pub fn body_refused(front: Dialect, door: Door, error: &BodyError) -> Response {
+    let mut response = error_response(front, &error.api_error(door));
+    if error.timed_out_after.is_some() {
+        *response.status_mut() = StatusCode::REQUEST_TIMEOUT;
+    }
+    response
+}
 
 /// What a reply ended at the drain deadline says.
 pub fn shutting_down() -> ApiError {

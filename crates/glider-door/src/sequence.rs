@@ -9,8 +9,11 @@ use glider_engine::{
     Bus, CompleteError, Completion, CompletionRequest, Engine, Prepared, RouteDecision, Tracker,
 };
 use glider_ngl::{ApiError, Dialect, ErrorKind};
+use glider_sys::listen::{BodyTimedOut, DeadlineBody};
 use http::HeaderMap;
 use http_body_util::{BodyExt, Limited};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 pub use glider_engine::Door;
 
@@ -174,13 +177,17 @@ pub struct BodyError {
     pub limit: usize,
     /// The reader's own words.
     pub cause: String,
+    /// The body did not arrive in full within this time of its head (a 408).
+    pub timed_out_after: Option<Duration>,
 }
 
 impl BodyError {
     /// The error in ngl terms, for a door that answers in the caller's dialect: a 413
     /// naming `server.max_body_bytes`, or a 400.
     pub fn api_error(&self, door: Door) -> ApiError {
-        if self.too_large {
+        if let Some(after) = self.timed_out_after {
+            ApiError::invalid(BodyTimedOut { after }.to_string())
+        } else if self.too_large {
             ApiError::new(
                 ErrorKind::RequestTooLarge,
                 format!(
@@ -207,8 +214,27 @@ where
             too_large: e.is::<http_body_util::LengthLimitError>(),
             limit,
             cause: e.to_string(),
+            timed_out_after: None,
         }),
     }
+}
+
+/// Step one under both of the server's limits, as every door reads a request: at most
+/// `limit` bytes (`server.max_body_bytes`), in full within `time` of its head
+/// (`server.body_read_timeout_secs`), however slowly the bytes trickle in.
+pub async fn read_within<B>(body: B, limit: usize, time: Duration) -> Result<Bytes, BodyError>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let body = DeadlineBody::new(body, time);
+    let timed_out = body.timed_out_flag();
+    read_limited(body, limit).await.map_err(|mut error| {
+        if timed_out.load(Ordering::Acquire) {
+            error.timed_out_after = Some(time);
+        }
+        error
+    })
 }
 
 #[cfg(test)]

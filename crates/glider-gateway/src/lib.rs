@@ -15,7 +15,7 @@ use bytes::Bytes;
 use glider_door::{Door, DoorSequence, Outcome};
 use glider_engine::Engine;
 use glider_ngl::{ApiError, Dialect, ErrorKind};
-use glider_sys::listen::{BodyTimedOut, Cutoff, DeadlineBody, Drain, Limits};
+use glider_sys::listen::{Cutoff, Drain, Limits};
 use std::time::Duration;
 
 /// The rendering lives in the door kit, shared with the MITM; these paths stay valid.
@@ -130,22 +130,11 @@ async fn read_body(
     request: Request,
 ) -> Result<(HeaderMap, Bytes), Response> {
     let server = &gw.engine.runtime().config.server;
-    let (limit, time) = (
-        server.max_body_bytes,
-        Duration::from_secs(server.body_read_timeout_secs),
-    );
+    let (limit, time) = (server.max_body_bytes, server.client_limits().body_read);
     let (parts, body) = request.into_parts();
-    let body = DeadlineBody::new(body, time);
-    let timed_out = body.timed_out_flag();
-    match glider_door::read_limited(body, limit).await {
+    match glider_door::read_within(body, limit, time).await {
         Ok(body) => Ok((parts.headers, body)),
-        Err(_) if timed_out.load(std::sync::atomic::Ordering::Acquire) => {
-            let message = BodyTimedOut { after: time }.to_string();
-            let mut response = error_response(front, &ApiError::invalid(message));
-            *response.status_mut() = StatusCode::REQUEST_TIMEOUT;
-            Err(response)
-        }
-        Err(error) => Err(error_response(front, &error.api_error(Door::Gateway))),
+        Err(error) => Err(render::body_refused(front, Door::Gateway, &error)),
     }
 }
 

@@ -4,7 +4,7 @@
 //! and a tracker recording the origin's leg.
 
 use axum::body::Body;
-use glider_door::{Door, DoorSequence, Outcome, ToOrigin, error_response, read_limited, render};
+use glider_door::{Door, DoorSequence, Outcome, ToOrigin, error_response, read_within, render};
 use glider_ngl::Dialect;
 use http::Request;
 use hyper::body::Incoming;
@@ -25,10 +25,14 @@ impl HttpHandler for ApiHandler {
         let (mitm, target, front) = (ctx.mitm, ctx.target, self.front);
         let config = mitm.engine.runtime().config.clone();
         let (parts, body) = request.into_parts();
-        let body = match read_limited(body, config.server.max_body_bytes).await {
+        let (limit, time) = (
+            config.server.max_body_bytes,
+            config.server.client_limits().body_read,
+        );
+        let body = match read_within(body, limit, time).await {
             Ok(body) => body,
             Err(error) => {
-                let response = error_response(front, &error.api_error(Door::Mitm));
+                let response = render::body_refused(front, Door::Mitm, &error);
                 return RequestOrResponse::Response(response);
             }
         };

@@ -710,3 +710,53 @@ async fn a_local_stream_that_ends_before_its_terminator_is_an_error_event_and_a_
         "a broken local stream is not re-sent"
     );
 }
+
+#[tokio::test]
+async fn a_stalled_body_inside_a_decrypted_tunnel_is_a_408_in_the_callers_dialect() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = stack("server: {body_read_timeout_secs: 1}\n").await;
+    let (code, head, stream) = connect(s.proxy, "api.anthropic.com:443").await;
+    assert_eq!(code, 200, "{head}");
+    let (mut tls, _) = tls(
+        stream,
+        "api.anthropic.com",
+        &[s.glider_ca()],
+        &[b"http/1.1"],
+    )
+    .await
+    .expect("handshake");
+    // The head and a first part of the body, then nothing: the body never completes.
+    let body = messages_body("claude-local-1", "stalled", false);
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\n{}: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        KEY.0,
+        KEY.1,
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.expect("head");
+    tls.write_all(&body.as_bytes()[..10]).await.expect("part");
+    tls.flush().await.expect("flush");
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // The reply comes at the deadline; the bound only stops a hang from hanging the run.
+    while !String::from_utf8_lossy(&reply).contains("\r\n\r\n{") || !reply.ends_with(b"}") {
+        let n = bounded("408 reply", tls.read(&mut chunk))
+            .await
+            .expect("read");
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&chunk[..n]);
+    }
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(
+        reply.contains(r#""type":"error""#),
+        "Anthropic's error shape: {reply}"
+    );
+    assert!(reply.contains("server.body_read_timeout_secs"), "{reply}");
+    assert!(
+        !s.mock.requests().iter().any(|r| r.path.contains("chat")),
+        "nothing reached the backend"
+    );
+}

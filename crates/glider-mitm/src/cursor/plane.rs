@@ -16,7 +16,7 @@ use glider_cursorrpc::messages::{
     AgentClientMessage, AppendKind, BidiAppendRequest, BidiRequestId,
 };
 use glider_cursorrpc::{Update, fields, server_frame, view};
-use glider_door::{Door, DoorSequence, ObservedBody, Observer, Outcome, ToOrigin, read_limited};
+use glider_door::{Door, DoorSequence, ObservedBody, Observer, Outcome, ToOrigin, read_within};
 use glider_engine::router::Target as RouteTarget;
 use glider_engine::{CompleteError, CompletionBody, Prepared, decode_events};
 use glider_ngl::{ApiError, Dialect, ErrorKind, Role, StreamEvent, Turn};
@@ -380,12 +380,15 @@ impl HttpHandler for AgentRpcHandler {
         request: Request<Incoming>,
     ) -> RequestOrResponse {
         let (mitm, target) = (ctx.mitm, ctx.target);
-        let limit = mitm.engine.runtime().config.server.max_body_bytes;
+        let server = &mitm.engine.runtime().config.server;
+        let (limit, time) = (server.max_body_bytes, server.client_limits().body_read);
         let (parts, body) = request.into_parts();
-        let body = match read_limited(body, limit).await {
+        let body = match read_within(body, limit, time).await {
             Ok(body) => body,
             Err(error) => {
-                let (status, code) = if error.too_large {
+                let (status, code) = if error.timed_out_after.is_some() {
+                    (StatusCode::REQUEST_TIMEOUT, "deadline_exceeded")
+                } else if error.too_large {
                     (StatusCode::PAYLOAD_TOO_LARGE, "resource_exhausted")
                 } else {
                     (StatusCode::BAD_REQUEST, "invalid_argument")
