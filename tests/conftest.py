@@ -74,6 +74,16 @@ class Process:
                 self.proc.wait()
 
 
+def poll(check, timeout=10):
+    """`check()` until it is truthy or `timeout` seconds pass; its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
 def start_mock():
     return Process([_binary("glider-mock"), "--port", "0"], r"listening on (127\.0\.0\.1:\d+)")
 

@@ -10,6 +10,7 @@ import anthropic
 import openai
 import pytest
 
+from conftest import poll
 from llama import (ALIAS, CONTEXT, MAX_PREDICT, VIA_ANTHROPIC, VIA_OPENAI, get_json, post_json, running_glider_on,
                    running_llama_server)
 
@@ -240,7 +241,15 @@ def test_a_claude_code_sized_request_is_fitted_and_the_record_says_so(claude, gl
         extra_body={"context_management": {"edits": [{"type": "clear_thinking_20251015"}]}, **GREEDY},
     )
     assert reply.type == "message" and reply.usage.output_tokens <= MAX_PREDICT
-    fitted = get_json(f"{glider.dashboard}/api/requests?limit=1")["requests"][0]["fitted"]
+    # The record is written as the reply ends, not before the client has it: wait for it.
+    def this_request():
+        for record in get_json(f"{glider.dashboard}/api/requests?limit=20")["requests"]:
+            if f"llama-openai: max_tokens 32000 -> {MAX_PREDICT}" in record["fitted"]:
+                return record
+        return None
+    record = poll(this_request)
+    assert record, "no record of the fitted request"
+    fitted = record["fitted"]
     assert any(note.startswith("llama-openai: tools 20 -> 6 ") for note in fitted), fitted
     assert f"llama-openai: max_tokens 32000 -> {MAX_PREDICT}" in fitted, fitted
     assert "llama-openai: dropped context_management" in fitted, fitted

@@ -25,7 +25,7 @@ import warnings
 
 import pytest
 
-from conftest import Process, _binary
+from conftest import Process, _binary, poll
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "cli"))
 from test_mitm_clis import make_origin_certs  # noqa: E402  (the MITM suite's origin certificates)
@@ -176,14 +176,6 @@ def dashboard(lab, glider, method, path, body=None):
     return json.loads(lab["ns"].run(*args).stdout)
 
 
-def poll(check, timeout=10):
-    """`check()` until it is truthy or `timeout` seconds pass; its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
 
 
 def glider_ca(lab):
