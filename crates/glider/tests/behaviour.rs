@@ -333,27 +333,11 @@ async fn count_tokens_is_exact_from_anthropic_and_estimated_otherwise() {
 async fn models_lists_backends_and_aliases_in_both_shapes() {
     let (_mock, yaml) = mock_and_config("model_aliases: {gpt-4o: m-ollama}\n").await;
     let gw = gateway(&yaml).await;
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
-    let openai: serde_json::Value = client
-        .get(format!("{}/v1/models", gw.base))
-        .send()
-        .await
-        .expect("ok")
-        .json()
-        .await
-        .expect("json");
+    let (_, openai) = get_json(&gw.base, "/v1/models", &[]).await;
     assert_eq!(openai["object"], "list");
-    let ids: Vec<&str> = openai["data"]
-        .as_array()
-        .expect("data")
-        .iter()
-        .filter_map(|m| m["id"].as_str())
-        .collect();
+    let ids = listed_ids(&openai);
     for id in ["m-ollama", "m-vllm", "m-openai", "m-anthropic", "gpt-4o"] {
-        assert!(ids.contains(&id), "{id} missing from {ids:?}");
+        assert!(ids.iter().any(|i| i == id), "{id} missing from {ids:?}");
     }
     let alias = openai["data"]
         .as_array()
@@ -362,15 +346,12 @@ async fn models_lists_backends_and_aliases_in_both_shapes() {
         .find(|m| m["id"] == "gpt-4o")
         .expect("alias");
     assert_eq!(alias["glider"]["alias_of"], "m-ollama");
-    let anthropic: serde_json::Value = client
-        .get(format!("{}/v1/models", gw.base))
-        .header("anthropic-version", "2023-06-01")
-        .send()
-        .await
-        .expect("ok")
-        .json()
-        .await
-        .expect("json");
+    let (_, anthropic) = get_json(
+        &gw.base,
+        "/v1/models",
+        &[("anthropic-version", "2023-06-01")],
+    )
+    .await;
     assert_eq!(anthropic["data"][0]["type"], "model");
     assert_eq!(anthropic["has_more"], false);
 }
@@ -497,7 +478,7 @@ async fn a_llama_cpp_model_listed_as_a_gguf_path_is_matched_by_its_file_stem() {
     let url = mock.base_url();
     let yaml = format!(
         "backends:\n\
-         \x20 - {{name: llama, type: vllm, base_url: '{url}/v1', models: [gemma-3-270m-it-Q4_K_M, other-model]}}\n\
+         \x20 - {{name: llama, type: vllm, base_url: '{url}/v1', models: [gemma-3-270m-it-Q4_K_M, other-model, Qwen/Qwen2.5-0.5B-Instruct]}}\n\
          routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}\n"
     );
     let gw = gateway(&yaml).await;
@@ -505,7 +486,11 @@ async fn a_llama_cpp_model_listed_as_a_gguf_path_is_matched_by_its_file_stem() {
     let (_, list) = get_json(&gw.base, "/v1/models", &[]).await;
     assert_eq!(
         listed_ids(&list),
-        ["gemma-3-270m-it-Q4_K_M", "other-model"],
+        [
+            "gemma-3-270m-it-Q4_K_M",
+            "other-model",
+            "Qwen/Qwen2.5-0.5B-Instruct"
+        ],
         "{list}"
     );
     let warm: Vec<&serde_json::Value> = list["data"]
@@ -514,7 +499,7 @@ async fn a_llama_cpp_model_listed_as_a_gguf_path_is_matched_by_its_file_stem() {
         .iter()
         .map(|m| &m["glider"]["warm"])
         .collect();
-    assert_eq!(warm, [&json!(true), &json!(false)], "{list}");
+    assert_eq!(warm, [&json!(true), &json!(false), &json!(false)], "{list}");
     let (status, gemma) = get_json(&gw.base, "/v1/models/gemma-3-270m-it-Q4_K_M", &[]).await;
     assert_eq!(status, 200, "{gemma}");
     assert_eq!(gemma["glider"]["available"], true, "{gemma}");
@@ -524,6 +509,10 @@ async fn a_llama_cpp_model_listed_as_a_gguf_path_is_matched_by_its_file_stem() {
     );
     let (_, other) = get_json(&gw.base, "/v1/models/other-model", &[]).await;
     assert_eq!(other["glider"]["warm"], false, "{other}");
+    // A repository-style id keeps its slash, and is retrieved whole.
+    let (status, qwen) = get_json(&gw.base, "/v1/models/Qwen/Qwen2.5-0.5B-Instruct", &[]).await;
+    assert_eq!(status, 200, "{qwen}");
+    assert_eq!(qwen["id"], "Qwen/Qwen2.5-0.5B-Instruct");
 }
 
 #[tokio::test]
