@@ -1,7 +1,8 @@
 //! Health and warm state of a backend. Local backends are probed (Ollama: `/api/version`
 //! and `/api/ps` for the models loaded in memory; OpenAI-compatible: `/models`); cloud
 //! backends are not probed (that would spend the user's quota) and are judged by their
-//! breaker alone.
+//! breaker alone. A llama.cpp model listed as a file path is recorded by its file stem
+//! ([`readable_model_id`]).
 
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -133,7 +134,7 @@ impl Backend {
                     .map(|d| {
                         d.iter()
                             .filter_map(|m| m["id"].as_str())
-                            .map(str::to_owned)
+                            .map(readable_model_id)
                             .collect()
                     })
                     .unwrap_or_default();
@@ -150,10 +151,49 @@ impl Backend {
     }
 }
 
+/// The id a person would type for a model an OpenAI-compatible server lists. llama.cpp's
+/// server, started without `--alias`, lists its model as the GGUF file's path
+/// (`/models/gemma-3-270m-it-Q4_K_M.gguf`): that becomes the file stem
+/// (`gemma-3-270m-it-Q4_K_M`), which a config can name. Anything else is kept as it is,
+/// slashes included (`Qwen/Qwen2.5-7B-Instruct` is a vLLM model name, not a path).
+pub fn readable_model_id(id: &str) -> String {
+    let file = id.rsplit(['/', '\\']).next().unwrap_or(id);
+    match file
+        .len()
+        .checked_sub(".gguf".len())
+        .filter(|&cut| file.is_char_boundary(cut) && file[cut..].eq_ignore_ascii_case(".gguf"))
+    {
+        Some(cut) if cut > 0 => file[..cut].to_owned(),
+        _ => id.to_owned(),
+    }
+}
+
 fn down(detail: String) -> Health {
     Health {
         status: HealthStatus::Down,
         detail: Some(detail),
         ..Health::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::readable_model_id;
+
+    #[test]
+    fn a_gguf_path_reads_as_its_file_stem_and_other_ids_are_kept() {
+        assert_eq!(
+            readable_model_id("/models/gemma-3-270m-it-Q4_K_M.gguf"),
+            "gemma-3-270m-it-Q4_K_M"
+        );
+        assert_eq!(readable_model_id(r"C:\models\Qwen3-4B.GGUF"), "Qwen3-4B");
+        assert_eq!(readable_model_id("tiny.gguf"), "tiny");
+        // An alias, a vLLM repo name, and a name that is only the extension stay.
+        assert_eq!(readable_model_id("gemma"), "gemma");
+        assert_eq!(
+            readable_model_id("Qwen/Qwen2.5-7B-Instruct"),
+            "Qwen/Qwen2.5-7B-Instruct"
+        );
+        assert_eq!(readable_model_id("/models/.gguf"), "/models/.gguf");
     }
 }

@@ -67,6 +67,8 @@ fn routes(engine: Arc<Engine>, delegator: Arc<glider_delegate::Delegator>) -> Ro
         .route("/v1/messages", post(messages))
         .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
+        // `*id`: a model id may hold slashes (`Qwen/Qwen2.5-7B-Instruct`).
+        .route("/v1/models/{*id}", get(model))
         .route("/api/chat", post(ollama_chat))
         .route("/api/tags", get(ollama_tags))
         .route("/api/version", get(ollama_version))
@@ -189,27 +191,34 @@ async fn count_tokens(State(gw): State<Gateway>, request: Request) -> Response {
     }
 }
 
-/// OpenAI's list shape, or Anthropic's when the caller sends `anthropic-version`. Each
-/// entry also says, under `glider`, which backend serves it and what is missing.
+/// Does the caller speak Anthropic's models API? Anthropic's SDKs send
+/// `anthropic-version` on every call, and authenticate with `x-api-key`.
+fn anthropic_caller(headers: &HeaderMap) -> bool {
+    headers.contains_key("anthropic-version") || headers.contains_key("x-api-key")
+}
+
+/// One model in Anthropic's shape or OpenAI's, with Glider's own `glider` details:
+/// which backend serves it and what is missing.
+fn model_object(m: &glider_engine::ModelInfo, anthropic: bool) -> serde_json::Value {
+    let glider = serde_json::json!({
+        "backend": m.backend,
+        "alias_of": m.alias_of,
+        "available": m.unavailable.is_none(),
+        "unavailable": m.unavailable,
+        "warm": m.warm,
+    });
+    if anthropic {
+        serde_json::json!({"type": "model", "id": m.id, "display_name": m.id, "created_at": "1970-01-01T00:00:00Z", "glider": glider})
+    } else {
+        serde_json::json!({"id": m.id, "object": "model", "created": 0, "owned_by": m.backend, "glider": glider})
+    }
+}
+
+/// OpenAI's list shape, or Anthropic's for an Anthropic-shaped caller.
 async fn models(State(gw): State<Gateway>, headers: HeaderMap) -> Response {
     let models = gw.engine.models();
-    let anthropic = headers.contains_key("anthropic-version");
-    let data: Vec<serde_json::Value> = models
-        .iter()
-        .map(|m| {
-            let glider = serde_json::json!({
-                "backend": m.backend,
-                "alias_of": m.alias_of,
-                "available": m.unavailable.is_none(),
-                "unavailable": m.unavailable,
-            });
-            if anthropic {
-                serde_json::json!({"type": "model", "id": m.id, "display_name": m.id, "created_at": "1970-01-01T00:00:00Z", "glider": glider})
-            } else {
-                serde_json::json!({"id": m.id, "object": "model", "created": 0, "owned_by": m.backend, "glider": glider})
-            }
-        })
-        .collect();
+    let anthropic = anthropic_caller(&headers);
+    let data: Vec<serde_json::Value> = models.iter().map(|m| model_object(m, anthropic)).collect();
     let body = if anthropic {
         serde_json::json!({
             "data": data,
@@ -221,6 +230,31 @@ async fn models(State(gw): State<Gateway>, headers: HeaderMap) -> Response {
         serde_json::json!({"object": "list", "data": data})
     };
     axum::Json(body).into_response()
+}
+
+/// `GET /v1/models/{id}`: the entry `/v1/models` lists under `id`, in the caller's
+/// shape; an id it does not list is a 404 in the caller's dialect.
+async fn model(
+    State(gw): State<Gateway>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let anthropic = anthropic_caller(&headers);
+    match gw.engine.model(&id) {
+        Some(found) => axum::Json(model_object(&found, anthropic)).into_response(),
+        None => error_response(
+            if anthropic {
+                Dialect::Anthropic
+            } else {
+                Dialect::OpenAiChat
+            },
+            &ApiError::new(
+                ErrorKind::NotFound,
+                format!("model {id:?} is not listed by /v1/models"),
+            )
+            .with_param("model"),
+        ),
+    }
 }
 
 async fn ollama_tags(State(gw): State<Gateway>) -> Response {

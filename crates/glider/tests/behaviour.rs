@@ -333,27 +333,11 @@ async fn count_tokens_is_exact_from_anthropic_and_estimated_otherwise() {
 async fn models_lists_backends_and_aliases_in_both_shapes() {
     let (_mock, yaml) = mock_and_config("model_aliases: {gpt-4o: m-ollama}\n").await;
     let gw = gateway(&yaml).await;
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
-    let openai: serde_json::Value = client
-        .get(format!("{}/v1/models", gw.base))
-        .send()
-        .await
-        .expect("ok")
-        .json()
-        .await
-        .expect("json");
+    let (_, openai) = get_json(&gw.base, "/v1/models", &[]).await;
     assert_eq!(openai["object"], "list");
-    let ids: Vec<&str> = openai["data"]
-        .as_array()
-        .expect("data")
-        .iter()
-        .filter_map(|m| m["id"].as_str())
-        .collect();
+    let ids = listed_ids(&openai);
     for id in ["m-ollama", "m-vllm", "m-openai", "m-anthropic", "gpt-4o"] {
-        assert!(ids.contains(&id), "{id} missing from {ids:?}");
+        assert!(ids.iter().any(|i| i == id), "{id} missing from {ids:?}");
     }
     let alias = openai["data"]
         .as_array()
@@ -362,17 +346,173 @@ async fn models_lists_backends_and_aliases_in_both_shapes() {
         .find(|m| m["id"] == "gpt-4o")
         .expect("alias");
     assert_eq!(alias["glider"]["alias_of"], "m-ollama");
-    let anthropic: serde_json::Value = client
-        .get(format!("{}/v1/models", gw.base))
-        .header("anthropic-version", "2023-06-01")
-        .send()
-        .await
-        .expect("ok")
-        .json()
-        .await
-        .expect("json");
+    let (_, anthropic) = get_json(
+        &gw.base,
+        "/v1/models",
+        &[("anthropic-version", "2023-06-01")],
+    )
+    .await;
     assert_eq!(anthropic["data"][0]["type"], "model");
     assert_eq!(anthropic["has_more"], false);
+}
+
+/// `GET {path}` on the gateway with `headers`: (status, JSON body).
+async fn get_json(base: &str, path: &str, headers: &[(&str, &str)]) -> (u16, serde_json::Value) {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let mut request = client.get(format!("{base}{path}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let reply = request.send().await.expect("gateway answers");
+    let status = reply.status().as_u16();
+    (status, reply.json().await.expect("json"))
+}
+
+fn listed_ids(list: &serde_json::Value) -> Vec<String> {
+    list["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_listed_model_is_retrieved_in_the_callers_shape_and_an_unknown_one_is_a_404() {
+    let (_mock, yaml) = mock_and_config("model_aliases: {gpt-4o: m-ollama}\n").await;
+    let gw = gateway(&yaml).await;
+    let (_, list) = get_json(&gw.base, "/v1/models", &[]).await;
+    let ids = listed_ids(&list);
+    assert!(ids.len() >= 5, "{ids:?}");
+    for id in &ids {
+        let (status, openai) = get_json(&gw.base, &format!("/v1/models/{id}"), &[]).await;
+        assert_eq!(status, 200, "{id}: {openai}");
+        assert_eq!(openai["id"], id.as_str());
+        assert_eq!(openai["object"], "model");
+        assert!(openai["created"].is_u64(), "{openai}");
+        assert!(openai["owned_by"].is_string(), "{openai}");
+        // Anthropic's SDK sends `anthropic-version`; a bare key-holder sends `x-api-key`.
+        for header in [("anthropic-version", "2023-06-01"), ("x-api-key", "sk-ant")] {
+            let (status, anthropic) =
+                get_json(&gw.base, &format!("/v1/models/{id}"), &[header]).await;
+            assert_eq!(status, 200, "{id} {header:?}: {anthropic}");
+            assert_eq!(anthropic["type"], "model");
+            assert_eq!(anthropic["id"], id.as_str());
+            assert!(anthropic["display_name"].is_string(), "{anthropic}");
+            assert!(anthropic["created_at"].is_string(), "{anthropic}");
+        }
+    }
+    let (status, alias) = get_json(&gw.base, "/v1/models/gpt-4o", &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(alias["glider"]["alias_of"], "m-ollama");
+    assert_eq!(alias["owned_by"], "ollama");
+
+    let (status, openai) = get_json(&gw.base, "/v1/models/no-such-model", &[]).await;
+    assert_eq!(status, 404, "{openai}");
+    assert_eq!(openai["error"]["param"], "model", "{openai}");
+    assert!(
+        openai["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no-such-model")),
+        "{openai}"
+    );
+    let (status, anthropic) = get_json(
+        &gw.base,
+        "/v1/models/no-such-model",
+        &[("anthropic-version", "2023-06-01")],
+    )
+    .await;
+    assert_eq!(status, 404, "{anthropic}");
+    assert_eq!(anthropic["type"], "error", "{anthropic}");
+    assert_eq!(anthropic["error"]["type"], "not_found_error", "{anthropic}");
+}
+
+#[tokio::test]
+async fn models_lists_each_id_once_when_an_alias_equals_a_backend_model() {
+    // The anthropic backend's default model is also an alias for the local model, and
+    // a second backend lists a model the first already does.
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let url = mock.base_url();
+    let yaml = format!(
+        "backends:\n\
+         \x20 - {{name: ollama, type: ollama, base_url: '{url}', models: [m-ollama]}}\n\
+         \x20 - {{name: vllm, type: vllm, base_url: '{url}/v1', models: [m-ollama, m-vllm]}}\n\
+         \x20 - {{name: anthropic, type: anthropic, base_url: '{url}', api_key: k, default_model: claude-haiku-4-5}}\n\
+         routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}\n\
+         model_aliases: {{claude-haiku-4-5: m-ollama}}\n"
+    );
+    let gw = gateway(&yaml).await;
+    for headers in [&[][..], &[("anthropic-version", "2023-06-01")][..]] {
+        let (status, list) = get_json(&gw.base, "/v1/models", headers).await;
+        assert_eq!(status, 200, "{list}");
+        let mut ids = listed_ids(&list);
+        let listed = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), listed, "an id is listed twice: {list}");
+        assert_eq!(ids, ["claude-haiku-4-5", "m-ollama", "m-vllm"]);
+    }
+    // Listed as what a request for it reaches: the alias is resolved before routing.
+    let (_, haiku) = get_json(&gw.base, "/v1/models/claude-haiku-4-5", &[]).await;
+    assert_eq!(haiku["glider"]["alias_of"], "m-ollama", "{haiku}");
+    assert_eq!(haiku["owned_by"], "ollama", "{haiku}");
+    let reply = post_json(&gw.base, "/v1/messages", &ask("claude-haiku-4-5", false)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        mock.requests().last().expect("reached the mock").path,
+        "/api/chat"
+    );
+}
+
+#[tokio::test]
+async fn a_llama_cpp_model_listed_as_a_gguf_path_is_matched_by_its_file_stem() {
+    // llama-server without `--alias` lists its model as the file's path.
+    let mock = MockVendor::start(MockConfig {
+        models: vec!["/home/me/models/gemma-3-270m-it-Q4_K_M.gguf".into()],
+        ..MockConfig::default()
+    })
+    .await;
+    let url = mock.base_url();
+    let yaml = format!(
+        "backends:\n\
+         \x20 - {{name: llama, type: vllm, base_url: '{url}/v1', models: [gemma-3-270m-it-Q4_K_M, other-model, Qwen/Qwen2.5-0.5B-Instruct]}}\n\
+         routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}\n"
+    );
+    let gw = gateway(&yaml).await;
+    gw.engine.probe_all().await;
+    let (_, list) = get_json(&gw.base, "/v1/models", &[]).await;
+    assert_eq!(
+        listed_ids(&list),
+        [
+            "gemma-3-270m-it-Q4_K_M",
+            "other-model",
+            "Qwen/Qwen2.5-0.5B-Instruct"
+        ],
+        "{list}"
+    );
+    let warm: Vec<&serde_json::Value> = list["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|m| &m["glider"]["warm"])
+        .collect();
+    assert_eq!(warm, [&json!(true), &json!(false), &json!(false)], "{list}");
+    let (status, gemma) = get_json(&gw.base, "/v1/models/gemma-3-270m-it-Q4_K_M", &[]).await;
+    assert_eq!(status, 200, "{gemma}");
+    assert_eq!(gemma["glider"]["available"], true, "{gemma}");
+    assert_eq!(
+        gemma["glider"]["warm"], true,
+        "the served GGUF path matches its stem: {gemma}"
+    );
+    let (_, other) = get_json(&gw.base, "/v1/models/other-model", &[]).await;
+    assert_eq!(other["glider"]["warm"], false, "{other}");
+    // A repository-style id keeps its slash, and is retrieved whole.
+    let (status, qwen) = get_json(&gw.base, "/v1/models/Qwen/Qwen2.5-0.5B-Instruct", &[]).await;
+    assert_eq!(status, 200, "{qwen}");
+    assert_eq!(qwen["id"], "Qwen/Qwen2.5-0.5B-Instruct");
 }
 
 #[tokio::test]
