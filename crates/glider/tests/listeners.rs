@@ -5,12 +5,13 @@
 //! stream with the dialect's error event, a second signal exits at once; trace logging
 //! with the log file beside the config does not feed itself.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
+mod common;
+
+use common::output::OutputLines;
 use glider_test_support::{MockConfig, MockVendor};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -49,7 +50,7 @@ fn glider(home: &Path, config: &Path) -> Command {
 /// `glider serve` with its stdout read line by line, and the three ports it opened.
 struct Serve {
     child: Child,
-    lines: mpsc::Receiver<String>,
+    lines: OutputLines,
     gateway: String,
     dashboard: String,
     mitm: String,
@@ -62,15 +63,7 @@ impl Serve {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn glider serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = OutputLines::of(&mut child);
         let mut serve = Serve {
             child,
             lines,
@@ -95,16 +88,7 @@ impl Serve {
     }
 
     fn wait_for(&mut self, needle: &str) -> String {
-        let deadline = std::time::Instant::now() + HANG_GUARD;
-        let mut seen = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(line) => seen.push(line),
-                Err(_) => panic!("no line with {needle:?}; saw:\n{}", seen.join("\n")),
-            }
-        }
+        self.lines.wait_for(needle)
     }
 
     fn signal(&self, name: &str) {

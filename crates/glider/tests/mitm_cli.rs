@@ -6,8 +6,11 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
+
+mod common;
+
+use common::output::OutputLines;
 
 const GLIDER: &str = env!("CARGO_BIN_EXE_glider");
 
@@ -188,8 +191,7 @@ fn wait_bounded(child: &mut Child, within: Duration) -> std::process::ExitStatus
 /// `glider serve` with its output read line by line on a thread.
 struct Serve {
     child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
+    lines: OutputLines,
 }
 
 impl Serve {
@@ -201,40 +203,14 @@ impl Serve {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Serve {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
+        let lines = OutputLines::of(&mut child);
+        Serve { child, lines }
     }
 
-    /// Wait for a line containing `needle`; panics with what was seen otherwise.
+    /// Wait for a line containing `needle`; panics with what was seen otherwise (the
+    /// child is killed as the panic drops it).
     fn wait_for(&mut self, needle: &str) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
-                }
-                Err(_) => {
-                    let _ = self.child.kill();
-                    panic!("no line with {needle:?}; saw:\n{}", self.seen.join("\n"));
-                }
-            }
-        }
+        self.lines.wait_for(needle)
     }
 }
 

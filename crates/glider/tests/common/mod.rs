@@ -2,6 +2,7 @@
 //! gateway served on port 0, and helpers that speak each front dialect over real HTTP.
 #![allow(dead_code)]
 
+pub mod output;
 pub mod procs;
 
 use std::sync::Arc;
