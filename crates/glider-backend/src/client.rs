@@ -357,12 +357,13 @@ fn idle_bounded(
     idle: std::time::Duration,
     body: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
 ) -> BodyStream {
-    Box::pin(futures_util::stream::unfold(Some(body), move |body| {
-        let backend = backend.clone();
-        async move {
-            let mut body = body?;
+    // The backend's name travels in the state: it is needed only when a chunk fails.
+    Box::pin(futures_util::stream::unfold(
+        Some((body, backend)),
+        move |state| async move {
+            let (mut body, backend) = state?;
             match tokio::time::timeout(idle, body.next()).await {
-                Ok(Some(Ok(chunk))) => Some((Ok(chunk), Some(body))),
+                Ok(Some(Ok(chunk))) => Some((Ok(chunk), Some((body, backend)))),
                 Ok(Some(Err(e))) => Some((Err(transport_failure(&backend, &e)), None)),
                 Ok(None) => None,
                 Err(_) => Some((
@@ -375,8 +376,8 @@ fn idle_bounded(
                     None,
                 )),
             }
-        }
-    }))
+        },
+    ))
 }
 
 /// A failure to reach or read from a backend. Nothing reachable (no connection) is

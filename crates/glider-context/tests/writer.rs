@@ -119,7 +119,10 @@ fn events_dropped_while_the_writer_is_blocked_are_logged_as_a_gap() {
         dropped >= SENT - 16,
         "a queue of 4 holds few of {SENT}: {dropped} dropped"
     );
-    assert_eq!(counters.gaps.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // Usually one gap; on a loaded machine the writer can take events between two runs
+    // of drops, and each run is its own gap event. What must hold: every drop is told.
+    let gap_events = counters.gaps.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(gap_events >= 1, "the drops were told as a gap");
     drop(log);
     let conn = store::open(home.path()).expect("opens");
     let all = store::events(&conn, None).expect("reads");
@@ -130,7 +133,12 @@ fn events_dropped_while_the_writer_is_blocked_are_logged_as_a_gap() {
             _ => None,
         })
         .collect();
-    assert_eq!(gaps, [dropped], "one gap event tells every dropped event");
+    assert_eq!(gaps.len() as u64, gap_events, "each counted gap is written");
+    assert_eq!(
+        gaps.iter().sum::<u64>(),
+        dropped,
+        "the gap events tell every dropped event"
+    );
     let written = all.iter().filter(|s| s.event.session.is_some()).count() as u64;
     assert_eq!(
         written + dropped,

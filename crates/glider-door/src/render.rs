@@ -29,15 +29,13 @@ pub fn error_response(front: Dialect, error: &ApiError) -> Response {
     response
 }
 
-pub use glider_engine::stream_error_event;
+use glider_engine::stream_error_event;
 
 /// A request body a door could not read, as `front`'s error: 413 over
 /// `server.max_body_bytes`, 408 past `server.body_read_timeout_secs`, else 400.
 pub fn body_refused(front: Dialect, door: Door, error: &BodyError) -> Response {
     let mut response = error_response(front, &error.api_error(door));
-    if error.timed_out_after.is_some() {
-        *response.status_mut() = StatusCode::REQUEST_TIMEOUT;
-    }
+    *response.status_mut() = error.status();
     response
 }
 

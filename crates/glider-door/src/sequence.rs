@@ -12,7 +12,6 @@ use glider_ngl::{ApiError, Dialect, ErrorKind};
 use glider_sys::listen::{BodyTimedOut, DeadlineBody};
 use http::HeaderMap;
 use http_body_util::{BodyExt, Limited};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 pub use glider_engine::Door;
@@ -184,6 +183,17 @@ pub struct BodyError {
 impl BodyError {
     /// The error in ngl terms, for a door that answers in the caller's dialect: a 413
     /// naming `server.max_body_bytes`, or a 400.
+    /// The HTTP status of the refusal: 408 past the time, 413 over the size, else 400.
+    pub fn status(&self) -> http::StatusCode {
+        if self.timed_out_after.is_some() {
+            http::StatusCode::REQUEST_TIMEOUT
+        } else if self.too_large {
+            http::StatusCode::PAYLOAD_TOO_LARGE
+        } else {
+            http::StatusCode::BAD_REQUEST
+        }
+    }
+
     pub fn api_error(&self, door: Door) -> ApiError {
         if let Some(after) = self.timed_out_after {
             ApiError::invalid(BodyTimedOut { after }.to_string())
@@ -214,7 +224,7 @@ where
             too_large: e.is::<http_body_util::LengthLimitError>(),
             limit,
             cause: e.to_string(),
-            timed_out_after: None,
+            timed_out_after: e.downcast_ref::<BodyTimedOut>().map(|t| t.after),
         }),
     }
 }
@@ -227,14 +237,7 @@ where
     B: http_body::Body<Data = Bytes> + Unpin,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let body = DeadlineBody::new(body, time);
-    let timed_out = body.timed_out_flag();
-    read_limited(body, limit).await.map_err(|mut error| {
-        if timed_out.load(Ordering::Acquire) {
-            error.timed_out_after = Some(time);
-        }
-        error
-    })
+    read_limited(DeadlineBody::new(body, time), limit).await
 }
 
 #[cfg(test)]

@@ -284,12 +284,20 @@ impl Tracker {
 
     /// A forwarded stream closed: the error its decoder reports if it ended before the
     /// dialect's terminal event (`None` when complete, or when not decoding a stream).
+    /// What the decoder still held (a last line without its line end, e.g. Ollama's
+    /// final `done: true` with the usage) is recorded like every other event.
     pub fn raw_truncation(&mut self) -> Option<glider_ngl::ApiError> {
-        let decoder = self.raw_stream.as_mut()?;
-        decoder.finish().into_iter().find_map(|event| match event {
-            StreamEvent::Error { error } => Some(error),
-            _ => None,
-        })
+        let held = self.raw_stream.as_mut()?.finish();
+        let mut truncation = None;
+        for event in held {
+            match event {
+                StreamEvent::Error { error } => {
+                    truncation.get_or_insert(error);
+                }
+                event => self.event(&event),
+            }
+        }
+        truncation
     }
 
     /// An event of a translated stream.

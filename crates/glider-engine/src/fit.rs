@@ -43,17 +43,7 @@ pub fn fit_request(request: &mut Request, target: &FitTarget) -> Vec<String> {
     let mut notes = Vec::new();
     fit_tools(request, target, &mut notes);
     cap_output(request, target, &mut notes);
-    let thinks = target.model.and_then(|m| m.thinking);
-    // Ollama refuses `think` for a model that cannot think, so there it must be stated;
-    // an OpenAI-compatible server ignores an effort it cannot use unless told otherwise.
-    let cannot_think = match target.kind {
-        BackendKind::Ollama => thinks != Some(true),
-        _ => thinks == Some(false),
-    };
-    if request.thinking.is_some() && cannot_think {
-        request.thinking = None;
-        notes.push("thinking dropped (the model is not marked `thinking: true`)".into());
-    }
+    notes.extend(drop_thinking(request, target));
     drop_unsupported_fields(request, target.dialect, &mut notes);
     let (markers, images) = clean_parts(request, target.model.and_then(|m| m.vision));
     if markers > 0 {
@@ -65,6 +55,28 @@ pub fn fit_request(request: &mut Request, target: &FitTarget) -> Vec<String> {
         ));
     }
     notes
+}
+
+/// Whether `request` asks for thinking the target model cannot do. Ollama refuses
+/// `think` for a model that cannot think, so there it must be stated; an
+/// OpenAI-compatible server ignores an effort it cannot use unless told otherwise.
+pub fn thinking_unsupported(request: &Request, target: &FitTarget) -> bool {
+    let thinks = target.model.and_then(|m| m.thinking);
+    let cannot_think = match target.kind {
+        BackendKind::Ollama => thinks != Some(true),
+        _ => thinks == Some(false),
+    };
+    request.thinking.is_some() && cannot_think
+}
+
+/// Drops thinking the target model cannot do; the note says so. A correctness rule,
+/// not a budget: it holds with `fit.enabled: false` too (Ollama would refuse the request).
+pub fn drop_thinking(request: &mut Request, target: &FitTarget) -> Option<String> {
+    if !thinking_unsupported(request, target) {
+        return None;
+    }
+    request.thinking = None;
+    Some("thinking dropped (the model is not marked `thinking: true`)".into())
 }
 
 /// No tools for a model without tool support; above the budget, the tools this

@@ -689,3 +689,23 @@ async fn origin_passthrough_answers_locally_only_what_is_local() {
         ),
     }
 }
+
+#[tokio::test]
+async fn thinking_an_ollama_model_cannot_do_is_dropped_with_fitting_on_or_off() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    for fit in ["true", "false"] {
+        let yaml = format!(
+            "backends:\n  - {{name: local, type: ollama, base_url: '{}', models: [qwen]}}\n\
+             fit: {{enabled: {fit}}}\n",
+            mock.base_url()
+        );
+        let gw = gateway(&yaml).await;
+        let mut body = ask("qwen", false);
+        body["thinking"] = serde_json::json!({"type": "enabled", "budget_tokens": 1024});
+        let reply = post_json(&gw.base, "/v1/messages", &body).await;
+        assert_eq!(reply.status, 200, "fit {fit}: {}", reply.text());
+        // Ollama refuses `think` for a model that cannot think: it must not be sent.
+        let sent = mock.requests().last().expect("asked").body.clone();
+        assert!(sent.get("think").is_none(), "fit {fit}: sent {sent}");
+    }
+}

@@ -386,15 +386,15 @@ impl HttpHandler for AgentRpcHandler {
         let body = match read_within(body, limit, time).await {
             Ok(body) => body,
             Err(error) => {
-                let (status, code) = if error.timed_out_after.is_some() {
-                    (StatusCode::REQUEST_TIMEOUT, "deadline_exceeded")
+                let code = if error.timed_out_after.is_some() {
+                    "deadline_exceeded"
                 } else if error.too_large {
-                    (StatusCode::PAYLOAD_TOO_LARGE, "resource_exhausted")
+                    "resource_exhausted"
                 } else {
-                    (StatusCode::BAD_REQUEST, "invalid_argument")
+                    "invalid_argument"
                 };
                 return RequestOrResponse::Response(connect_error(
-                    status,
+                    error.status(),
                     code,
                     &format!("Glider could not read the request body: {}", error.cause),
                 ));

@@ -1,9 +1,10 @@
-//! Fit (local candidates only, `fit.enabled`): each local candidate's request is fitted
+//! Fit (local candidates only, `fit.enabled`; with it off, only thinking a model cannot
+//! do is dropped): each local candidate's request is fitted
 //! to its model — tools within the backend's budget, output capped, what the model
 //! cannot take dropped — and every change goes on the record ([`crate::fit`]).
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
-use crate::fit::{FitTarget, fit_request};
+use crate::fit::{FitTarget, drop_thinking, fit_request, thinking_unsupported};
 
 pub(crate) struct Fit;
 
@@ -18,9 +19,7 @@ impl Phase for Fit {
         };
         let config = &job.runtime.config;
         job.adapted.resize_with(decision.candidates.len(), || None);
-        if !config.fit.enabled {
-            return ready(Flow::Continue);
-        }
+        let enabled = config.fit.enabled;
         for (candidate, adapted) in decision.candidates.iter().zip(&mut job.adapted) {
             let backend = &candidate.backend;
             if !backend.kind().is_local() {
@@ -34,13 +33,22 @@ impl Phase for Fit {
                 dialect: backend.dialect_for(job.front),
                 kind: backend.kind(),
             };
+            // With fitting off only thinking the model cannot do is dropped (a model
+            // that refuses it would fail the request); nothing else is copied or changed.
+            if !enabled && !thinking_unsupported(&job.request, &target) {
+                continue;
+            }
             let earlier = adapted.is_some();
             let mut request = adapted.take().unwrap_or_else(|| job.request.clone());
-            let mut notes = fit_request(&mut request, &target);
+            let mut notes = if enabled {
+                fit_request(&mut request, &target)
+            } else {
+                drop_thinking(&mut request, &target).into_iter().collect()
+            };
             if earlier || !notes.is_empty() {
                 *adapted = Some(request);
             }
-            if job.headers.contains_key("anthropic-beta") {
+            if enabled && job.headers.contains_key("anthropic-beta") {
                 // Never forwarded to a local backend (upstream::forward_headers): said here.
                 notes.push("anthropic-beta header not sent".into());
             }
