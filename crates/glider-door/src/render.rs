@@ -47,10 +47,28 @@ pub fn shutting_down() -> ApiError {
     )
 }
 
+/// The reply `answer` makes, under the drain deadline of `cutoff` (taken from the
+/// request's extensions; none when the door is not draining): a reply not made by the
+/// deadline is a 503, a stream still open then ends with `front`'s error event.
+pub async fn by_deadline(
+    front: Dialect,
+    cutoff: Option<Cutoff>,
+    answer: impl std::future::Future<Output = Response>,
+) -> Response {
+    let response = match &cutoff {
+        Some(cutoff) => tokio::select! {
+            response = answer => response,
+            () = cutoff.reached() => error_response(front, &shutting_down()),
+        },
+        None => answer.await,
+    };
+    ending_at(front, response, cutoff.as_ref())
+}
+
 /// `response` as it is, except that a streamed reply (SSE or NDJSON) still open at the
 /// drain deadline of `cutoff` ends with `front`'s error event: the client sees a
 /// clean, typed end instead of a cut connection.
-pub fn ending_at(front: Dialect, response: Response, cutoff: Option<&Cutoff>) -> Response {
+fn ending_at(front: Dialect, response: Response, cutoff: Option<&Cutoff>) -> Response {
     let Some(cutoff) = cutoff else {
         return response;
     };

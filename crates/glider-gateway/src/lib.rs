@@ -149,14 +149,7 @@ async fn complete(gw: Gateway, front: Dialect, request: Request) -> Response {
         Err(response) => return response,
     };
     let answer = Door::Gateway.answer(&gw.engine, Some(&gw.delegator), front, headers, body);
-    let response = match &cutoff {
-        Some(cutoff) => tokio::select! {
-            response = render_outcome(front, answer) => response,
-            () = cutoff.reached() => error_response(front, &render::shutting_down()),
-        },
-        None => render_outcome(front, answer).await,
-    };
-    render::ending_at(front, response, cutoff.as_ref())
+    render::by_deadline(front, cutoff, render_outcome(front, answer)).await
 }
 
 /// The pipeline's outcome as the reply in `front`'s dialect.

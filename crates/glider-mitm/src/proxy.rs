@@ -253,14 +253,7 @@ impl Mitm {
                 // open ends with the dialect's error event.
                 let cutoff = request.extensions().get::<Cutoff>().cloned();
                 let answer = self.handle(target, ApiHandler { front }, request);
-                let response = match &cutoff {
-                    Some(cutoff) => tokio::select! {
-                        response = answer => response,
-                        () = cutoff.reached() => error_response(front, &render::shutting_down()),
-                    },
-                    None => answer.await,
-                };
-                render::ending_at(front, response, cutoff.as_ref())
+                render::by_deadline(front, cutoff, answer).await
             }
             None => {
                 tracing::debug!(host = %target.host, method = %request.method(), path = request.uri().path(), "to the origin untouched");
