@@ -2,10 +2,12 @@
 //! validation ([`schema`]), `${VAR}` interpolation of secrets ([`Secret`]), and the live
 //! snapshot with hot reload ([`watch`]). A request reads one immutable `Arc<Config>`.
 
+pub mod pricing;
 pub mod schema;
 pub mod watch;
 
 pub use notify::RecommendedWatcher as FileWatcher;
+pub use pricing::{ModelPrice, PricingConfig};
 pub use schema::*;
 pub use watch::{ConfigHandle, ReloadOutcome, watch_path};
 

@@ -38,6 +38,9 @@ pub struct Config {
     pub mitm: MitmConfig,
     /// Delegation of `/claude`, `/cursor-agent` and `/agy` messages to another CLI (hot).
     pub delegate: DelegateConfig,
+    /// Cloud list prices, for the cost that answering locally avoided (hot; see
+    /// docs/dashboard.md).
+    pub pricing: crate::pricing::PricingConfig,
 }
 
 /// Listeners. Changing any of these needs a restart.
@@ -977,6 +980,7 @@ impl Config {
             }
         }
         self.mitm.problems(&mut problems);
+        self.pricing.problems(&mut problems);
         problems
     }
 
