@@ -96,7 +96,10 @@ impl PricingConfig {
             .filter(|_| self.builtin)
             .filter(|(key, _)| !self.models.contains_key(*key))
             .map(|(key, price)| (*key, *price));
-        let configured = self.models.iter().map(|(key, price)| (key.as_str(), *price));
+        let configured = self
+            .models
+            .iter()
+            .map(|(key, price)| (key.as_str(), *price));
         configured
             .chain(builtin)
             .filter(|(key, _)| model.starts_with(key))
@@ -171,11 +174,24 @@ mod tests {
             "pricing:\n  models:\n    claude-sonnet-4: {input: 1, output: 2}\n    my-cloud-model: {input: 4, output: 8, cache_read: 0.4}\n",
         )
         .expect("valid");
-        let (key, price) = config.pricing.price_of("claude-sonnet-4-5").expect("priced");
-        assert_eq!((key, price.input, price.output), ("claude-sonnet-4", 1.0, 2.0));
-        assert_eq!(price.cost_usd(0, 1_000_000, 0), 1.0, "cache read at the input rate");
+        let (key, price) = config
+            .pricing
+            .price_of("claude-sonnet-4-5")
+            .expect("priced");
+        assert_eq!(
+            (key, price.input, price.output),
+            ("claude-sonnet-4", 1.0, 2.0)
+        );
+        assert_eq!(
+            price.cost_usd(0, 1_000_000, 0),
+            1.0,
+            "cache read at the input rate"
+        );
         assert!(config.pricing.price_of("my-cloud-model-v2").is_some());
-        assert!(config.pricing.price_of("gpt-4.1").is_some(), "built-ins stay");
+        assert!(
+            config.pricing.price_of("gpt-4.1").is_some(),
+            "built-ins stay"
+        );
 
         let alone = parse("pricing: {builtin: false, models: {mine: {input: 1, output: 1}}}\n")
             .expect("valid");

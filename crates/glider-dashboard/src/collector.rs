@@ -1,11 +1,14 @@
 //! The collector (spec package `metrics`): the one reader of the engine's bus. For each
 //! event it updates the metrics, the in-memory recent list, the WebSocket hub and the
 //! history queue, none of which can block. A second task watches backend state and
-//! publishes its changes on the bus, so breaker moves driven by time show up too.
+//! publishes its changes on the bus, so breaker moves driven by time show up too; a
+//! third tells `/ws` which context sessions changed; and at start the ledger is seeded
+//! from the history.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use glider_engine::{BackendState, PipelineEvent, RequestRecord};
 use serde::Serialize;
@@ -103,7 +106,11 @@ fn handle(shared: &Shared, event: &PipelineEvent) {
         }
         PipelineEvent::RequestFinished(record) => {
             let was_in_flight = lock(&shared.recent).in_flight.remove(&record.id).is_some();
-            shared.metrics.finished(record, was_in_flight);
+            shared.metrics.finished(
+                record,
+                was_in_flight,
+                &shared.engine.runtime().config.pricing,
+            );
             let seq = shared.last_seq.fetch_add(1, Ordering::Relaxed) + 1;
             let entry = Entry { seq, record };
             let value = serde_json::to_value(&entry).unwrap_or(Value::Null);
@@ -180,4 +187,110 @@ pub fn publish_backend_changes(shared: &Shared) {
 
 pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Read the history of the last days (entries up to `through_seq`, the last one written
+/// before this process began) into the ledger, a chunk at a time, off the runtime's
+/// threads. `/api/status` says when it is done.
+pub fn spawn_ledger_seed(shared: &Arc<Shared>, through_seq: u64) -> tokio::task::JoinHandle<()> {
+    let weak = Arc::downgrade(shared);
+    let dir = shared.history.options.dir.clone();
+    tokio::task::spawn_blocking(move || {
+        let since =
+            crate::unix_ms().saturating_sub(crate::ledger::DAYS_KEPT * crate::ledger::DAY_MS);
+        let mut chunk = Vec::with_capacity(crate::ledger::SEED_CHUNK);
+        let flush = |chunk: &mut Vec<crate::ledger::Row>| -> bool {
+            let Some(shared) = weak.upgrade() else {
+                return false;
+            };
+            let pricing = shared.engine.runtime().config.pricing.clone();
+            shared.metrics.seed(chunk, &pricing);
+            shared
+                .ledger_seeded_rows
+                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            chunk.clear();
+            true
+        };
+        let mut alive = true;
+        crate::history::for_each_since(&dir, since, |line| {
+            if line.seq <= through_seq {
+                chunk.push(line.row);
+            }
+            if chunk.len() >= crate::ledger::SEED_CHUNK {
+                alive = flush(&mut chunk);
+            }
+            alive
+        });
+        if alive
+            && flush(&mut chunk)
+            && let Some(shared) = weak.upgrade()
+        {
+            shared.ledger_seeded.store(true, Ordering::Release);
+        }
+    })
+}
+
+/// How often the context log is looked at for sessions that changed: the most a
+/// session's `/ws` event can lag, and the most often one is sent per session.
+pub const SESSION_POLL: Duration = Duration::from_secs(1);
+
+/// Send a `session` event on `/ws` for each context session that changed since the
+/// last look (new events, or forgotten). The log is read once at start, then only when
+/// something was written or forgotten while a socket listens; changes made while none
+/// listened are told to the next listener.
+pub fn spawn_session_watch(shared: &Arc<Shared>) -> Option<tokio::task::JoinHandle<()>> {
+    let surface = shared.options.context.clone()?;
+    let weak: Weak<Shared> = Arc::downgrade(shared);
+    Some(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SESSION_POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut known: Option<BTreeMap<String, (u64, u64)>> = None;
+        let mut seen_marks = None;
+        loop {
+            tick.tick().await;
+            let Some(shared) = weak.upgrade() else { break };
+            let marks = (
+                surface.counters.written.load(Ordering::Relaxed),
+                shared.sessions_forgotten.load(Ordering::Relaxed),
+            );
+            let listening = shared.hub.receiver_count() > 0;
+            if known.is_some() && (seen_marks == Some(marks) || !listening) {
+                continue;
+            }
+            let reader = surface.reader.clone();
+            let Ok(Ok(rows)) = tokio::task::spawn_blocking(move || reader.sessions()).await else {
+                continue;
+            };
+            seen_marks = Some(marks);
+            let now: BTreeMap<String, (u64, u64)> = rows
+                .iter()
+                .map(|row| (row.session.clone(), (row.last_ms, row.events)))
+                .collect();
+            if let Some(before) = &known {
+                for row in &rows {
+                    if before.get(&row.session) != now.get(&row.session) {
+                        broadcast_event(
+                            &shared,
+                            &WsEvent::Session {
+                                session: &row.session,
+                                change: "updated",
+                                summary: Some(row),
+                            },
+                        );
+                    }
+                }
+                for gone in before.keys().filter(|s| !now.contains_key(*s)) {
+                    broadcast_event(
+                        &shared,
+                        &WsEvent::Session {
+                            session: gone,
+                            change: "forgotten",
+                            summary: None,
+                        },
+                    );
+                }
+            }
+            known = Some(now);
+        }
+    }))
 }

@@ -39,12 +39,16 @@ pub async fn session(State(shared): State<Arc<Shared>>, Path(id): Path<String>) 
 /// `DELETE /api/context/sessions/{id}`: delete the session's events (the log keeps
 /// only the count, as a `forgotten` event).
 pub async fn forget(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    let watched = shared.clone();
     with_reader(&shared, move |reader| {
         let deleted = reader.forget(&id)?;
         if deleted == 0 {
             return Ok(unknown(&id));
         }
         tracing::info!(deleted, "context session forgotten by the operator");
+        watched
+            .sessions_forgotten
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Json(json!({ "session": id, "deleted": deleted })).into_response())
     })
     .await

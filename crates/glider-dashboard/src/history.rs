@@ -480,6 +480,31 @@ pub fn last_seq(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// Each entry of the files from `since_ms`'s UTC day on, oldest file first and in file
+/// order, as the ledger reads it, until `f` returns false. A torn or foreign line is
+/// skipped.
+pub fn for_each_since(
+    dir: &Path,
+    since_ms: u64,
+    mut f: impl FnMut(crate::ledger::HistoryRow) -> bool,
+) {
+    use std::io::BufRead;
+    let first_day = utc_day(since_ms);
+    for file in list_files(dir).into_iter().filter(|f| f.day >= first_day) {
+        let Ok(opened) = File::open(&file.path) else {
+            continue;
+        };
+        for line in std::io::BufReader::new(opened).split(b'\n') {
+            let Ok(line) = line else { break };
+            if let Ok(entry) = serde_json::from_slice::<crate::ledger::HistoryRow>(&line)
+                && !f(entry)
+            {
+                return;
+            }
+        }
+    }
+}
+
 /// `YYYY-MM-DD` (UTC) of a Unix time in milliseconds.
 pub fn utc_day(unix_ms: u64) -> String {
     let (y, m, d) = civil_from_days((unix_ms / DAY_MS) as i64);

@@ -8,6 +8,7 @@ mod collector;
 mod context;
 mod docs;
 pub mod history;
+pub mod ledger;
 pub mod metrics;
 mod redact;
 mod rest;
@@ -131,6 +132,13 @@ pub(crate) struct Shared {
     pub tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Set when the server shuts down: open sockets close so the drain can finish.
     pub closing: tokio::sync::watch::Sender<bool>,
+    /// Sessions forgotten through `DELETE /api/context/sessions/{id}` (the session
+    /// watcher looks at the log again when it moves).
+    pub sessions_forgotten: AtomicU64,
+    /// The ledger holds the history from before this process began.
+    pub ledger_seeded: std::sync::atomic::AtomicBool,
+    /// History entries read into the ledger at start.
+    pub ledger_seeded_rows: AtomicU64,
 }
 
 /// A running dashboard: cheap to clone; serve its [`Dashboard::router`].
@@ -163,12 +171,17 @@ impl Dashboard {
             backend_states: Mutex::new(Default::default()),
             tasks: Mutex::new(Vec::new()),
             closing: tokio::sync::watch::channel(false).0,
+            sessions_forgotten: AtomicU64::new(0),
+            ledger_seeded: std::sync::atomic::AtomicBool::new(false),
+            ledger_seeded_rows: AtomicU64::new(0),
             options,
         });
-        let tasks = vec![
+        let mut tasks = vec![
             collector::spawn_collector(&shared, events),
             collector::spawn_backend_watch(&shared),
+            collector::spawn_ledger_seed(&shared, last_seq),
         ];
+        tasks.extend(collector::spawn_session_watch(&shared));
         *shared.tasks.lock().unwrap_or_else(|p| p.into_inner()) = tasks;
         Ok(Dashboard { shared })
     }
@@ -188,6 +201,7 @@ impl Dashboard {
             .route("/api/backends/{name}/reset", post(rest::reset_breaker))
             .route("/api/requests", get(rest::requests))
             .route("/api/stats", get(rest::stats))
+            .route("/api/stats/series", get(rest::series))
             .route("/api/config", get(rest::config))
             .route("/api/config/reload", post(rest::reload))
             .route("/api/vendors", get(rest::vendors))

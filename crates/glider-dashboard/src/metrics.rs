@@ -1,6 +1,7 @@
 //! The metrics facade (spec package `metrics`): a finished request is recorded once,
-//! here, into the Prometheus families served at `/metrics` and into the per-backend and
-//! per-route aggregates (with latency percentiles) served at `/api/stats`.
+//! here, into the Prometheus families served at `/metrics`, into the per-backend and
+//! per-route aggregates (with latency percentiles and what local answers saved) served
+//! at `/api/stats`, and into the ledger of buckets over time ([`crate::ledger`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
@@ -8,6 +9,7 @@ use std::sync::atomic::AtomicU64;
 
 use glider_backend::BreakerState;
 use glider_backend::health::HealthStatus;
+use glider_config::PricingConfig;
 use glider_engine::{BackendState, RequestRecord};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -16,6 +18,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
+
+use crate::ledger::{Ledger, Point, Row, Saved, Series, SessionTotals, is_error};
 
 /// Latency samples kept per aggregate for percentiles (the most recent ones).
 const SAMPLES: usize = 1024;
@@ -56,6 +60,11 @@ struct TokenLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabels {
+    direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DropLabels {
     source: String,
 }
@@ -83,6 +92,9 @@ pub struct Metrics {
     breaker: Family<BackendLabels, Gauge>,
     health: Family<BackendLabels, Gauge>,
     dropped: Family<DropLabels, Counter>,
+    tokens_saved: Family<DirectionLabels, Counter>,
+    cost_avoided: Counter<f64, AtomicU64>,
+    unpriced: Counter,
     /// The context log's counters, caught up with its own at each scrape.
     context_written: Counter,
     context_dropped: Counter,
@@ -159,6 +171,24 @@ impl Metrics {
             "Live events dropped because a reader fell behind (source: bus or websocket)",
             dropped.clone(),
         );
+        let tokens_saved = Family::<DirectionLabels, Counter>::default();
+        registry.register(
+            "tokens_saved",
+            "Tokens of requests a local backend answered, by direction (input includes cached input)",
+            tokens_saved.clone(),
+        );
+        let cost_avoided = Counter::<f64, AtomicU64>::default();
+        registry.register(
+            "cost_avoided_usd",
+            "What the cloud would have charged for the requests answered locally, at the pricing: table's price of the model each client asked for (USD)",
+            cost_avoided.clone(),
+        );
+        let unpriced = Counter::default();
+        registry.register(
+            "local_requests_unpriced",
+            "Requests answered locally whose asked-for model has no price in the pricing: table (their tokens count as saved, their cost does not)",
+            unpriced.clone(),
+        );
         let context_written = Counter::default();
         registry.register(
             "context_events_written",
@@ -192,6 +222,9 @@ impl Metrics {
             breaker,
             health,
             dropped,
+            tokens_saved,
+            cost_avoided,
+            unpriced,
             stats: Mutex::new(Stats::new(crate::unix_ms())),
         }
     }
@@ -201,8 +234,9 @@ impl Metrics {
         self.in_flight.inc();
     }
 
-    /// A request finished (`was_in_flight`: its start was counted).
-    pub fn finished(&self, record: &RequestRecord, was_in_flight: bool) {
+    /// A request finished (`was_in_flight`: its start was counted); a local answer is
+    /// priced with `pricing`.
+    pub fn finished(&self, record: &RequestRecord, was_in_flight: bool, pricing: &PricingConfig) {
         if was_in_flight {
             self.in_flight.dec();
         }
@@ -244,8 +278,9 @@ impl Metrics {
         if let Some(ms) = record.ttft_ms {
             self.ttft.get_or_create(&labels).observe(ms as f64 / 1000.0);
         }
+        let row = Row::of(record);
         for (direction, count) in [
-            ("input", tokens_in(record)),
+            ("input", row.tokens_in()),
             ("output", record.usage.output_tokens),
         ] {
             if count > 0 {
@@ -257,10 +292,38 @@ impl Metrics {
                     .inc_by(count);
             }
         }
+        let saved = Saved::of(&row, pricing);
+        for (direction, count) in [("input", saved.tokens_in), ("output", saved.tokens_out)] {
+            self.tokens_saved
+                .get_or_create(&DirectionLabels {
+                    direction: direction.into(),
+                })
+                .inc_by(count);
+        }
+        self.cost_avoided.inc_by(saved.cost_usd);
+        self.unpriced.inc_by(saved.unpriced);
         let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        stats.record(record);
+        stats.record(&row, &saved);
+        stats.ledger.record(&row, &saved, crate::unix_ms());
         self.local_share
             .set(stats.totals.local_share().unwrap_or(0.0));
+    }
+
+    /// Add requests from before this process started (read back from the history) to
+    /// the ledger: the days, sessions and series, not the since-start totals.
+    pub fn seed(&self, rows: &[Row], pricing: &PricingConfig) {
+        let now = crate::unix_ms();
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        for row in rows {
+            stats.ledger.record(row, &Saved::of(row, pricing), now);
+        }
+    }
+
+    /// The ledger's buckets of `bucket_ms` over the last `window_ms` (checked by
+    /// [`crate::ledger::check_series`]).
+    pub fn series(&self, bucket_ms: u64, window_ms: u64) -> Series {
+        let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        stats.ledger.series(bucket_ms, window_ms, crate::unix_ms())
     }
 
     /// Events lost by a lagging reader.
@@ -322,16 +385,6 @@ fn catch_up(counter: &Counter, source: &AtomicU64) {
     counter.inc_by(now.saturating_sub(counter.get()));
 }
 
-/// 4xx and 5xx, except 499 (the client went away: nobody's failure to report).
-fn is_error(status: u16) -> bool {
-    status >= 400 && status != 499
-}
-
-/// Input tokens as billed: fresh plus cached input.
-fn tokens_in(record: &RequestRecord) -> u64 {
-    record.usage.input_tokens + record.usage.cache_read_tokens + record.usage.cache_write_tokens
-}
-
 /// Recent latency samples in milliseconds.
 #[derive(Debug, Default)]
 struct Samples(VecDeque<u64>);
@@ -388,32 +441,33 @@ struct Aggregate {
     local: u64,
     latency: Samples,
     ttft: Samples,
+    saved: Saved,
 }
 
 impl Aggregate {
-    fn record(&mut self, record: &RequestRecord) {
-        let status = record.status.unwrap_or(0);
+    fn record(&mut self, row: &Row, saved: &Saved) {
         self.requests += 1;
-        if is_error(status) {
+        if row.is_error() {
             self.errors += 1;
         }
-        if status == 499 {
+        if row.status == Some(499) {
             self.cancelled += 1;
         }
-        self.tokens_in += tokens_in(record);
-        self.tokens_out += record.usage.output_tokens;
-        if record.backend.is_some() && (200..400).contains(&status) {
+        self.tokens_in += row.tokens_in();
+        self.tokens_out += row.usage.output_tokens;
+        if row.answered() {
             self.answered += 1;
-            if record.local == Some(true) {
+            if row.local == Some(true) {
                 self.local += 1;
             }
         }
-        if let Some(ms) = record.total_ms {
+        if let Some(ms) = row.total_ms {
             self.latency.push(ms);
         }
-        if let Some(ms) = record.ttft_ms {
+        if let Some(ms) = row.ttft_ms {
             self.ttft.push(ms);
         }
+        self.saved.add(saved);
     }
 
     fn local_share(&self) -> Option<f64> {
@@ -432,6 +486,7 @@ impl Aggregate {
             local_share: self.local_share(),
             latency_ms: self.latency.percentiles(),
             ttft_ms: self.ttft.percentiles(),
+            saved: self.saved,
         }
     }
 }
@@ -453,6 +508,8 @@ pub struct AggregateView {
     pub local_share: Option<f64>,
     pub latency_ms: Option<Percentiles>,
     pub ttft_ms: Option<Percentiles>,
+    /// What the requests a local backend answered saved.
+    pub saved: Saved,
 }
 
 #[derive(Debug)]
@@ -461,6 +518,7 @@ struct Stats {
     totals: Aggregate,
     backends: BTreeMap<String, Aggregate>,
     routes: BTreeMap<String, Aggregate>,
+    ledger: Ledger,
 }
 
 /// `/api/stats`: since this process started.
@@ -472,6 +530,11 @@ pub struct StatsView {
     pub backends: BTreeMap<String, AggregateView>,
     /// By the route rule that decided (`none`: it failed before routing).
     pub routes: BTreeMap<String, AggregateView>,
+    /// By UTC day (`YYYY-MM-DD`), the last 35 days, including the history from before
+    /// this process started.
+    pub days: BTreeMap<String, Point>,
+    /// By session key (the 1000 most recently active), including the history.
+    pub sessions: BTreeMap<String, SessionTotals>,
 }
 
 impl Stats {
@@ -481,21 +544,22 @@ impl Stats {
             totals: Aggregate::default(),
             backends: BTreeMap::new(),
             routes: BTreeMap::new(),
+            ledger: Ledger::default(),
         }
     }
 
-    fn record(&mut self, record: &RequestRecord) {
-        self.totals.record(record);
-        let backend = record.backend.as_deref().unwrap_or("none");
+    fn record(&mut self, row: &Row, saved: &Saved) {
+        self.totals.record(row, saved);
+        let backend = row.backend.as_deref().unwrap_or("none");
         self.backends
             .entry(backend.to_owned())
             .or_default()
-            .record(record);
-        let rule = record.rule.as_deref().unwrap_or("none");
+            .record(row, saved);
+        let rule = row.rule.as_deref().unwrap_or("none");
         self.routes
             .entry(rule.to_owned())
             .or_default()
-            .record(record);
+            .record(row, saved);
     }
 
     fn view(&self) -> StatsView {
@@ -512,6 +576,8 @@ impl Stats {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.view()))
                 .collect(),
+            days: self.ledger.days(),
+            sessions: self.ledger.sessions(),
         }
     }
 }

@@ -15,9 +15,9 @@ use glider_engine::BackendState;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::Shared;
 use crate::collector::{lock, publish_backend_changes};
 use crate::redact::{redact, strip_userinfo};
+use crate::{Shared, ledger};
 
 /// Largest page of `/api/requests`.
 const MAX_PAGE: usize = 500;
@@ -61,6 +61,10 @@ pub async fn status(State(shared): State<Arc<Shared>>) -> Response {
             "dropped": history.stats.dropped.load(Ordering::Relaxed),
             "errors": history.stats.errors.load(Ordering::Relaxed),
             "last_error": last_error,
+        },
+        "ledger": {
+            "seeded": shared.ledger_seeded.load(Ordering::Acquire),
+            "seeded_rows": shared.ledger_seeded_rows.load(Ordering::Relaxed),
         },
         "events": {
             "last_seq": shared.last_seq.load(Ordering::Relaxed),
@@ -205,6 +209,46 @@ fn seq(entry: &Value) -> u64 {
 /// `GET /api/stats`
 pub async fn stats(State(shared): State<Arc<Shared>>) -> Response {
     Json(shared.metrics.stats()).into_response()
+}
+
+#[derive(Deserialize)]
+pub struct SeriesQuery {
+    bucket: Option<String>,
+    window: Option<String>,
+}
+
+/// `GET /api/stats/series?bucket=60s&window=1h`: the ledger's buckets, oldest first,
+/// for the charts (`bucket=1d` for days).
+pub async fn series(
+    State(shared): State<Arc<Shared>>,
+    query: Result<Query<SeriesQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let invalid = |message: String| error(StatusCode::BAD_REQUEST, "invalid_request", &message);
+    let Query(query) = match query {
+        Ok(query) => query,
+        Err(rejection) => return invalid(rejection.to_string()),
+    };
+    let parse = |name: &str, value: Option<&str>, default_ms: u64| match value {
+        None => Ok(default_ms),
+        Some(text) => ledger::parse_duration_ms(text).map_err(|e| format!("{name}: {e}")),
+    };
+    let bucket_ms = match parse("bucket", query.bucket.as_deref(), 60_000) {
+        Ok(ms) => ms,
+        Err(message) => return invalid(message),
+    };
+    let default_window = if bucket_ms % ledger::DAY_MS == 0 {
+        30 * ledger::DAY_MS
+    } else {
+        bucket_ms * 60
+    };
+    let window_ms = match parse("window", query.window.as_deref(), default_window) {
+        Ok(ms) => ms,
+        Err(message) => return invalid(message),
+    };
+    if let Err(message) = ledger::check_series(bucket_ms, window_ms) {
+        return invalid(message);
+    }
+    Json(shared.metrics.series(bucket_ms, window_ms)).into_response()
 }
 
 /// What a restart would change: the file on disk against the config in effect at start.

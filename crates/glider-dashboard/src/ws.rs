@@ -43,6 +43,13 @@ pub enum WsEvent<'a> {
         at_ms: u64,
         backends: &'a [String],
     },
+    /// A context session changed (`updated`: new events; `forgotten`: deleted), at
+    /// most once a second per session. Carries its summary line, never prompt text.
+    Session {
+        session: &'a str,
+        change: &'static str,
+        summary: Option<&'a glider_context::SessionRow>,
+    },
     /// Events were lost: `source` `ws` (this socket was too slow) or `bus` (the
     /// dashboard itself fell behind the pipeline). `total` counts since the socket (ws)
     /// or the process (bus) began.

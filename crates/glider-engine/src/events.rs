@@ -57,6 +57,9 @@ pub struct RequestRecord {
     /// What was fitted to each local candidate's model (`backend: change`), e.g.
     /// `local: tools 25 -> 8 (...)`, `local: max_tokens 32000 -> 4096`.
     pub fitted: Vec<String>,
+    /// The session key the router found (the sticky rule's: the CLI's session id, or a
+    /// hash of the conversation's start), so the dashboard can sum per session.
+    pub session: Option<String>,
 }
 
 /// A backend's live state as an operator sees it.
@@ -178,6 +181,7 @@ impl Bus {
             error: None,
             fallbacks: Vec::new(),
             fitted: Vec::new(),
+            session: None,
         };
         Tracker {
             bus: self.clone(),

@@ -53,6 +53,7 @@ impl Phase for Route {
         }
         job.tracker.record.rule = Some(decision.rule.as_str().to_owned());
         job.tracker.record.reason = Some(decision.reason.clone());
+        job.tracker.record.session = decision.session.clone();
         job.decision = Some(decision);
         ready(Flow::Continue)
     }
