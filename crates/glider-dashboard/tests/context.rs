@@ -139,3 +139,32 @@ async fn with_the_log_off_the_routes_say_so_and_no_file_is_made() {
         reply.text
     );
 }
+
+#[tokio::test]
+async fn a_socket_is_told_when_a_session_changes_and_when_it_is_forgotten() {
+    let (stack, _context, _home) = with_context().await;
+    let mut socket = stack.ws().await;
+    assert_eq!(stack.ask("m-local", false).await.status, 200);
+    let event = common::wait_event(&mut socket, |e| {
+        e["type"] == "session" && e["summary"]["events"].as_u64() == Some(2)
+    })
+    .await;
+    let id = event["session"].as_str().expect("session id").to_owned();
+    assert!(id.starts_with("prefix:"), "{event}");
+    assert_eq!(event["change"], "updated");
+    assert_eq!(event["summary"]["requests"], 1);
+    assert!(
+        !event.to_string().contains("say something short"),
+        "no prompt text on /ws: {event}"
+    );
+
+    let url = format!("{}/api/context/sessions/{id}", stack.base);
+    let forgotten = send(stack.http.delete(&url)).await;
+    assert_eq!(forgotten.status, 200, "{}", forgotten.text);
+    let gone = common::wait_event(&mut socket, |e| {
+        e["type"] == "session" && e["change"] == "forgotten"
+    })
+    .await;
+    assert_eq!(gone["session"], id.as_str());
+    assert_eq!(gone["summary"], Value::Null);
+}
