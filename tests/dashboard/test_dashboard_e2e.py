@@ -2,13 +2,16 @@
 by playwright-core from npm, no browser download) loads the page, a request goes
 through the gateway, and its row appears live; the screenshot is kept as
 target/dashboard-e2e.png. Also: /metrics read by the official Prometheus parser, and the
-history file written under GLIDER_HOME."""
+history file written under GLIDER_HOME. A second test drives a CLI-like tool loop and
+checks the Sessions view and the charts (target/dashboard-sessions.png,
+target/dashboard-charts.png)."""
 
 import json
 import os
 import pathlib
 import shutil
 import subprocess
+import urllib.error
 import urllib.request
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -28,6 +31,15 @@ routing: {{cloud_fallback: false}}
 """
 
 
+SESSIONS_CONFIG = """
+backends:
+  - {{name: local, type: ollama, base_url: '{url}', models: [qwen-e2e], default_model: qwen-e2e}}
+  - {{name: cloud, type: anthropic, base_url: '{url}', api_key: sk-e2e-secret, models: ['claude-*']}}
+routing: {{cloud_fallback: false}}
+"""
+CLOUD_MODEL = "claude-sonnet-4-5-20250929"
+
+
 def require_tools():
     missing = []
     if not pathlib.Path(CHROMIUM).exists():
@@ -45,27 +57,28 @@ def get(url):
         return response.read().decode()
 
 
+def run_node(script, glider, **extra):
+    env = dict(
+        os.environ,
+        DASHBOARD_URL=glider.dashboard,
+        GATEWAY_URL=glider.match.group(1),
+        CHROMIUM=CHROMIUM,
+        NO_PROXY="127.0.0.1,localhost",
+        **extra,
+    )
+    for key in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"):
+        env.pop(key, None)
+    run = subprocess.run(["node", str(HERE / script)], env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, f"{script} failed:\n{run.stdout}\n{run.stderr}"
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 def test_a_request_appears_live_in_a_real_browser():
     require_tools()
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     SCREENSHOT.unlink(missing_ok=True)
     with running_glider(CONFIG) as glider:
-        env = dict(
-            os.environ,
-            DASHBOARD_URL=glider.dashboard,
-            GATEWAY_URL=glider.match.group(1),
-            SCREENSHOT=str(SCREENSHOT),
-            CHROMIUM=CHROMIUM,
-            MODEL=MODEL,
-            NO_PROXY="127.0.0.1,localhost",
-        )
-        for key in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"):
-            env.pop(key, None)
-        run = subprocess.run(
-            ["node", str(HERE / "e2e.mjs")], env=env, capture_output=True, text=True, timeout=180
-        )
-        assert run.returncode == 0, f"e2e failed:\n{run.stdout}\n{run.stderr}"
-        seen = json.loads(run.stdout.strip().splitlines()[-1])
+        seen = run_node("e2e.mjs", glider, SCREENSHOT=str(SCREENSHOT), MODEL=MODEL)
         row = seen["row"]
         assert "e2e-client/1.0" in row, row
         assert row.count(MODEL) == 2, row  # asked and used
@@ -97,3 +110,63 @@ def test_a_request_appears_live_in_a_real_browser():
         assert len(lines) == 2, text
         assert "hello from the browser test" not in text
         assert json.loads(lines[0])["model_requested"] == MODEL
+
+
+def test_sessions_view_and_charts_in_a_real_browser():
+    require_tools()
+    shots = SCREENSHOT.parent
+    shots.mkdir(parents=True, exist_ok=True)
+    for name in ("dashboard-sessions.png", "dashboard-charts.png"):
+        (shots / name).unlink(missing_ok=True)
+    with running_glider(SESSIONS_CONFIG) as glider:
+        seen = run_node("sessions.mjs", glider, SCREENSHOT_DIR=str(shots), CLOUD_MODEL=CLOUD_MODEL)
+
+        # Most recently active first.
+        assert seen["order"][:2] == ["claude-code:e2e-session-1", "claude-code:e2e-session-0"], seen["order"]
+        # The file was read, then edited; its history says so.
+        (path, now, changes), = seen["files"]
+        assert path == "/repo/src/lib.rs" and now == "edited", seen["files"]
+        assert changes.startswith("read") and "edited" in changes, changes
+        # The command ran and failed, and its error is still open.
+        (command, outcome, _), = seen["commands"]
+        assert command == "cargo test" and outcome == "exit 101", seen["commands"]
+        (subject, reason, _), = seen["errors"]
+        assert subject == "cargo test" and reason, seen["errors"]
+        # Two episodes: the /local one answered locally, the /cloud one by the cloud.
+        first, second = seen["steps"]
+        assert [s["local"] for s in first] == ["true", "true"], first
+        assert [s["local"] for s in second] == ["false", "false"], second
+        assert "Read" in first[0]["text"] and "Edit, Bash" in second[0]["text"], seen["steps"]
+        assert "answered locally: 2" in seen["meta"], seen["meta"]
+        # The forget button asked first.
+        assert len(seen["dialogs"]) == 1 and "e2e-session-0" in seen["dialogs"][0], seen["dialogs"]
+        # The charts: canvases with pixels drawn, holding the ledger's numbers.
+        charts = seen["charts"]
+        for name in ("requests", "latency", "saved"):
+            chart = charts[name]
+            assert chart and chart["drawn"] > 1000, (name, chart)
+        assert charts["requests"]["sum"] == 5, charts
+        assert charts["saved"]["series"] > 0, "the day's bar is drawn: " + json.dumps(charts)
+        assert seen["saved"].startswith("$") and seen["saved"] != "$0.00", seen["saved"]
+        for name in ("dashboard-sessions.png", "dashboard-charts.png"):
+            assert (shots / name).stat().st_size > 10_000, name
+
+        # The same savings as the API and Prometheus give them.
+        stats = json.loads(get(glider.dashboard + "/api/stats"))
+        saved = stats["totals"]["saved"]
+        assert saved["requests"] == 3 and saved["unpriced"] == 0 and saved["cost_usd"] > 0, saved
+        assert stats["sessions"]["claude-code:e2e-session-1"]["saved"]["requests"] == 2, stats["sessions"]
+        families = {f.name: f for f in text_string_to_metric_families(get(glider.dashboard + "/metrics"))}
+        tokens = {s.labels["direction"]: s.value for s in families["glider_tokens_saved"].samples if s.name.endswith("_total")}
+        assert tokens["input"] == saved["tokens_in"] and tokens["output"] == saved["tokens_out"], (tokens, saved)
+        avoided = [s.value for s in families["glider_cost_avoided_usd"].samples if s.name.endswith("_total")]
+        assert abs(avoided[0] - saved["cost_usd"]) < 1e-9, (avoided, saved)
+        # Forgotten for good.
+        forgotten = urllib.request.Request(
+            glider.dashboard + "/api/context/sessions/claude-code:e2e-session-0", method="GET"
+        )
+        try:
+            urllib.request.urlopen(forgotten, timeout=10)
+            raise AssertionError("the forgotten session is still served")
+        except urllib.error.HTTPError as e:
+            assert e.code == 404, e.code

@@ -1,4 +1,5 @@
-// Glider dashboard: reads /api/* once, then follows /ws. No framework, no build step.
+// Glider dashboard: reads /api/* once, then follows /ws. No framework, no build step;
+// the charts are drawn by the vendored uPlot (window.uPlot, /assets/uplot.js).
 "use strict";
 
 const MAX_ROWS = 200;
@@ -11,6 +12,11 @@ const state = {
   dropped: 0,
   socket: null,
   retry: 0,
+  stats: null,          // the last /api/stats
+  view: "overview",
+  charts: {},           // name -> uPlot
+  sessions: null,       // the last /api/context/sessions list, once the view was opened
+  selected: null,       // the session shown in detail
 };
 
 // A token given as ?token= is now a cookie: take it out of the address bar.
@@ -53,6 +59,14 @@ const fmt = {
     return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
   },
   tokensIn: (u) => (u ? u.input_tokens + (u.cache_read_tokens || 0) + (u.cache_write_tokens || 0) : 0),
+  usd: (x) => (x === null || x === undefined ? "–" : x > 0 && x < 0.01 ? `$${x.toFixed(4)}` : `$${x.toFixed(2)}`),
+  saved: (s) => (s && s.requests ? `${fmt.int(s.tokens_in + s.tokens_out)} tok · ${fmt.usd(s.cost_usd)}` : "–"),
+  when: (ms) => {
+    if (!ms) return "–";
+    const d = new Date(ms);
+    const today = new Date().toDateString() === d.toDateString();
+    return today ? fmt.time(ms) : `${d.toISOString().slice(0, 10)} ${fmt.time(ms)}`;
+  },
 };
 
 // ---- backends --------------------------------------------------------------------
@@ -199,8 +213,15 @@ function statsRows(table, groups) {
       el("td", { class: "num" }, fmt.share(g.local_share)),
       el("td", { class: "num" }, lat),
       el("td", { class: "num" }, g.ttft_ms ? fmt.ms(g.ttft_ms.p50) : "–"),
+      el("td", { class: "num", title: savedTitle(g.saved) }, fmt.saved(g.saved)),
     ));
   }
+}
+
+function savedTitle(saved) {
+  if (!saved || !saved.requests) return "";
+  const unpriced = saved.unpriced ? `; ${saved.unpriced} of them asked for a model with no price` : "";
+  return `${saved.requests} answered locally: ${fmt.int(saved.tokens_in)} tokens in, ${fmt.int(saved.tokens_out)} out${unpriced}`;
 }
 
 async function loadStats() {
@@ -211,14 +232,301 @@ async function loadStats() {
   $("sum-errors").textContent = fmt.int(t.errors);
   $("sum-tokens").textContent = `${fmt.int(t.tokens_in)} / ${fmt.int(t.tokens_out)}`;
   $("sum-latency").textContent = t.latency_ms ? `${fmt.ms(t.latency_ms.p50)} / ${fmt.ms(t.latency_ms.p90)}` : "–";
+  $("sum-saved-tokens").textContent = fmt.int(t.saved.tokens_in + t.saved.tokens_out);
+  $("sum-saved-cost").textContent = fmt.usd(t.saved.cost_usd);
   statsRows("by-backend", s.backends);
   statsRows("by-route", s.routes);
+  state.stats = s;
+  if (state.sessions) renderSessions();
 }
+
+// ---- charts ----------------------------------------------------------------------
+
+const COLORS = { requests: "#2f6fde", local: "#1f8a4c", p50: "#2f6fde", p90: "#b7791f", p99: "#c53030", tokens: "#6a3bb5", cost: "#1f8a4c" };
+
+function chartWidth(target) {
+  return Math.max(280, target.clientWidth || 400);
+}
+
+// Draw `name` into its box, or give the chart it already has new data.
+function drawChart(name, options, data) {
+  const target = $(`chart-${name}`);
+  // What the first series adds up to: lets a reader (and the browser test) see that the
+  // chart holds the ledger's numbers, not only axes.
+  target.dataset.sum = data[1].reduce((sum, v) => sum + (v || 0), 0);
+  const chart = state.charts[name];
+  if (chart) {
+    chart.setData(data);
+    return;
+  }
+  state.charts[name] = new uPlot(Object.assign({ width: chartWidth(target), height: 190, legend: { live: false } }, options), data, target);
+}
+
+const seconds = (points) => points.map((p) => p.t_ms / 1000);
+
+function drawActivity(series) {
+  const p = series.points;
+  drawChart("requests", {
+    series: [{}, { label: "requests", stroke: COLORS.requests, fill: "rgba(47,111,222,.12)", width: 1.5 },
+      { label: "local %", stroke: COLORS.local, scale: "%", width: 1.5, value: (u, v) => (v === null ? "–" : `${Math.round(v)}%`) }],
+    scales: { "%": { range: [0, 100] } },
+    axes: [{}, { label: "requests" }, { scale: "%", side: 1, grid: { show: false }, values: (u, ticks) => ticks.map((v) => `${v}%`) }],
+  }, [seconds(p), p.map((x) => x.requests), p.map((x) => (x.local_share === null ? null : x.local_share * 100))]);
+  const latency = (q) => p.map((x) => (x.latency_ms ? x.latency_ms[q] : null));
+  drawChart("latency", {
+    series: [{}, { label: "p50", stroke: COLORS.p50, width: 1.5 }, { label: "p90", stroke: COLORS.p90, width: 1.5 }, { label: "p99", stroke: COLORS.p99, width: 1.5 }],
+    axes: [{}, { label: "ms", values: (u, ticks) => ticks.map((v) => fmt.ms(v)) }],
+  }, [seconds(p), latency("p50"), latency("p90"), latency("p99")]);
+}
+
+function drawSaved(days) {
+  const p = days.points;
+  drawChart("saved", {
+    series: [{ value: (u, v) => (v === null ? "–" : new Date(v * 1000).toISOString().slice(0, 10)) },
+      { label: "tokens saved", stroke: COLORS.tokens, fill: "rgba(106,59,181,.35)", paths: uPlot.paths.bars({ size: [0.6, 40] }), points: { show: false } },
+      { label: "cost avoided", stroke: COLORS.cost, scale: "usd", width: 2, value: (u, v) => (v === null ? "–" : fmt.usd(v)) }],
+    scales: { x: { time: true }, usd: { range: (u, min, max) => [0, Math.max(max, 0.01)] } },
+    axes: [{ values: (u, ticks) => ticks.map((v) => new Date(v * 1000).toISOString().slice(5, 10)) }, { label: "tokens" },
+      { scale: "usd", side: 1, grid: { show: false }, values: (u, ticks) => ticks.map((v) => fmt.usd(v)) }],
+  }, [seconds(p), p.map((x) => x.saved.tokens_in + x.saved.tokens_out), p.map((x) => x.saved.cost_usd)]);
+}
+
+async function loadCharts() {
+  if (typeof uPlot === "undefined") throw new Error("the chart library (/assets/uplot.js) did not load");
+  const [minutes, days] = await Promise.all([api("/api/stats/series?bucket=60s&window=1h"), api("/api/stats/series?bucket=1d&window=30d")]);
+  drawActivity(minutes);
+  drawSaved(days);
+}
+
+let chartsTimer = null;
+function refreshChartsSoon() {
+  if (chartsTimer) return;
+  chartsTimer = setTimeout(() => { chartsTimer = null; loadCharts().catch(showError); }, 1000);
+}
+
+window.addEventListener("resize", () => {
+  for (const [name, chart] of Object.entries(state.charts)) {
+    chart.setSize({ width: chartWidth($(`chart-${name}`)), height: 190 });
+  }
+});
 
 let statsTimer = null;
 function refreshStatsSoon() {
   if (statsTimer) return;
   statsTimer = setTimeout(() => { statsTimer = null; loadStats().catch(showError); }, 300);
+}
+
+// ---- sessions --------------------------------------------------------------------
+
+function sessionSaved(id) {
+  const totals = state.stats && state.stats.sessions ? state.stats.sessions[id] : null;
+  return totals ? totals.saved : null;
+}
+
+function renderSessions() {
+  const list = state.sessions || [];
+  const body = $("sessions").tBodies[0];
+  body.replaceChildren(...list.map((s) => {
+    const saved = sessionSaved(s.session);
+    return el("tr", { "data-session": s.session, class: "clickable" + (s.session === state.selected ? " selected" : ""), onclick: () => selectSession(s.session) },
+      el("td", { class: "mono clip-wide", title: s.session }, s.session),
+      el("td", {}, fmt.when(s.first_ms)),
+      el("td", {}, fmt.when(s.last_ms)),
+      el("td", { class: "num" }, fmt.int(s.requests)),
+      el("td", { class: "num" }, fmt.int(s.events)),
+      el("td", { class: "num" }, saved && saved.requests ? fmt.int(saved.tokens_in + saved.tokens_out) : "–"),
+      el("td", { class: "num" }, saved && saved.requests ? fmt.usd(saved.cost_usd) : "–"),
+    );
+  }));
+  $("sessions-empty").hidden = list.length > 0;
+}
+
+async function loadSessions() {
+  const notice = $("sessions-notice");
+  try {
+    const data = await api("/api/context/sessions");
+    notice.hidden = true;
+    state.sessions = data.sessions;
+  } catch (e) {
+    // The log is off (context.enabled: false) or unreadable: say so in the view.
+    state.sessions = [];
+    notice.hidden = false;
+    notice.textContent = e.message;
+  }
+  renderSessions();
+}
+
+let sessionsTimer = null;
+function refreshSessionsSoon() {
+  if (sessionsTimer) return;
+  sessionsTimer = setTimeout(() => { sessionsTimer = null; loadSessions().catch(showError); }, 300);
+}
+
+const opPast = { read: "read", edited: "edited", written: "written", created: "created", deleted: "deleted" };
+
+function stepRow(step) {
+  const where = step.backend
+    ? [step.backend, step.local === null || step.local === undefined ? null : el("span", { class: `tag ${step.local ? "local" : "cloud"}` }, step.local ? "local" : "cloud")]
+    : el("span", { class: "muted" }, "no answer yet");
+  const status = step.status === null || step.status === undefined ? el("span", { class: "pill pill-wait" }, "open")
+    : el("span", { class: `pill pill-${step.status >= 200 && step.status < 400 ? "ok" : step.status === 499 ? "gone" : "err"}` }, String(step.status));
+  return el("tr", { class: "step", "data-local": step.local ? "true" : "false" },
+    el("td", { class: "mono" }, fmt.time(step.at_ms)),
+    el("td", { class: "mono" }, step.model),
+    el("td", {}, where),
+    el("td", { title: step.reason || "" }, step.rule),
+    el("td", { class: "num" }, fmt.int(step.input_tokens)),
+    el("td", { class: "num" }, fmt.int(step.output_tokens)),
+    el("td", { class: "small" }, step.tool_calls.length ? step.tool_calls.join(", ") : el("span", { class: "muted" }, step.stop_reason || "")),
+    el("td", {}, status),
+  );
+}
+
+function renderEpisodes(episodes) {
+  const box = $("episodes");
+  if (!episodes.length) {
+    box.replaceChildren(el("p", { class: "empty" }, "No episodes recorded."));
+    return;
+  }
+  box.replaceChildren(...episodes.map((ep, i) => el("div", { class: "episode", "data-family": ep.family },
+    el("div", { class: "episode-head" },
+      el("strong", {}, `Episode ${i + 1}`), " ", el("span", { class: "muted small" }, `${fmt.when(ep.started_ms)} · ${ep.steps.length} request${ep.steps.length === 1 ? "" : "s"}`),
+      ep.goal ? el("div", { class: "goal" }, ep.goal.length > 400 ? `${ep.goal.slice(0, 400)}…` : ep.goal) : null),
+    el("table", { class: "grid" },
+      el("thead", {}, el("tr", {}, ["Time", "Model", "Answered by", "Rule", "Tokens in", "Tokens out", "Tools called", "Status"].map((h, j) => el("th", { class: j === 4 || j === 5 ? "num" : "" }, h)))),
+      el("tbody", {}, ep.steps.map(stepRow))),
+  )));
+}
+
+function renderFiles(files) {
+  const body = $("session-files").tBodies[0];
+  body.replaceChildren(...files.map((f) => {
+    const last = f.changes[f.changes.length - 1];
+    return el("tr", { "data-path": f.path },
+      el("td", { class: "mono" }, f.path),
+      el("td", {}, el("span", { class: `op op-${last ? last.op : "none"}` }, last ? opPast[last.op] || last.op : "–")),
+      el("td", { class: "small muted" }, f.changes.map((c) => `${opPast[c.op] || c.op} ${fmt.time(c.at_ms)}`).join(" → ")),
+    );
+  }));
+  if (!files.length) body.append(el("tr", {}, el("td", { colspan: 3, class: "muted" }, "none seen")));
+}
+
+function renderCommands(commands) {
+  const body = $("session-commands").tBodies[0];
+  body.replaceChildren(...commands.map((c) => {
+    const outcome = c.failed ? el("span", { class: "pill pill-err" }, c.exit_code === null || c.exit_code === undefined ? "failed" : `exit ${c.exit_code}`)
+      : c.exit_code === null || c.exit_code === undefined ? el("span", { class: "pill pill-unknown" }, "no result seen")
+        : el("span", { class: "pill pill-ok" }, `exit ${c.exit_code}`);
+    return el("tr", { "data-command": c.command },
+      el("td", { class: "mono clip-wide", title: c.command }, c.command),
+      el("td", {}, outcome),
+      el("td", { class: "mono" }, fmt.time(c.at_ms)),
+    );
+  }));
+  if (!commands.length) body.append(el("tr", {}, el("td", { colspan: 3, class: "muted" }, "none seen")));
+}
+
+function renderErrors(errors) {
+  const open = errors.filter((e) => !e.closed_ms);
+  const body = $("session-errors").tBodies[0];
+  body.replaceChildren(...open.map((e) => el("tr", { class: "open-error" },
+    el("td", { class: "mono" }, e.subject),
+    el("td", { class: "problem small" }, e.reason),
+    el("td", { class: "mono" }, fmt.time(e.opened_ms)),
+  )));
+  if (!open.length) body.append(el("tr", {}, el("td", { colspan: 3, class: "muted" }, "none open")));
+  const closed = errors.length - open.length;
+  $("errors-closed").textContent = closed ? `${closed} closed by a later success` : "";
+}
+
+// The continuity record, whatever its shape: text as text, lists as lists, objects as
+// labelled blocks.
+function recordNode(value) {
+  if (value === null || value === undefined) return el("span", { class: "muted" }, "–");
+  if (typeof value !== "object") return el("span", { class: "record-text" }, String(value));
+  if (Array.isArray(value)) {
+    return value.length ? el("ul", {}, value.map((v) => el("li", {}, recordNode(v)))) : el("span", { class: "muted" }, "none");
+  }
+  return el("dl", {}, Object.entries(value).flatMap(([k, v]) => [el("dt", {}, k.replace(/_/g, " ")), el("dd", {}, recordNode(v))]));
+}
+
+function renderSession(view) {
+  const s = view.summary;
+  $("session").hidden = false;
+  $("session-title").textContent = s.session;
+  $("session-result").textContent = "";
+  const saved = sessionSaved(s.session);
+  $("session-meta").textContent = `first seen ${fmt.when(s.first_ms)} · last active ${fmt.when(s.last_ms)} · ${fmt.int(s.requests)} requests · ${fmt.int(s.events)} events`
+    + (saved && saved.requests ? ` · answered locally: ${saved.requests} (${fmt.int(saved.tokens_in + saved.tokens_out)} tokens, ${fmt.usd(saved.cost_usd)} avoided)` : "");
+  const record = $("session-record");
+  record.hidden = view.record === undefined || view.record === null;
+  if (!record.hidden) $("record-body").replaceChildren(recordNode(view.record));
+  const g = view.graph;
+  renderEpisodes(g.episodes);
+  renderFiles(g.files);
+  renderCommands(g.commands);
+  renderErrors(g.errors);
+}
+
+async function loadSession(id) {
+  try {
+    renderSession(await api(`/api/context/sessions/${encodeURIComponent(id)}`));
+  } catch (e) {
+    if (e.status === 404 && state.selected === id) {
+      clearSession(`Session ${id} is no longer in the context log.`);
+    } else {
+      throw e;
+    }
+  }
+}
+
+function clearSession(message) {
+  state.selected = null;
+  $("session").hidden = true;
+  const notice = $("sessions-notice");
+  notice.hidden = !message;
+  notice.textContent = message || "";
+  renderSessions();
+}
+
+function selectSession(id) {
+  state.selected = id;
+  renderSessions();
+  loadSession(id).catch(showError);
+}
+
+let sessionTimer = null;
+function refreshSessionSoon() {
+  if (sessionTimer) return;
+  sessionTimer = setTimeout(() => {
+    sessionTimer = null;
+    if (state.selected) loadSession(state.selected).catch(showError);
+  }, 300);
+}
+
+async function forgetSession() {
+  const id = state.selected;
+  if (!id) return;
+  if (!confirm(`Forget session ${id}? Its events are deleted from the context log; this cannot be undone.`)) return;
+  try {
+    const r = await api(`/api/context/sessions/${encodeURIComponent(id)}`, { method: "DELETE" });
+    clearSession(`Forgot ${id} (${r.deleted} events deleted).`);
+    await loadSessions();
+  } catch (e) {
+    $("session-result").textContent = `Not forgotten: ${e.message}`;
+  }
+}
+
+// ---- views -----------------------------------------------------------------------
+
+function showView() {
+  const name = location.hash === "#sessions" ? "sessions" : "overview";
+  state.view = name;
+  for (const view of ["overview", "sessions"]) $(`view-${view}`).hidden = view !== name;
+  for (const tab of document.querySelectorAll("#tabs a")) tab.classList.toggle("active", tab.dataset.view === name);
+  if (name === "sessions") loadSessions().catch(showError);
+  // A chart drawn while hidden has no width: fit them to the view now shown.
+  if (name === "overview") window.dispatchEvent(new Event("resize"));
 }
 
 // ---- config ----------------------------------------------------------------------
@@ -314,6 +622,7 @@ function onEvent(event) {
       trimRows();
       renderRequests();
       refreshStatsSoon();
+      refreshChartsSoon();
       break;
     }
     case "backend_state_changed": {
@@ -325,6 +634,13 @@ function onEvent(event) {
     case "config_reloaded":
       loadConfig().catch(showError);
       loadBackends().catch(showError);
+      break;
+    case "session":
+      if (state.sessions) refreshSessionsSoon();
+      if (event.session === state.selected) {
+        if (event.change === "forgotten") clearSession(`Session ${event.session} was forgotten.`);
+        else refreshSessionSoon();
+      }
       break;
     case "dropped":
       state.dropped += event.count;
@@ -345,7 +661,11 @@ function connect() {
     setConn("ok", "live");
     $("notice").hidden = true;
     // Read everything after the socket is open, so nothing falls between the two.
-    Promise.all([loadStatus(), loadBackends(), loadVendors(), loadRequests(), loadStats(), loadConfig()]).catch(showError);
+    Promise.all([loadStatus(), loadBackends(), loadVendors(), loadRequests(), loadStats(), loadConfig(), loadCharts()]).catch(showError);
+    if (state.view === "sessions") {
+      loadSessions().catch(showError);
+      if (state.selected) loadSession(state.selected).catch(showError);
+    }
   };
   socket.onmessage = (message) => {
     try { onEvent(JSON.parse(message.data)); } catch (e) { showError(e); }
@@ -361,5 +681,10 @@ function connect() {
 $("older").addEventListener("click", () => loadOlder().catch(showError));
 $("reload").addEventListener("click", reloadConfig);
 $("discover").addEventListener("click", discoverVendors);
+$("forget").addEventListener("click", forgetSession);
+window.addEventListener("hashchange", showView);
+showView();
 setInterval(() => { if (document.visibilityState === "visible") loadStatus().catch(() => {}); }, 10000);
+// The charts' buckets move on with time even when no request finishes.
+setInterval(() => { if (document.visibilityState === "visible" && state.view === "overview") loadCharts().catch(() => {}); }, 30000);
 connect();

@@ -1,5 +1,6 @@
-//! The operator's page at `/`: one HTML file, one script and one stylesheet, embedded in
-//! the binary (no build step, nothing fetched from elsewhere). It reads `/api/*` once and
+//! The operator's page at `/`: one HTML file, one script and one stylesheet, plus the
+//! vendored uPlot that draws its charts (assets/vendor/uplot, MIT), all embedded in the
+//! binary (no build step, nothing fetched from elsewhere). It reads `/api/*` once and
 //! then follows `/ws`.
 
 use axum::extract::Path;
@@ -10,6 +11,9 @@ const INDEX: &str = include_str!("../assets/index.html");
 const APP_JS: &str = include_str!("../assets/app.js");
 const APP_CSS: &str = include_str!("../assets/app.css");
 const ICON: &str = include_str!("../assets/icon.svg");
+const UPLOT_JS: &str = include_str!("../assets/vendor/uplot/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../assets/vendor/uplot/uPlot.min.css");
+const UPLOT_LICENSE: &str = include_str!("../assets/vendor/uplot/LICENSE");
 
 fn asset_response(content_type: &'static str, body: &'static str) -> Response {
     (
@@ -33,6 +37,9 @@ pub async fn asset(Path(file): Path<String>) -> Response {
         "app.js" => asset_response("text/javascript; charset=utf-8", APP_JS),
         "app.css" => asset_response("text/css; charset=utf-8", APP_CSS),
         "icon.svg" => asset_response("image/svg+xml", ICON),
+        "uplot.js" => asset_response("text/javascript; charset=utf-8", UPLOT_JS),
+        "uplot.css" => asset_response("text/css; charset=utf-8", UPLOT_CSS),
+        "uplot-LICENSE.txt" => asset_response("text/plain; charset=utf-8", UPLOT_LICENSE),
         _ => crate::rest::error(StatusCode::NOT_FOUND, "not_found", "no such asset"),
     }
 }
