@@ -45,6 +45,8 @@ async function turn(session, messages) {
 
 const profile = mkdtempSync(join(tmpdir(), "glider-e2e-chromium-"));
 let context;
+let page;
+const problems = [];
 try {
   context = await chromium.launchPersistentContext(profile, {
     executablePath,
@@ -55,9 +57,8 @@ try {
       "--disable-background-networking", "--disable-component-update", "--disable-sync",
     ],
   });
-  const page = context.pages()[0] || (await context.newPage());
+  page = context.pages()[0] || (await context.newPage());
   page.setDefaultTimeout(TIMEOUT);
-  const problems = [];
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
   page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
   page.on("response", (r) => { if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`); });
@@ -141,6 +142,11 @@ try {
 
   if (problems.length) throw new Error(`the page reported problems:\n${problems.join("\n")}`);
   console.log(JSON.stringify({ order, files, commands, errors, steps, meta, dialogs, charts, saved }));
+} catch (e) {
+  // Keep what the page showed and said when a step timed out.
+  if (page) await page.screenshot({ path: join(shots, "dashboard-sessions-failed.png"), fullPage: true }).catch(() => {});
+  if (problems.length) e.message += `\nthe page reported:\n${problems.join("\n")}`;
+  throw e;
 } finally {
   if (context) await context.close();
   rmSync(profile, { recursive: true, force: true });

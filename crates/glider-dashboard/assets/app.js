@@ -60,7 +60,6 @@ const fmt = {
   },
   tokensIn: (u) => (u ? u.input_tokens + (u.cache_read_tokens || 0) + (u.cache_write_tokens || 0) : 0),
   usd: (x) => (x === null || x === undefined ? "–" : x > 0 && x < 0.01 ? `$${x.toFixed(4)}` : `$${x.toFixed(2)}`),
-  saved: (s) => (s && s.requests ? `${fmt.int(s.tokens_in + s.tokens_out)} tok · ${fmt.usd(s.cost_usd)}` : "–"),
   when: (ms) => {
     if (!ms) return "–";
     const d = new Date(ms);
@@ -213,7 +212,7 @@ function statsRows(table, groups) {
       el("td", { class: "num" }, fmt.share(g.local_share)),
       el("td", { class: "num" }, lat),
       el("td", { class: "num" }, g.ttft_ms ? fmt.ms(g.ttft_ms.p50) : "–"),
-      el("td", { class: "num", title: savedTitle(g.saved) }, fmt.saved(g.saved)),
+      el("td", { class: "num", title: savedTitle(g.saved) }, g.saved && g.saved.requests ? fmt.usd(g.saved.cost_usd) : "–"),
     ));
   }
 }
@@ -248,8 +247,16 @@ function chartWidth(target) {
   return Math.max(280, target.clientWidth || 400);
 }
 
-// Draw `name` into its box, or give the chart it already has new data.
-function drawChart(name, options, data) {
+// The time each chart spans: the series' own [from, to), so the bucket in progress is
+// not drawn on the edge.
+const spans = {};
+const spanOf = (name) => () => spans[name];
+
+// Draw `name` into its box (over `series`' time span), or give the chart it already
+// has new data.
+function drawChart(name, options, data, series) {
+  spans[name] = [series.from_ms / 1000, series.to_ms / 1000];
+  options.scales = Object.assign({ x: { time: true, range: spanOf(name) } }, options.scales);
   const target = $(`chart-${name}`);
   // What the first series adds up to: lets a reader (and the browser test) see that the
   // chart holds the ledger's numbers, not only axes.
@@ -263,20 +270,23 @@ function drawChart(name, options, data) {
 }
 
 const seconds = (points) => points.map((p) => p.t_ms / 1000);
+// Buckets between gaps are single points: draw each one, so a lone minute shows.
+const DOTS = { show: true, size: 5 };
 
 function drawActivity(series) {
   const p = series.points;
   drawChart("requests", {
     series: [{}, { label: "requests", stroke: COLORS.requests, fill: "rgba(47,111,222,.12)", width: 1.5 },
-      { label: "local %", stroke: COLORS.local, scale: "%", width: 1.5, value: (u, v) => (v === null ? "–" : `${Math.round(v)}%`) }],
+      { label: "local %", stroke: COLORS.local, scale: "%", width: 1.5, points: DOTS, value: (u, v) => (v === null ? "–" : `${Math.round(v)}%`) }],
     scales: { "%": { range: [0, 100] } },
     axes: [{}, { label: "requests" }, { scale: "%", side: 1, grid: { show: false }, values: (u, ticks) => ticks.map((v) => `${v}%`) }],
-  }, [seconds(p), p.map((x) => x.requests), p.map((x) => (x.local_share === null ? null : x.local_share * 100))]);
+  }, [seconds(p), p.map((x) => x.requests), p.map((x) => (x.local_share === null ? null : x.local_share * 100))], series);
   const latency = (q) => p.map((x) => (x.latency_ms ? x.latency_ms[q] : null));
   drawChart("latency", {
-    series: [{}, { label: "p50", stroke: COLORS.p50, width: 1.5 }, { label: "p90", stroke: COLORS.p90, width: 1.5 }, { label: "p99", stroke: COLORS.p99, width: 1.5 }],
-    axes: [{}, { label: "ms", values: (u, ticks) => ticks.map((v) => fmt.ms(v)) }],
-  }, [seconds(p), latency("p50"), latency("p90"), latency("p99")]);
+    series: [{}, { label: "p50", stroke: COLORS.p50, width: 1.5, points: DOTS }, { label: "p90", stroke: COLORS.p90, width: 1.5, points: DOTS },
+      { label: "p99", stroke: COLORS.p99, width: 1.5, points: DOTS }],
+    axes: [{}, { size: 64, values: (u, ticks) => ticks.map((v) => fmt.ms(v)) }],
+  }, [seconds(p), latency("p50"), latency("p90"), latency("p99")], series);
 }
 
 function drawSaved(days) {
@@ -285,10 +295,10 @@ function drawSaved(days) {
     series: [{ value: (u, v) => (v === null ? "–" : new Date(v * 1000).toISOString().slice(0, 10)) },
       { label: "tokens saved", stroke: COLORS.tokens, fill: "rgba(106,59,181,.35)", paths: uPlot.paths.bars({ size: [0.6, 40] }), points: { show: false } },
       { label: "cost avoided", stroke: COLORS.cost, scale: "usd", width: 2, value: (u, v) => (v === null ? "–" : fmt.usd(v)) }],
-    scales: { x: { time: true }, usd: { range: (u, min, max) => [0, Math.max(max, 0.01)] } },
+    scales: { usd: { range: (u, min, max) => [0, Math.max(max, 0.01)] } },
     axes: [{ values: (u, ticks) => ticks.map((v) => new Date(v * 1000).toISOString().slice(5, 10)) }, { label: "tokens" },
-      { scale: "usd", side: 1, grid: { show: false }, values: (u, ticks) => ticks.map((v) => fmt.usd(v)) }],
-  }, [seconds(p), p.map((x) => x.saved.tokens_in + x.saved.tokens_out), p.map((x) => x.saved.cost_usd)]);
+      { scale: "usd", side: 1, size: 64, grid: { show: false }, values: (u, ticks) => ticks.map((v) => fmt.usd(v)) }],
+  }, [seconds(p), p.map((x) => x.saved.tokens_in + x.saved.tokens_out), p.map((x) => x.saved.cost_usd)], days);
 }
 
 async function loadCharts() {
@@ -345,12 +355,14 @@ async function loadSessions() {
   const notice = $("sessions-notice");
   try {
     const data = await api("/api/context/sessions");
-    notice.hidden = true;
+    // A read error is over once a read succeeds; what a forget said stays.
+    if (notice.dataset.kind === "error") notice.hidden = true;
     state.sessions = data.sessions;
   } catch (e) {
     // The log is off (context.enabled: false) or unreadable: say so in the view.
     state.sessions = [];
     notice.hidden = false;
+    notice.dataset.kind = "error";
     notice.textContent = e.message;
   }
   renderSessions();
@@ -450,8 +462,10 @@ function recordNode(value) {
   return el("dl", {}, Object.entries(value).flatMap(([k, v]) => [el("dt", {}, k.replace(/_/g, " ")), el("dd", {}, recordNode(v))]));
 }
 
+// `view`: the session's summary fields (`session`, `first_ms`, `last_ms`, `events`,
+// `requests`), its `graph`, and its `record` when the context log has one.
 function renderSession(view) {
-  const s = view.summary;
+  const s = view;
   $("session").hidden = false;
   $("session-title").textContent = s.session;
   $("session-result").textContent = "";
@@ -485,6 +499,7 @@ function clearSession(message) {
   $("session").hidden = true;
   const notice = $("sessions-notice");
   notice.hidden = !message;
+  notice.dataset.kind = "info";
   notice.textContent = message || "";
   renderSessions();
 }
