@@ -223,19 +223,20 @@ pub struct LatencyView {
     pub samples: u64,
 }
 
-/// Everything one stretch of time adds up to.
-#[derive(Debug, Clone, Default)]
-struct Bucket {
-    requests: u64,
-    answered: u64,
-    local: u64,
-    errors: u64,
-    latency: Latency,
-    saved: Saved,
+/// How many requests ended, how many a backend answered (and a local one), and how
+/// many failed: counted the same way for the since-start aggregates and the buckets.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counts {
+    pub requests: u64,
+    /// Answered successfully by a backend (local or cloud).
+    pub answered: u64,
+    pub local: u64,
+    /// 4xx/5xx answers other than 499.
+    pub errors: u64,
 }
 
-impl Bucket {
-    fn record(&mut self, row: &Row, saved: &Saved) {
+impl Counts {
+    pub fn record(&mut self, row: &Row) {
         self.requests += 1;
         if row.answered() {
             self.answered += 1;
@@ -246,6 +247,32 @@ impl Bucket {
         if row.is_error() {
             self.errors += 1;
         }
+    }
+
+    fn merge(&mut self, other: &Counts) {
+        self.requests += other.requests;
+        self.answered += other.answered;
+        self.local += other.local;
+        self.errors += other.errors;
+    }
+
+    /// `local / answered`; `None` before the first answer.
+    pub fn local_share(&self) -> Option<f64> {
+        (self.answered > 0).then(|| self.local as f64 / self.answered as f64)
+    }
+}
+
+/// Everything one stretch of time adds up to.
+#[derive(Debug, Clone, Default)]
+struct Bucket {
+    counts: Counts,
+    latency: Latency,
+    saved: Saved,
+}
+
+impl Bucket {
+    fn record(&mut self, row: &Row, saved: &Saved) {
+        self.counts.record(row);
         if let Some(ms) = row.total_ms {
             self.latency.push(ms);
         }
@@ -253,22 +280,20 @@ impl Bucket {
     }
 
     fn merge(&mut self, other: &Bucket) {
-        self.requests += other.requests;
-        self.answered += other.answered;
-        self.local += other.local;
-        self.errors += other.errors;
+        self.counts.merge(&other.counts);
         self.latency.merge(&other.latency);
         self.saved.add(&other.saved);
     }
 
     fn view(&self, t_ms: u64) -> Point {
+        let counts = self.counts;
         Point {
             t_ms,
-            requests: self.requests,
-            answered: self.answered,
-            local: self.local,
-            local_share: (self.answered > 0).then(|| self.local as f64 / self.answered as f64),
-            errors: self.errors,
+            requests: counts.requests,
+            answered: counts.answered,
+            local: counts.local,
+            local_share: counts.local_share(),
+            errors: counts.errors,
             latency_ms: self.latency.view(),
             saved: self.saved,
         }
@@ -379,7 +404,7 @@ impl Ledger {
         let points = window_ms.div_ceil(bucket_ms).max(1);
         let last = now_ms - now_ms % bucket_ms;
         let first = last.saturating_sub((points - 1) * bucket_ms);
-        let by_day = bucket_ms % DAY_MS == 0;
+        let by_day = bucket_ms.is_multiple_of(DAY_MS);
         let mut out = Vec::new();
         let mut start = first;
         while start <= last {
@@ -427,7 +452,7 @@ impl Ledger {
 /// ledger: a bucket of a multiple of 10 s over at most a day, or of whole days over at
 /// most 35 days, and at most 1440 points.
 pub fn check_series(bucket_ms: u64, window_ms: u64) -> Result<(), String> {
-    if bucket_ms == 0 || bucket_ms % FINE_BUCKET_MS != 0 {
+    if bucket_ms == 0 || !bucket_ms.is_multiple_of(FINE_BUCKET_MS) {
         return Err(format!(
             "bucket must be a whole multiple of 10s (got {} ms)",
             bucket_ms
@@ -436,7 +461,7 @@ pub fn check_series(bucket_ms: u64, window_ms: u64) -> Result<(), String> {
     if window_ms < bucket_ms {
         return Err("window must be at least one bucket".into());
     }
-    let (kept, kept_name) = if bucket_ms % DAY_MS == 0 {
+    let (kept, kept_name) = if bucket_ms.is_multiple_of(DAY_MS) {
         (DAYS_KEPT * DAY_MS, "35d (days are kept 35 days)")
     } else {
         (
@@ -630,13 +655,21 @@ mod tests {
         assert!(parse_duration_ms("-5s").is_err());
         assert!(check_series(60_000, 3_600_000).is_ok());
         assert!(check_series(DAY_MS, 30 * DAY_MS).is_ok());
-        assert!(check_series(15_000, 60_000).unwrap_err().contains("10s"));
+        assert!(
+            check_series(15_000, 60_000)
+                .expect_err("refused")
+                .contains("10s")
+        );
         assert!(
             check_series(60_000, 2 * DAY_MS)
-                .unwrap_err()
+                .expect_err("refused")
                 .contains("bucket=1d")
         );
-        assert!(check_series(10_000, DAY_MS).unwrap_err().contains("1440"));
+        assert!(
+            check_series(10_000, DAY_MS)
+                .expect_err("refused")
+                .contains("1440")
+        );
         assert!(check_series(60_000, 10_000).is_err());
     }
 }

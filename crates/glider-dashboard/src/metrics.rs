@@ -19,7 +19,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
-use crate::ledger::{Ledger, Point, Row, Saved, Series, SessionTotals, is_error};
+use crate::ledger::{Counts, Ledger, Point, Row, Saved, Series, SessionTotals, is_error};
 
 /// Latency samples kept per aggregate for percentiles (the most recent ones).
 const SAMPLES: usize = 1024;
@@ -306,7 +306,7 @@ impl Metrics {
         stats.record(&row, &saved);
         stats.ledger.record(&row, &saved, crate::unix_ms());
         self.local_share
-            .set(stats.totals.local_share().unwrap_or(0.0));
+            .set(stats.totals.counts.local_share().unwrap_or(0.0));
     }
 
     /// Add requests from before this process started (read back from the history) to
@@ -431,14 +431,10 @@ pub struct Percentiles {
 /// Totals for one backend, one route rule, or everything.
 #[derive(Debug, Default)]
 struct Aggregate {
-    requests: u64,
-    errors: u64,
+    counts: Counts,
     cancelled: u64,
     tokens_in: u64,
     tokens_out: u64,
-    /// Requests a backend answered (local or cloud).
-    answered: u64,
-    local: u64,
     latency: Samples,
     ttft: Samples,
     saved: Saved,
@@ -446,21 +442,12 @@ struct Aggregate {
 
 impl Aggregate {
     fn record(&mut self, row: &Row, saved: &Saved) {
-        self.requests += 1;
-        if row.is_error() {
-            self.errors += 1;
-        }
+        self.counts.record(row);
         if row.status == Some(499) {
             self.cancelled += 1;
         }
         self.tokens_in += row.tokens_in();
         self.tokens_out += row.usage.output_tokens;
-        if row.answered() {
-            self.answered += 1;
-            if row.local == Some(true) {
-                self.local += 1;
-            }
-        }
         if let Some(ms) = row.total_ms {
             self.latency.push(ms);
         }
@@ -470,20 +457,17 @@ impl Aggregate {
         self.saved.add(saved);
     }
 
-    fn local_share(&self) -> Option<f64> {
-        (self.answered > 0).then(|| self.local as f64 / self.answered as f64)
-    }
-
     fn view(&self) -> AggregateView {
+        let counts = self.counts;
         AggregateView {
-            requests: self.requests,
-            errors: self.errors,
+            requests: counts.requests,
+            errors: counts.errors,
             cancelled: self.cancelled,
             tokens_in: self.tokens_in,
             tokens_out: self.tokens_out,
-            answered: self.answered,
-            local: self.local,
-            local_share: self.local_share(),
+            answered: counts.answered,
+            local: counts.local,
+            local_share: counts.local_share(),
             latency_ms: self.latency.percentiles(),
             ttft_ms: self.ttft.percentiles(),
             saved: self.saved,

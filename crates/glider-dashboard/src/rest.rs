@@ -236,7 +236,7 @@ pub async fn series(
         Ok(ms) => ms,
         Err(message) => return invalid(message),
     };
-    let default_window = if bucket_ms % ledger::DAY_MS == 0 {
+    let default_window = if bucket_ms.is_multiple_of(ledger::DAY_MS) {
         30 * ledger::DAY_MS
     } else {
         bucket_ms * 60
