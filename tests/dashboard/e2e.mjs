@@ -2,41 +2,18 @@
 // gateway, and its row appears in the page live (over /ws, without a reload). Prints one
 // JSON line with what it saw; exits non-zero on any failure. Driven by
 // test_dashboard_e2e.py, which starts `glider serve` and passes the URLs.
-import { chromium } from "playwright-core";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { openBrowser } from "./browser.mjs";
 
 const dashboard = process.env.DASHBOARD_URL;
 const gateway = process.env.GATEWAY_URL;
 const screenshot = process.env.SCREENSHOT;
-const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
 const model = process.env.MODEL;
 if (!dashboard || !gateway || !screenshot || !model) {
   throw new Error("DASHBOARD_URL, GATEWAY_URL, SCREENSHOT and MODEL are required");
 }
 
-const TIMEOUT = 30_000;
-const profile = mkdtempSync(join(tmpdir(), "glider-e2e-chromium-"));
-let context;
+const { page, problems, close } = await openBrowser();
 try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath,
-    headless: true,
-    viewport: { width: 1500, height: 1300 },
-    args: [
-      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    ],
-  });
-  const page = context.pages()[0] || (await context.newPage());
-  page.setDefaultTimeout(TIMEOUT);
-  const problems = [];
-  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
-  page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
-  page.on("response", (r) => { if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`); });
-  page.on("requestfailed", (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
-
   await page.goto(dashboard);
   await page.locator("#conn", { hasText: "live" }).waitFor();
   await page.locator('#backends tr[data-backend="local"]').waitFor();
@@ -79,6 +56,5 @@ try {
   if (problems.length) throw new Error(`the page reported problems:\n${problems.join("\n")}`);
   console.log(JSON.stringify({ row: cells, backend: backendCells, by_backend: byBackend }));
 } finally {
-  if (context) await context.close();
-  rmSync(profile, { recursive: true, force: true });
+  await close();
 }

@@ -6,21 +6,17 @@
 // session after the confirm dialog. The charts are drawn by the embedded uPlot. Prints
 // one JSON line with what it saw; exits non-zero on any failure. Driven by
 // test_dashboard_e2e.py, which starts `glider serve` and passes the URLs.
-import { chromium } from "playwright-core";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { openBrowser } from "./browser.mjs";
 
 const dashboard = process.env.DASHBOARD_URL;
 const gateway = process.env.GATEWAY_URL;
 const shots = process.env.SCREENSHOT_DIR;
-const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
 const model = process.env.CLOUD_MODEL;
 if (!dashboard || !gateway || !shots || !model) {
   throw new Error("DASHBOARD_URL, GATEWAY_URL, SCREENSHOT_DIR and CLOUD_MODEL are required");
 }
 
-const TIMEOUT = 30_000;
 const TOOLS = [
   { name: "Read", description: "Read a file", input_schema: { type: "object", properties: { file_path: { type: "string" } }, required: ["file_path"] } },
   { name: "Edit", description: "Edit a file", input_schema: { type: "object", properties: { file_path: { type: "string" }, old_string: { type: "string" }, new_string: { type: "string" } }, required: ["file_path"] } },
@@ -43,26 +39,8 @@ async function turn(session, messages) {
   return body.content.filter((b) => b.type === "tool_use");
 }
 
-const profile = mkdtempSync(join(tmpdir(), "glider-e2e-chromium-"));
-let context;
-let page;
-const problems = [];
+const { page, problems, close } = await openBrowser();
 try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath,
-    headless: true,
-    viewport: { width: 1500, height: 1300 },
-    args: [
-      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    ],
-  });
-  page = context.pages()[0] || (await context.newPage());
-  page.setDefaultTimeout(TIMEOUT);
-  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
-  page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
-  page.on("response", (r) => { if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`); });
-  page.on("requestfailed", (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
   const dialogs = [];
   page.on("dialog", (d) => { dialogs.push(d.message()); d.accept(); });
 
@@ -144,10 +122,9 @@ try {
   console.log(JSON.stringify({ order, files, commands, errors, steps, meta, dialogs, charts, saved }));
 } catch (e) {
   // Keep what the page showed and said when a step timed out.
-  if (page) await page.screenshot({ path: join(shots, "dashboard-sessions-failed.png"), fullPage: true }).catch(() => {});
+  await page.screenshot({ path: join(shots, "dashboard-sessions-failed.png"), fullPage: true }).catch(() => {});
   if (problems.length) e.message += `\nthe page reported:\n${problems.join("\n")}`;
   throw e;
 } finally {
-  if (context) await context.close();
-  rmSync(profile, { recursive: true, force: true });
+  await close();
 }

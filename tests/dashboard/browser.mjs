@@ -1,0 +1,42 @@
+// The headless Chromium the dashboard's browser tests drive: Debian's build through
+// playwright-core (no browser download), a throw-away profile, and a page that records
+// every problem it reports (page errors, console errors, 4xx/5xx answers, failed loads).
+import { chromium } from "playwright-core";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+export const TIMEOUT = 30_000;
+
+// Returns { page, problems, close }; `close()` ends the browser and removes its profile.
+export async function openBrowser() {
+  const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
+  const profile = mkdtempSync(join(tmpdir(), "glider-e2e-chromium-"));
+  let context;
+  const close = async () => {
+    if (context) await context.close();
+    rmSync(profile, { recursive: true, force: true });
+  };
+  try {
+    context = await chromium.launchPersistentContext(profile, {
+      executablePath,
+      headless: true,
+      viewport: { width: 1500, height: 1300 },
+      args: [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+      ],
+    });
+  } catch (e) {
+    await close();
+    throw e;
+  }
+  const page = context.pages()[0] || (await context.newPage());
+  page.setDefaultTimeout(TIMEOUT);
+  const problems = [];
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
+  page.on("response", (r) => { if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`); });
+  page.on("requestfailed", (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
+  return { page, problems, close };
+}
