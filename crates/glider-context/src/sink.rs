@@ -3,12 +3,15 @@
 //! newest turns (the last assistant turn and what follows it) and queues the event
 //! without waiting.
 
+use std::sync::Arc;
+
 use glider_engine::{ContextSink, DecidedTurn, RecordedTurn};
 use glider_ngl::{Part, Request, Role};
 
 use crate::Context;
 use crate::event::{
-    Event, EventBody, MAX_USER_TEXT_CHARS, ReplyEvent, RequestEvent, ToolCall, ToolResult, prefix,
+    Event, EventBody, MAX_USER_TEXT_CHARS, REPLY_TEXT_EDGE_CHARS, ReplyEvent, RequestEvent,
+    ToolCall, ToolResult, edges, prefix,
 };
 
 impl ContextSink for Context {
@@ -65,12 +68,17 @@ impl ContextSink for Context {
                 .collect(),
             ttft_ms: record.ttft_ms,
             total_ms: record.total_ms,
+            text: (!turn.text.is_empty()).then(|| edges(&turn.text, REPLY_TEXT_EDGE_CHARS)),
         };
         self.log.append(Event {
             at_ms: crate::now_ms(),
             session: Some(turn.session.to_owned()),
             body: EventBody::Reply(body),
         });
+    }
+
+    fn record(&self, session: &str) -> Option<Arc<str>> {
+        self.log.records().get(session)
     }
 }
 

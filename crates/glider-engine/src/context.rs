@@ -1,8 +1,10 @@
 //! The context hook: what the pipeline tells a context store (`glider-context`) about
 //! each request, from every door, at the two moments every request passes — once it is
 //! decided (its session, the request as decoded, the route) and once it is recorded
-//! (the reply's tool calls, usage, stop reason, status). The engine knows nothing of
-//! how it is stored; with no sink attached nothing is built or copied.
+//! (the reply's tool calls, text, usage, stop reason, status) — and the one thing the
+//! pipeline reads back: a session's continuity record, for a local model's bounded
+//! context. The engine knows nothing of how it is stored; with no sink attached nothing
+//! is built or copied.
 
 use std::sync::Arc;
 
@@ -20,6 +22,10 @@ pub trait ContextSink: Send + Sync {
     fn decided(&self, turn: &DecidedTurn<'_>);
     /// The request ended: its reply was delivered, it failed, or its client went away.
     fn recorded(&self, turn: RecordedTurn<'_>);
+    /// The session's continuity record rendered for a model, as last built (`None`
+    /// when none is held for it). Called on the request path: it must answer from
+    /// memory at once, never query storage nor wait on a lock a writer holds long.
+    fn record(&self, session: &str) -> Option<Arc<str>>;
 }
 
 /// A request once the router has decided where it goes.
@@ -47,7 +53,14 @@ pub struct RecordedTurn<'a> {
     pub tool_calls: Vec<ReplyToolCall>,
     /// Why generation stopped, when the reply said so.
     pub stop_reason: Option<StopReason>,
+    /// The reply's text (not its thinking): whole when under [`REPLY_TEXT_KEPT`]
+    /// bytes, else its first [`REPLY_TEXT_KEPT`] bytes, `…`, and its last ones.
+    pub text: String,
 }
+
+/// Bytes of a reply's text kept from each end for the sink (a closing summary of what
+/// the model did is at the end; a long reply's middle is not kept).
+pub const REPLY_TEXT_KEPT: usize = 4 * 1024;
 
 /// A tool call the model made in its reply.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +81,51 @@ pub(crate) struct ReplyCapture {
     open: Vec<(usize, usize)>,
     calls: Vec<ReplyToolCall>,
     stop_reason: Option<StopReason>,
+    text: TextEdges,
+}
+
+/// A reply's text as it streams, bounded: the first [`REPLY_TEXT_KEPT`] bytes and a
+/// tail of at most twice that, so a long reply costs bounded memory.
+#[derive(Default)]
+struct TextEdges {
+    head: String,
+    tail: String,
+    /// Text between `head` and `tail` was let go.
+    cut: bool,
+}
+
+impl TextEdges {
+    fn push(&mut self, text: &str) {
+        let room = REPLY_TEXT_KEPT.saturating_sub(self.head.len());
+        let split = floor_char_boundary(text, room.min(text.len()));
+        if self.tail.is_empty() {
+            self.head.push_str(&text[..split]);
+            self.tail.push_str(&text[split..]);
+        } else {
+            self.tail.push_str(text);
+        }
+        if self.tail.len() > 2 * REPLY_TEXT_KEPT {
+            let from = floor_char_boundary(&self.tail, self.tail.len() - REPLY_TEXT_KEPT);
+            self.tail.drain(..from);
+            self.cut = true;
+        }
+    }
+
+    fn finish(self) -> String {
+        match (self.cut, self.tail.is_empty()) {
+            (_, true) => self.head,
+            (false, false) => self.head + &self.tail,
+            (true, false) => format!("{}\n…\n{}", self.head, self.tail),
+        }
+    }
+}
+
+/// The largest char boundary of `text` at or below `at`.
+fn floor_char_boundary(text: &str, at: usize) -> usize {
+    (0..=at.min(text.len()))
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0)
 }
 
 impl ReplyCapture {
@@ -78,6 +136,7 @@ impl ReplyCapture {
             open: Vec::new(),
             calls: Vec::new(),
             stop_reason: None,
+            text: TextEdges::default(),
         }
     }
 
@@ -101,6 +160,7 @@ impl ReplyCapture {
                     call.arguments.push_str(json);
                 }
             }
+            StreamEvent::TextDelta { text, .. } => self.text.push(text),
             StreamEvent::Finish { stop_reason, .. } => self.stop_reason = Some(*stop_reason),
             _ => {}
         }
@@ -109,17 +169,18 @@ impl ReplyCapture {
     pub(crate) fn response(&mut self, response: &Response) {
         self.stop_reason = Some(response.stop_reason);
         for part in &response.parts {
-            if let Part::ToolCall {
-                id,
-                name,
-                arguments,
-            } = part
-            {
-                self.calls.push(ReplyToolCall {
+            match part {
+                Part::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => self.calls.push(ReplyToolCall {
                     id: id.clone(),
                     name: name.clone(),
                     arguments: arguments.to_string(),
-                });
+                }),
+                Part::Text { text, .. } => self.text.push(text),
+                _ => {}
             }
         }
     }
@@ -132,6 +193,37 @@ impl ReplyCapture {
             record,
             tool_calls: self.calls,
             stop_reason: self.stop_reason,
+            text: self.text.finish(),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_reply_text_keeps_its_start_and_end_in_bounded_memory() {
+        let mut text = TextEdges::default();
+        text.push("begin ");
+        for _ in 0..10_000 {
+            text.push("é middle ");
+        }
+        text.push("the end");
+        assert!(text.head.len() <= REPLY_TEXT_KEPT);
+        assert!(text.tail.len() <= 2 * REPLY_TEXT_KEPT + "é middle ".len());
+        let kept = text.finish();
+        assert!(kept.starts_with("begin é middle"), "{}", &kept[..20]);
+        assert!(kept.ends_with("é middle the end"));
+        assert!(kept.contains("\n…\n"));
+        assert!(kept.len() <= 2 * REPLY_TEXT_KEPT + 16);
+    }
+
+    #[test]
+    fn a_short_reply_text_is_kept_whole() {
+        let mut text = TextEdges::default();
+        text.push("I renamed ");
+        text.push("it.");
+        assert_eq!(text.finish(), "I renamed it.");
     }
 }
