@@ -81,7 +81,10 @@ impl Context {
 
     /// A reader of this log's directory, rendering records with the same budget.
     pub fn reader(&self) -> Reader {
-        Reader::new(self.log.dir().to_path_buf()).with_record_budget(self.record_max_tokens)
+        let mut reader =
+            Reader::new(self.log.dir().to_path_buf()).with_record_budget(self.record_max_tokens);
+        reader.live = Some(self.log.records_handle());
+        reader
     }
 
     pub fn log(&self) -> &ContextLog {
@@ -118,6 +121,9 @@ pub struct RecordView {
     #[serde(flatten)]
     pub record: ContinuityRecord,
     pub text: String,
+    /// The rendered record the running server holds for the session's next local
+    /// request (`None` when none is held, or when read from the file by the CLI).
+    pub live: Option<String>,
 }
 
 /// Reads the log (its own connection: the writer goes on meanwhile, WAL lets both).
@@ -125,6 +131,8 @@ pub struct RecordView {
 pub struct Reader {
     dir: PathBuf,
     record_max_tokens: u64,
+    /// The running log's in-memory records, when read inside `glider serve`.
+    live: Option<Arc<live::RecordCache>>,
 }
 
 impl Reader {
@@ -134,6 +142,7 @@ impl Reader {
         Reader {
             dir,
             record_max_tokens: ContextConfig::default().record_max_tokens,
+            live: None,
         }
     }
 
@@ -180,7 +189,15 @@ impl Reader {
         Ok(Some(SessionView {
             summary,
             graph,
-            record: RecordView { record, text },
+            record: RecordView {
+                record,
+                text,
+                live: self
+                    .live
+                    .as_ref()
+                    .and_then(|cache| cache.get(session))
+                    .map(|held| held.to_string()),
+            },
         }))
     }
 

@@ -29,6 +29,14 @@ pub struct RecordCache {
     records: ArcSwap<HashMap<String, Arc<str>>>,
 }
 
+impl std::fmt::Debug for RecordCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordCache")
+            .field("sessions", &self.len())
+            .finish()
+    }
+}
+
 impl RecordCache {
     /// `session`'s rendered record, if the writer holds one.
     pub fn get(&self, session: &str) -> Option<Arc<str>> {

@@ -135,6 +135,11 @@ impl ContextLog {
         &self.records
     }
 
+    /// A handle on them, for a reader in the same process.
+    pub fn records_handle(&self) -> Arc<RecordCache> {
+        self.records.clone()
+    }
+
     /// The context directory.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -266,6 +266,11 @@ async fn the_writer_keeps_a_live_sessions_record_for_the_request_path_and_drops_
         .expect("reads")
         .expect("known");
     assert_eq!(&*record, view.record.text);
+    assert_eq!(
+        view.record.live.as_deref(),
+        Some(&*record),
+        "the held one, served"
+    );
 
     // Forgotten through another connection (as `glider context forget` does): the
     // writer notices and the record is no longer served.

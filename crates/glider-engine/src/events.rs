@@ -57,6 +57,20 @@ pub struct RequestRecord {
     /// What was fitted to each local candidate's model (`backend: change`), e.g.
     /// `local: tools 25 -> 8 (...)`, `local: max_tokens 32000 -> 4096`.
     pub fitted: Vec<String>,
+    /// What bounded context left out of each local candidate's request (turns and
+    /// estimated tokens), and whether the session's continuity record stood in.
+    pub context_left_out: Vec<ContextLeftOut>,
+}
+
+/// One local candidate's bounded context, for the route record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContextLeftOut {
+    pub backend: String,
+    pub turns: usize,
+    /// Estimated tokens of the turns left out.
+    pub tokens: u64,
+    /// Estimated tokens of the continuity record given instead (0: none given).
+    pub record_tokens: u64,
 }
 
 /// A backend's live state as an operator sees it.
@@ -178,6 +192,7 @@ impl Bus {
             error: None,
             fallbacks: Vec::new(),
             fitted: Vec::new(),
+            context_left_out: Vec::new(),
         };
         Tracker {
             bus: self.clone(),

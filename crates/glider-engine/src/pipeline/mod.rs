@@ -305,6 +305,7 @@ impl Engine {
             adapted: Vec::new(),
             upstream: Vec::new(),
             executed: None,
+            context: self.context.get().cloned(),
         }
     }
 }

@@ -26,6 +26,7 @@ use http::HeaderMap;
 use super::reply::Answered;
 use super::request::Door;
 use super::runtime::Runtime;
+use crate::context::ContextSink;
 use crate::events::Tracker;
 use crate::router::RouteDecision;
 use crate::router::sticky::StickyStore;
@@ -144,6 +145,9 @@ pub(crate) struct Job {
     pub upstream: Vec<UpstreamRequest>,
     /// Execute: the attempt that answered.
     pub executed: Option<Executed>,
+    /// The context store, when one is attached: bounded context reads the session's
+    /// continuity record from it.
+    pub context: Option<Arc<dyn ContextSink>>,
 }
 
 pub(crate) fn not_routed() -> ApiError {
