@@ -53,7 +53,7 @@ pub struct RecordedTurn<'a> {
     pub tool_calls: Vec<ReplyToolCall>,
     /// Why generation stopped, when the reply said so.
     pub stop_reason: Option<StopReason>,
-    /// The reply's text (not its thinking): whole when under [`REPLY_TEXT_KEPT`]
+    /// The reply's text (not its thinking): whole when under twice [`REPLY_TEXT_KEPT`]
     /// bytes, else its first [`REPLY_TEXT_KEPT`] bytes, `…`, and its last ones.
     pub text: String,
 }
@@ -111,7 +111,14 @@ impl TextEdges {
         }
     }
 
-    fn finish(self) -> String {
+    fn finish(mut self) -> String {
+        if self.tail.len() > REPLY_TEXT_KEPT
+            && (self.cut || self.head.len() + self.tail.len() > 2 * REPLY_TEXT_KEPT)
+        {
+            let from = floor_char_boundary(&self.tail, self.tail.len() - REPLY_TEXT_KEPT);
+            self.tail.drain(..from);
+            self.cut = true;
+        }
         match (self.cut, self.tail.is_empty()) {
             (_, true) => self.head,
             (false, false) => self.head + &self.tail,
