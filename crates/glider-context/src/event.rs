@@ -13,6 +13,9 @@ pub const MAX_ARGUMENT_CHARS: usize = 32 * 1024;
 pub const RESULT_EDGE_CHARS: usize = 2 * 1024;
 /// Most characters of a root user message kept (the user's goal in their own words).
 pub const MAX_USER_TEXT_CHARS: usize = 4 * 1024;
+/// A compaction summary's text kept from each end (a local model's answer to a CLI's
+/// compaction request; the reply's own text is capped by the engine first).
+pub const MAX_NARRATIVE_EDGE_CHARS: usize = 4 * 1024;
 /// Reply text kept from each end of a longer reply (its opening says what the model
 /// set out to do, its end what it did; the continuity record quotes them).
 pub const REPLY_TEXT_EDGE_CHARS: usize = 1024;
@@ -93,6 +96,9 @@ pub struct RequestEvent {
     pub tool_calls: Vec<ToolCall>,
     /// Tool results after it: what the CLI's tools returned.
     pub tool_results: Vec<ToolResult>,
+    /// A CLI's compaction request (recognised by its instruction's text).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compaction: bool,
 }
 
 /// A request at its end.

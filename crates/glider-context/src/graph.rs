@@ -68,6 +68,9 @@ pub struct Step {
     pub tool_calls: Vec<String>,
     /// The reply's text as the log kept it.
     pub reply_text: Option<String>,
+    /// A CLI's compaction request (its reply is a summary, not the episode's answer).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub compaction: bool,
 }
 
 /// What is known of one file; `changes` oldest first, the last one current.
@@ -269,6 +272,7 @@ impl Folder {
             rule: request.rule.clone(),
             reason: request.reason.clone(),
             estimated_tokens: request.estimated_tokens,
+            compaction: request.compaction,
             ..Step::default()
         });
         self.steps.insert(

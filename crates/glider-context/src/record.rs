@@ -323,13 +323,14 @@ fn file_state(fact: &FileFact) -> Option<FileState> {
     })
 }
 
-/// Each finished episode's closing words: its last request's reply, when that reply
-/// called no tool (the episode's answer) and said something.
+/// Each finished episode's closing words: its last request's reply (a compaction's
+/// summary aside), when that reply called no tool (the episode's answer) and said
+/// something.
 fn decisions(episodes: &[Episode]) -> Vec<Decision> {
     let mut decisions: Vec<Decision> = episodes
         .iter()
         .filter_map(|episode| {
-            let last = episode.steps.last()?;
+            let last = episode.steps.iter().rev().find(|s| !s.compaction)?;
             let text = last.reply_text.as_deref()?.trim();
             (last.tool_calls.is_empty() && !text.is_empty()).then(|| Decision {
                 family: episode.family.clone(),
@@ -351,7 +352,7 @@ fn recent(episodes: &[Episode]) -> Vec<Exchange> {
             if out.len() == RECENT_EXCHANGES {
                 break 'episodes;
             }
-            if step.reply_text.is_none() && step.tool_calls.is_empty() {
+            if step.compaction || (step.reply_text.is_none() && step.tool_calls.is_empty()) {
                 continue;
             }
             out.push(Exchange {

@@ -56,6 +56,59 @@ pub struct RecordedTurn<'a> {
     /// The reply's text (not its thinking): whole when under twice [`REPLY_TEXT_KEPT`]
     /// bytes, else its first [`REPLY_TEXT_KEPT`] bytes, `…`, and its last ones.
     pub text: String,
+    /// The request was a CLI's compaction answered locally, and by what.
+    pub compaction: Option<CompactionSource>,
+}
+
+/// Who answered a CLI's compaction request locally (`context.compaction: local`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionSource {
+    /// A local model, given the continuity record and the current episode.
+    LocalModel,
+    /// Glider itself, from the continuity record (no local backend was up).
+    Record,
+}
+
+impl CompactionSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompactionSource::LocalModel => "local_model",
+            CompactionSource::Record => "record",
+        }
+    }
+}
+
+/// Which CLI's compaction prompt a request carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionPrompt {
+    /// Claude Code's `/compact` and auto-compaction: the reply is expected as an
+    /// `<analysis>` block and a `<summary>` block.
+    ClaudeCode,
+    /// Codex's context checkpoint: a handoff summary as plain text.
+    Codex,
+}
+
+/// The openings of the CLIs' compaction instructions, as their shipped binaries write
+/// them (read from Claude Code 2.1.197, whose three variants — the whole conversation,
+/// its recent portion, a continuing session — share this start, and Codex 0.171.0).
+const CLAUDE_CODE_COMPACTION: &str = "Your task is to create a detailed summary of ";
+const CODEX_COMPACTION: &str = "You are performing a CONTEXT CHECKPOINT COMPACTION.";
+
+/// Whether `request` is a CLI's compaction request, recognised by shape: its last turn
+/// is the user's and its text holds the CLI's compaction instruction (Claude Code
+/// sends it after the conversation, alone or next to tool results).
+pub fn compaction_prompt(request: &Request) -> Option<CompactionPrompt> {
+    let last = request.turns.last()?;
+    if last.role != glider_ngl::Role::User {
+        return None;
+    }
+    last.parts.iter().find_map(|part| match part {
+        Part::Text { text, .. } if text.contains(CLAUDE_CODE_COMPACTION) => {
+            Some(CompactionPrompt::ClaudeCode)
+        }
+        Part::Text { text, .. } if text.contains(CODEX_COMPACTION) => Some(CompactionPrompt::Codex),
+        _ => None,
+    })
 }
 
 /// Bytes of a reply's text kept from each end for the sink (a closing summary of what
@@ -82,6 +135,7 @@ pub(crate) struct ReplyCapture {
     calls: Vec<ReplyToolCall>,
     stop_reason: Option<StopReason>,
     text: TextEdges,
+    compaction: Option<CompactionSource>,
 }
 
 /// A reply's text as it streams, bounded: the first [`REPLY_TEXT_KEPT`] bytes and a
@@ -144,7 +198,13 @@ impl ReplyCapture {
             calls: Vec::new(),
             stop_reason: None,
             text: TextEdges::default(),
+            compaction: None,
         }
+    }
+
+    /// The request is a CLI's compaction, answered locally by `source`.
+    pub(crate) fn compaction(&mut self, source: CompactionSource) {
+        self.compaction = Some(source);
     }
 
     pub(crate) fn event(&mut self, event: &StreamEvent) {
@@ -201,6 +261,7 @@ impl ReplyCapture {
             tool_calls: self.calls,
             stop_reason: self.stop_reason,
             text: self.text.finish(),
+            compaction: self.compaction,
         });
     }
 }

@@ -245,6 +245,11 @@ impl Tracker {
         self.context = Some(Box::new(capture));
     }
 
+    /// The reply capture for the context sink, when one is attached.
+    pub(crate) fn context_capture(&mut self) -> Option<&mut ReplyCapture> {
+        self.context.as_deref_mut()
+    }
+
     /// Time the request from now: it was prepared ahead of the moment its door
     /// handed it over to be carried out (the Cursor plane decides at BidiAppend and
     /// answers at RunSSE).

@@ -11,7 +11,10 @@ pub mod router;
 pub mod tokenizer;
 pub mod transform;
 
-pub use context::{ContextSink, DecidedTurn, RecordedTurn, ReplyToolCall};
+pub use context::{
+    CompactionPrompt, CompactionSource, ContextSink, DecidedTurn, RecordedTurn, ReplyToolCall,
+    compaction_prompt,
+};
 pub use events::{
     BackendState, Bus, ContextLeftOut, PipelineEvent, RequestRecord, Tracker, unix_ms,
 };

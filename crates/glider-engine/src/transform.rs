@@ -68,18 +68,22 @@ pub fn bound_local_context(request: &mut Request, config: &ContextConfig, window
 /// Give a local model the session's continuity `record` and the current episode only:
 /// the turns before the episode's root user turn are dropped (the record stands for
 /// them), the record goes in as a system turn after the leading system turns, and the
-/// episode is cut to the budget keeping its root. A request with no root user turn
-/// (nothing but tool traffic) is bounded by its tail instead.
+/// episode is cut to the budget keeping its root. For a CLI's compaction request
+/// (`compaction`) the episode is the one its instruction (the last turn, always kept)
+/// follows. A request with no root user turn (nothing but tool traffic) is bounded by
+/// its tail instead.
 pub fn bound_to_episode(
     request: &mut Request,
     record: &str,
     config: &ContextConfig,
     window: u64,
+    compaction: bool,
 ) -> Bounded {
     if !config.bound_local {
         return Bounded::default();
     }
-    let Some(root) = episode_root(&request.turns) else {
+    let before_instruction = request.turns.len().saturating_sub(usize::from(compaction));
+    let Some(root) = episode_root(&request.turns[..before_instruction]) else {
         return bound_local_context(request, config, window);
     };
     let mut cut = Bounded::default();
@@ -466,7 +470,7 @@ mod tests {
     #[test]
     fn with_a_record_only_the_current_episode_is_kept_after_the_system_text_and_record() {
         let mut request = three_episodes();
-        let cut = bound_to_episode(&mut request, RECORD, &config(100_000), 200_000);
+        let cut = bound_to_episode(&mut request, RECORD, &config(100_000), 200_000, false);
         assert_eq!(cut.dropped_turns, 8, "both earlier episodes");
         assert!(cut.dropped_tokens > 0 && cut.record_tokens > 0);
         assert_eq!(request.turns[0].plain_text(), "you are a CLI");
@@ -496,7 +500,7 @@ mod tests {
             request.turns.push(call(&format!("b{i}")));
             request.turns.push(result(&format!("b{i}"), &big));
         }
-        let cut = bound_to_episode(&mut request, RECORD, &config(3_000), 200_000);
+        let cut = bound_to_episode(&mut request, RECORD, &config(3_000), 200_000, false);
         let (tokens, _) = estimate_request_tokens(&request, "");
         assert!(tokens <= 3_000, "{tokens}");
         assert_eq!(
@@ -533,7 +537,7 @@ mod tests {
     #[test]
     fn the_transform_keeps_the_record_when_it_replaces_the_system_prompt() {
         let mut request = three_episodes();
-        bound_to_episode(&mut request, RECORD, &config(100_000), 200_000);
+        bound_to_episode(&mut request, RECORD, &config(100_000), 200_000, false);
         let transform = TransformConfig {
             enabled: true,
             local_max_tokens: None,

@@ -27,9 +27,22 @@ async fn gateway(
     extra: &str,
 ) -> (common::Gateway, Arc<Context>) {
     let url = mock.base_url();
+    let local = format!(
+        "  - {{name: local, type: vllm, base_url: '{url}/v1', models: [{{name: qwen, context_window: 4096}}]}}\n"
+    );
+    gateway_with(mock, dir, &local, extra).await
+}
+
+/// [`gateway`] with `local` as the local backends' config lines (none: empty).
+async fn gateway_with(
+    mock: &MockVendor,
+    dir: &std::path::Path,
+    local: &str,
+    extra: &str,
+) -> (common::Gateway, Arc<Context>) {
+    let url = mock.base_url();
     let yaml = format!(
-        "backends:\n\
-         \x20 - {{name: local, type: vllm, base_url: '{url}/v1', models: [{{name: qwen, context_window: 4096}}]}}\n\
+        "backends:\n{local}\
          \x20 - {{name: claude, type: anthropic, base_url: '{url}', api_key: k, models: ['claude-*']}}\n\
          routing: {{classifier: {{enabled: false}}}}\n{extra}"
     );
@@ -380,5 +393,244 @@ async fn a_session_over_the_local_budget_arrives_cut_to_it_with_no_call_split_fr
     assert!(
         left_out.turns > 4,
         "older reads were left out: {left_out:?}"
+    );
+}
+
+/// The opening of Claude Code's compaction instruction, as Claude Code 2.1.197 sends it
+/// (read from its binary under tests/cli/node_modules).
+const CLAUDE_CODE_COMPACT: &str = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\n\n\
+- Do NOT use Read, Bash, Grep, Glob, Edit, Write, or ANY other tool.\n\
+- You already have all the context you need in the conversation above.\n\
+- Tool calls will be REJECTED and will waste your only turn \u{2014} you will fail the task.\n\
+- Your entire response must be plain text: an <analysis> block followed by a <summary> block.\n\n\
+Your task is to create a detailed summary of the conversation so far, paying close attention \
+to the user's explicit requests and your previous actions.\n\
+This summary should be thorough in capturing technical details, code patterns, and \
+architectural decisions that would be essential for continuing development work without \
+losing context.";
+
+/// Two episodes through the cloud: a read and an edit of src/hello.rs, then a failing
+/// test run; the record is built.
+async fn worked_session(gateway: &common::Gateway, context: &Context, name: &str) -> Conversation {
+    let mut chat = Conversation::new("claude-sonnet");
+    chat.episode(
+        gateway,
+        name,
+        "fix the typo in src/hello.rs",
+        "Edit",
+        json!({"file_path": "src/hello.rs", "old_string": "helo", "new_string": "hello"}),
+        "The file src/hello.rs has been updated.",
+    )
+    .await;
+    chat.episode(
+        gateway,
+        name,
+        "run the tests",
+        "Bash",
+        json!({"command": "cargo test"}),
+        "test result: FAILED. 3 passed; 1 failed",
+    )
+    .await;
+    record_until(context, &format!("claude-code:{name}"), 2).await;
+    chat
+}
+
+/// The session's `compaction` events, once the writer has them.
+async fn compactions(
+    context: &Context,
+    session: &str,
+) -> Vec<glider_context::event::CompactionEvent> {
+    for _ in 0..500 {
+        context.log().flush();
+        let found: Vec<_> = context
+            .reader()
+            .events(session)
+            .expect("reads")
+            .into_iter()
+            .filter_map(|e| match e.event.body {
+                glider_context::event::EventBody::Compaction(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        if !found.is_empty() {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Vec::new()
+}
+
+#[tokio::test]
+async fn with_compaction_local_claude_codes_compact_goes_to_the_local_model_with_the_record() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let (gateway, context) = gateway(
+        &mock,
+        home.path(),
+        "context: {compaction: local, output_reserve_tokens: 1024}\n",
+    )
+    .await;
+    let mut chat = worked_session(&gateway, &context, "compact").await;
+    let cloud_before = mock
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/messages")
+        .count();
+
+    let mut events = gateway.engine.bus().subscribe();
+    chat.messages
+        .push(json!({"role": "user", "content": CLAUDE_CODE_COMPACT}));
+    let mut body = chat.body();
+    body["stream"] = json!(true);
+    let reply = common::post(
+        &gateway.base,
+        "/v1/messages",
+        body.to_string(),
+        &[(SESSION_HEADER, "compact")],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(
+        reply.text().contains("event: message_stop"),
+        "Anthropic's stream grammar"
+    );
+    let route = finished(&mut events).await;
+    assert_eq!(route.backend.as_deref(), Some("local"));
+    assert!(
+        route.reason.as_deref().unwrap_or("").contains("compaction"),
+        "{route:?}"
+    );
+    assert_eq!(
+        mock.requests()
+            .iter()
+            .filter(|r| r.path == "/v1/messages")
+            .count(),
+        cloud_before,
+        "nothing went to the cloud"
+    );
+
+    // The record, the episode the instruction follows, and the instruction: not the
+    // earlier episode.
+    let sent = messages(&last_local_request(&mock));
+    let roles: Vec<&str> = sent.iter().filter_map(|m| m["role"].as_str()).collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "tool", "assistant", "user"],
+        "{sent:#?}"
+    );
+    let system = text_of(&sent[0]);
+    assert!(system.contains("- src/hello.rs: edited"), "{system}");
+    assert!(
+        system.contains("- cargo test: test result: FAILED"),
+        "{system}"
+    );
+    assert!(text_of(&sent[1]).starts_with("run the tests"));
+    assert!(text_of(&sent[5]).starts_with("CRITICAL: Respond with TEXT ONLY"));
+    assert!(
+        !sent[1..]
+            .iter()
+            .any(|m| text_of(m).contains("fix the typo")),
+        "the earlier episode is left to the record"
+    );
+    assert_eq!(
+        route.context_left_out[0].turns, 4,
+        "{:?}",
+        route.context_left_out
+    );
+
+    let compactions = compactions(&context, "claude-code:compact").await;
+    assert_eq!(compactions.len(), 1, "{compactions:?}");
+    assert_eq!(compactions[0].source, "local_model");
+    assert!(!compactions[0].accepted, "not checked against the graph");
+    assert!(
+        !compactions[0].narrative.is_empty(),
+        "the local model's summary is kept"
+    );
+    let view = context
+        .reader()
+        .session("claude-code:compact")
+        .expect("reads")
+        .expect("known");
+    assert!(
+        !view.record.text.contains("Your task is to create"),
+        "the instruction is no goal of the user's: {}",
+        view.record.text
+    );
+}
+
+#[tokio::test]
+async fn with_no_local_backend_up_the_compaction_is_answered_from_the_record_itself() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let (gateway, context) =
+        gateway_with(&mock, home.path(), "", "context: {compaction: local}\n").await;
+    let mut chat = worked_session(&gateway, &context, "norecord").await;
+    let asked_before = mock.requests().len();
+
+    chat.messages
+        .push(json!({"role": "user", "content": CLAUDE_CODE_COMPACT}));
+    for stream in [false, true] {
+        let mut body = chat.body();
+        body["stream"] = json!(stream);
+        let reply = common::post(
+            &gateway.base,
+            "/v1/messages",
+            body.to_string(),
+            &[(SESSION_HEADER, "norecord")],
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let response = reply
+            .decode(glider_ngl::Dialect::Anthropic, stream)
+            .expect("a well-formed Anthropic reply");
+        let text = response.plain_text();
+        assert!(text.starts_with("<analysis>"), "{text}");
+        let summary = &text[text.find("<summary>").expect("a summary block")..];
+        assert!(summary.contains("- src/hello.rs: edited"), "{summary}");
+        assert!(
+            summary.contains("- cargo test: test result: FAILED"),
+            "{summary}"
+        );
+        assert!(summary.trim_end().ends_with("</summary>"));
+        assert!(
+            reply
+                .headers
+                .get("x-glider-route")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.contains("backend=glider")),
+            "{:?}",
+            reply.headers
+        );
+    }
+    assert_eq!(mock.requests().len(), asked_before, "no backend was asked");
+    let compactions = compactions(&context, "claude-code:norecord").await;
+    assert!(
+        compactions.iter().all(|c| c.source == "record"),
+        "{compactions:?}"
+    );
+}
+
+#[tokio::test]
+async fn by_default_a_compaction_goes_where_the_route_sends_it() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let (gateway, context) = gateway(&mock, home.path(), "").await;
+    let mut chat = worked_session(&gateway, &context, "default").await;
+    let mut events = gateway.engine.bus().subscribe();
+    chat.messages
+        .push(json!({"role": "user", "content": CLAUDE_CODE_COMPACT}));
+    ask(&gateway, "default", &chat.body()).await;
+    let route = finished(&mut events).await;
+    assert_eq!(
+        route.backend.as_deref(),
+        Some("claude"),
+        "context.compaction: cloud"
+    );
+    let last = mock.requests().into_iter().last().expect("asked");
+    assert_eq!(last.path, "/v1/messages");
+    assert_eq!(
+        last.body["messages"].as_array().map(Vec::len),
+        Some(chat.messages.len()),
+        "the cloud gets the conversation as the CLI sent it"
     );
 }

@@ -306,6 +306,7 @@ impl Engine {
             upstream: Vec::new(),
             executed: None,
             context: self.context.get().cloned(),
+            compaction: false,
         }
     }
 }

@@ -48,7 +48,8 @@ impl Phase for BoundedContext {
             let (bounded, cut) = match &record {
                 Some(record) => {
                     let mut bounded = request.clone();
-                    let cut = bound_to_episode(&mut bounded, record, context, window);
+                    let cut =
+                        bound_to_episode(&mut bounded, record, context, window, job.compaction);
                     (bounded, cut)
                 }
                 // Checked first so the common case (it fits) costs no copy.
