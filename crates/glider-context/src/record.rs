@@ -21,7 +21,7 @@ pub const MAX_FILES: usize = 40;
 pub const MAX_DECISIONS: usize = 8;
 /// Characters kept of each closing reply (its start and end).
 pub const DECISION_MAX_CHARS: usize = 600;
-/// Open errors listed, newest first.
+/// Open errors listed (the newest ones).
 pub const MAX_OPEN_ERRORS: usize = 12;
 /// Requests shown as the last exchanges.
 pub const RECENT_EXCHANGES: usize = 3;
@@ -174,9 +174,7 @@ impl ContinuityRecord {
     }
 
     fn render_all(&self) -> String {
-        use std::fmt::Write;
         let mut out = format!("<continuity-record session=\"{}\">\n", self.session);
-        // Writing to a String cannot fail.
         let mut line = |text: String| {
             out.push_str(&text);
             out.push('\n');
@@ -186,21 +184,21 @@ impl ContinuityRecord {
             line(narrative.text.trim().to_owned());
         }
         if !self.goals.is_empty() {
-            let mut head = String::from("Goals, in the user's words (oldest first");
-            if self.goals_left_out > 0 {
-                let _ = write!(head, "; {} earlier left out", self.goals_left_out);
-            }
-            line(format!("{head}):"));
+            line(heading(
+                "Goals, in the user's words (oldest first",
+                self.goals_left_out,
+                "earlier",
+            ));
             for goal in &self.goals {
                 line(format!("- {}", one_block(&goal.text)));
             }
         }
         if !self.files.is_empty() {
-            let mut head = String::from("Files (latest known state, newest first");
-            if self.files_left_out > 0 {
-                let _ = write!(head, "; {} more left out", self.files_left_out);
-            }
-            line(format!("{head}):"));
+            line(heading(
+                "Files (latest known state, newest first",
+                self.files_left_out,
+                "more",
+            ));
             for file in &self.files {
                 let since = if file.read_since { ", read since" } else { "" };
                 line(format!("- {}: {}{since}", file.path, op_word(file.state)));
@@ -213,11 +211,11 @@ impl ContinuityRecord {
             }
         }
         if !self.open_errors.is_empty() {
-            let mut head = String::from("Open errors");
-            if self.open_errors_left_out > 0 {
-                let _ = write!(head, " ({} older left out)", self.open_errors_left_out);
-            }
-            line(format!("{head}:"));
+            line(heading(
+                "Open errors (newest last",
+                self.open_errors_left_out,
+                "older",
+            ));
             for error in &self.open_errors {
                 line(format!("- {}: {}", error.subject, one_block(&error.reason)));
             }
@@ -239,6 +237,15 @@ impl ContinuityRecord {
         }
         out.push_str("</continuity-record>");
         out
+    }
+}
+
+/// A section's heading: `title` (an open parenthesis) closed with how many `what`
+/// items were left out, if any: `Files (newest first; 3 more left out):`.
+fn heading(title: &str, left_out: usize, what: &str) -> String {
+    match left_out {
+        0 => format!("{title}):"),
+        n => format!("{title}; {n} {what} left out):"),
     }
 }
 
@@ -310,9 +317,8 @@ fn file_state(fact: &FileFact) -> Option<FileState> {
     let valid = || fact.changes.iter().filter(|c| c.superseded_ms.is_none());
     let last_ms = fact.changes.iter().map(|c| c.at_ms).max()?;
     let change = valid()
-        .filter(|c| c.op != FileOp::Read)
-        .last()
-        .or_else(|| valid().last())?;
+        .rfind(|c| c.op != FileOp::Read)
+        .or_else(|| valid().next_back())?;
     Some(FileState {
         path: fact.path.clone(),
         state: change.op,

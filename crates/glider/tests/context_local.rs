@@ -11,8 +11,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use glider_context::store::Retention;
-use glider_context::{Context, ContextLog, LogOptions};
+use glider_context::Context;
 use glider_engine::{ContextSink, PipelineEvent, RequestRecord};
 use glider_test_support::{MockConfig, MockVendor, RecordedRequest};
 use serde_json::{Value, json};
@@ -20,7 +19,8 @@ use serde_json::{Value, json};
 const SESSION_HEADER: &str = "x-claude-code-session-id";
 
 /// A gateway with a local (OpenAI-compatible) and a cloud (Anthropic) backend on one
-/// mock, and a context log under `dir`.
+/// mock, and a context log under `dir` (as `GLIDER_HOME`), started as `glider serve`
+/// starts it.
 async fn gateway(
     mock: &MockVendor,
     dir: &std::path::Path,
@@ -47,18 +47,10 @@ async fn gateway_with(
          routing: {{classifier: {{enabled: false}}}}\n{extra}"
     );
     let gateway = common::gateway(&yaml).await;
-    let log = ContextLog::start(LogOptions {
-        dir: dir.to_path_buf(),
-        queue_capacity: 1024,
-        retention: Retention {
-            max_age_ms: u64::MAX,
-            max_bytes: u64::MAX,
-        },
-        retention_every: Duration::from_secs(3600),
-        record_max_tokens: 1500,
-    })
-    .expect("log starts");
-    let context = Arc::new(Context::with_log(log));
+    let config = gateway.config.snapshot();
+    let context = Context::start(dir, &config.context)
+        .expect("the log opens")
+        .expect("context is on");
     assert!(gateway.engine.attach_context(context.clone()).is_ok());
     (gateway, context)
 }

@@ -474,6 +474,7 @@ mod tests {
         assert_eq!(
             names(CARRYING_OUT),
             [
+                "compaction",
                 "origin_gate",
                 "fit",
                 "bounded_context",
