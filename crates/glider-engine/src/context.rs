@@ -287,6 +287,50 @@ mod tests {
         assert!(kept.len() <= 2 * REPLY_TEXT_KEPT + 16);
     }
 
+    fn conversation(last: glider_ngl::Turn) -> Request {
+        use glider_ngl::{Role, Turn};
+        Request {
+            turns: vec![
+                Turn::text(Role::User, "fix it"),
+                Turn::text(Role::Assistant, "fixed"),
+                last,
+            ],
+            ..Request::default()
+        }
+    }
+
+    #[test]
+    fn claude_codes_and_codexs_compaction_requests_are_recognised_by_their_instruction() {
+        use glider_ngl::{Role, Turn};
+        let claude = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\n\nYour task is \
+                      to create a detailed summary of the conversation so far, paying close attention";
+        assert_eq!(
+            compaction_prompt(&conversation(Turn::text(Role::User, claude))),
+            Some(CompactionPrompt::ClaudeCode)
+        );
+        let recent =
+            "Your task is to create a detailed summary of the RECENT portion of the conversation";
+        assert_eq!(
+            compaction_prompt(&conversation(Turn::text(Role::User, recent))),
+            Some(CompactionPrompt::ClaudeCode)
+        );
+        let codex = "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary \
+                     for another LLM that will resume the task.";
+        assert_eq!(
+            compaction_prompt(&conversation(Turn::text(Role::User, codex))),
+            Some(CompactionPrompt::Codex)
+        );
+        assert_eq!(
+            compaction_prompt(&conversation(Turn::text(Role::User, "what did we change?"))),
+            None
+        );
+        // The instruction quoted by the model is no compaction request.
+        assert_eq!(
+            compaction_prompt(&conversation(Turn::text(Role::Assistant, claude))),
+            None
+        );
+    }
+
     #[test]
     fn a_short_reply_text_is_kept_whole() {
         let mut text = TextEdges::default();
