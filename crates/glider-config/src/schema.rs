@@ -606,6 +606,25 @@ pub struct ContextConfig {
     pub local_budget_tokens: Option<u64>,
     /// Tokens kept free for the reply when the budget is derived from the window.
     pub output_reserve_tokens: u64,
+    /// Token budget of the rendered continuity record a local model is given
+    /// (restart-only: the writer renders it).
+    pub record_max_tokens: u64,
+    /// Who answers a CLI's compaction request (Claude Code's `/compact`, Codex's
+    /// checkpoint): `cloud` (routed by the rules like any request) or `local` (the
+    /// local model, given the continuity record and the current episode; the record
+    /// itself when no local backend is up).
+    pub compaction: CompactionPolicy,
+}
+
+/// `context.compaction`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionPolicy {
+    /// Routed by the rules like any other request.
+    #[default]
+    Cloud,
+    /// Answered locally from the continuity record.
+    Local,
 }
 
 impl Default for ContextConfig {
@@ -618,6 +637,8 @@ impl Default for ContextConfig {
             bound_local: true,
             local_budget_tokens: None,
             output_reserve_tokens: 4096,
+            record_max_tokens: 1500,
+            compaction: CompactionPolicy::Cloud,
         }
     }
 }

@@ -13,6 +13,12 @@ pub const MAX_ARGUMENT_CHARS: usize = 32 * 1024;
 pub const RESULT_EDGE_CHARS: usize = 2 * 1024;
 /// Most characters of a root user message kept (the user's goal in their own words).
 pub const MAX_USER_TEXT_CHARS: usize = 4 * 1024;
+/// A compaction summary's text kept from each end (a local model's answer to a CLI's
+/// compaction request; the reply's own text is capped by the engine first).
+pub const MAX_NARRATIVE_EDGE_CHARS: usize = 4 * 1024;
+/// Reply text kept from each end of a longer reply (its opening says what the model
+/// set out to do, its end what it did; the continuity record quotes them).
+pub const REPLY_TEXT_EDGE_CHARS: usize = 1024;
 
 /// One event, as appended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,6 +50,9 @@ pub enum EventBody {
     /// A user asked to forget a session (`DELETE /api/context/sessions/{id}`, `glider
     /// context forget`): its events were deleted.
     Forgotten { deleted: u64 },
+    /// A compaction of the session's history: a summary written for it (accepted or
+    /// not), or a CLI's compaction request answered locally.
+    Compaction(CompactionEvent),
 }
 
 impl EventBody {
@@ -55,6 +64,7 @@ impl EventBody {
             EventBody::Gap { .. } => "gap",
             EventBody::Retention { .. } => "retention",
             EventBody::Forgotten { .. } => "forgotten",
+            EventBody::Compaction(_) => "compaction",
         }
     }
 }
@@ -86,6 +96,9 @@ pub struct RequestEvent {
     pub tool_calls: Vec<ToolCall>,
     /// Tool results after it: what the CLI's tools returned.
     pub tool_results: Vec<ToolResult>,
+    /// A CLI's compaction request (recognised by its instruction's text).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compaction: bool,
 }
 
 /// A request at its end.
@@ -103,6 +116,28 @@ pub struct ReplyEvent {
     pub tool_calls: Vec<ToolCall>,
     pub ttft_ms: Option<u64>,
     pub total_ms: Option<u64>,
+    /// The reply's text (not its thinking), or its first and last
+    /// [`REPLY_TEXT_EDGE_CHARS`]; absent in events written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+/// A compaction. The contract the summarizer and the compaction answer share: the
+/// newest `accepted` one's `narrative` is the continuity record's narrative, covering
+/// the session up to `until_ms`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompactionEvent {
+    pub accepted: bool,
+    pub narrative: String,
+    /// The newest event time the narrative covers.
+    pub until_ms: u64,
+    /// Who compacted: `summarizer`, or `local_model` / `record` for a CLI's compaction
+    /// request answered by the local model or from the record itself.
+    #[serde(default)]
+    pub source: String,
+    /// Why it was not accepted, when it was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A tool call (in a request's history or a reply).
@@ -179,7 +214,7 @@ pub fn prefix(text: &str, chars: usize) -> &str {
 }
 
 /// `text` whole when short, else its first and last `edge` characters.
-fn edges(text: &str, edge: usize) -> String {
+pub fn edges(text: &str, edge: usize) -> String {
     let count = text.chars().count();
     if count <= 2 * edge {
         return text.to_owned();

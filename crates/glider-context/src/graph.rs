@@ -2,14 +2,16 @@
 //! it exactly. Episodes (a root user turn and its follow-ons) with their requests;
 //! files read, edited, created or deleted; commands with their exit status; errors,
 //! closed by a later success of the same command or on the same file; and the models
-//! and backends that answered. Facts carry validity: each file change records when a
-//! later one superseded it.
+//! and backends that answered; the newest accepted compaction's narrative. Facts carry
+//! validity: each file change records when a later one superseded it. The fold is
+//! incremental ([`Folder`]): the log's writer keeps one per live session and feeds it
+//! each committed event, so the continuity record is rebuilt without a query.
 
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::event::{EventBody, ReplyEvent, RequestEvent, ToolCall, ToolResult};
+use crate::event::{CompactionEvent, EventBody, ReplyEvent, RequestEvent, ToolCall, ToolResult};
 use crate::store::Stored;
 use crate::tools::{self, Action, FileOp};
 
@@ -22,6 +24,16 @@ pub struct SessionGraph {
     pub commands: Vec<CommandFact>,
     pub errors: Vec<ErrorFact>,
     pub models: Vec<ModelUse>,
+    /// The newest accepted compaction's narrative.
+    pub narrative: Option<Narrative>,
+}
+
+/// A summary of the session written by a compaction, covering it up to `until_ms`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Narrative {
+    pub text: String,
+    pub until_ms: u64,
+    pub source: String,
 }
 
 /// One root user turn and everything that followed it.
@@ -54,6 +66,11 @@ pub struct Step {
     pub stop_reason: Option<String>,
     /// The tools the reply called.
     pub tool_calls: Vec<String>,
+    /// The reply's text as the log kept it.
+    pub reply_text: Option<String>,
+    /// A CLI's compaction request (its reply is a summary, not the episode's answer).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub compaction: bool,
 }
 
 /// What is known of one file; `changes` oldest first, the last one current.
@@ -127,32 +144,22 @@ impl SessionGraph {
 
 /// Fold `events` (one session's, oldest first) into its graph.
 pub fn fold(session: &str, events: &[Stored]) -> SessionGraph {
-    let mut folder = Folder {
-        graph: SessionGraph {
-            session: session.to_owned(),
-            ..SessionGraph::default()
-        },
-        ..Folder::default()
-    };
+    let mut folder = Folder::new(session);
     for stored in events {
-        let at_ms = stored.event.at_ms;
-        let family = stored.family.clone();
-        match &stored.event.body {
-            EventBody::Request(request) => folder.request(request, at_ms, family),
-            EventBody::Reply(reply) => folder.reply(reply, at_ms),
-            _ => {}
-        }
+        folder.feed(stored);
     }
-    let mut graph = folder.graph;
-    graph.files = folder.files.into_values().collect();
-    graph.models = folder.models.into_values().collect();
-    graph
+    folder.into_graph()
 }
 
+/// A fold in progress: feed it a session's events oldest first; read the graph's parts
+/// at any point ([`Folder::episodes`], …) or take it whole ([`Folder::into_graph`]).
 #[derive(Default)]
-struct Folder {
+pub struct Folder {
+    /// Episodes, commands, errors and narrative; files and models are kept in the maps
+    /// below and moved in by [`Folder::into_graph`].
     graph: SessionGraph,
-    /// Calls seen (in replies or request history) by id, waiting for their result.
+    /// Calls seen (in replies or request history) by id, waiting for their result
+    /// (dropped once it came: only `resulted` must remember the id).
     calls: HashMap<String, ToolCall>,
     /// Call ids whose result was already folded (history repeats them).
     resulted: std::collections::HashSet<String>,
@@ -163,6 +170,69 @@ struct Folder {
 }
 
 impl Folder {
+    pub fn new(session: &str) -> Folder {
+        Folder {
+            graph: SessionGraph {
+                session: session.to_owned(),
+                ..SessionGraph::default()
+            },
+            ..Folder::default()
+        }
+    }
+
+    /// Fold one more event of the session (events of the store itself change nothing).
+    pub fn feed(&mut self, stored: &Stored) {
+        self.feed_event(&stored.event, stored.family.as_ref());
+    }
+
+    /// [`Folder::feed`] for an event not read back from the store (the writer's,
+    /// just committed with its `family`).
+    pub fn feed_event(&mut self, event: &crate::event::Event, family: Option<&String>) {
+        let at_ms = event.at_ms;
+        match &event.body {
+            EventBody::Request(request) => self.request(request, at_ms, family.cloned()),
+            EventBody::Reply(reply) => self.reply(reply, at_ms),
+            EventBody::Compaction(compaction) => self.compaction(compaction),
+            EventBody::Gap { .. } | EventBody::Retention { .. } | EventBody::Forgotten { .. } => {}
+        }
+    }
+
+    pub fn episodes(&self) -> &[Episode] {
+        &self.graph.episodes
+    }
+
+    /// Files by path.
+    pub fn files(&self) -> impl Iterator<Item = &FileFact> {
+        self.files.values()
+    }
+
+    pub fn errors(&self) -> &[ErrorFact] {
+        &self.graph.errors
+    }
+
+    pub fn narrative(&self) -> Option<&Narrative> {
+        self.graph.narrative.as_ref()
+    }
+
+    pub fn into_graph(self) -> SessionGraph {
+        let mut graph = self.graph;
+        graph.files = self.files.into_values().collect();
+        graph.models = self.models.into_values().collect();
+        graph
+    }
+
+    /// Only an accepted compaction replaces the narrative (a rejected one is kept in
+    /// the log as what was tried).
+    fn compaction(&mut self, compaction: &CompactionEvent) {
+        if compaction.accepted {
+            self.graph.narrative = Some(Narrative {
+                text: compaction.narrative.clone(),
+                until_ms: compaction.until_ms,
+                source: compaction.source.clone(),
+            });
+        }
+    }
+
     fn request(&mut self, request: &RequestEvent, at_ms: u64, family: Option<String>) {
         for call in &request.tool_calls {
             self.calls
@@ -202,6 +272,7 @@ impl Folder {
             rule: request.rule.clone(),
             reason: request.reason.clone(),
             estimated_tokens: request.estimated_tokens,
+            compaction: request.compaction,
             ..Step::default()
         });
         self.steps.insert(
@@ -225,6 +296,7 @@ impl Folder {
             step.output_tokens = reply.output_tokens;
             step.stop_reason = reply.stop_reason.clone();
             step.tool_calls = reply.tool_calls.iter().map(|c| c.name.clone()).collect();
+            step.reply_text = reply.text.clone();
         }
         if let (Some(backend), Some(model)) = (&reply.backend, &reply.model) {
             let entry = self
@@ -246,7 +318,7 @@ impl Folder {
         if !self.resulted.insert(result.call_id.clone()) {
             return;
         }
-        let Some(call) = self.calls.get(&result.call_id) else {
+        let Some(call) = self.calls.remove(&result.call_id) else {
             return;
         };
         let outcome = tools::outcome(result.is_error, &result.text);

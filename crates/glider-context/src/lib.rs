@@ -3,11 +3,15 @@
 //! (its `ContextSink`) of each request; the [`log`] appends typed [`event`]s to a
 //! SQLite file under `GLIDER_HOME/context/` ([`store`]), never blocking a request; the
 //! [`graph`] folds a session's events into episodes, files, commands, errors and
-//! models. The dashboard and `glider context` read it through [`Reader`].
+//! models; the [`record`] is the continuity record built from it, which the writer
+//! keeps rendered for live sessions ([`live`]) so a local request can carry it. The
+//! dashboard and `glider context` read it all through [`Reader`].
 
 pub mod event;
 pub mod graph;
+pub mod live;
 pub mod log;
+pub mod record;
 mod sink;
 pub mod store;
 pub mod tools;
@@ -20,6 +24,7 @@ use glider_config::ContextConfig;
 
 pub use graph::SessionGraph;
 pub use log::{ContextLog, Counters, LogOptions};
+pub use record::ContinuityRecord;
 pub use store::{Retention, SessionRow, StoreError};
 
 /// How often retention runs while Glider runs (it also runs at start).
@@ -43,6 +48,7 @@ pub fn now_ms() -> u64 {
 pub struct Context {
     log: ContextLog,
     run: u64,
+    record_max_tokens: u64,
 }
 
 impl Context {
@@ -57,13 +63,28 @@ impl Context {
             queue_capacity: config.queue_capacity,
             retention: retention_of(config),
             retention_every: RETENTION_EVERY,
+            record_max_tokens: config.record_max_tokens,
         })?;
-        Ok(Some(Arc::new(Context::with_log(log))))
+        let mut context = Context::with_log(log);
+        context.record_max_tokens = config.record_max_tokens;
+        Ok(Some(Arc::new(context)))
     }
 
     /// A context over an already started log.
     pub fn with_log(log: ContextLog) -> Context {
-        Context { log, run: now_ms() }
+        Context {
+            log,
+            run: now_ms(),
+            record_max_tokens: ContextConfig::default().record_max_tokens,
+        }
+    }
+
+    /// A reader of this log's directory, rendering records with the same budget.
+    pub fn reader(&self) -> Reader {
+        let mut reader =
+            Reader::new(self.log.dir().to_path_buf()).with_record_budget(self.record_max_tokens);
+        reader.live = Some(self.log.records_handle());
+        reader
     }
 
     pub fn log(&self) -> &ContextLog {
@@ -90,18 +111,45 @@ pub struct SessionView {
     #[serde(flatten)]
     pub summary: SessionRow,
     pub graph: SessionGraph,
+    pub record: RecordView,
+}
+
+/// The continuity record as the dashboard and CLI show it: its parts, and the text a
+/// local model is given.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RecordView {
+    #[serde(flatten)]
+    pub record: ContinuityRecord,
+    pub text: String,
+    /// The rendered record the running server holds for the session's next local
+    /// request (`None` when none is held, or when read from the file by the CLI).
+    pub live: Option<String>,
 }
 
 /// Reads the log (its own connection: the writer goes on meanwhile, WAL lets both).
 #[derive(Debug, Clone)]
 pub struct Reader {
     dir: PathBuf,
+    record_max_tokens: u64,
+    /// The running log's in-memory records, when read inside `glider serve`.
+    live: Option<Arc<live::RecordCache>>,
 }
 
 impl Reader {
-    /// A reader of the context directory `dir`.
+    /// A reader of the context directory `dir`, rendering records within the default
+    /// `context.record_max_tokens`.
     pub fn new(dir: PathBuf) -> Reader {
-        Reader { dir }
+        Reader {
+            dir,
+            record_max_tokens: ContextConfig::default().record_max_tokens,
+            live: None,
+        }
+    }
+
+    /// Render records within `tokens` (the configured `context.record_max_tokens`).
+    pub fn with_record_budget(mut self, tokens: u64) -> Reader {
+        self.record_max_tokens = tokens;
+        self
     }
 
     pub fn dir(&self) -> &Path {
@@ -135,9 +183,21 @@ impl Reader {
                 .filter(|e| matches!(e.event.body, event::EventBody::Request(_)))
                 .count() as u64,
         };
+        let graph = graph::fold(session, &events);
+        let record = ContinuityRecord::of_graph(&graph);
+        let text = record.render(self.record_max_tokens);
         Ok(Some(SessionView {
             summary,
-            graph: graph::fold(session, &events),
+            graph,
+            record: RecordView {
+                record,
+                text,
+                live: self
+                    .live
+                    .as_ref()
+                    .and_then(|cache| cache.get(session))
+                    .map(|held| held.to_string()),
+            },
         }))
     }
 

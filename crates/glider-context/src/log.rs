@@ -2,7 +2,8 @@
 //! writes them, a batch per transaction. It gives each event its turn family. When the
 //! queue is full the event is dropped and counted, and the count is written as a `gap`
 //! event once the writer catches up: a loss is never silent. Retention runs on the
-//! same thread, at start and then periodically.
+//! same thread, at start and then periodically. After each commit the writer also
+//! updates the live sessions' continuity records ([`crate::live`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::event::{Event, EventBody};
+use crate::live::{LiveSessions, RecordCache};
 use crate::store::{self, Retention, StoreError};
 
 /// Most events written in one transaction.
@@ -24,6 +26,9 @@ const MAX_BATCH: usize = 512;
 const MAX_OPEN_REQUESTS: usize = 16_384;
 /// Sessions whose state (current family, calls awaiting results) is kept in memory.
 const MAX_SESSIONS: usize = 4096;
+/// Longest the writer idles before checking whether a session was forgotten by
+/// another connection (its record must not outlive it).
+const FORGET_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// How the log is run.
 #[derive(Debug, Clone)]
@@ -35,6 +40,8 @@ pub struct LogOptions {
     pub retention: Retention,
     /// How often retention runs after the one at start.
     pub retention_every: Duration,
+    /// The token budget of each rendered continuity record.
+    pub record_max_tokens: u64,
 }
 
 /// Counters of the log, for `/metrics`.
@@ -61,6 +68,7 @@ enum Message {
 pub struct ContextLog {
     sender: Option<SyncSender<Message>>,
     counters: Arc<Counters>,
+    records: Arc<RecordCache>,
     writer: Option<JoinHandle<()>>,
     dir: PathBuf,
 }
@@ -72,7 +80,9 @@ impl ContextLog {
         store::apply_retention(&mut conn, options.retention, crate::now_ms())?;
         let (sender, receiver) = mpsc::sync_channel(options.queue_capacity.max(1));
         let counters = Arc::new(Counters::default());
+        let records = Arc::new(RecordCache::default());
         let writer = Writer {
+            live: LiveSessions::new(&conn, records.clone(), options.record_max_tokens),
             conn,
             counters: counters.clone(),
             families: Families::default(),
@@ -89,6 +99,7 @@ impl ContextLog {
         Ok(ContextLog {
             sender: Some(sender),
             counters,
+            records,
             writer: Some(thread),
             dir: options.dir,
         })
@@ -119,6 +130,16 @@ impl ContextLog {
         &self.counters
     }
 
+    /// The live sessions' rendered continuity records.
+    pub fn records(&self) -> &RecordCache {
+        &self.records
+    }
+
+    /// A handle on them, for a reader in the same process.
+    pub fn records_handle(&self) -> Arc<RecordCache> {
+        self.records.clone()
+    }
+
     /// The context directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -136,6 +157,7 @@ impl Drop for ContextLog {
 }
 
 struct Writer {
+    live: LiveSessions,
     conn: Connection,
     counters: Arc<Counters>,
     families: Families,
@@ -146,13 +168,20 @@ struct Writer {
 impl Writer {
     fn run(mut self, receiver: Receiver<Message>) {
         let mut retention_due = Instant::now() + self.retention_every;
+        let mut forget_checked = Instant::now();
         loop {
-            let wait = retention_due.saturating_duration_since(Instant::now());
+            let wait = retention_due
+                .saturating_duration_since(Instant::now())
+                .min(FORGET_CHECK_EVERY);
             let first = match receiver.recv_timeout(wait) {
                 Ok(message) => message,
                 Err(RecvTimeoutError::Timeout) => {
-                    self.retain();
-                    retention_due = Instant::now() + self.retention_every;
+                    if Instant::now() >= retention_due {
+                        self.retain();
+                        retention_due = Instant::now() + self.retention_every;
+                    }
+                    self.live.check_forgotten(&self.conn);
+                    forget_checked = Instant::now();
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -165,6 +194,11 @@ impl Writer {
                 }
             }
             self.write(batch);
+            if forget_checked.elapsed() >= FORGET_CHECK_EVERY {
+                // A busy writer checks here, an idle one on its timeout.
+                self.live.check_forgotten(&self.conn);
+                forget_checked = Instant::now();
+            }
             if Instant::now() >= retention_due {
                 self.retain();
                 retention_due = Instant::now() + self.retention_every;
@@ -203,6 +237,7 @@ impl Writer {
                     self.counters
                         .written
                         .fetch_add(ids.len() as u64, Ordering::Relaxed);
+                    self.live.committed(&self.conn, &rows, &ids);
                     if unreported > 0 {
                         self.counters.gaps.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
@@ -229,9 +264,10 @@ impl Writer {
     }
 
     fn retain(&mut self) {
-        if let Err(error) = store::apply_retention(&mut self.conn, self.retention, crate::now_ms())
-        {
-            tracing::warn!(%error, "context retention failed");
+        match store::apply_retention(&mut self.conn, self.retention, crate::now_ms()) {
+            Ok(0) => {}
+            Ok(_) => self.live.revalidate(&self.conn),
+            Err(error) => tracing::warn!(%error, "context retention failed"),
         }
     }
 }

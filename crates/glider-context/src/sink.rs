@@ -3,19 +3,25 @@
 //! newest turns (the last assistant turn and what follows it) and queues the event
 //! without waiting.
 
-use glider_engine::{ContextSink, DecidedTurn, RecordedTurn};
+use std::sync::Arc;
+
+use glider_engine::{CompactionSource, ContextSink, DecidedTurn, RecordedTurn};
 use glider_ngl::{Part, Request, Role};
 
 use crate::Context;
 use crate::event::{
-    Event, EventBody, MAX_USER_TEXT_CHARS, ReplyEvent, RequestEvent, ToolCall, ToolResult, prefix,
+    CompactionEvent, Event, EventBody, MAX_NARRATIVE_EDGE_CHARS, MAX_USER_TEXT_CHARS,
+    REPLY_TEXT_EDGE_CHARS, ReplyEvent, RequestEvent, ToolCall, ToolResult, edges, prefix,
 };
 
 impl ContextSink for Context {
     fn decided(&self, turn: &DecidedTurn<'_>) {
         let (tool_calls, tool_results, user_text) = newest_turns(turn.request);
         let first = turn.decision.candidates.first();
-        let root = tool_results.is_empty() && user_text.is_some();
+        // A CLI's compaction request is no new goal of the user's: it stays in the
+        // current episode and its instruction is not kept.
+        let compaction = glider_engine::compaction_prompt(turn.request).is_some();
+        let root = tool_results.is_empty() && user_text.is_some() && !compaction;
         let body = RequestEvent {
             request: self.request_key(turn.request_id),
             door: turn.door.as_str().to_owned(),
@@ -31,6 +37,7 @@ impl ContextSink for Context {
             user_text: if root { user_text } else { None },
             tool_calls,
             tool_results,
+            compaction,
         };
         self.log.append(Event {
             at_ms: crate::now_ms(),
@@ -65,12 +72,57 @@ impl ContextSink for Context {
                 .collect(),
             ttft_ms: record.ttft_ms,
             total_ms: record.total_ms,
+            text: (!turn.text.is_empty()).then(|| edges(&turn.text, REPLY_TEXT_EDGE_CHARS)),
         };
+        let compaction = turn
+            .compaction
+            .map(|source| compaction_event(source, &turn.text, record.status == Some(200)));
+        let at_ms = crate::now_ms();
         self.log.append(Event {
-            at_ms: crate::now_ms(),
+            at_ms,
             session: Some(turn.session.to_owned()),
             body: EventBody::Reply(body),
         });
+        if let Some(compaction) = compaction {
+            self.log.append(Event {
+                at_ms,
+                session: Some(turn.session.to_owned()),
+                body: EventBody::Compaction(CompactionEvent {
+                    until_ms: at_ms,
+                    ..compaction
+                }),
+            });
+        }
+    }
+
+    fn record(&self, session: &str) -> Option<Arc<str>> {
+        self.log.records().get(session)
+    }
+}
+
+/// The `compaction` event of a CLI's compaction request answered locally. Never
+/// `accepted`: the local model's summary was not checked against the graph (the
+/// summarizer's acceptance rule does that), and a reply built from the record adds
+/// nothing the record does not hold — either way the record's narrative is not
+/// replaced. The local model's summary is kept, bounded, as the narrative tried.
+fn compaction_event(source: CompactionSource, text: &str, answered: bool) -> CompactionEvent {
+    let (narrative, reason) = match (source, answered) {
+        (_, false) => (String::new(), "the compaction request failed"),
+        (CompactionSource::LocalModel, true) => (
+            edges(text, MAX_NARRATIVE_EDGE_CHARS),
+            "a CLI's compaction answered by the local model; not checked against the graph",
+        ),
+        (CompactionSource::Record, true) => (
+            String::new(),
+            "a CLI's compaction answered from the continuity record itself",
+        ),
+    };
+    CompactionEvent {
+        accepted: false,
+        narrative,
+        until_ms: 0,
+        source: source.as_str().to_owned(),
+        reason: Some(reason.to_owned()),
     }
 }
 

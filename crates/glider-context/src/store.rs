@@ -240,6 +240,21 @@ pub fn last_family(conn: &Connection, session: &str) -> Result<Option<String>, S
         .flatten())
 }
 
+/// The id of `session`'s newest event (`None` when the log holds none of it).
+pub fn last_id(conn: &Connection, session: &str) -> Result<Option<i64>, StoreError> {
+    Ok(conn.query_row(
+        "SELECT MAX(id) FROM events WHERE session = ?1",
+        [session],
+        |r| r.get(0),
+    )?)
+}
+
+/// SQLite's `data_version` of `conn`: it changes when another connection commits (a
+/// forget from the dashboard or the CLI), not when `conn` itself does.
+pub fn data_version(conn: &Connection) -> Result<i64, StoreError> {
+    Ok(conn.pragma_query_value(None, "data_version", |r| r.get(0))?)
+}
+
 /// Delete `session`'s events and log that it was forgotten (the log keeps no trace of
 /// the session's content, only that a deletion happened). Returns how many went.
 pub fn forget(conn: &mut Connection, session: &str, now_ms: u64) -> Result<u64, StoreError> {

@@ -28,6 +28,7 @@ fn options(dir: &std::path::Path) -> LogOptions {
             max_bytes: u64::MAX,
         },
         retention_every: Duration::from_secs(3600),
+        record_max_tokens: 1500,
     }
 }
 

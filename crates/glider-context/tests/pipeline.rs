@@ -42,6 +42,7 @@ fn attach(engine: &Engine, dir: &std::path::Path) -> Arc<Context> {
             max_bytes: u64::MAX,
         },
         retention_every: Duration::from_secs(3600),
+        record_max_tokens: 1500,
     })
     .expect("log starts");
     let context = Arc::new(Context::with_log(log));
@@ -207,4 +208,77 @@ async fn requests_through_the_engine_become_events_and_a_graph() {
         .map(|m| (m.backend.as_str(), m.local, m.requests))
         .collect();
     assert_eq!(backends, [("claude", false, 2), ("local", true, 2)]);
+}
+
+/// Poll `check` (flushing the log first) until it holds or a generous deadline passes.
+async fn eventually(context: &Context, mut check: impl FnMut() -> bool) -> bool {
+    for _ in 0..500 {
+        context.log().flush();
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn the_writer_keeps_a_live_sessions_record_for_the_request_path_and_drops_it_when_forgotten()
+{
+    use glider_engine::ContextSink;
+
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let engine = engine(&mock);
+    let home = tempfile::tempdir().expect("tempdir");
+    let context = attach(&engine, home.path());
+    let session = "claude-code:sess-1";
+    assert!(
+        context.record(session).is_none(),
+        "nothing before any request"
+    );
+
+    tool_round(
+        &engine,
+        "qwen",
+        false,
+        "Read",
+        "call_mock_1",
+        json!({"file_path": "/p/notes.md"}),
+        "the notes",
+    )
+    .await;
+    let held = eventually(&context, || {
+        context
+            .record(session)
+            .is_some_and(|r| r.contains("/p/notes.md: read"))
+    })
+    .await;
+    let record = context.record(session).unwrap_or_default();
+    assert!(held, "{record}");
+    assert!(record.contains("please [[call:Read"), "the goal: {record}");
+    // The mock answers a tool result with text (`tool result: …`): captured as the
+    // episode's closing words.
+    assert!(record.contains("- tool result: the notes"), "{record}");
+    // The same record the dashboard and CLI read, built by a full fold.
+    let view = context
+        .reader()
+        .session(session)
+        .expect("reads")
+        .expect("known");
+    assert_eq!(&*record, view.record.text);
+    assert_eq!(
+        view.record.live.as_deref(),
+        Some(&*record),
+        "the held one, served"
+    );
+
+    // Forgotten through another connection (as `glider context forget` does): the
+    // writer notices and the record is no longer served.
+    glider_context::Reader::new(home.path().to_path_buf())
+        .forget(session)
+        .expect("forgets");
+    assert!(
+        eventually(&context, || context.record(session).is_none()).await,
+        "a forgotten session's record outlived it"
+    );
 }

@@ -17,6 +17,7 @@ fn options(dir: &std::path::Path, queue_capacity: usize) -> LogOptions {
             max_bytes: u64::MAX,
         },
         retention_every: Duration::from_secs(3600),
+        record_max_tokens: 1500,
     }
 }
 

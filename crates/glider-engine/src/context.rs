@@ -1,8 +1,10 @@
 //! The context hook: what the pipeline tells a context store (`glider-context`) about
 //! each request, from every door, at the two moments every request passes — once it is
 //! decided (its session, the request as decoded, the route) and once it is recorded
-//! (the reply's tool calls, usage, stop reason, status). The engine knows nothing of
-//! how it is stored; with no sink attached nothing is built or copied.
+//! (the reply's tool calls, text, usage, stop reason, status) — and the one thing the
+//! pipeline reads back: a session's continuity record, for a local model's bounded
+//! context. The engine knows nothing of how it is stored; with no sink attached nothing
+//! is built or copied.
 
 use std::sync::Arc;
 
@@ -20,6 +22,10 @@ pub trait ContextSink: Send + Sync {
     fn decided(&self, turn: &DecidedTurn<'_>);
     /// The request ended: its reply was delivered, it failed, or its client went away.
     fn recorded(&self, turn: RecordedTurn<'_>);
+    /// The session's continuity record rendered for a model, as last built (`None`
+    /// when none is held for it). Called on the request path: it must answer from
+    /// memory at once, never query storage nor wait on a lock a writer holds long.
+    fn record(&self, session: &str) -> Option<Arc<str>>;
 }
 
 /// A request once the router has decided where it goes.
@@ -47,7 +53,67 @@ pub struct RecordedTurn<'a> {
     pub tool_calls: Vec<ReplyToolCall>,
     /// Why generation stopped, when the reply said so.
     pub stop_reason: Option<StopReason>,
+    /// The reply's text (not its thinking): whole when under twice [`REPLY_TEXT_KEPT`]
+    /// bytes, else its first [`REPLY_TEXT_KEPT`] bytes, `…`, and its last ones.
+    pub text: String,
+    /// The request was a CLI's compaction answered locally, and by what.
+    pub compaction: Option<CompactionSource>,
 }
+
+/// Who answered a CLI's compaction request locally (`context.compaction: local`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionSource {
+    /// A local model, given the continuity record and the current episode.
+    LocalModel,
+    /// Glider itself, from the continuity record (no local backend was up).
+    Record,
+}
+
+impl CompactionSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompactionSource::LocalModel => "local_model",
+            CompactionSource::Record => "record",
+        }
+    }
+}
+
+/// Which CLI's compaction prompt a request carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionPrompt {
+    /// Claude Code's `/compact` and auto-compaction: the reply is expected as an
+    /// `<analysis>` block and a `<summary>` block.
+    ClaudeCode,
+    /// Codex's context checkpoint: a handoff summary as plain text.
+    Codex,
+}
+
+/// The openings of the CLIs' compaction instructions, as their shipped binaries write
+/// them (read from Claude Code 2.1.197, whose three variants — the whole conversation,
+/// its recent portion, a continuing session — share this start, and Codex 0.171.0).
+const CLAUDE_CODE_COMPACTION: &str = "Your task is to create a detailed summary of ";
+const CODEX_COMPACTION: &str = "You are performing a CONTEXT CHECKPOINT COMPACTION.";
+
+/// Whether `request` is a CLI's compaction request, recognised by shape: its last turn
+/// is the user's and its text holds the CLI's compaction instruction (Claude Code
+/// sends it after the conversation, alone or next to tool results).
+pub fn compaction_prompt(request: &Request) -> Option<CompactionPrompt> {
+    let last = request.turns.last()?;
+    if last.role != glider_ngl::Role::User {
+        return None;
+    }
+    last.parts.iter().find_map(|part| match part {
+        Part::Text { text, .. } if text.contains(CLAUDE_CODE_COMPACTION) => {
+            Some(CompactionPrompt::ClaudeCode)
+        }
+        Part::Text { text, .. } if text.contains(CODEX_COMPACTION) => Some(CompactionPrompt::Codex),
+        _ => None,
+    })
+}
+
+/// Bytes of a reply's text kept from each end for the sink (a closing summary of what
+/// the model did is at the end; a long reply's middle is not kept).
+pub const REPLY_TEXT_KEPT: usize = 4 * 1024;
 
 /// A tool call the model made in its reply.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +134,59 @@ pub(crate) struct ReplyCapture {
     open: Vec<(usize, usize)>,
     calls: Vec<ReplyToolCall>,
     stop_reason: Option<StopReason>,
+    text: TextEdges,
+    compaction: Option<CompactionSource>,
+}
+
+/// A reply's text as it streams, bounded: the first [`REPLY_TEXT_KEPT`] bytes and a
+/// tail of at most twice that, so a long reply costs bounded memory.
+#[derive(Default)]
+struct TextEdges {
+    head: String,
+    tail: String,
+    /// Text between `head` and `tail` was let go.
+    cut: bool,
+}
+
+impl TextEdges {
+    fn push(&mut self, text: &str) {
+        let room = REPLY_TEXT_KEPT.saturating_sub(self.head.len());
+        let split = floor_char_boundary(text, room.min(text.len()));
+        if self.tail.is_empty() {
+            self.head.push_str(&text[..split]);
+            self.tail.push_str(&text[split..]);
+        } else {
+            self.tail.push_str(text);
+        }
+        if self.tail.len() > 2 * REPLY_TEXT_KEPT {
+            let from = floor_char_boundary(&self.tail, self.tail.len() - REPLY_TEXT_KEPT);
+            self.tail.drain(..from);
+            self.cut = true;
+        }
+    }
+
+    fn finish(mut self) -> String {
+        if self.tail.len() > REPLY_TEXT_KEPT
+            && (self.cut || self.head.len() + self.tail.len() > 2 * REPLY_TEXT_KEPT)
+        {
+            let from = floor_char_boundary(&self.tail, self.tail.len() - REPLY_TEXT_KEPT);
+            self.tail.drain(..from);
+            self.cut = true;
+        }
+        match (self.cut, self.tail.is_empty()) {
+            (_, true) => self.head,
+            (false, false) => self.head + &self.tail,
+            (true, false) => format!("{}\n…\n{}", self.head, self.tail),
+        }
+    }
+}
+
+/// The largest char boundary of `text` at or below `at`.
+fn floor_char_boundary(text: &str, at: usize) -> usize {
+    (0..=at.min(text.len()))
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0)
 }
 
 impl ReplyCapture {
@@ -78,7 +197,14 @@ impl ReplyCapture {
             open: Vec::new(),
             calls: Vec::new(),
             stop_reason: None,
+            text: TextEdges::default(),
+            compaction: None,
         }
+    }
+
+    /// The request is a CLI's compaction, answered locally by `source`.
+    pub(crate) fn compaction(&mut self, source: CompactionSource) {
+        self.compaction = Some(source);
     }
 
     pub(crate) fn event(&mut self, event: &StreamEvent) {
@@ -101,6 +227,7 @@ impl ReplyCapture {
                     call.arguments.push_str(json);
                 }
             }
+            StreamEvent::TextDelta { text, .. } => self.text.push(text),
             StreamEvent::Finish { stop_reason, .. } => self.stop_reason = Some(*stop_reason),
             _ => {}
         }
@@ -109,17 +236,18 @@ impl ReplyCapture {
     pub(crate) fn response(&mut self, response: &Response) {
         self.stop_reason = Some(response.stop_reason);
         for part in &response.parts {
-            if let Part::ToolCall {
-                id,
-                name,
-                arguments,
-            } = part
-            {
-                self.calls.push(ReplyToolCall {
+            match part {
+                Part::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => self.calls.push(ReplyToolCall {
                     id: id.clone(),
                     name: name.clone(),
                     arguments: arguments.to_string(),
-                });
+                }),
+                Part::Text { text, .. } => self.text.push(text),
+                _ => {}
             }
         }
     }
@@ -132,6 +260,82 @@ impl ReplyCapture {
             record,
             tool_calls: self.calls,
             stop_reason: self.stop_reason,
+            text: self.text.finish(),
+            compaction: self.compaction,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_reply_text_keeps_its_start_and_end_in_bounded_memory() {
+        let mut text = TextEdges::default();
+        text.push("begin ");
+        for _ in 0..10_000 {
+            text.push("é middle ");
+        }
+        text.push("the end");
+        assert!(text.head.len() <= REPLY_TEXT_KEPT);
+        assert!(text.tail.len() <= 2 * REPLY_TEXT_KEPT + "é middle ".len());
+        let kept = text.finish();
+        assert!(kept.starts_with("begin é middle"), "{}", &kept[..20]);
+        assert!(kept.ends_with("é middle the end"));
+        assert!(kept.contains("\n…\n"));
+        assert!(kept.len() <= 2 * REPLY_TEXT_KEPT + 16);
+    }
+
+    fn conversation(last: glider_ngl::Turn) -> Request {
+        use glider_ngl::{Role, Turn};
+        Request {
+            turns: vec![
+                Turn::text(Role::User, "fix it"),
+                Turn::text(Role::Assistant, "fixed"),
+                last,
+            ],
+            ..Request::default()
+        }
+    }
+
+    #[test]
+    fn claude_codes_and_codexs_compaction_requests_are_recognised_by_their_instruction() {
+        use glider_ngl::{Role, Turn};
+        let claude = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\n\nYour task is \
+                      to create a detailed summary of the conversation so far, paying close attention";
+        assert_eq!(
+            compaction_prompt(&conversation(Turn::text(Role::User, claude))),
+            Some(CompactionPrompt::ClaudeCode)
+        );
+        let recent =
+            "Your task is to create a detailed summary of the RECENT portion of the conversation";
+        assert_eq!(
+            compaction_prompt(&conversation(Turn::text(Role::User, recent))),
+            Some(CompactionPrompt::ClaudeCode)
+        );
+        let codex = "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary \
+                     for another LLM that will resume the task.";
+        assert_eq!(
+            compaction_prompt(&conversation(Turn::text(Role::User, codex))),
+            Some(CompactionPrompt::Codex)
+        );
+        assert_eq!(
+            compaction_prompt(&conversation(Turn::text(Role::User, "what did we change?"))),
+            None
+        );
+        // The instruction quoted by the model is no compaction request.
+        assert_eq!(
+            compaction_prompt(&conversation(Turn::text(Role::Assistant, claude))),
+            None
+        );
+    }
+
+    #[test]
+    fn a_short_reply_text_is_kept_whole() {
+        let mut text = TextEdges::default();
+        text.push("I renamed ");
+        text.push("it.");
+        assert_eq!(text.finish(), "I renamed it.");
     }
 }

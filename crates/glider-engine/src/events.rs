@@ -60,6 +60,20 @@ pub struct RequestRecord {
     /// The session key the router found (the sticky rule's: the CLI's session id, or a
     /// hash of the conversation's start), so the dashboard can sum per session.
     pub session: Option<String>,
+    /// What bounded context left out of each local candidate's request (turns and
+    /// estimated tokens), and whether the session's continuity record stood in.
+    pub context_left_out: Vec<ContextLeftOut>,
+}
+
+/// One local candidate's bounded context, for the route record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContextLeftOut {
+    pub backend: String,
+    pub turns: usize,
+    /// Estimated tokens of the turns left out.
+    pub tokens: u64,
+    /// Estimated tokens of the continuity record given instead (0: none given).
+    pub record_tokens: u64,
 }
 
 /// A backend's live state as an operator sees it.
@@ -182,6 +196,7 @@ impl Bus {
             fallbacks: Vec::new(),
             fitted: Vec::new(),
             session: None,
+            context_left_out: Vec::new(),
         };
         Tracker {
             bus: self.clone(),
@@ -232,6 +247,11 @@ impl Tracker {
     /// Keep the reply's tool calls for the context sink, told when the request ends.
     pub(crate) fn capture_context(&mut self, capture: ReplyCapture) {
         self.context = Some(Box::new(capture));
+    }
+
+    /// The reply capture for the context sink, when one is attached.
+    pub(crate) fn context_capture(&mut self) -> Option<&mut ReplyCapture> {
+        self.context.as_deref_mut()
     }
 
     /// Time the request from now: it was prepared ahead of the moment its door

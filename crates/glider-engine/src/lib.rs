@@ -11,8 +11,13 @@ pub mod router;
 pub mod tokenizer;
 pub mod transform;
 
-pub use context::{ContextSink, DecidedTurn, RecordedTurn, ReplyToolCall};
-pub use events::{BackendState, Bus, PipelineEvent, RequestRecord, Tracker, unix_ms};
+pub use context::{
+    CompactionPrompt, CompactionSource, ContextSink, DecidedTurn, RecordedTurn, ReplyToolCall,
+    compaction_prompt,
+};
+pub use events::{
+    BackendState, Bus, ContextLeftOut, PipelineEvent, RequestRecord, Tracker, unix_ms,
+};
 pub use pipeline::{
     CompleteError, Completion, CompletionBody, CompletionRequest, Door, Engine, ModelInfo,
     Prepared, decode_events, stream_error_event,

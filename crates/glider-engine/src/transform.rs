@@ -2,10 +2,14 @@
 //! BoundLocalContext — local only, never the full history", then the opt-in
 //! `Transformer`). The cloud path is never touched.
 //!
-//! Bounding policy: keep every system turn and the tool definitions; keep the latest
-//! turns that fit the budget, never splitting an assistant tool call from the tool
-//! results that answer it; the last user turn and any tool call still waiting for its
-//! result are always kept. Older turns are dropped oldest first, in whole exchanges.
+//! Bounding policy, with the session's continuity record ([`bound_to_episode`]): keep
+//! every system turn and the tool definitions, add the record as a system turn, and
+//! keep only the current episode — from its root user turn on — dropping what came
+//! before it. Without a record (context off, or none built yet: [`bound_local_context`])
+//! the latest turns that fit are kept. Either way the result is cut to the budget in
+//! whole exchanges, oldest first: an assistant tool call is never split from the tool
+//! results that answer it, and the root (or last) user turn and the newest exchange
+//! always stay.
 
 use glider_config::{ContextConfig, TransformConfig};
 use glider_ngl::{Part, Request, Role, Turn};
@@ -18,8 +22,17 @@ use crate::tokenizer::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Bounded {
     pub dropped_turns: usize,
+    /// Estimated tokens of the turns left out.
+    pub dropped_tokens: u64,
     pub kept_tokens: u64,
+    /// Estimated tokens of the continuity record added (0: none).
+    pub record_tokens: u64,
 }
+
+/// The opening of the system turn that carries the continuity record (as
+/// `glider-context` renders it), so the transform keeps it when it replaces or trims
+/// the CLI's own system text.
+pub const RECORD_OPENING: &str = "<continuity-record";
 
 /// The token budget of a local request on a model with `window` tokens.
 pub fn local_budget(config: &ContextConfig, window: u64) -> u64 {
@@ -29,24 +42,13 @@ pub fn local_budget(config: &ContextConfig, window: u64) -> u64 {
         .min(window)
 }
 
-/// Whether a local request must be rewritten before it is sent: the transform is on,
-/// or its history is over the budget. Checked first so the common case (nothing to
-/// change) costs no copy of the request.
-pub fn needs_rewrite(
-    request: &Request,
-    context: &ContextConfig,
-    transform: &TransformConfig,
-    window: u64,
-) -> bool {
-    transform.enabled || over_local_budget(request, context, window)
-}
-
 /// Whether bounding would cut `request` for a local model with `window` tokens.
 pub fn over_local_budget(request: &Request, context: &ContextConfig, window: u64) -> bool {
     context.bound_local && estimate_request_tokens(request, "").0 > local_budget(context, window)
 }
 
-/// Cut `request`'s history to the budget for a local model with `window` tokens.
+/// Cut `request`'s history to the budget for a local model with `window` tokens,
+/// keeping its latest turns (no continuity record to stand for the rest).
 pub fn bound_local_context(request: &mut Request, config: &ContextConfig, window: u64) -> Bounded {
     if !config.bound_local {
         return Bounded::default();
@@ -55,10 +57,108 @@ pub fn bound_local_context(request: &mut Request, config: &ContextConfig, window
     let (total, _) = estimate_request_tokens(request, "");
     if total <= budget {
         return Bounded {
-            dropped_turns: 0,
             kept_tokens: total,
+            ..Bounded::default()
         };
     }
+    let last_user = request.turns.iter().rposition(|t| t.role == Role::User);
+    cut_to_budget(request, budget, last_user, Bounded::default())
+}
+
+/// Give a local model the session's continuity `record` and the current episode only:
+/// the turns before the episode's root user turn are dropped (the record stands for
+/// them), the record goes in as a system turn after the leading system turns, and the
+/// episode is cut to the budget keeping its root. For a CLI's compaction request
+/// (`compaction`) the episode is the one its instruction (the last turn, always kept)
+/// follows. A request with no root user turn (nothing but tool traffic) is bounded by
+/// its tail instead.
+pub fn bound_to_episode(
+    request: &mut Request,
+    record: &str,
+    config: &ContextConfig,
+    window: u64,
+    compaction: bool,
+) -> Bounded {
+    if !config.bound_local {
+        return Bounded::default();
+    }
+    let before_instruction = request.turns.len().saturating_sub(usize::from(compaction));
+    let Some(root) = episode_root(&request.turns[..before_instruction]) else {
+        return bound_local_context(request, config, window);
+    };
+    let mut cut = Bounded::default();
+    let mut index = 0;
+    request.turns.retain(|turn| {
+        let before_episode = index < root && turn.role != Role::System;
+        index += 1;
+        if before_episode {
+            cut.dropped_turns += 1;
+            cut.dropped_tokens += estimate_turn(turn);
+        }
+        !before_episode
+    });
+    let record_turn = Turn::text(Role::System, record);
+    cut.record_tokens = estimate_turn(&record_turn);
+    let after_system = request
+        .turns
+        .iter()
+        .position(|t| t.role != Role::System)
+        .unwrap_or(request.turns.len());
+    request.turns.insert(after_system, record_turn);
+    let root = after_system + 1;
+    let budget = local_budget(config, window);
+    let (total, _) = estimate_request_tokens(request, "");
+    if total <= budget {
+        cut.kept_tokens = total;
+        return cut;
+    }
+    cut_to_budget(request, budget, Some(root), cut)
+}
+
+/// Where the current episode begins: the newest user turn holding the user's own text
+/// that follows an assistant turn (or opens the conversation) with no tool results in
+/// between. Text a CLI sends alongside tool results (Claude Code's reminders) is part
+/// of the tool loop, not a new episode. The same rule makes a request a root in the
+/// context log.
+fn episode_root(turns: &[Turn]) -> Option<usize> {
+    let mut root = None;
+    let mut segment_has_results = false;
+    for (index, turn) in turns.iter().enumerate() {
+        match turn.role {
+            Role::Assistant => segment_has_results = false,
+            Role::Tool => segment_has_results = true,
+            Role::User if !segment_has_results && has_text(turn) => {
+                let opens_segment = turns[..index]
+                    .iter()
+                    .rev()
+                    .take_while(|t| t.role != Role::Assistant)
+                    .all(|t| t.role == Role::System);
+                if opens_segment {
+                    root = Some(index);
+                }
+            }
+            Role::User | Role::System => {}
+        }
+    }
+    root
+}
+
+fn has_text(turn: &Turn) -> bool {
+    turn.parts
+        .iter()
+        .any(|p| matches!(p, Part::Text { text, .. } if !text.trim().is_empty()))
+}
+
+/// Drop whole exchanges, oldest first, until `request` fits `budget`; system turns
+/// (the record among them), the tool definitions, the unit holding turn `pinned`, the
+/// last user turn and the newest unit always stay. `cut` holds what was already left
+/// out.
+fn cut_to_budget(
+    request: &mut Request,
+    budget: u64,
+    pinned: Option<usize>,
+    mut cut: Bounded,
+) -> Bounded {
     // Fixed cost: system turns and tool definitions.
     let mut used = estimate_tools(&request.tools)
         + request
@@ -70,44 +170,57 @@ pub fn bound_local_context(request: &mut Request, config: &ContextConfig, window
 
     // Group the conversation into units that must stay together: an assistant turn with
     // tool calls plus the tool turns after it.
-    let conversation: Vec<(usize, &Turn)> = request
+    let mut units: Vec<Vec<usize>> = Vec::new();
+    for (index, turn) in request.turns.iter().enumerate() {
+        if turn.role == Role::System {
+            continue;
+        }
+        let joins_previous = turn.role == Role::Tool && !units.is_empty();
+        match units.last_mut() {
+            Some(unit) if joins_previous => unit.push(index),
+            _ => units.push(vec![index]),
+        }
+    }
+    let last_user = request.turns.iter().rposition(|t| t.role == Role::User);
+    let mut keep: Vec<bool> = request
         .turns
         .iter()
-        .enumerate()
-        .filter(|(_, t)| t.role != Role::System)
+        .map(|t| t.role == Role::System)
         .collect();
-    let mut units: Vec<Vec<usize>> = Vec::new();
-    for (index, turn) in &conversation {
-        let joins_previous = turn.role == Role::Tool && units.last().is_some();
-        if joins_previous {
-            if let Some(unit) = units.last_mut() {
-                unit.push(*index);
-            }
-        } else {
-            units.push(vec![*index]);
+    // The mandatory units are paid for first, so what is left of the budget goes to the
+    // newest of the rest.
+    let mandatory = |n: usize, unit: &[usize]| {
+        n + 1 == units.len()
+            || unit
+                .iter()
+                .any(|&i| Some(i) == last_user || Some(i) == pinned)
+    };
+    let cost =
+        |unit: &[usize]| -> u64 { unit.iter().map(|&i| estimate_turn(&request.turns[i])).sum() };
+    for (n, unit) in units.iter().enumerate() {
+        if mandatory(n, unit) {
+            used += cost(unit);
+            unit.iter().for_each(|&i| keep[i] = true);
         }
     }
-    // Walk back from the newest unit; the newest unit and the last user turn always stay.
-    let last_user = request.turns.iter().rposition(|t| t.role == Role::User);
-    let mut keep = vec![false; request.turns.len()];
-    for (i, turn) in request.turns.iter().enumerate() {
-        keep[i] = turn.role == Role::System;
-    }
-    let mut budget_reached = false;
     for (n, unit) in units.iter().enumerate().rev() {
-        let cost: u64 = unit.iter().map(|&i| estimate_turn(&request.turns[i])).sum();
-        let mandatory = n + 1 == units.len() || unit.iter().any(|&i| Some(i) == last_user);
-        if mandatory || (!budget_reached && used + cost <= budget) {
-            used += cost;
-            for &i in unit {
-                keep[i] = true;
-            }
-        } else {
+        if mandatory(n, unit) {
+            continue;
+        }
+        let unit_cost = cost(unit);
+        if used + unit_cost > budget {
             // Once a unit does not fit, older ones are dropped too: history stays contiguous.
-            budget_reached = true;
+            break;
+        }
+        used += unit_cost;
+        unit.iter().for_each(|&i| keep[i] = true);
+    }
+    for (turn, kept) in request.turns.iter().zip(&keep) {
+        if !kept {
+            cut.dropped_turns += 1;
+            cut.dropped_tokens += estimate_turn(turn);
         }
     }
-    let before = request.turns.len();
     let mut index = 0;
     request.turns.retain(|_| {
         let kept = keep[index];
@@ -115,10 +228,8 @@ pub fn bound_local_context(request: &mut Request, config: &ContextConfig, window
         kept
     });
     drop_orphan_results(request);
-    Bounded {
-        dropped_turns: before - request.turns.len(),
-        kept_tokens: used + TOKENS_PER_MESSAGE,
-    }
+    cut.kept_tokens = used + TOKENS_PER_MESSAGE;
+    cut
 }
 
 /// A tool result whose call was cut away would confuse the model (and OpenAI-style
@@ -169,6 +280,12 @@ fn results_text(turn: &Turn) -> String {
         .join("\n")
 }
 
+/// The system turn [`bound_to_episode`] added: the transform leaves it alone (it has
+/// its own budget, `context.record_max_tokens`).
+fn is_record_turn(turn: &Turn) -> bool {
+    matches!(turn.parts.first(), Some(Part::Text { text, .. }) if text.starts_with(RECORD_OPENING))
+}
+
 /// The opt-in transform for local requests. Returns whether it changed anything.
 pub fn apply(request: &mut Request, config: &TransformConfig) -> bool {
     if !config.enabled {
@@ -182,13 +299,19 @@ pub fn apply(request: &mut Request, config: &TransformConfig) -> bool {
         changed = true;
     }
     if let Some(prompt) = &config.local_system_prompt {
-        request.turns.retain(|t| t.role != Role::System);
+        request
+            .turns
+            .retain(|t| t.role != Role::System || is_record_turn(t));
         request
             .turns
             .insert(0, Turn::text(Role::System, prompt.clone()));
         changed = true;
     } else if let Some(max_chars) = config.local_system_max_chars {
-        for turn in request.turns.iter_mut().filter(|t| t.role == Role::System) {
+        for turn in request
+            .turns
+            .iter_mut()
+            .filter(|t| t.role == Role::System && !is_record_turn(t))
+        {
             for part in &mut turn.parts {
                 if let Part::Text { text, .. } = part
                     && text.chars().count() > max_chars
@@ -310,6 +433,131 @@ mod tests {
             0
         );
         assert_eq!(request, before);
+    }
+
+    /// Two finished episodes, then a third whose tool loop is under way.
+    fn three_episodes() -> Request {
+        let mut turns = vec![Turn::text(Role::System, "you are a CLI")];
+        for e in 0..2 {
+            turns.push(Turn::text(Role::User, format!("episode {e} goal")));
+            turns.push(call(&format!("e{e}")));
+            turns.push(result(&format!("e{e}"), "old output"));
+            turns.push(Turn::text(Role::Assistant, format!("episode {e} done")));
+        }
+        turns.push(Turn::text(Role::User, "episode 2 goal"));
+        turns.push(call("n1"));
+        // Claude Code sends a reminder as text next to the tool result: the decoder
+        // makes it a user turn after the tool turn, which is no new episode.
+        turns.push(result("n1", "new output"));
+        turns.push(Turn::text(
+            Role::User,
+            "<system-reminder>be careful</system-reminder>",
+        ));
+        Request {
+            model: "m".into(),
+            turns,
+            ..Request::default()
+        }
+    }
+
+    const RECORD: &str =
+        "<continuity-record session=\"s\">\nFiles: a.rs edited\n</continuity-record>";
+
+    fn texts(request: &Request) -> Vec<String> {
+        request.turns.iter().map(Turn::plain_text).collect()
+    }
+
+    #[test]
+    fn with_a_record_only_the_current_episode_is_kept_after_the_system_text_and_record() {
+        let mut request = three_episodes();
+        let cut = bound_to_episode(&mut request, RECORD, &config(100_000), 200_000, false);
+        assert_eq!(cut.dropped_turns, 8, "both earlier episodes");
+        assert!(cut.dropped_tokens > 0 && cut.record_tokens > 0);
+        assert_eq!(request.turns[0].plain_text(), "you are a CLI");
+        assert_eq!(request.turns[1].role, Role::System);
+        assert_eq!(request.turns[1].plain_text(), RECORD);
+        assert_eq!(request.turns[2].plain_text(), "episode 2 goal");
+        assert!(
+            !texts(&request)
+                .iter()
+                .any(|t| t.contains("episode 0") || t.contains("episode 1")),
+            "{:?}",
+            texts(&request)
+        );
+        assert_eq!(
+            request.turns.len(),
+            6,
+            "system, record, root, call, result, reminder"
+        );
+    }
+
+    #[test]
+    fn an_episode_over_the_budget_keeps_its_root_and_whole_call_result_pairs() {
+        let big = "z".repeat(3500); // ~1000 tokens
+        let mut request = three_episodes();
+        request.turns.truncate(12); // the new episode: its root, a call and its result
+        for i in 0..8 {
+            request.turns.push(call(&format!("b{i}")));
+            request.turns.push(result(&format!("b{i}"), &big));
+        }
+        let cut = bound_to_episode(&mut request, RECORD, &config(3_000), 200_000, false);
+        let (tokens, _) = estimate_request_tokens(&request, "");
+        assert!(tokens <= 3_000, "{tokens}");
+        assert_eq!(
+            request.turns[2].plain_text(),
+            "episode 2 goal",
+            "the root stays"
+        );
+        assert!(cut.dropped_turns > 8);
+        let calls: Vec<&str> = request
+            .turns
+            .iter()
+            .flat_map(|t| &t.parts)
+            .filter_map(|p| match p {
+                Part::ToolCall { id, .. } => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let results: Vec<&str> = request
+            .turns
+            .iter()
+            .flat_map(|t| &t.parts)
+            .filter_map(|p| match p {
+                Part::ToolResult { call_id, .. } => Some(call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            calls, results,
+            "no call without its result, nor the reverse"
+        );
+        assert_eq!(calls.last(), Some(&"b7"), "the newest exchange stays");
+    }
+
+    #[test]
+    fn the_transform_keeps_the_record_when_it_replaces_the_system_prompt() {
+        let mut request = three_episodes();
+        bound_to_episode(&mut request, RECORD, &config(100_000), 200_000, false);
+        let transform = TransformConfig {
+            enabled: true,
+            local_max_tokens: None,
+            local_system_prompt: Some("small model".into()),
+            local_system_max_chars: None,
+        };
+        assert!(apply(&mut request, &transform));
+        assert_eq!(request.turns[0].plain_text(), "small model");
+        assert_eq!(request.turns[1].plain_text(), RECORD);
+        let trim = TransformConfig {
+            local_system_prompt: None,
+            local_system_max_chars: Some(5),
+            ..transform
+        };
+        apply(&mut request, &trim);
+        assert_eq!(
+            request.turns[1].plain_text(),
+            RECORD,
+            "the record has its own budget"
+        );
     }
 
     #[test]

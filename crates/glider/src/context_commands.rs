@@ -54,9 +54,10 @@ pub fn run(action: ContextAction, home: &Path) -> anyhow::Result<String> {
             }
             if json {
                 let graph = glider_context::graph::fold(&id, &events);
-                return Ok(serde_json::to_string_pretty(
-                    &serde_json::json!({"session": id, "events": events, "graph": graph}),
-                )?);
+                let record = glider_context::ContinuityRecord::of_graph(&graph);
+                return Ok(serde_json::to_string_pretty(&serde_json::json!({
+                    "session": id, "events": events, "graph": graph, "record": record,
+                }))?);
             }
             let lines: Result<Vec<String>, _> = events.iter().map(serde_json::to_string).collect();
             Ok(lines?.join("\n"))
@@ -124,5 +125,8 @@ fn show(view: &SessionView) -> String {
             model.backend, model.model, model.requests, model.input_tokens, model.output_tokens
         );
     }
+    // The text a local model is given for this session.
+    let _ = writeln!(out, "continuity record:");
+    let _ = writeln!(out, "{}", view.record.text);
     out.trim_end().to_owned()
 }

@@ -387,7 +387,7 @@ pub fn start_context(
 /// What the dashboard reads of a running context log.
 pub fn context_surface(context: &glider_context::Context) -> glider_dashboard::ContextSurface {
     glider_dashboard::ContextSurface {
-        reader: glider_context::Reader::new(context.log().dir().to_path_buf()),
+        reader: context.reader(),
         counters: context.log().counters().clone(),
     }
 }

@@ -125,6 +125,14 @@ async fn serve_records_a_session_and_the_cli_shows_exports_and_forgets_it() {
     assert!(show.contains("rename it"), "{show}");
     assert!(show.contains("  /w/main.rs  edited"), "{show}");
     assert!(show.contains("local/qwen  2 requests"), "{show}");
+    // The continuity record, as a local model would be given it.
+    assert!(
+        show.contains(
+            "continuity record:\n<continuity-record session=\"claude-code:cli-session\">"
+        ),
+        "{show}"
+    );
+    assert!(show.contains("- /w/main.rs: edited"), "{show}");
     let (ok, export, err) = context(
         home.path(),
         &["export", "claude-code:cli-session", "--json"],
@@ -133,6 +141,7 @@ async fn serve_records_a_session_and_the_cli_shows_exports_and_forgets_it() {
     let export: Value = serde_json::from_str(&export).expect("JSON");
     assert_eq!(export["events"].as_array().map(Vec::len), Some(4));
     assert_eq!(export["graph"]["files"][0]["path"], "/w/main.rs");
+    assert_eq!(export["record"]["files"][0]["state"], "edited");
     let (ok, lines, _) = context(home.path(), &["export", "claude-code:cli-session"]);
     assert!(ok);
     assert_eq!(lines.lines().count(), 4, "JSON Lines: one event each");

@@ -305,6 +305,8 @@ impl Engine {
             adapted: Vec::new(),
             upstream: Vec::new(),
             executed: None,
+            context: self.context.get().cloned(),
+            compaction: false,
         }
     }
 }
@@ -472,6 +474,7 @@ mod tests {
         assert_eq!(
             names(CARRYING_OUT),
             [
+                "compaction",
                 "origin_gate",
                 "fit",
                 "bounded_context",

@@ -313,7 +313,12 @@ impl Router<'_> {
     }
 
     /// Candidates for a chosen side.
-    fn resolve(&self, target: &Target, request: &Request, model: &str) -> Option<Vec<Candidate>> {
+    pub(crate) fn resolve(
+        &self,
+        target: &Target,
+        request: &Request,
+        model: &str,
+    ) -> Option<Vec<Candidate>> {
         let preferred = [model, request.model.as_str()];
         let on_side = |local: bool| -> Vec<Candidate> {
             let enabled = || {

@@ -1,9 +1,16 @@
 //! Episodes and bounded context (local candidates only, spec: "never the full
-//! history"): a local model gets the tail of the history that fits its budget.
+//! history"). With a context store attached and a continuity record held for the
+//! session, a local model gets the system text, the record and the current episode,
+//! bounded to its window minus the output reserve ([`bound_to_episode`]); without one
+//! (context off, or no record yet) it gets the tail of the history that fits
+//! ([`bound_local_context`]). What was left out goes on the route record.
+
+use std::sync::Arc;
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
+use crate::events::ContextLeftOut;
 use crate::router::local_window;
-use crate::transform::{bound_local_context, over_local_budget};
+use crate::transform::{Bounded, bound_local_context, bound_to_episode, over_local_budget};
 
 pub(crate) struct BoundedContext;
 
@@ -17,6 +24,19 @@ impl Phase for BoundedContext {
             return ready(Flow::Fail(not_routed()));
         };
         let context = &job.runtime.config.context;
+        if !context.bound_local
+            || !decision
+                .candidates
+                .iter()
+                .any(|c| c.backend.kind().is_local())
+        {
+            return ready(Flow::Continue);
+        }
+        // Read once, from memory (never the database): the writer keeps it current.
+        let record: Option<Arc<str>> = match (&job.context, &decision.session) {
+            (Some(sink), Some(session)) => sink.record(session),
+            _ => None,
+        };
         job.adapted.resize_with(decision.candidates.len(), || None);
         for (candidate, adapted) in decision.candidates.iter().zip(&mut job.adapted) {
             if !candidate.backend.kind().is_local() {
@@ -25,22 +45,43 @@ impl Phase for BoundedContext {
             let window = local_window(&job.runtime.config, candidate);
             // The fitted request when fit changed it (fewer tools fit more history).
             let request = adapted.as_ref().unwrap_or(&job.request);
-            // Checked first so the common case (it fits) costs no copy.
-            if !over_local_budget(request, context, window) {
-                continue;
-            }
-            let mut bounded = request.clone();
-            let cut = bound_local_context(&mut bounded, context, window);
+            let (bounded, cut) = match &record {
+                Some(record) => {
+                    let mut bounded = request.clone();
+                    let cut =
+                        bound_to_episode(&mut bounded, record, context, window, job.compaction);
+                    (bounded, cut)
+                }
+                // Checked first so the common case (it fits) costs no copy.
+                None if !over_local_budget(request, context, window) => continue,
+                None => {
+                    let mut bounded = request.clone();
+                    let cut = bound_local_context(&mut bounded, context, window);
+                    (bounded, cut)
+                }
+            };
             tracing::debug!(
                 backend = candidate.backend.name(),
                 dropped = cut.dropped_turns,
                 kept_tokens = cut.kept_tokens,
+                record_tokens = cut.record_tokens,
                 "local history bounded"
             );
-            if cut.dropped_turns > 0 {
+            if changed(&cut) {
                 *adapted = Some(bounded);
+                job.tracker.record.context_left_out.push(ContextLeftOut {
+                    backend: candidate.backend.name().to_owned(),
+                    turns: cut.dropped_turns,
+                    tokens: cut.dropped_tokens,
+                    record_tokens: cut.record_tokens,
+                });
             }
         }
         ready(Flow::Continue)
     }
+}
+
+/// Bounding rewrote the request: it dropped turns or added the record.
+fn changed(cut: &Bounded) -> bool {
+    cut.dropped_turns > 0 || cut.record_tokens > 0
 }

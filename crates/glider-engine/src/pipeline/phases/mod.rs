@@ -1,10 +1,11 @@
 //! The pipeline as named phases, in the spec's order: alias → estimate → route →
-//! origin gate → fit → episodes and bounded context → transform → encode → execute →
-//! record. Each phase is one type behind [`Phase`]; a new phase (a VRAM gate, hedging,
+//! compaction (a CLI's compaction answered locally, when the policy says so) → origin
+//! gate → fit → episodes and bounded context → transform → encode → execute → record. Each phase is one type behind [`Phase`]; a new phase (a VRAM gate, hedging,
 //! a plugin hook) is one new file here and one line in [`DECIDING`] or [`CARRYING_OUT`].
 
 mod alias;
 mod bounded_context;
+mod compaction;
 mod encode;
 mod estimate;
 mod execute;
@@ -26,6 +27,7 @@ use http::HeaderMap;
 use super::reply::Answered;
 use super::request::Door;
 use super::runtime::Runtime;
+use crate::context::ContextSink;
 use crate::events::Tracker;
 use crate::router::RouteDecision;
 use crate::router::sticky::StickyStore;
@@ -36,6 +38,7 @@ pub(crate) static DECIDING: &[&dyn Phase] = &[&alias::Alias, &estimate::Estimate
 
 /// The phases that carry a decision out; `Engine::complete_prepared` runs them.
 pub(crate) static CARRYING_OUT: &[&dyn Phase] = &[
+    &compaction::Compaction,
     &origin_gate::OriginGate,
     &fit::Fit,
     &bounded_context::BoundedContext,
@@ -144,6 +147,12 @@ pub(crate) struct Job {
     pub upstream: Vec<UpstreamRequest>,
     /// Execute: the attempt that answered.
     pub executed: Option<Executed>,
+    /// The context store, when one is attached: bounded context reads the session's
+    /// continuity record from it.
+    pub context: Option<Arc<dyn ContextSink>>,
+    /// Compaction: a CLI's compaction request sent to the local candidates (its
+    /// instruction is the last turn; the episode it summarises is the one before).
+    pub compaction: bool,
 }
 
 pub(crate) fn not_routed() -> ApiError {

@@ -1,0 +1,219 @@
+//! The continuity records of live sessions, in memory, for the request path. The log's
+//! writer keeps an incremental fold ([`Folder`]) of each session it wrote for recently;
+//! after each commit it feeds it the committed events, rebuilds the touched sessions'
+//! records and publishes them in a [`RecordCache`], which a request reads without a
+//! lock or a query (an `ArcSwap` of the map). A session the writer has not seen since
+//! start is loaded from the database once, on its first new event. A forget (by the
+//! dashboard or by `glider context forget` from another process, seen within a second
+//! as a commit by another connection) and retention make the writer reload or drop
+//! what it holds.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use rusqlite::Connection;
+
+use crate::event::Event;
+use crate::graph::Folder;
+use crate::record::ContinuityRecord;
+use crate::store::{self, StoreError};
+
+/// Sessions whose fold is kept in memory; past it the least recently written one is
+/// let go (its record is rebuilt from the database on its next event).
+pub const MAX_LIVE_SESSIONS: usize = 256;
+
+/// The rendered records the request path reads.
+#[derive(Default)]
+pub struct RecordCache {
+    records: ArcSwap<HashMap<String, Arc<str>>>,
+}
+
+impl std::fmt::Debug for RecordCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordCache")
+            .field("sessions", &self.len())
+            .finish()
+    }
+}
+
+impl RecordCache {
+    /// `session`'s rendered record, if the writer holds one.
+    pub fn get(&self, session: &str) -> Option<Arc<str>> {
+        self.records.load().get(session).cloned()
+    }
+
+    /// Sessions with a record held.
+    pub fn len(&self) -> usize {
+        self.records.load().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+struct Live {
+    folder: Folder,
+    /// The newest event id folded.
+    last_id: i64,
+    /// When it was last written for (a counter), for letting the oldest go.
+    used: u64,
+}
+
+/// The writer's side: the folds and the cache it publishes to.
+pub(crate) struct LiveSessions {
+    sessions: HashMap<String, Live>,
+    cache: Arc<RecordCache>,
+    max_tokens: u64,
+    tick: u64,
+    /// The connection's `data_version` when last checked: another connection (a
+    /// forget) committed when it changed.
+    data_version: i64,
+}
+
+impl LiveSessions {
+    pub(crate) fn new(conn: &Connection, cache: Arc<RecordCache>, max_tokens: u64) -> Self {
+        LiveSessions {
+            sessions: HashMap::new(),
+            cache,
+            max_tokens,
+            tick: 0,
+            data_version: store::data_version(conn).unwrap_or(0),
+        }
+    }
+
+    /// `rows` were committed with `ids`: fold them into their sessions and publish the
+    /// touched sessions' records.
+    pub(crate) fn committed(
+        &mut self,
+        conn: &Connection,
+        rows: &[(Option<String>, Event)],
+        ids: &[i64],
+    ) {
+        let mut touched: Vec<String> = Vec::new();
+        for ((family, event), &id) in rows.iter().zip(ids) {
+            let Some(session) = event.session.as_deref() else {
+                continue;
+            };
+            self.tick += 1;
+            if !self.sessions.contains_key(session) {
+                // Loaded whole, this event included (it is committed).
+                match load(conn, session) {
+                    Ok(live) => self.admit(session, live),
+                    Err(error) => {
+                        tracing::warn!(%error, "context: cannot load a session's record");
+                        continue;
+                    }
+                }
+            }
+            let Some(live) = self.sessions.get_mut(session) else {
+                continue;
+            };
+            if id > live.last_id {
+                live.folder.feed_event(event, family.as_ref());
+                live.last_id = id;
+            }
+            live.used = self.tick;
+            if !touched.iter().any(|s| s == session) {
+                touched.push(session.to_owned());
+            }
+        }
+        self.publish(&touched, &[]);
+    }
+
+    /// Periodically: if another connection changed the database (a forget: the
+    /// writer is the only other writer), reload what is held
+    /// ([`LiveSessions::revalidate`]).
+    pub(crate) fn check_forgotten(&mut self, conn: &Connection) {
+        match store::data_version(conn) {
+            Ok(version) if version != self.data_version => {
+                self.data_version = version;
+                self.revalidate(conn);
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "context: cannot check for forgotten sessions"),
+        }
+    }
+
+    /// Events were deleted (a forget, retention): each held session whose newest event
+    /// is no longer the one folded is reloaded, or dropped when nothing of it is left.
+    pub(crate) fn revalidate(&mut self, conn: &Connection) {
+        let mut touched = Vec::new();
+        let mut gone = Vec::new();
+        let sessions: Vec<(String, i64)> = self
+            .sessions
+            .iter()
+            .map(|(s, l)| (s.clone(), l.last_id))
+            .collect();
+        for (session, last_id) in sessions {
+            match store::last_id(conn, &session) {
+                Ok(Some(id)) if id == last_id => continue,
+                Ok(Some(_)) => match load(conn, &session) {
+                    Ok(mut live) => {
+                        live.used = self.sessions.get(&session).map_or(0, |l| l.used);
+                        self.sessions.insert(session.clone(), live);
+                        touched.push(session);
+                    }
+                    Err(_) => gone.push(session),
+                },
+                Ok(None) | Err(_) => gone.push(session),
+            }
+        }
+        for session in &gone {
+            self.sessions.remove(session);
+        }
+        self.publish(&touched, &gone);
+    }
+
+    fn admit(&mut self, session: &str, live: Live) {
+        if self.sessions.len() >= MAX_LIVE_SESSIONS
+            && let Some(oldest) = self
+                .sessions
+                .iter()
+                .min_by_key(|(_, l)| l.used)
+                .map(|(s, _)| s.clone())
+        {
+            self.sessions.remove(&oldest);
+            self.publish(&[], &[oldest]);
+        }
+        self.sessions.insert(session.to_owned(), live);
+    }
+
+    /// Rebuild `touched` sessions' records, drop `gone` ones, and swap the new map in.
+    fn publish(&self, touched: &[String], gone: &[String]) {
+        if touched.is_empty() && gone.is_empty() {
+            return;
+        }
+        let mut map = HashMap::clone(&self.cache.records.load());
+        for session in gone {
+            map.remove(session);
+        }
+        for session in touched {
+            let Some(live) = self.sessions.get(session) else {
+                continue;
+            };
+            let record = ContinuityRecord::of_folder(session, &live.folder);
+            if record.is_empty() {
+                map.remove(session);
+            } else {
+                map.insert(session.clone(), Arc::from(record.render(self.max_tokens)));
+            }
+        }
+        self.cache.records.store(Arc::new(map));
+    }
+}
+
+/// Fold `session` from the database.
+fn load(conn: &Connection, session: &str) -> Result<Live, StoreError> {
+    let events = store::events(conn, Some(session))?;
+    let mut folder = Folder::new(session);
+    for stored in &events {
+        folder.feed(stored);
+    }
+    Ok(Live {
+        folder,
+        last_id: events.last().map_or(0, |e| e.id),
+        used: 0,
+    })
+}

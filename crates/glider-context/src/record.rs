@@ -1,0 +1,632 @@
+//! The continuity record of a session (spec: "the continuity record"): what a model
+//! taking the session over must know, built deterministically from the graph — the
+//! user's goals in their own words, the files touched and their latest known state,
+//! the assistant's closing words of each episode, the errors still open and the last
+//! few exchanges — plus a narrative slot that the newest accepted compaction fills.
+//! [`ContinuityRecord::render`] writes it as compact text for a model, within a token
+//! budget; its JSON is what the dashboard and `glider context show` present.
+
+use serde::Serialize;
+
+use crate::event::{edges, prefix};
+use crate::graph::{Episode, ErrorFact, FileFact, Folder, Narrative, SessionGraph};
+use crate::tools::FileOp;
+
+/// Characters of the user's goals kept verbatim, all episodes together; over it the
+/// oldest goals are left out (the newest say what the user wants now).
+pub const GOALS_MAX_CHARS: usize = 8 * 1024;
+/// Files listed, most recently touched first.
+pub const MAX_FILES: usize = 40;
+/// Episodes whose closing words are kept, newest first.
+pub const MAX_DECISIONS: usize = 8;
+/// Characters kept of each closing reply (its start and end).
+pub const DECISION_MAX_CHARS: usize = 600;
+/// Open errors listed (the newest ones).
+pub const MAX_OPEN_ERRORS: usize = 12;
+/// Requests shown as the last exchanges.
+pub const RECENT_EXCHANGES: usize = 3;
+/// Characters kept of each side of an exchange.
+pub const EXCHANGE_MAX_CHARS: usize = 400;
+
+/// A session's continuity record. Lists are bounded by the constants above; the
+/// `*_left_out` counts say how many items did not fit.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ContinuityRecord {
+    pub session: String,
+    /// The newest accepted compaction's summary (`None` until one is accepted).
+    pub narrative: Option<Narrative>,
+    /// The root turns' text, oldest first, verbatim.
+    pub goals: Vec<Goal>,
+    pub goals_left_out: usize,
+    /// Most recently touched first.
+    pub files: Vec<FileState>,
+    pub files_left_out: usize,
+    /// The assistant's last text reply of each finished episode, oldest first.
+    pub decisions: Vec<Decision>,
+    /// Newest last.
+    pub open_errors: Vec<OpenError>,
+    pub open_errors_left_out: usize,
+    /// The last requests of the session, oldest first.
+    pub recent: Vec<Exchange>,
+}
+
+/// One episode's goal, in the user's words.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Goal {
+    pub family: String,
+    pub at_ms: u64,
+    pub text: String,
+}
+
+/// A file's latest known state: the newest change still valid (an edit, creation or
+/// deletion; a read when nothing changed it), and whether it was read since.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FileState {
+    pub path: String,
+    pub state: FileOp,
+    /// When that state began.
+    pub since_ms: u64,
+    /// The newest touch of the file (a read after the change counts).
+    pub last_ms: u64,
+    /// Read again after its latest change.
+    pub read_since: bool,
+}
+
+/// What the assistant said when it finished an episode: the model's own account of
+/// what it did and why (not a decision extracted by parsing).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    pub family: String,
+    pub at_ms: u64,
+    pub text: String,
+}
+
+/// A failing tool result no later success closed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpenError {
+    pub subject: String,
+    pub reason: String,
+    pub opened_ms: u64,
+}
+
+/// One request and its reply.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Exchange {
+    pub at_ms: u64,
+    /// The user's words when the request began an episode (else it carried tool
+    /// results back).
+    pub user: Option<String>,
+    pub reply: Option<String>,
+    /// The tools the reply called.
+    pub tools: Vec<String>,
+}
+
+impl ContinuityRecord {
+    /// The record of a whole folded graph.
+    pub fn of_graph(graph: &SessionGraph) -> ContinuityRecord {
+        build(
+            &graph.session,
+            &graph.episodes,
+            graph.files.iter(),
+            &graph.errors,
+            graph.narrative.as_ref(),
+        )
+    }
+
+    /// The record of a fold in progress (the writer's live sessions).
+    pub fn of_folder(session: &str, folder: &Folder) -> ContinuityRecord {
+        build(
+            session,
+            folder.episodes(),
+            folder.files(),
+            folder.errors(),
+            folder.narrative(),
+        )
+    }
+
+    /// Nothing worth telling a model yet.
+    pub fn is_empty(&self) -> bool {
+        self.narrative.is_none()
+            && self.goals.is_empty()
+            && self.files.is_empty()
+            && self.open_errors.is_empty()
+    }
+
+    /// The record as text for a model, at most `max_tokens` (estimated): when over,
+    /// items are left out oldest first in this order — recent exchanges, closing
+    /// words, files, goals (the newest stays), open errors (the newest stays) — and
+    /// what still does not fit is cut with a note.
+    pub fn render(&self, max_tokens: u64) -> String {
+        let mut record = self.clone();
+        loop {
+            let text = record.render_all();
+            if glider_engine::tokenizer::estimate_text(&text) <= max_tokens {
+                return text;
+            }
+            if !record.leave_out_one() {
+                let chars =
+                    (max_tokens as f64 * glider_engine::tokenizer::BYTES_PER_TOKEN) as usize / 2;
+                let head = prefix(&text, chars.saturating_sub(40));
+                return format!("{head}\n… (record cut to its token budget)\n</continuity-record>");
+            }
+        }
+    }
+
+    /// Drop the least needed item; false when only what is always kept is left.
+    fn leave_out_one(&mut self) -> bool {
+        if !self.recent.is_empty() {
+            self.recent.remove(0);
+        } else if !self.decisions.is_empty() {
+            self.decisions.remove(0);
+        } else if !self.files.is_empty() {
+            self.files.pop();
+            self.files_left_out += 1;
+        } else if self.goals.len() > 1 {
+            self.goals.remove(0);
+            self.goals_left_out += 1;
+        } else if self.open_errors.len() > 1 {
+            self.open_errors.remove(0);
+            self.open_errors_left_out += 1;
+        } else {
+            return false;
+        }
+        true
+    }
+
+    fn render_all(&self) -> String {
+        let mut out = format!("<continuity-record session=\"{}\">\n", self.session);
+        let mut line = |text: String| {
+            out.push_str(&text);
+            out.push('\n');
+        };
+        if let Some(narrative) = &self.narrative {
+            line("Summary so far:".into());
+            line(narrative.text.trim().to_owned());
+        }
+        if !self.goals.is_empty() {
+            line(heading(
+                "Goals, in the user's words (oldest first",
+                self.goals_left_out,
+                "earlier",
+            ));
+            for goal in &self.goals {
+                line(format!("- {}", one_block(&goal.text)));
+            }
+        }
+        if !self.files.is_empty() {
+            line(heading(
+                "Files (latest known state, newest first",
+                self.files_left_out,
+                "more",
+            ));
+            for file in &self.files {
+                let since = if file.read_since { ", read since" } else { "" };
+                line(format!("- {}: {}{since}", file.path, op_word(file.state)));
+            }
+        }
+        if !self.decisions.is_empty() {
+            line("What the assistant said when each task ended (oldest first):".into());
+            for decision in &self.decisions {
+                line(format!("- {}", one_block(&decision.text)));
+            }
+        }
+        if !self.open_errors.is_empty() {
+            line(heading(
+                "Open errors (newest last",
+                self.open_errors_left_out,
+                "older",
+            ));
+            for error in &self.open_errors {
+                line(format!("- {}: {}", error.subject, one_block(&error.reason)));
+            }
+        }
+        if !self.recent.is_empty() {
+            line("Last exchanges:".into());
+            for exchange in &self.recent {
+                if let Some(user) = &exchange.user {
+                    line(format!("- user: {}", one_block(user)));
+                }
+                let tools = if exchange.tools.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [called {}]", exchange.tools.join(", "))
+                };
+                let reply = exchange.reply.as_deref().map(one_block).unwrap_or_default();
+                line(format!("- assistant: {reply}{tools}"));
+            }
+        }
+        out.push_str("</continuity-record>");
+        out
+    }
+}
+
+/// A section's heading: `title` (an open parenthesis) closed with how many `what`
+/// items were left out, if any: `Files (newest first; 3 more left out):`.
+fn heading(title: &str, left_out: usize, what: &str) -> String {
+    match left_out {
+        0 => format!("{title}):"),
+        n => format!("{title}; {n} {what} left out):"),
+    }
+}
+
+/// Build the record from the graph's parts.
+fn build<'a>(
+    session: &str,
+    episodes: &[Episode],
+    files: impl Iterator<Item = &'a FileFact>,
+    errors: &[ErrorFact],
+    narrative: Option<&Narrative>,
+) -> ContinuityRecord {
+    let (goals, goals_left_out) = goals(episodes);
+    let mut files: Vec<FileState> = files.filter_map(file_state).collect();
+    files.sort_by(|a, b| b.last_ms.cmp(&a.last_ms).then(a.path.cmp(&b.path)));
+    let files_left_out = files.len().saturating_sub(MAX_FILES);
+    files.truncate(MAX_FILES);
+    let open: Vec<&ErrorFact> = errors.iter().filter(|e| e.closed_ms.is_none()).collect();
+    let open_errors_left_out = open.len().saturating_sub(MAX_OPEN_ERRORS);
+    let open_errors = open[open_errors_left_out..]
+        .iter()
+        .map(|e| OpenError {
+            subject: e.subject.clone(),
+            reason: e.reason.clone(),
+            opened_ms: e.opened_ms,
+        })
+        .collect();
+    ContinuityRecord {
+        session: session.to_owned(),
+        narrative: narrative.cloned(),
+        goals,
+        goals_left_out,
+        files,
+        files_left_out,
+        decisions: decisions(episodes),
+        open_errors,
+        open_errors_left_out,
+        recent: recent(episodes),
+    }
+}
+
+/// The goals, newest kept first until [`GOALS_MAX_CHARS`], returned oldest first.
+fn goals(episodes: &[Episode]) -> (Vec<Goal>, usize) {
+    let all: Vec<(&Episode, &str)> = episodes
+        .iter()
+        .filter_map(|e| e.goal.as_deref().map(|g| (e, g)))
+        .filter(|(_, g)| !g.trim().is_empty())
+        .collect();
+    let mut kept = Vec::new();
+    let mut chars = 0;
+    for (episode, goal) in all.iter().rev() {
+        let len = goal.chars().count();
+        // The newest goal is always kept, cut to the budget if it alone is over.
+        if !kept.is_empty() && chars + len > GOALS_MAX_CHARS {
+            break;
+        }
+        chars += len;
+        kept.push(Goal {
+            family: episode.family.clone(),
+            at_ms: episode.started_ms,
+            text: prefix(goal, GOALS_MAX_CHARS).to_owned(),
+        });
+    }
+    let left_out = all.len() - kept.len();
+    kept.reverse();
+    (kept, left_out)
+}
+
+fn file_state(fact: &FileFact) -> Option<FileState> {
+    let valid = || fact.changes.iter().filter(|c| c.superseded_ms.is_none());
+    let last_ms = fact.changes.iter().map(|c| c.at_ms).max()?;
+    let change = valid()
+        .rfind(|c| c.op != FileOp::Read)
+        .or_else(|| valid().next_back())?;
+    Some(FileState {
+        path: fact.path.clone(),
+        state: change.op,
+        since_ms: change.at_ms,
+        last_ms,
+        read_since: change.op != FileOp::Read
+            && valid().any(|c| c.op == FileOp::Read && c.at_ms >= change.at_ms),
+    })
+}
+
+/// Each finished episode's closing words: its last request's reply (a compaction's
+/// summary aside), when that reply called no tool (the episode's answer) and said
+/// something.
+fn decisions(episodes: &[Episode]) -> Vec<Decision> {
+    let mut decisions: Vec<Decision> = episodes
+        .iter()
+        .filter_map(|episode| {
+            let last = episode.steps.iter().rev().find(|s| !s.compaction)?;
+            let text = last.reply_text.as_deref()?.trim();
+            (last.tool_calls.is_empty() && !text.is_empty()).then(|| Decision {
+                family: episode.family.clone(),
+                at_ms: last.at_ms,
+                text: edges(text, DECISION_MAX_CHARS / 2),
+            })
+        })
+        .collect();
+    let excess = decisions.len().saturating_sub(MAX_DECISIONS);
+    decisions.drain(..excess);
+    decisions
+}
+
+/// The last [`RECENT_EXCHANGES`] requests that got a reply.
+fn recent(episodes: &[Episode]) -> Vec<Exchange> {
+    let mut out = Vec::new();
+    'episodes: for episode in episodes.iter().rev() {
+        for (index, step) in episode.steps.iter().enumerate().rev() {
+            if out.len() == RECENT_EXCHANGES {
+                break 'episodes;
+            }
+            if step.compaction || (step.reply_text.is_none() && step.tool_calls.is_empty()) {
+                continue;
+            }
+            out.push(Exchange {
+                at_ms: step.at_ms,
+                user: (index == 0)
+                    .then(|| {
+                        episode
+                            .goal
+                            .as_deref()
+                            .map(|g| edges(g, EXCHANGE_MAX_CHARS / 2))
+                    })
+                    .flatten(),
+                reply: step
+                    .reply_text
+                    .as_deref()
+                    .map(|t| edges(t.trim(), EXCHANGE_MAX_CHARS / 2))
+                    .filter(|t| !t.is_empty()),
+                tools: step.tool_calls.clone(),
+            });
+        }
+    }
+    out.reverse();
+    out
+}
+
+fn op_word(op: FileOp) -> &'static str {
+    match op {
+        FileOp::Read => "read",
+        FileOp::Edited => "edited",
+        FileOp::Written => "written",
+        FileOp::Created => "created",
+        FileOp::Deleted => "deleted",
+    }
+}
+
+/// `text` on indented continuation lines, so a multi-line goal stays one list item.
+fn one_block(text: &str) -> String {
+    text.trim().replace('\n', "\n  ")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::event::{
+        CompactionEvent, Event, EventBody, ReplyEvent, RequestEvent, ToolCall, ToolResult,
+    };
+    use crate::graph::fold;
+    use crate::store::Stored;
+
+    /// Events of one session, each a second apart.
+    #[derive(Default)]
+    struct Log {
+        events: Vec<Stored>,
+        family: Option<String>,
+    }
+
+    impl Log {
+        fn push(&mut self, body: EventBody) {
+            let n = self.events.len() as u64 + 1;
+            self.events.push(Stored {
+                id: n as i64,
+                family: self.family.clone(),
+                event: Event {
+                    at_ms: 1000 * n,
+                    session: Some("s".into()),
+                    body,
+                },
+            });
+        }
+
+        /// A request (a root with `user`, else carrying `results`) and its reply.
+        fn turn(
+            &mut self,
+            user: Option<&str>,
+            results: Vec<ToolResult>,
+            reply: &str,
+            calls: Vec<ToolCall>,
+        ) {
+            let request = format!("r{}", self.events.len());
+            if user.is_some() {
+                self.family = Some(request.clone());
+            }
+            self.push(EventBody::Request(RequestEvent {
+                request: request.clone(),
+                root: user.is_some(),
+                user_text: user.map(str::to_owned),
+                tool_results: results,
+                ..RequestEvent::default()
+            }));
+            self.push(EventBody::Reply(ReplyEvent {
+                request,
+                status: Some(200),
+                tool_calls: calls,
+                text: (!reply.is_empty()).then(|| reply.to_owned()),
+                ..ReplyEvent::default()
+            }));
+        }
+
+        fn record(&self) -> ContinuityRecord {
+            ContinuityRecord::of_graph(&fold("s", &self.events))
+        }
+    }
+
+    fn call(id: &str, name: &str, args: serde_json::Value) -> ToolCall {
+        ToolCall::new(id.into(), name.into(), args)
+    }
+
+    fn result(id: &str, text: &str, is_error: bool) -> ToolResult {
+        ToolResult::new(id.into(), None, is_error, text)
+    }
+
+    /// Two episodes: read and edit a file, then a failing test run.
+    fn session() -> Log {
+        let mut log = Log::default();
+        log.turn(
+            Some("rename foo to bar in src/lib.rs"),
+            vec![],
+            "Reading it first.",
+            vec![call("c1", "Read", json!({"file_path": "src/lib.rs"}))],
+        );
+        log.turn(
+            None,
+            vec![result("c1", "fn foo() {}", false)],
+            "",
+            vec![call(
+                "c2",
+                "Edit",
+                json!({"file_path": "src/lib.rs", "old_string": "foo", "new_string": "bar"}),
+            )],
+        );
+        log.turn(
+            None,
+            vec![result("c2", "updated", false)],
+            "Renamed foo to bar because the API calls it bar.",
+            vec![],
+        );
+        log.turn(
+            Some("now run the tests"),
+            vec![],
+            "",
+            vec![call("c3", "Bash", json!({"command": "cargo test"}))],
+        );
+        log.turn(
+            None,
+            vec![result(
+                "c3",
+                "test result: FAILED. 1 passed; 1 failed",
+                false,
+            )],
+            "One test fails.",
+            vec![],
+        );
+        log
+    }
+
+    #[test]
+    fn the_record_holds_goals_file_states_closing_words_and_open_errors() {
+        let record = session().record();
+        let goals: Vec<_> = record.goals.iter().map(|g| g.text.as_str()).collect();
+        assert_eq!(
+            goals,
+            ["rename foo to bar in src/lib.rs", "now run the tests"]
+        );
+        assert_eq!(record.files.len(), 1);
+        assert_eq!(record.files[0].path, "src/lib.rs");
+        assert_eq!(
+            record.files[0].state,
+            FileOp::Edited,
+            "the edit supersedes the read"
+        );
+        let decisions: Vec<_> = record.decisions.iter().map(|d| d.text.as_str()).collect();
+        assert_eq!(
+            decisions,
+            [
+                "Renamed foo to bar because the API calls it bar.",
+                "One test fails."
+            ]
+        );
+        assert_eq!(record.open_errors.len(), 1);
+        assert_eq!(record.open_errors[0].subject, "cargo test");
+        assert_eq!(record.recent.len(), RECENT_EXCHANGES);
+        assert_eq!(
+            record.recent[1].user.as_deref(),
+            Some("now run the tests"),
+            "the request that began an episode shows the user's words"
+        );
+        assert_eq!(record.recent[1].tools, ["Bash"]);
+
+        let text = record.render(10_000);
+        assert!(
+            text.starts_with("<continuity-record session=\"s\">"),
+            "{text}"
+        );
+        assert!(text.contains("- src/lib.rs: edited"), "{text}");
+        assert!(text.contains("- rename foo to bar in src/lib.rs"), "{text}");
+        assert!(text.contains("- cargo test: test result: FAILED"), "{text}");
+        assert!(text.ends_with("</continuity-record>"));
+    }
+
+    #[test]
+    fn over_its_budget_the_record_leaves_out_exchanges_first_and_keeps_the_newest_goal() {
+        let mut log = session();
+        for i in 0..30 {
+            log.turn(
+                Some(&format!("goal {i}: {}", "words ".repeat(40))),
+                vec![],
+                &"a long closing reply ".repeat(30),
+                vec![],
+            );
+        }
+        let record = log.record();
+        let full = record.render(100_000);
+        let small = record.render(300);
+        assert!(
+            glider_engine::tokenizer::estimate_text(&small) <= 300,
+            "{small}"
+        );
+        assert!(small.len() < full.len());
+        assert!(small.contains("goal 29:"), "the newest goal stays: {small}");
+        assert!(!small.contains("Last exchanges:"), "{small}");
+        assert!(
+            small.contains("cargo test"),
+            "the open error outlives the goals: {small}"
+        );
+        assert!(small.contains("earlier left out"), "{small}");
+    }
+
+    #[test]
+    fn goals_are_kept_verbatim_newest_first_within_their_budget() {
+        let mut log = Log::default();
+        // Each goal is a third of the budget with its leading digit.
+        let long = "g".repeat(GOALS_MAX_CHARS / 3 - 1);
+        for i in 0..5 {
+            log.turn(Some(&format!("{i}{long}")), vec![], "ok", vec![]);
+        }
+        let record = log.record();
+        let firsts: Vec<char> = record
+            .goals
+            .iter()
+            .filter_map(|g| g.text.chars().next())
+            .collect();
+        assert_eq!(firsts, ['2', '3', '4'], "the newest three fit");
+        assert_eq!(record.goals_left_out, 2);
+    }
+
+    #[test]
+    fn only_an_accepted_compaction_fills_the_narrative() {
+        let mut log = session();
+        let compaction = |accepted: bool, narrative: &str| {
+            EventBody::Compaction(CompactionEvent {
+                accepted,
+                narrative: narrative.into(),
+                until_ms: 5000,
+                source: "summarizer".into(),
+                reason: None,
+            })
+        };
+        log.push(compaction(true, "Renamed foo; a test fails."));
+        log.push(compaction(false, "a summary that left a file out"));
+        let record = log.record();
+        let narrative = record.narrative.as_ref().expect("accepted one");
+        assert_eq!(narrative.text, "Renamed foo; a test fails.");
+        assert!(
+            record
+                .render(10_000)
+                .contains("Summary so far:\nRenamed foo; a test fails.")
+        );
+    }
+}

@@ -1,0 +1,628 @@
+//! Bounded local context through the gateway, over real loopback HTTP with a context
+//! log attached: a Claude Code-shaped session of several episodes builds a continuity
+//! record; a `/local` turn then reaches the local backend with the record (naming the
+//! earlier files and the open error) and only the current episode — read from the mock
+//! backend's own request log. A session too long for the local budget arrives cut to
+//! it, with no tool call split from its result, and the route record counts what was
+//! left out.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use glider_context::Context;
+use glider_engine::{ContextSink, PipelineEvent, RequestRecord};
+use glider_test_support::{MockConfig, MockVendor, RecordedRequest};
+use serde_json::{Value, json};
+
+const SESSION_HEADER: &str = "x-claude-code-session-id";
+
+/// A gateway with a local (OpenAI-compatible) and a cloud (Anthropic) backend on one
+/// mock, and a context log under `dir` (as `GLIDER_HOME`), started as `glider serve`
+/// starts it.
+async fn gateway(
+    mock: &MockVendor,
+    dir: &std::path::Path,
+    extra: &str,
+) -> (common::Gateway, Arc<Context>) {
+    let url = mock.base_url();
+    let local = format!(
+        "  - {{name: local, type: vllm, base_url: '{url}/v1', models: [{{name: qwen, context_window: 4096}}]}}\n"
+    );
+    gateway_with(mock, dir, &local, extra).await
+}
+
+/// [`gateway`] with `local` as the local backends' config lines (none: empty).
+async fn gateway_with(
+    mock: &MockVendor,
+    dir: &std::path::Path,
+    local: &str,
+    extra: &str,
+) -> (common::Gateway, Arc<Context>) {
+    let url = mock.base_url();
+    let yaml = format!(
+        "backends:\n{local}\
+         \x20 - {{name: claude, type: anthropic, base_url: '{url}', api_key: k, models: ['claude-*']}}\n\
+         routing: {{classifier: {{enabled: false}}}}\n{extra}"
+    );
+    let gateway = common::gateway(&yaml).await;
+    let config = gateway.config.snapshot();
+    let context = Context::start(dir, &config.context)
+        .expect("the log opens")
+        .expect("context is on");
+    assert!(gateway.engine.attach_context(context.clone()).is_ok());
+    (gateway, context)
+}
+
+/// Post an Anthropic request for `session`; its reply body as JSON.
+async fn ask(gateway: &common::Gateway, session: &str, body: &Value) -> Value {
+    let reply = common::post(
+        &gateway.base,
+        "/v1/messages",
+        body.to_string(),
+        &[(SESSION_HEADER, session)],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    reply.json()
+}
+
+/// A Claude Code-shaped conversation, grown one exchange at a time.
+struct Conversation {
+    model: String,
+    messages: Vec<Value>,
+    /// Ids of the calls the test writes itself (the mock's replies carry their own).
+    next_id: usize,
+}
+
+impl Conversation {
+    fn new(model: &str) -> Self {
+        Conversation {
+            model: model.into(),
+            messages: Vec::new(),
+            next_id: 0,
+        }
+    }
+
+    fn body(&self) -> Value {
+        json!({
+            "model": self.model, "max_tokens": 200,
+            "system": "You are Claude Code.",
+            "tools": [
+                {"name": "Read", "input_schema": {"type": "object"}},
+                {"name": "Edit", "input_schema": {"type": "object"}},
+                {"name": "Bash", "input_schema": {"type": "object"}}
+            ],
+            "messages": self.messages,
+        })
+    }
+
+    /// One episode: the user asks, the model calls `tool` (the mock's script), the
+    /// CLI sends `output` back under the call's own id, the model answers in text.
+    async fn episode(
+        &mut self,
+        gateway: &common::Gateway,
+        session: &str,
+        goal: &str,
+        tool: &str,
+        args: Value,
+        output: &str,
+    ) {
+        self.messages
+            .push(json!({"role": "user", "content": format!("{goal} [[call:{tool} {args}]]")}));
+        let call = ask(gateway, session, &self.body()).await;
+        let id = call["content"]
+            .as_array()
+            .and_then(|parts| parts.iter().find(|p| p["type"] == "tool_use"))
+            .and_then(|p| p["id"].as_str())
+            .expect("the model called the tool")
+            .to_owned();
+        self.messages
+            .push(json!({"role": "assistant", "content": call["content"].clone()}));
+        self.messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": output}
+        ]}));
+        let answer = ask(gateway, session, &self.body()).await;
+        self.messages
+            .push(json!({"role": "assistant", "content": answer["content"].clone()}));
+    }
+
+    /// The model's call of `tool` and the CLI's `output` for it, as the next request
+    /// carries them.
+    fn tool_round(&mut self, tool: &str, args: Value, output: &str) {
+        self.next_id += 1;
+        let id = format!("toolu_{}", self.next_id);
+        self.messages.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": id, "name": tool, "input": args}
+        ]}));
+        self.messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": output}
+        ]}));
+    }
+}
+
+/// Flush the log and poll until the session's record holds `episodes` finished
+/// episodes (each with its closing words) and is held for requests; the held text.
+async fn record_until(context: &Context, session: &str, episodes: usize) -> String {
+    let mut last = None;
+    for _ in 0..500 {
+        context.log().flush();
+        if let Some(view) = context.reader().session(session).expect("reads") {
+            if view.record.record.decisions.len() == episodes
+                && let Some(held) = context.record(session)
+                && *held == view.record.text
+            {
+                return held.to_string();
+            }
+            last = Some(view.record.text);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the record never got there: {last:?}");
+}
+
+/// The last chat request the local backend received.
+fn last_local_request(mock: &MockVendor) -> RecordedRequest {
+    mock.requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.path == "/v1/chat/completions")
+        .expect("the local backend was asked")
+}
+
+fn messages(request: &RecordedRequest) -> Vec<Value> {
+    request.body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn text_of(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The finished record of the next request on the bus.
+async fn finished(
+    events: &mut tokio::sync::broadcast::Receiver<Arc<PipelineEvent>>,
+) -> RequestRecord {
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("a request finished")
+            .expect("bus open");
+        if let PipelineEvent::RequestFinished(record) = &*event {
+            return record.clone();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_local_turn_gets_the_record_and_only_its_own_episode() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let (gateway, context) = gateway(&mock, home.path(), "").await;
+    let session = "claude-code:episodes";
+    let mut chat = Conversation::new("claude-sonnet");
+    chat.episode(
+        &gateway,
+        "episodes",
+        "look at the greeting in src/hello.rs",
+        "Read",
+        json!({"file_path": "src/hello.rs"}),
+        "fn hello() { println!(\"helo\") }",
+    )
+    .await;
+    chat.episode(
+        &gateway,
+        "episodes",
+        "fix the typo",
+        "Edit",
+        json!({"file_path": "src/hello.rs", "old_string": "helo", "new_string": "hello"}),
+        "The file src/hello.rs has been updated.",
+    )
+    .await;
+    chat.episode(
+        &gateway,
+        "episodes",
+        "run the tests",
+        "Bash",
+        json!({"command": "cargo test"}),
+        "test result: FAILED. 3 passed; 1 failed",
+    )
+    .await;
+    let record = record_until(&context, session, 3).await;
+    assert!(record.contains("- src/hello.rs: edited"), "{record}");
+
+    let mut events = gateway.engine.bus().subscribe();
+    chat.messages
+        .push(json!({"role": "user", "content": "/local what did we change so far and why?"}));
+    ask(&gateway, "episodes", &chat.body()).await;
+    let route = finished(&mut events).await;
+
+    let sent = messages(&last_local_request(&mock));
+    let roles: Vec<&str> = sent.iter().filter_map(|m| m["role"].as_str()).collect();
+    assert_eq!(roles, ["system", "user"], "{sent:#?}");
+    // The system text, then the record as its own part.
+    let system = sent[0]["content"].as_array().cloned().unwrap_or_default();
+    assert_eq!(system.len(), 2, "{system:?}");
+    assert_eq!(system[0]["text"], "You are Claude Code.");
+    let given = system[1]["text"].as_str().unwrap_or_default();
+    // The record held when the episodes were done; by the time this request reads
+    // it, the writer may have added this request's own goal.
+    let held_before = record.trim_end_matches("</continuity-record>");
+    let files = held_before.find("Files").expect("a files section");
+    assert!(given.contains(&held_before[files..]), "{given}");
+    assert!(given.starts_with("<continuity-record"), "{given}");
+    assert!(
+        given.contains("- src/hello.rs: edited"),
+        "names the earlier file: {given}"
+    );
+    assert!(
+        given.contains("- cargo test: test result: FAILED"),
+        "{given}"
+    );
+    assert!(
+        given.contains("fix the typo"),
+        "the user's goals verbatim: {given}"
+    );
+    assert!(given.contains("run the tests"), "{given}");
+    assert_eq!(text_of(&sent[1]), "what did we change so far and why?");
+
+    assert_eq!(route.local, Some(true));
+    let left_out = &route.context_left_out;
+    assert_eq!(left_out.len(), 1, "{left_out:?}");
+    assert_eq!(left_out[0].backend, "local");
+    assert_eq!(left_out[0].turns, 12, "three episodes of four turns each");
+    assert!(
+        left_out[0].tokens > 0 && left_out[0].record_tokens > 0,
+        "{left_out:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_session_over_the_local_budget_arrives_cut_to_it_with_no_call_split_from_its_result() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    // A 4k window with 1k kept for the reply: 3072 tokens for the request.
+    let (gateway, context) = gateway(
+        &mock,
+        home.path(),
+        "context: {output_reserve_tokens: 1024}\n",
+    )
+    .await;
+    let session = "claude-code:long";
+    let mut chat = Conversation::new("qwen");
+    chat.episode(
+        &gateway,
+        "long",
+        "read the config",
+        "Read",
+        json!({"file_path": "conf/app.toml"}),
+        "port = 80",
+    )
+    .await;
+    record_until(&context, session, 1).await;
+
+    // The current episode reads eight large files: ~3,700 tokens of results, more than
+    // the budget by itself, yet under the window the router checks.
+    let goal = "summarise the sources";
+    chat.messages.push(json!({"role": "user", "content": goal}));
+    let chunk = "let value = compute(input);\n".repeat(60); // 1,680 bytes, ~480 tokens
+    for i in 0..7 {
+        chat.tool_round(
+            "Read",
+            json!({"file_path": format!("src/part{i}.rs")}),
+            &chunk,
+        );
+    }
+    let mut events = gateway.engine.bus().subscribe();
+    ask(&gateway, "long", &chat.body()).await;
+    let route = finished(&mut events).await;
+    assert_eq!(
+        route.backend.as_deref(),
+        Some("local"),
+        "{:?}",
+        route.reason
+    );
+
+    // Counted as the engine estimates a local model's tokens: text at 3.5 bytes a
+    // token, 4 a message, and the tool definitions' text.
+    let request = last_local_request(&mock);
+    let sent = messages(&request);
+    let text_bytes: usize = sent
+        .iter()
+        .map(|m| {
+            let calls: usize = m["tool_calls"]
+                .as_array()
+                .map(|calls| calls.iter().map(|c| c["function"].to_string().len()).sum())
+                .unwrap_or(0);
+            text_of(m).len() + calls
+        })
+        .sum::<usize>()
+        + request.body["tools"].to_string().len();
+    let estimate = (text_bytes as f64 / 3.5) as u64 + 4 * sent.len() as u64;
+    assert!(estimate <= 3072, "~{estimate} tokens sent");
+    let first_user = sent
+        .iter()
+        .find(|m| m["role"] == "user")
+        .expect("a user turn");
+    assert_eq!(text_of(first_user), goal, "the episode's root stays");
+    assert!(
+        text_of(&sent[0]).contains("- conf/app.toml: read"),
+        "the record stands for the earlier episode: {:?}",
+        sent[0]
+    );
+    assert!(
+        !sent
+            .iter()
+            .filter(|m| m["role"] != "system")
+            .any(|m| text_of(m).contains("port = 80") || text_of(m).contains("read the config")),
+        "no turn from before the episode (the record, a system part, may quote it)"
+    );
+    let calls: Vec<String> = sent
+        .iter()
+        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["id"].as_str().map(str::to_owned))
+        .collect();
+    let results: Vec<String> = sent
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["tool_call_id"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!calls.is_empty(), "the newest exchange stays");
+    assert_eq!(calls, results, "every call with its result, none without");
+    assert_eq!(calls.last().map(String::as_str), Some("toolu_7"));
+    let left_out = &route.context_left_out[0];
+    assert!(
+        left_out.turns > 4,
+        "older reads were left out: {left_out:?}"
+    );
+}
+
+/// The opening of Claude Code's compaction instruction, as Claude Code 2.1.197 sends it
+/// (read from its binary under tests/cli/node_modules).
+const CLAUDE_CODE_COMPACT: &str = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\n\n\
+- Do NOT use Read, Bash, Grep, Glob, Edit, Write, or ANY other tool.\n\
+- You already have all the context you need in the conversation above.\n\
+- Tool calls will be REJECTED and will waste your only turn \u{2014} you will fail the task.\n\
+- Your entire response must be plain text: an <analysis> block followed by a <summary> block.\n\n\
+Your task is to create a detailed summary of the conversation so far, paying close attention \
+to the user's explicit requests and your previous actions.\n\
+This summary should be thorough in capturing technical details, code patterns, and \
+architectural decisions that would be essential for continuing development work without \
+losing context.";
+
+/// Two episodes through the cloud: a read and an edit of src/hello.rs, then a failing
+/// test run; the record is built.
+async fn worked_session(gateway: &common::Gateway, context: &Context, name: &str) -> Conversation {
+    let mut chat = Conversation::new("claude-sonnet");
+    chat.episode(
+        gateway,
+        name,
+        "fix the typo in src/hello.rs",
+        "Edit",
+        json!({"file_path": "src/hello.rs", "old_string": "helo", "new_string": "hello"}),
+        "The file src/hello.rs has been updated.",
+    )
+    .await;
+    chat.episode(
+        gateway,
+        name,
+        "run the tests",
+        "Bash",
+        json!({"command": "cargo test"}),
+        "test result: FAILED. 3 passed; 1 failed",
+    )
+    .await;
+    record_until(context, &format!("claude-code:{name}"), 2).await;
+    chat
+}
+
+/// The session's `compaction` events, once the writer has them.
+async fn compactions(
+    context: &Context,
+    session: &str,
+) -> Vec<glider_context::event::CompactionEvent> {
+    for _ in 0..500 {
+        context.log().flush();
+        let found: Vec<_> = context
+            .reader()
+            .events(session)
+            .expect("reads")
+            .into_iter()
+            .filter_map(|e| match e.event.body {
+                glider_context::event::EventBody::Compaction(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        if !found.is_empty() {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Vec::new()
+}
+
+#[tokio::test]
+async fn with_compaction_local_claude_codes_compact_goes_to_the_local_model_with_the_record() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let (gateway, context) = gateway(
+        &mock,
+        home.path(),
+        "context: {compaction: local, output_reserve_tokens: 1024}\n",
+    )
+    .await;
+    let mut chat = worked_session(&gateway, &context, "compact").await;
+    let cloud_before = mock
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/messages")
+        .count();
+
+    let mut events = gateway.engine.bus().subscribe();
+    chat.messages
+        .push(json!({"role": "user", "content": CLAUDE_CODE_COMPACT}));
+    let mut body = chat.body();
+    body["stream"] = json!(true);
+    let reply = common::post(
+        &gateway.base,
+        "/v1/messages",
+        body.to_string(),
+        &[(SESSION_HEADER, "compact")],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(
+        reply.text().contains("event: message_stop"),
+        "Anthropic's stream grammar"
+    );
+    let route = finished(&mut events).await;
+    assert_eq!(route.backend.as_deref(), Some("local"));
+    assert!(
+        route.reason.as_deref().unwrap_or("").contains("compaction"),
+        "{route:?}"
+    );
+    assert_eq!(
+        mock.requests()
+            .iter()
+            .filter(|r| r.path == "/v1/messages")
+            .count(),
+        cloud_before,
+        "nothing went to the cloud"
+    );
+
+    // The record, the episode the instruction follows, and the instruction: not the
+    // earlier episode.
+    let sent = messages(&last_local_request(&mock));
+    let roles: Vec<&str> = sent.iter().filter_map(|m| m["role"].as_str()).collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "tool", "assistant", "user"],
+        "{sent:#?}"
+    );
+    let system = text_of(&sent[0]);
+    assert!(system.contains("- src/hello.rs: edited"), "{system}");
+    assert!(
+        system.contains("- cargo test: test result: FAILED"),
+        "{system}"
+    );
+    assert!(text_of(&sent[1]).starts_with("run the tests"));
+    assert!(text_of(&sent[5]).starts_with("CRITICAL: Respond with TEXT ONLY"));
+    assert!(
+        !sent[1..]
+            .iter()
+            .any(|m| text_of(m).contains("fix the typo")),
+        "the earlier episode is left to the record"
+    );
+    assert_eq!(
+        route.context_left_out[0].turns, 4,
+        "{:?}",
+        route.context_left_out
+    );
+
+    let compactions = compactions(&context, "claude-code:compact").await;
+    assert_eq!(compactions.len(), 1, "{compactions:?}");
+    assert_eq!(compactions[0].source, "local_model");
+    assert!(!compactions[0].accepted, "not checked against the graph");
+    assert!(
+        !compactions[0].narrative.is_empty(),
+        "the local model's summary is kept"
+    );
+    let view = context
+        .reader()
+        .session("claude-code:compact")
+        .expect("reads")
+        .expect("known");
+    assert!(
+        !view.record.text.contains("Your task is to create"),
+        "the instruction is no goal of the user's: {}",
+        view.record.text
+    );
+}
+
+#[tokio::test]
+async fn with_no_local_backend_up_the_compaction_is_answered_from_the_record_itself() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let (gateway, context) =
+        gateway_with(&mock, home.path(), "", "context: {compaction: local}\n").await;
+    let mut chat = worked_session(&gateway, &context, "norecord").await;
+    let asked_before = mock.requests().len();
+
+    chat.messages
+        .push(json!({"role": "user", "content": CLAUDE_CODE_COMPACT}));
+    for stream in [false, true] {
+        let mut body = chat.body();
+        body["stream"] = json!(stream);
+        let reply = common::post(
+            &gateway.base,
+            "/v1/messages",
+            body.to_string(),
+            &[(SESSION_HEADER, "norecord")],
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let response = reply
+            .decode(glider_ngl::Dialect::Anthropic, stream)
+            .expect("a well-formed Anthropic reply");
+        let text = response.plain_text();
+        assert!(text.starts_with("<analysis>"), "{text}");
+        let summary = &text[text.find("<summary>").expect("a summary block")..];
+        assert!(summary.contains("- src/hello.rs: edited"), "{summary}");
+        assert!(
+            summary.contains("- cargo test: test result: FAILED"),
+            "{summary}"
+        );
+        assert!(summary.trim_end().ends_with("</summary>"));
+        assert!(
+            reply
+                .headers
+                .get("x-glider-route")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.contains("backend=glider")),
+            "{:?}",
+            reply.headers
+        );
+    }
+    assert_eq!(mock.requests().len(), asked_before, "no backend was asked");
+    let compactions = compactions(&context, "claude-code:norecord").await;
+    assert!(
+        compactions.iter().all(|c| c.source == "record"),
+        "{compactions:?}"
+    );
+}
+
+#[tokio::test]
+async fn by_default_a_compaction_goes_where_the_route_sends_it() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let (gateway, context) = gateway(&mock, home.path(), "").await;
+    let mut chat = worked_session(&gateway, &context, "default").await;
+    let mut events = gateway.engine.bus().subscribe();
+    chat.messages
+        .push(json!({"role": "user", "content": CLAUDE_CODE_COMPACT}));
+    ask(&gateway, "default", &chat.body()).await;
+    let route = finished(&mut events).await;
+    assert_eq!(
+        route.backend.as_deref(),
+        Some("claude"),
+        "context.compaction: cloud"
+    );
+    let last = mock.requests().into_iter().last().expect("asked");
+    assert_eq!(last.path, "/v1/messages");
+    assert_eq!(
+        last.body["messages"].as_array().map(Vec::len),
+        Some(chat.messages.len()),
+        "the cloud gets the conversation as the CLI sent it"
+    );
+}
