@@ -9,6 +9,7 @@ use std::sync::Arc;
 use glider_ngl::stream::PartKind;
 use glider_ngl::{Dialect, Part, Request, Response, StopReason, StreamEvent};
 
+use crate::contextkit::ContextKit;
 use crate::events::RequestRecord;
 use crate::pipeline::Door;
 use crate::router::RouteDecision;
@@ -58,11 +59,13 @@ pub struct ReplyToolCall {
     pub arguments: String,
 }
 
-/// Collects a reply's tool calls and stop reason for the sink as the reply passes the
-/// request's tracker (translated events, a same-dialect stream decoded as it is
-/// forwarded, or a whole response).
+/// Collects a reply's tool calls and stop reason for the sink and for the session's
+/// spend ([`ContextKit`]) as the reply passes the request's tracker (translated events,
+/// a same-dialect stream decoded as it is forwarded, or a whole response).
 pub(crate) struct ReplyCapture {
-    sink: Arc<dyn ContextSink>,
+    sink: Option<Arc<dyn ContextSink>>,
+    /// The kit and the episode (family) the request was admitted to.
+    kit: Option<(Arc<ContextKit>, u64)>,
     session: String,
     /// Stream part index → position in `calls`, for argument fragments.
     open: Vec<(usize, usize)>,
@@ -71,9 +74,10 @@ pub(crate) struct ReplyCapture {
 }
 
 impl ReplyCapture {
-    pub(crate) fn new(sink: Arc<dyn ContextSink>, session: String) -> Self {
+    pub(crate) fn new(sink: Option<Arc<dyn ContextSink>>, session: String) -> Self {
         ReplyCapture {
             sink,
+            kit: None,
             session,
             open: Vec::new(),
             calls: Vec::new(),
@@ -124,14 +128,28 @@ impl ReplyCapture {
         }
     }
 
-    /// Hand what was seen to the sink with the request's final record.
+    /// Also count the reply in `kit`'s episode `family` of this session.
+    pub(crate) fn count_in(&mut self, kit: Arc<ContextKit>, family: u64) {
+        self.kit = Some((kit, family));
+    }
+
+    pub(crate) fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// Hand what was seen to the kit and the sink with the request's final record.
     pub(crate) fn finish(self, record: &RequestRecord) {
-        self.sink.recorded(RecordedTurn {
-            request_id: record.id,
-            session: &self.session,
-            record,
-            tool_calls: self.calls,
-            stop_reason: self.stop_reason,
-        });
+        if let Some((kit, family)) = &self.kit {
+            kit.finished(&self.session, *family, record, &self.calls);
+        }
+        if let Some(sink) = &self.sink {
+            sink.recorded(RecordedTurn {
+                request_id: record.id,
+                session: &self.session,
+                record,
+                tool_calls: self.calls,
+                stop_reason: self.stop_reason,
+            });
+        }
     }
 }

@@ -19,6 +19,7 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 
 use crate::context::ReplyCapture;
+use crate::contextkit::{BudgetStop, ContextKit};
 
 /// Events kept for a subscriber that falls behind.
 pub const BUS_CAPACITY: usize = 4096;
@@ -57,6 +58,8 @@ pub struct RequestRecord {
     /// What was fitted to each local candidate's model (`backend: change`), e.g.
     /// `local: tools 25 -> 8 (...)`, `local: max_tokens 32000 -> 4096`.
     pub fitted: Vec<String>,
+    /// Glider ended the agent loop with its own reply (turn budget, loop guard).
+    pub budget_stop: Option<BudgetStop>,
 }
 
 /// A backend's live state as an operator sees it.
@@ -178,6 +181,7 @@ impl Bus {
             error: None,
             fallbacks: Vec::new(),
             fitted: Vec::new(),
+            budget_stop: None,
         };
         Tracker {
             bus: self.clone(),
@@ -213,7 +217,8 @@ pub struct Tracker {
     ended: bool,
     /// Dropped without a record ([`Tracker::forget`]).
     forgotten: bool,
-    /// The reply's tool calls and stop reason, kept only when a context sink is attached.
+    /// The reply's tool calls and stop reason, kept only when a context sink is attached
+    /// or the session's spend is counted.
     context: Option<Box<ReplyCapture>>,
 }
 
@@ -228,6 +233,19 @@ impl Tracker {
     /// Keep the reply's tool calls for the context sink, told when the request ends.
     pub(crate) fn capture_context(&mut self, capture: ReplyCapture) {
         self.context = Some(Box::new(capture));
+    }
+
+    /// Count the reply in `session`'s episode `family` when the request ends (its
+    /// tokens, and the tool calls it makes the session wait on).
+    pub(crate) fn count_in(&mut self, kit: Arc<ContextKit>, session: &str, family: u64) {
+        match &mut self.context {
+            Some(capture) if capture.session() == session => capture.count_in(kit, family),
+            _ => {
+                let mut capture = ReplyCapture::new(None, session.to_owned());
+                capture.count_in(kit, family);
+                self.context = Some(Box::new(capture));
+            }
+        }
     }
 
     /// Time the request from now: it was prepared ahead of the moment its door

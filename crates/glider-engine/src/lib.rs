@@ -3,6 +3,7 @@
 //! hands a request to [`Engine::complete`]; nothing in here looks at which CLI sent it.
 
 pub mod context;
+pub mod contextkit;
 pub mod events;
 pub mod fit;
 pub mod hotswap;
@@ -12,6 +13,7 @@ pub mod tokenizer;
 pub mod transform;
 
 pub use context::{ContextSink, DecidedTurn, RecordedTurn, ReplyToolCall};
+pub use contextkit::{BudgetStop, ContextKit, SessionBudget, StopLimit};
 pub use events::{BackendState, Bus, PipelineEvent, RequestRecord, Tracker, unix_ms};
 pub use pipeline::{
     CompleteError, Completion, CompletionBody, CompletionRequest, Door, Engine, ModelInfo,

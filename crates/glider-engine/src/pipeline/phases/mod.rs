@@ -1,10 +1,11 @@
 //! The pipeline as named phases, in the spec's order: alias → estimate → route →
-//! origin gate → fit → episodes and bounded context → transform → encode → execute →
+//! budget → origin gate → fit → episodes and bounded context → transform → encode → execute →
 //! record. Each phase is one type behind [`Phase`]; a new phase (a VRAM gate, hedging,
 //! a plugin hook) is one new file here and one line in [`DECIDING`] or [`CARRYING_OUT`].
 
 mod alias;
 mod bounded_context;
+mod budget;
 mod encode;
 mod estimate;
 mod execute;
@@ -26,6 +27,7 @@ use http::HeaderMap;
 use super::reply::Answered;
 use super::request::Door;
 use super::runtime::Runtime;
+use crate::contextkit::ContextKit;
 use crate::events::Tracker;
 use crate::router::RouteDecision;
 use crate::router::sticky::StickyStore;
@@ -36,6 +38,7 @@ pub(crate) static DECIDING: &[&dyn Phase] = &[&alias::Alias, &estimate::Estimate
 
 /// The phases that carry a decision out; `Engine::complete_prepared` runs them.
 pub(crate) static CARRYING_OUT: &[&dyn Phase] = &[
+    &budget::Budget,
     &origin_gate::OriginGate,
     &fit::Fit,
     &bounded_context::BoundedContext,
@@ -122,6 +125,8 @@ pub(crate) struct Job {
     /// The config, backends and rules this request uses from start to end.
     pub runtime: Arc<Runtime>,
     pub sticky: Arc<StickyStore>,
+    /// Every session's spend (the budget phase counts this request in it).
+    pub kit: Arc<ContextKit>,
     pub tracker: Tracker,
     pub front: Dialect,
     pub door: Door,
