@@ -44,6 +44,24 @@ pub enum EventBody {
     /// A user asked to forget a session (`DELETE /api/context/sessions/{id}`, `glider
     /// context forget`): its events were deleted.
     Forgotten { deleted: u64 },
+    /// Glider ended an agent loop with its own final reply (contextkit's turn budget or
+    /// loop guard); the request's `reply` event follows with backend `glider-budget`.
+    BudgetStop(BudgetStopEvent),
+}
+
+/// An agent loop Glider stopped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BudgetStopEvent {
+    pub request: String,
+    /// `turn_budget` or `loop_guard`.
+    pub limit: String,
+    /// The episode's turns, the stopped one included.
+    pub turns: u32,
+    /// The repeated tool and how often it was called alike (loop guard only).
+    pub tool: Option<String>,
+    pub repeats: Option<u32>,
+    /// The text of the final reply the client got.
+    pub message: String,
 }
 
 impl EventBody {
@@ -55,6 +73,7 @@ impl EventBody {
             EventBody::Gap { .. } => "gap",
             EventBody::Retention { .. } => "retention",
             EventBody::Forgotten { .. } => "forgotten",
+            EventBody::BudgetStop(_) => "budget_stop",
         }
     }
 }

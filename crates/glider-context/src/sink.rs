@@ -8,7 +8,8 @@ use glider_ngl::{Part, Request, Role};
 
 use crate::Context;
 use crate::event::{
-    Event, EventBody, MAX_USER_TEXT_CHARS, ReplyEvent, RequestEvent, ToolCall, ToolResult, prefix,
+    BudgetStopEvent, Event, EventBody, MAX_USER_TEXT_CHARS, ReplyEvent, RequestEvent, ToolCall,
+    ToolResult, prefix,
 };
 
 impl ContextSink for Context {
@@ -41,6 +42,20 @@ impl ContextSink for Context {
 
     fn recorded(&self, turn: RecordedTurn<'_>) {
         let record = turn.record;
+        if let Some(stop) = &record.budget_stop {
+            self.log.append(Event {
+                at_ms: crate::now_ms(),
+                session: Some(turn.session.to_owned()),
+                body: EventBody::BudgetStop(BudgetStopEvent {
+                    request: self.request_key(turn.request_id),
+                    limit: stop.limit.as_str().to_owned(),
+                    turns: stop.turns,
+                    tool: stop.tool.clone(),
+                    repeats: stop.repeats,
+                    message: stop.message.clone(),
+                }),
+            });
+        }
         let body = ReplyEvent {
             request: self.request_key(turn.request_id),
             backend: record.backend.clone(),

@@ -394,9 +394,7 @@ impl<'a> Newest<'a> {
             for part in &turn.parts {
                 match part {
                     Part::ToolResult { call_id, .. } => newest.result_ids.push(call_id),
-                    Part::Text { text, .. } if !text.trim().is_empty() => {
-                        newest.user_text = true
-                    }
+                    Part::Text { text, .. } if !text.trim().is_empty() => newest.user_text = true,
                     _ => {}
                 }
             }
@@ -523,7 +521,13 @@ mod tests {
         let kit = ContextKit::default();
         let config = config(Some(2), Some(3), 5);
         let first = kit.admit("s", 1, &user("fix it"), &config);
-        assert_eq!(first, Admission { family: 1, verdict: Verdict::Go });
+        assert_eq!(
+            first,
+            Admission {
+                family: 1,
+                verdict: Verdict::Go
+            }
+        );
         let second = kit.admit("s", 2, &follow_on("a", "Read", json!({"p": 1})), &config);
         assert_eq!(second.family, 1);
         let Verdict::WrapUp(note) = second.verdict else {
@@ -540,7 +544,13 @@ mod tests {
         assert!(stop.message.contains("context.turn_budget.hard"));
         // The user's next message is a new episode with a fresh budget.
         let next = kit.admit("s", 5, &user("thanks, now this"), &config);
-        assert_eq!(next, Admission { family: 5, verdict: Verdict::Go });
+        assert_eq!(
+            next,
+            Admission {
+                family: 5,
+                verdict: Verdict::Go
+            }
+        );
         assert_eq!(kit.session("s").map(|s| s.stops), Some(1));
     }
 
@@ -555,8 +565,13 @@ mod tests {
             .zip(args.iter().cycle())
             .enumerate()
             .map(|(i, (id, args))| {
-                kit.admit("s", 2 + i as u64, &follow_on(id, "Bash", args.clone()), &config)
-                    .verdict
+                kit.admit(
+                    "s",
+                    2 + i as u64,
+                    &follow_on(id, "Bash", args.clone()),
+                    &config,
+                )
+                .verdict
             })
             .collect();
         assert_eq!(verdicts[..2], [Verdict::Go, Verdict::Go]);
@@ -564,7 +579,10 @@ mod tests {
             panic!("third repeat: {verdicts:?}");
         };
         assert_eq!(stop.limit, StopLimit::LoopGuard);
-        assert_eq!((stop.tool.as_deref(), stop.repeats), (Some("Bash"), Some(3)));
+        assert_eq!(
+            (stop.tool.as_deref(), stop.repeats),
+            (Some("Bash"), Some(3))
+        );
         assert!(stop.message.contains("context.loop_guard.repeats"));
     }
 
@@ -575,11 +593,18 @@ mod tests {
         kit.admit("s", 1, &user("loop"), &config);
         let same = follow_on("c1", "Bash", json!({"command": "ls"}));
         assert_eq!(kit.admit("s", 2, &same, &config).verdict, Verdict::Go);
-        assert_eq!(kit.admit("s", 3, &same, &config).verdict, Verdict::Go, "a retry");
+        assert_eq!(
+            kit.admit("s", 3, &same, &config).verdict,
+            Verdict::Go,
+            "a retry"
+        );
         let other = follow_on("c2", "Bash", json!({"command": "pwd"}));
         assert_eq!(kit.admit("s", 4, &other, &config).verdict, Verdict::Go);
         let again = follow_on("c3", "Bash", json!({"command": "ls"}));
-        assert!(matches!(kit.admit("s", 5, &again, &config).verdict, Verdict::Stop(_)));
+        assert!(matches!(
+            kit.admit("s", 5, &again, &config).verdict,
+            Verdict::Stop(_)
+        ));
     }
 
     #[test]
@@ -594,10 +619,19 @@ mod tests {
         };
         kit.finished("s", 1, &record("cloud", false, 100, 10), &[task]);
         // The subagent's own conversation: root-looking, but the parent waits on Task.
-        assert_eq!(kit.admit("s", 2, &user("explore the repo"), &config).family, 1);
+        assert_eq!(
+            kit.admit("s", 2, &user("explore the repo"), &config).family,
+            1
+        );
         kit.finished("s", 1, &record("local", true, 50, 5), &[]);
         let back = kit.admit("s", 3, &follow_on("task1", "Task", json!({})), &config);
-        assert_eq!(back, Admission { family: 1, verdict: Verdict::Go });
+        assert_eq!(
+            back,
+            Admission {
+                family: 1,
+                verdict: Verdict::Go
+            }
+        );
         let over = kit.admit("s", 4, &follow_on("x", "Read", json!({})), &config);
         assert!(matches!(over.verdict, Verdict::Stop(_)), "{over:?}");
         let budget = kit.session("s").expect("kept");
@@ -623,7 +657,10 @@ mod tests {
         kit.admit("s", 1, &user("loop"), &config);
         for i in 0..10 {
             let request = follow_on(&format!("c{i}"), "Bash", json!({"command": "ls"}));
-            assert_eq!(kit.admit("s", 2 + i, &request, &config).verdict, Verdict::Go);
+            assert_eq!(
+                kit.admit("s", 2 + i, &request, &config).verdict,
+                Verdict::Go
+            );
         }
     }
 }

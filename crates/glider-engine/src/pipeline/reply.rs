@@ -120,9 +120,7 @@ impl Answered {
             usage: Usage::default(),
         };
         let body = if stream {
-            CompletionBody::Events(Box::pin(futures_util::stream::iter(events_of(
-                &response,
-            ))))
+            CompletionBody::Events(Box::pin(futures_util::stream::iter(events_of(&response))))
         } else {
             CompletionBody::Whole(response)
         };

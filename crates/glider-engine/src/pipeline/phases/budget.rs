@@ -75,6 +75,8 @@ fn stopped(job: &mut Job, stop: BudgetStop) -> Flow {
     let record = &mut job.tracker.record;
     record.backend = Some(BUDGET_BACKEND.to_owned());
     record.model_used = Some(job.model.clone());
+    // Answered on this machine, no cloud spent: counted with the local answers.
+    record.local = Some(true);
     let text = stop.message.clone();
     record.budget_stop = Some(stop);
     job.tracker.first_byte();
