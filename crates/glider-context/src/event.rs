@@ -47,6 +47,21 @@ pub enum EventBody {
     /// Glider ended an agent loop with its own final reply (contextkit's turn budget or
     /// loop guard); the request's `reply` event follows with backend `glider-budget`.
     BudgetStop(BudgetStopEvent),
+    /// A delegate run (`/claude …`, handled before the pipeline) ended.
+    Delegate(DelegateEvent),
+}
+
+/// A headless delegate run at its end.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DelegateEvent {
+    /// The CLI, e.g. `claude`.
+    pub vendor: String,
+    /// Its exit code when it exited by itself (`None`: killed at the timeout or the
+    /// output limit, or its client went away).
+    pub exit_code: Option<i32>,
+    /// Why the run did not end cleanly, if it did not.
+    pub error: Option<String>,
+    pub duration_ms: u64,
 }
 
 /// An agent loop Glider stopped.
@@ -74,6 +89,7 @@ impl EventBody {
             EventBody::Retention { .. } => "retention",
             EventBody::Forgotten { .. } => "forgotten",
             EventBody::BudgetStop(_) => "budget_stop",
+            EventBody::Delegate(_) => "delegate",
         }
     }
 }

@@ -3,13 +3,13 @@
 //! newest turns (the last assistant turn and what follows it) and queues the event
 //! without waiting.
 
-use glider_engine::{ContextSink, DecidedTurn, RecordedTurn};
+use glider_engine::{ContextSink, DecidedTurn, DelegatedRun, RecordedTurn};
 use glider_ngl::{Part, Request, Role};
 
 use crate::Context;
 use crate::event::{
-    BudgetStopEvent, Event, EventBody, MAX_USER_TEXT_CHARS, ReplyEvent, RequestEvent, ToolCall,
-    ToolResult, prefix,
+    BudgetStopEvent, DelegateEvent, Event, EventBody, MAX_USER_TEXT_CHARS, ReplyEvent,
+    RequestEvent, ToolCall, ToolResult, prefix,
 };
 
 impl ContextSink for Context {
@@ -37,6 +37,19 @@ impl ContextSink for Context {
             at_ms: crate::now_ms(),
             session: Some(turn.session.to_owned()),
             body: EventBody::Request(body),
+        });
+    }
+
+    fn delegated(&self, run: &DelegatedRun<'_>) {
+        self.log.append(Event {
+            at_ms: crate::now_ms(),
+            session: Some(run.session.to_owned()),
+            body: EventBody::Delegate(DelegateEvent {
+                vendor: run.vendor.to_owned(),
+                exit_code: run.exit_code,
+                error: run.error.map(str::to_owned),
+                duration_ms: run.duration_ms,
+            }),
         });
     }
 

@@ -21,6 +21,21 @@ pub trait ContextSink: Send + Sync {
     fn decided(&self, turn: &DecidedTurn<'_>);
     /// The request ended: its reply was delivered, it failed, or its client went away.
     fn recorded(&self, turn: RecordedTurn<'_>);
+    /// A delegate run (`/claude …`, handled before the pipeline) ended.
+    fn delegated(&self, run: &DelegatedRun<'_>);
+}
+
+/// A headless delegate run at its end.
+pub struct DelegatedRun<'a> {
+    /// The client's session key (the sticky rule's key), or `unsessioned`.
+    pub session: &'a str,
+    /// The CLI it ran, e.g. `claude`.
+    pub vendor: &'a str,
+    /// Its exit code when it exited by itself (`None`: killed, stopped, abandoned).
+    pub exit_code: Option<i32>,
+    /// Why it did not end cleanly, if it did not.
+    pub error: Option<&'a str>,
+    pub duration_ms: u64,
 }
 
 /// A request once the router has decided where it goes.

@@ -155,6 +155,11 @@ impl Engine {
         self.context.set(sink)
     }
 
+    /// The context sink attached, if any (a delegate run is told to it too).
+    pub fn context_sink(&self) -> Option<Arc<dyn ContextSink>> {
+        self.context.get().cloned()
+    }
+
     /// What `session` has spent (turns, tokens per backend, local share) and its
     /// current episode, while it is remembered in memory.
     pub fn session_budget(&self, session: &str) -> Option<SessionBudget> {
