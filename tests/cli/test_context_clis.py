@@ -2,7 +2,8 @@
 `--resume`, against glider-mock's scripted model, which makes the CLI `Read` a file,
 `Edit` it and run a `Bash` command for real. `glider context export ID --json` (and the
 dashboard's REST API) must then list exactly that file and that command: through the
-gateway (base URL), and through the MITM proxy (HTTPS_PROXY, the CLI's own host)."""
+gateway (base URL), and through the MITM proxy (HTTPS_PROXY, the CLI's own host). The
+same for Codex, whose `apply_patch` and `exec_command` the mock makes it run."""
 
 import json
 import subprocess
@@ -10,7 +11,7 @@ import urllib.request
 
 from conftest import _binary, poll, running_glider
 from test_mitm_clis import claude_env, mitm_stack  # noqa: F401  (a fixture)
-from test_real_clis import CONFIG, clean_env, cli, run
+from test_real_clis import CONFIG, clean_env, cli, codex_config, run
 
 
 def claude_turns(env, work, model=None):
@@ -63,10 +64,10 @@ def session_with(home, command):
     return found
 
 
-def assert_exactly_those(export, path, command):
+def assert_exactly_those(export, path, command, ops=("read", "edited")):
     graph = export["graph"]
     files = {f["path"]: [c["op"] for c in f["changes"]] for f in graph["files"]}
-    assert files == {path: ["read", "edited"]}, graph["files"]
+    assert files == {path: list(ops)}, graph["files"]
     commands = [(c["command"], c.get("exit_code")) for c in graph["commands"]]
     assert [c for c, _ in commands] == [command], graph["commands"]
     assert all(code in (0, None) for _, code in commands), commands
@@ -114,3 +115,26 @@ def test_claude_code_sessions_graph_through_the_mitm_proxy(mitm_stack, tmp_path)
     assert_exactly_those(export, path, command)
     steps = [s for e in export["graph"]["episodes"] for s in e["steps"]]
     assert steps and all(s["door"] == "mitm" for s in steps), steps
+
+
+def test_codex_sessions_graph_through_the_gateway(tmp_path):
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (work / "notes.txt").write_text("alpha\n")
+    patch = "*** Begin Patch\n*** Update File: notes.txt\n@@\n-alpha\n+beta\n*** End Patch\n"
+    command = "echo codex-was-here"
+    prompt = 'fix the notes [[call:apply_patch %s]] then [[call:exec_command {"cmd":"%s"}]]' % (
+        json.dumps(patch), command)
+    with running_glider(CONFIG) as glider:
+        env = codex_config(home, glider.match.group(1))
+        code, out, err = run(
+            [cli("codex"), "exec", "--skip-git-repo-check", "--ephemeral", "--color", "never",
+             "--dangerously-bypass-approvals-and-sandbox", "--json", prompt],
+            env, work,
+        )
+        assert code == 0, f"codex failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+        assert (work / "notes.txt").read_text() == "beta\n", out[-3000:]
+        key, export = session_with(glider.home, command)
+        assert key.startswith("codex:"), key
+        assert_exactly_those(export, "notes.txt", command, ops=["edited"])

@@ -80,10 +80,8 @@ def test_claude_code_runs_a_tool_through_glider(gateway, tmp_path):
     assert result["is_error"] is False
 
 
-def test_codex_runs_a_tool_through_glider(gateway, tmp_path):
-    home, work = tmp_path / "codex-home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
+def codex_config(home, gateway):
+    """A CODEX_HOME whose provider is Glider's gateway (Responses), with no retries."""
     (home / "config.toml").write_text(f"""
 model = "gpt-5.5"
 model_provider = "glider"
@@ -103,7 +101,14 @@ wire_api = "responses"
 request_max_retries = 0
 stream_max_retries = 0
 """)
-    env = clean_env(home, CODEX_HOME=str(home), GLIDER_KEY="test-key")
+    return clean_env(home, CODEX_HOME=str(home), GLIDER_KEY="test-key")
+
+
+def test_codex_runs_a_tool_through_glider(gateway, tmp_path):
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = codex_config(home, gateway)
     last = tmp_path / "last.txt"
     prompt = 'run it [[call:exec_command {"cmd":"echo glider-tool-ok"}]]'
     code, out, err = run(
