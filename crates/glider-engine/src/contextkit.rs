@@ -199,7 +199,7 @@ impl ContextKit {
         let turns = episode.spend.turns;
         let mut repeated: Option<(String, u32)> = None;
         for call in &newest.calls {
-            let key = call_key(&call.name, &call.arguments);
+            let key = call_key(&call.name, call.arguments);
             let count = if episode.counted.len() < MAX_CALL_IDS
                 && episode.counted.insert(call.id.clone())
             {
