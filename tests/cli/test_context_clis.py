@@ -11,7 +11,7 @@ import urllib.request
 
 from conftest import _binary, poll, running_glider
 from test_mitm_clis import claude_env, mitm_stack  # noqa: F401  (a fixture)
-from test_real_clis import CONFIG, clean_env, cli, codex_config, run
+from test_real_clis import CONFIG, claude_gateway_env, clean_env, cli, codex_config, run
 
 
 def claude_turns(env, work, model=None):
@@ -79,16 +79,7 @@ def test_claude_code_sessions_graph_through_the_gateway(tmp_path):
     home.mkdir()
     work.mkdir()
     with running_glider(CONFIG) as glider:
-        env = clean_env(
-            home,
-            ANTHROPIC_BASE_URL=glider.match.group(1),
-            ANTHROPIC_API_KEY="test-key",
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-            DISABLE_TELEMETRY="1",
-            DISABLE_ERROR_REPORTING="1",
-            DISABLE_AUTOUPDATER="1",
-            CLAUDE_CODE_MAX_RETRIES="0",
-        )
+        env = claude_gateway_env(home, glider.match.group(1))
         session, path, command = claude_turns(env, work)
         key, export = session_with(glider.home, command)
         assert key == f"claude-code:{session}", (key, session)

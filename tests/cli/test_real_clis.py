@@ -36,6 +36,25 @@ def clean_env(home, **extra):
     return env
 
 
+def claude_quiet_env(home, **extra):
+    """Claude Code's environment: no telemetry, updates, non-essential traffic or
+    retries; `extra` on top."""
+    return clean_env(
+        home,
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_TELEMETRY="1",
+        DISABLE_ERROR_REPORTING="1",
+        DISABLE_AUTOUPDATER="1",
+        CLAUDE_CODE_MAX_RETRIES="0",
+        **extra,
+    )
+
+
+def claude_gateway_env(home, gateway):
+    """[claude_quiet_env] for Glider's gateway at base URL `gateway`."""
+    return claude_quiet_env(home, ANTHROPIC_BASE_URL=gateway, ANTHROPIC_API_KEY="test-key")
+
+
 @pytest.fixture(scope="module")
 def gateway():
     with running_stack(CONFIG) as (base, _mock):
@@ -60,16 +79,7 @@ def test_claude_code_runs_a_tool_through_glider(gateway, tmp_path):
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    env = clean_env(
-        home,
-        ANTHROPIC_BASE_URL=gateway,
-        ANTHROPIC_API_KEY="test-key",
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        DISABLE_TELEMETRY="1",
-        DISABLE_ERROR_REPORTING="1",
-        DISABLE_AUTOUPDATER="1",
-        CLAUDE_CODE_MAX_RETRIES="0",
-    )
+    env = claude_gateway_env(home, gateway)
     prompt = 'run it [[call:Bash {"command":"echo glider-tool-ok","description":"print a marker"}]]'
     code, out, err = run([cli("claude"), "-p", prompt, "--output-format", "json", "--allowedTools", "Bash"], env, work)
     assert code == 0, f"claude failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"

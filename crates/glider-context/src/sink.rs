@@ -3,7 +3,9 @@
 //! newest turns (the last assistant turn and what follows it) and queues the event
 //! without waiting.
 
-use glider_engine::{ContextSink, DecidedTurn, DelegatedRun, RecordedTurn};
+use glider_engine::{
+    ContextSink, DecidedTurn, DelegatedRun, RecordedTurn, newest_turns, tool_calls_of,
+};
 use glider_ngl::{Part, Request, Role};
 
 use crate::Context;
@@ -14,7 +16,7 @@ use crate::event::{
 
 impl ContextSink for Context {
     fn decided(&self, turn: &DecidedTurn<'_>) {
-        let (tool_calls, tool_results, user_text) = newest_turns(turn.request);
+        let (tool_calls, tool_results, user_text) = newest_calls_and_results(turn.request);
         let first = turn.decision.candidates.first();
         let root = tool_results.is_empty() && user_text.is_some();
         let body = RequestEvent {
@@ -104,28 +106,16 @@ impl ContextSink for Context {
 
 /// The newest assistant turn's tool calls, the tool results after it, and the user's
 /// text after it (when there is any).
-fn newest_turns(request: &Request) -> (Vec<ToolCall>, Vec<ToolResult>, Option<String>) {
-    let start = request
-        .turns
-        .iter()
-        .rposition(|t| t.role == Role::Assistant);
-    let mut calls = Vec::new();
-    if let Some(at) = start {
-        for part in &request.turns[at].parts {
-            if let Part::ToolCall {
-                id,
-                name,
-                arguments,
-            } = part
-            {
-                calls.push(ToolCall::new(id.clone(), name.clone(), arguments.clone()));
-            }
-        }
-    }
-    let after = start.map_or(0, |at| at + 1);
+fn newest_calls_and_results(request: &Request) -> (Vec<ToolCall>, Vec<ToolResult>, Option<String>) {
+    let (assistant, after) = newest_turns(request);
+    let calls = tool_calls_of(assistant)
+        .map(|(id, name, arguments)| {
+            ToolCall::new(id.to_owned(), name.to_owned(), arguments.clone())
+        })
+        .collect();
     let mut results = Vec::new();
     let mut text = String::new();
-    for turn in &request.turns[after..] {
+    for turn in after {
         match turn.role {
             Role::User | Role::Tool => {
                 for part in &turn.parts {

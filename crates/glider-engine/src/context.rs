@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use glider_ngl::stream::PartKind;
-use glider_ngl::{Dialect, Part, Request, Response, StopReason, StreamEvent};
+use glider_ngl::{Dialect, Part, Request, Response, Role, StopReason, StreamEvent, Turn};
+use serde_json::Value;
 
 use crate::contextkit::ContextKit;
 use crate::events::RequestRecord;
@@ -72,6 +73,33 @@ pub struct ReplyToolCall {
     pub name: String,
     /// The arguments as the model wrote them (JSON text; a stream's fragments joined).
     pub arguments: String,
+}
+
+/// What a request adds to the conversation its earlier requests already carried: its
+/// newest assistant turn (whose tool calls the CLI answered) and the turns after it.
+pub fn newest_turns(request: &Request) -> (Option<&Turn>, &[Turn]) {
+    match request
+        .turns
+        .iter()
+        .rposition(|t| t.role == Role::Assistant)
+    {
+        Some(at) => (request.turns.get(at), &request.turns[at + 1..]),
+        None => (None, &request.turns),
+    }
+}
+
+/// The tool calls of `turn` (none for no turn) as (id, name, arguments), in order.
+pub fn tool_calls_of(turn: Option<&Turn>) -> impl Iterator<Item = (&str, &str, &Value)> {
+    turn.map_or(&[][..], |t| &t.parts)
+        .iter()
+        .filter_map(|part| match part {
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => Some((id.as_str(), name.as_str(), arguments)),
+            _ => None,
+        })
 }
 
 /// Collects a reply's tool calls and stop reason for the sink and for the session's

@@ -14,7 +14,7 @@ use glider_ngl::{Part, Request, Role};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::context::ReplyToolCall;
+use crate::context::{ReplyToolCall, newest_turns, tool_calls_of};
 use crate::events::RequestRecord;
 
 /// Sessions kept in memory; past this the least recently used one is forgotten.
@@ -199,9 +199,9 @@ impl ContextKit {
         let turns = episode.spend.turns;
         let mut repeated: Option<(String, u32)> = None;
         for call in &newest.calls {
-            let key = call_key(&call.name, call.arguments);
+            let key = call_key(call.name, call.arguments);
             let count = if episode.counted.len() < MAX_CALL_IDS
-                && episode.counted.insert(call.id.clone())
+                && episode.counted.insert(call.id.to_owned())
             {
                 let count = episode.calls.entry(key).or_default();
                 *count += 1;
@@ -210,7 +210,7 @@ impl ContextKit {
                 episode.calls.get(&key).copied().unwrap_or(0)
             };
             if repeated.as_ref().is_none_or(|(_, most)| count > *most) {
-                repeated = Some((call.name.clone(), count));
+                repeated = Some((call.name.to_owned(), count));
             }
         }
         let family = episode.family;
@@ -354,40 +354,26 @@ struct Newest<'a> {
 }
 
 struct NewestCall<'a> {
-    id: String,
-    name: String,
+    id: &'a str,
+    name: &'a str,
     arguments: &'a Value,
 }
 
 impl<'a> Newest<'a> {
     fn of(request: &'a Request) -> Newest<'a> {
-        let last_assistant = request
-            .turns
-            .iter()
-            .rposition(|t| t.role == Role::Assistant);
+        let (assistant, after) = newest_turns(request);
         let mut newest = Newest {
-            calls: Vec::new(),
-            result_ids: Vec::new(),
-            user_text: false,
-        };
-        if let Some(at) = last_assistant {
-            for part in &request.turns[at].parts {
-                if let Part::ToolCall {
+            calls: tool_calls_of(assistant)
+                .map(|(id, name, arguments)| NewestCall {
                     id,
                     name,
                     arguments,
-                } = part
-                {
-                    newest.calls.push(NewestCall {
-                        id: id.clone(),
-                        name: name.clone(),
-                        arguments,
-                    });
-                }
-            }
-        }
-        let after = last_assistant.map_or(0, |at| at + 1);
-        for turn in request.turns[after..]
+                })
+                .collect(),
+            result_ids: Vec::new(),
+            user_text: false,
+        };
+        for turn in after
             .iter()
             .filter(|t| matches!(t.role, Role::User | Role::Tool))
         {

@@ -12,7 +12,10 @@ pub mod router;
 pub mod tokenizer;
 pub mod transform;
 
-pub use context::{ContextSink, DecidedTurn, DelegatedRun, RecordedTurn, ReplyToolCall};
+pub use context::{
+    ContextSink, DecidedTurn, DelegatedRun, RecordedTurn, ReplyToolCall, newest_turns,
+    tool_calls_of,
+};
 pub use contextkit::{BudgetStop, ContextKit, SessionBudget, StopLimit};
 pub use events::{BackendState, Bus, PipelineEvent, RequestRecord, Tracker, unix_ms};
 pub use pipeline::{

@@ -8,31 +8,13 @@
 mod common;
 
 use common::*;
-use glider_ngl::{Dialect, Part, Role, StopReason, Turn};
-use serde_json::json;
+use glider_ngl::{Dialect, StopReason};
 
 /// The episode's request after `calls` tool round trips of the same call (ids c1..).
 fn loop_turn(model: &str, calls: usize, stream: bool) -> glider_ngl::Request {
     let mut request = tool_request(model, stream);
     for n in 1..=calls {
-        let id = format!("c{n}");
-        request.turns.push(Turn {
-            role: Role::Assistant,
-            parts: vec![Part::ToolCall {
-                id: id.clone(),
-                name: "get_weather".into(),
-                arguments: json!({"city": "Paris"}),
-            }],
-        });
-        request.turns.push(Turn {
-            role: Role::Tool,
-            parts: vec![Part::ToolResult {
-                call_id: id,
-                name: Some("get_weather".into()),
-                content: vec![Part::text("18C and sunny")],
-                is_error: false,
-            }],
-        });
+        push_weather_round(&mut request, &format!("c{n}"));
     }
     request
 }
@@ -57,17 +39,9 @@ async fn send(
 fn assert_final_reply(reply: &Reply, front: Dialect, stream: bool, key: &str) {
     let case = format!("{front:?} stream={stream}");
     assert_eq!(reply.status, 200, "{case}: {}", reply.text());
-    let route = reply
-        .headers
-        .get("x-glider-route")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
+    let route = reply.header("x-glider-route");
     assert!(route.contains("glider-budget"), "{case}: route {route}");
-    let content_type = reply
-        .headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
+    let content_type = reply.header("content-type");
     let streamed_type = content_type.starts_with("text/event-stream")
         || content_type.starts_with("application/x-ndjson");
     assert_eq!(streamed_type, stream, "{case}: content-type {content_type}");
@@ -145,11 +119,7 @@ async fn the_same_tool_call_repeated_ends_the_loop_in_every_dialect() {
                 )
                 .await;
                 assert_eq!(reply.status, 200, "{case} turn {calls}: {}", reply.text());
-                let route = reply
-                    .headers
-                    .get("x-glider-route")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default();
+                let route = reply.header("x-glider-route");
                 assert!(
                     !route.contains("glider-budget"),
                     "{case} turn {calls}: {route}"
