@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import Process, _binary, start_mock
-from test_real_clis import clean_env, cli, run
+from test_real_clis import claude_quiet_env, clean_env, cli, run
 
 ORIGIN_TEXT = "hello-from-the-real-origin"
 
@@ -163,15 +163,7 @@ mitm:
 
 
 def claude_env(home, **extra):
-    env = clean_env(
-        home,
-        ANTHROPIC_API_KEY="sk-ant-user-own-key",
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        DISABLE_TELEMETRY="1",
-        DISABLE_ERROR_REPORTING="1",
-        DISABLE_AUTOUPDATER="1",
-        CLAUDE_CODE_MAX_RETRIES="0",
-    )
+    env = claude_quiet_env(home, ANTHROPIC_API_KEY="sk-ant-user-own-key")
     # The CLI must reach api.anthropic.com itself: no base URL, NO_PROXY only for
     # loopback, and no CA setting inherited from this machine.
     for name in ("ANTHROPIC_BASE_URL", "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE"):

@@ -36,6 +36,25 @@ def clean_env(home, **extra):
     return env
 
 
+def claude_quiet_env(home, **extra):
+    """Claude Code's environment: no telemetry, updates, non-essential traffic or
+    retries; `extra` on top."""
+    return clean_env(
+        home,
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_TELEMETRY="1",
+        DISABLE_ERROR_REPORTING="1",
+        DISABLE_AUTOUPDATER="1",
+        CLAUDE_CODE_MAX_RETRIES="0",
+        **extra,
+    )
+
+
+def claude_gateway_env(home, gateway):
+    """[claude_quiet_env] for Glider's gateway at base URL `gateway`."""
+    return claude_quiet_env(home, ANTHROPIC_BASE_URL=gateway, ANTHROPIC_API_KEY="test-key")
+
+
 @pytest.fixture(scope="module")
 def gateway():
     with running_stack(CONFIG) as (base, _mock):
@@ -60,16 +79,7 @@ def test_claude_code_runs_a_tool_through_glider(gateway, tmp_path):
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    env = clean_env(
-        home,
-        ANTHROPIC_BASE_URL=gateway,
-        ANTHROPIC_API_KEY="test-key",
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        DISABLE_TELEMETRY="1",
-        DISABLE_ERROR_REPORTING="1",
-        DISABLE_AUTOUPDATER="1",
-        CLAUDE_CODE_MAX_RETRIES="0",
-    )
+    env = claude_gateway_env(home, gateway)
     prompt = 'run it [[call:Bash {"command":"echo glider-tool-ok","description":"print a marker"}]]'
     code, out, err = run([cli("claude"), "-p", prompt, "--output-format", "json", "--allowedTools", "Bash"], env, work)
     assert code == 0, f"claude failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
@@ -80,10 +90,8 @@ def test_claude_code_runs_a_tool_through_glider(gateway, tmp_path):
     assert result["is_error"] is False
 
 
-def test_codex_runs_a_tool_through_glider(gateway, tmp_path):
-    home, work = tmp_path / "codex-home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
+def codex_config(home, gateway):
+    """A CODEX_HOME whose provider is Glider's gateway (Responses), with no retries."""
     (home / "config.toml").write_text(f"""
 model = "gpt-5.5"
 model_provider = "glider"
@@ -103,7 +111,14 @@ wire_api = "responses"
 request_max_retries = 0
 stream_max_retries = 0
 """)
-    env = clean_env(home, CODEX_HOME=str(home), GLIDER_KEY="test-key")
+    return clean_env(home, CODEX_HOME=str(home), GLIDER_KEY="test-key")
+
+
+def test_codex_runs_a_tool_through_glider(gateway, tmp_path):
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = codex_config(home, gateway)
     last = tmp_path / "last.txt"
     prompt = 'run it [[call:exec_command {"cmd":"echo glider-tool-ok"}]]'
     code, out, err = run(

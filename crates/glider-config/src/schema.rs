@@ -614,6 +614,10 @@ pub struct ContextConfig {
     /// local model, given the continuity record and the current episode; the record
     /// itself when no local backend is up).
     pub compaction: CompactionPolicy,
+    /// Model turns one episode may take (`docs/context.md`, Budgets). Off by default.
+    pub turn_budget: TurnBudget,
+    /// End an agent loop that repeats the same tool call. On by default.
+    pub loop_guard: LoopGuard,
 }
 
 /// `context.compaction`.
@@ -625,6 +629,34 @@ pub enum CompactionPolicy {
     Cloud,
     /// Answered locally from the continuity record.
     Local,
+}
+
+/// Model turns (requests) per episode: from `soft` on, a wrap-up note asks the model to
+/// finish; past `hard`, Glider answers itself with a final reply naming the limit.
+/// Either may be left out (`None`: no such limit).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TurnBudget {
+    pub soft: Option<u32>,
+    pub hard: Option<u32>,
+}
+
+/// The repeated-tool-call guard: the same tool called with the same arguments
+/// `repeats` times in one episode ends the loop with a final reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoopGuard {
+    pub enabled: bool,
+    pub repeats: u32,
+}
+
+impl Default for LoopGuard {
+    fn default() -> Self {
+        LoopGuard {
+            enabled: true,
+            repeats: 5,
+        }
+    }
 }
 
 impl Default for ContextConfig {
@@ -639,6 +671,8 @@ impl Default for ContextConfig {
             output_reserve_tokens: 4096,
             record_max_tokens: 1500,
             compaction: CompactionPolicy::Cloud,
+            turn_budget: TurnBudget::default(),
+            loop_guard: LoopGuard::default(),
         }
     }
 }
@@ -963,6 +997,22 @@ impl Config {
         if self.server.max_body_bytes < 1024 {
             problems.push("server.max_body_bytes must be at least 1024".into());
         }
+        let budget = &self.context.turn_budget;
+        if budget.soft == Some(0) || budget.hard == Some(0) {
+            problems.push("context.turn_budget: soft and hard must be at least 1".into());
+        }
+        if let (Some(soft), Some(hard)) = (budget.soft, budget.hard)
+            && soft > hard
+        {
+            problems.push(format!(
+                "context.turn_budget: soft ({soft}) must not be above hard ({hard})"
+            ));
+        }
+        if self.context.loop_guard.repeats < 2 {
+            problems.push(
+                "context.loop_guard.repeats must be at least 2 (one call is not a repeat)".into(),
+            );
+        }
         for (key, secs) in [
             (
                 "server.header_read_timeout_secs",
@@ -1182,6 +1232,26 @@ mod tests {
                 .iter()
                 .all(|p| p.contains("_timeout_secs must be at least 1"))
         );
+    }
+
+    #[test]
+    fn turn_budget_is_off_and_the_loop_guard_on_by_default_and_both_are_checked() {
+        let config = Config::parse("{}\n", "t").expect("valid");
+        assert_eq!(config.context.turn_budget, TurnBudget::default());
+        assert_eq!(
+            config.context.loop_guard,
+            LoopGuard {
+                enabled: true,
+                repeats: 5
+            }
+        );
+        let yaml = "context: {turn_budget: {soft: 30, hard: 20}, loop_guard: {repeats: 1}}\n";
+        let Err(ConfigError::Invalid { problems, .. }) = Config::parse(yaml, "t") else {
+            panic!("expected invalid");
+        };
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("soft (30) must not be above hard (20)"));
+        assert!(problems[1].contains("loop_guard.repeats must be at least 2"));
     }
 
     #[test]

@@ -53,6 +53,39 @@ pub enum EventBody {
     /// A compaction of the session's history: a summary written for it (accepted or
     /// not), or a CLI's compaction request answered locally.
     Compaction(CompactionEvent),
+    /// Glider ended an agent loop with its own final reply (contextkit's turn budget or
+    /// loop guard); the request's `reply` event follows with backend `glider-budget`.
+    BudgetStop(BudgetStopEvent),
+    /// A delegate run (`/claude …`, handled before the pipeline) ended.
+    Delegate(DelegateEvent),
+}
+
+/// A headless delegate run at its end.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DelegateEvent {
+    /// The CLI, e.g. `claude`.
+    pub vendor: String,
+    /// Its exit code when it exited by itself (`None`: killed at the timeout or the
+    /// output limit, or its client went away).
+    pub exit_code: Option<i32>,
+    /// Why the run did not end cleanly, if it did not.
+    pub error: Option<String>,
+    pub duration_ms: u64,
+}
+
+/// An agent loop Glider stopped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BudgetStopEvent {
+    pub request: String,
+    /// `turn_budget` or `loop_guard`.
+    pub limit: String,
+    /// The episode's turns, the stopped one included.
+    pub turns: u32,
+    /// The repeated tool and how often it was called alike (loop guard only).
+    pub tool: Option<String>,
+    pub repeats: Option<u32>,
+    /// The text of the final reply the client got.
+    pub message: String,
 }
 
 impl EventBody {
@@ -65,6 +98,8 @@ impl EventBody {
             EventBody::Retention { .. } => "retention",
             EventBody::Forgotten { .. } => "forgotten",
             EventBody::Compaction(_) => "compaction",
+            EventBody::BudgetStop(_) => "budget_stop",
+            EventBody::Delegate(_) => "delegate",
         }
     }
 }

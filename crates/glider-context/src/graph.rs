@@ -193,7 +193,13 @@ impl Folder {
             EventBody::Request(request) => self.request(request, at_ms, family.cloned()),
             EventBody::Reply(reply) => self.reply(reply, at_ms),
             EventBody::Compaction(compaction) => self.compaction(compaction),
-            EventBody::Gap { .. } | EventBody::Retention { .. } | EventBody::Forgotten { .. } => {}
+            // Not folded yet: a budget stop shows as the request's reply (backend
+            // `glider-budget`), a delegate run only in the log and its export.
+            EventBody::Gap { .. }
+            | EventBody::Retention { .. }
+            | EventBody::Forgotten { .. }
+            | EventBody::BudgetStop(_)
+            | EventBody::Delegate(_) => {}
         }
     }
 

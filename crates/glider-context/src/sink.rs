@@ -5,18 +5,22 @@
 
 use std::sync::Arc;
 
-use glider_engine::{CompactionSource, ContextSink, DecidedTurn, RecordedTurn};
+use glider_engine::{
+    CompactionSource, ContextSink, DecidedTurn, DelegatedRun, RecordedTurn, newest_turns,
+    tool_calls_of,
+};
 use glider_ngl::{Part, Request, Role};
 
 use crate::Context;
 use crate::event::{
-    CompactionEvent, Event, EventBody, MAX_NARRATIVE_EDGE_CHARS, MAX_USER_TEXT_CHARS,
-    REPLY_TEXT_EDGE_CHARS, ReplyEvent, RequestEvent, ToolCall, ToolResult, edges, prefix,
+    BudgetStopEvent, CompactionEvent, DelegateEvent, Event, EventBody, MAX_NARRATIVE_EDGE_CHARS,
+    MAX_USER_TEXT_CHARS, REPLY_TEXT_EDGE_CHARS, ReplyEvent, RequestEvent, ToolCall, ToolResult,
+    edges, prefix,
 };
 
 impl ContextSink for Context {
     fn decided(&self, turn: &DecidedTurn<'_>) {
-        let (tool_calls, tool_results, user_text) = newest_turns(turn.request);
+        let (tool_calls, tool_results, user_text) = newest_calls_and_results(turn.request);
         let first = turn.decision.candidates.first();
         // A CLI's compaction request is no new goal of the user's: it stays in the
         // current episode and its instruction is not kept.
@@ -46,8 +50,35 @@ impl ContextSink for Context {
         });
     }
 
+    fn delegated(&self, run: &DelegatedRun<'_>) {
+        self.log.append(Event {
+            at_ms: crate::now_ms(),
+            session: Some(run.session.to_owned()),
+            body: EventBody::Delegate(DelegateEvent {
+                vendor: run.vendor.to_owned(),
+                exit_code: run.exit_code,
+                error: run.error.map(str::to_owned),
+                duration_ms: run.duration_ms,
+            }),
+        });
+    }
+
     fn recorded(&self, turn: RecordedTurn<'_>) {
         let record = turn.record;
+        if let Some(stop) = &record.budget_stop {
+            self.log.append(Event {
+                at_ms: crate::now_ms(),
+                session: Some(turn.session.to_owned()),
+                body: EventBody::BudgetStop(BudgetStopEvent {
+                    request: self.request_key(turn.request_id),
+                    limit: stop.limit.as_str().to_owned(),
+                    turns: stop.turns,
+                    tool: stop.tool.clone(),
+                    repeats: stop.repeats,
+                    message: stop.message.clone(),
+                }),
+            });
+        }
         let body = ReplyEvent {
             request: self.request_key(turn.request_id),
             backend: record.backend.clone(),
@@ -128,28 +159,16 @@ fn compaction_event(source: CompactionSource, text: &str, answered: bool) -> Com
 
 /// The newest assistant turn's tool calls, the tool results after it, and the user's
 /// text after it (when there is any).
-fn newest_turns(request: &Request) -> (Vec<ToolCall>, Vec<ToolResult>, Option<String>) {
-    let start = request
-        .turns
-        .iter()
-        .rposition(|t| t.role == Role::Assistant);
-    let mut calls = Vec::new();
-    if let Some(at) = start {
-        for part in &request.turns[at].parts {
-            if let Part::ToolCall {
-                id,
-                name,
-                arguments,
-            } = part
-            {
-                calls.push(ToolCall::new(id.clone(), name.clone(), arguments.clone()));
-            }
-        }
-    }
-    let after = start.map_or(0, |at| at + 1);
+fn newest_calls_and_results(request: &Request) -> (Vec<ToolCall>, Vec<ToolResult>, Option<String>) {
+    let (assistant, after) = newest_turns(request);
+    let calls = tool_calls_of(assistant)
+        .map(|(id, name, arguments)| {
+            ToolCall::new(id.to_owned(), name.to_owned(), arguments.clone())
+        })
+        .collect();
     let mut results = Vec::new();
     let mut text = String::new();
-    for turn in &request.turns[after..] {
+    for turn in after {
         match turn.role {
             Role::User | Role::Tool => {
                 for part in &turn.parts {

@@ -65,6 +65,11 @@ struct DirectionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BudgetStopLabels {
+    limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DropLabels {
     source: String,
 }
@@ -99,6 +104,7 @@ pub struct Metrics {
     context_written: Counter,
     context_dropped: Counter,
     context_gaps: Counter,
+    budget_stops: Family<BudgetStopLabels, Counter>,
     stats: Mutex<Stats>,
 }
 
@@ -207,8 +213,15 @@ impl Metrics {
             "Gap events written to the context log",
             context_gaps.clone(),
         );
+        let budget_stops = Family::<BudgetStopLabels, Counter>::default();
+        registry.register(
+            "budget_stops",
+            "Agent loops Glider ended with its own final reply, by limit (turn_budget or loop_guard)",
+            budget_stops.clone(),
+        );
         Metrics {
             registry,
+            budget_stops,
             context_written,
             context_dropped,
             context_gaps,
@@ -258,6 +271,13 @@ impl Metrics {
                 status: status.to_string(),
             })
             .inc();
+        if let Some(stop) = &record.budget_stop {
+            self.budget_stops
+                .get_or_create(&BudgetStopLabels {
+                    limit: stop.limit.as_str().to_owned(),
+                })
+                .inc();
+        }
         if is_error(status) {
             self.errors
                 .get_or_create(&ErrorLabels {

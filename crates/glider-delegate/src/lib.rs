@@ -14,12 +14,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use glider_config::{DelegateConfig, DelegateMode};
+use glider_engine::{ContextSink, DelegatedRun};
 use glider_ngl::stream::PartKind;
 use glider_ngl::{Dialect, Part, Request, Role, StopReason, StreamEvent, Usage};
 use glider_sys::runstate::DelegatePids;
 use http::HeaderMap;
 
-pub use run::{Denial, Events, Output, Report, RunSpec};
+pub use run::{Denial, Events, Output, Report, RunEnd, RunSpec};
 pub use vendors::{Discovered, Registry, Vendor, discover, locate};
 
 /// Most client sessions whose delegate state is remembered.
@@ -42,6 +43,12 @@ impl std::fmt::Debug for Delegation {
             .field("stream", &self.stream)
             .finish_non_exhaustive()
     }
+}
+
+/// Where a headless run's end is told: the context log, under the client's session.
+struct Told {
+    sink: Arc<dyn ContextSink>,
+    session: String,
 }
 
 /// What Glider remembers about one client session's delegate (per vendor).
@@ -156,15 +163,22 @@ impl Delegator {
         front: Dialect,
         headers: &HeaderMap,
         body: &[u8],
+        context: Option<Arc<dyn ContextSink>>,
     ) -> Option<Delegation> {
         if !config.enabled || !mentions_a_flag(body) {
             return None;
         }
         let request = glider_dialects::codec(front).decode_request(body).ok()?;
         let flagged = find_flag(&request)?;
-        let client_session = glider_engine::router::sticky::session_id(&request, headers)
-            .map(|s| format!("{}|{s}", flagged.vendor.binary()));
-        let events = self.start(config, &flagged, client_session);
+        let session = glider_engine::router::sticky::session_id(&request, headers);
+        let told = context.map(|sink| Told {
+            sink,
+            session: session
+                .clone()
+                .unwrap_or_else(|| glider_engine::pipeline::UNSESSIONED.to_owned()),
+        });
+        let client_session = session.map(|s| format!("{}|{s}", flagged.vendor.binary()));
+        let events = self.start(config, &flagged, client_session, told);
         Some(Delegation {
             vendor: flagged.vendor,
             stream: request.stream,
@@ -177,6 +191,7 @@ impl Delegator {
         config: &DelegateConfig,
         flagged: &Flagged,
         client_session: Option<String>,
+        told: Option<Told>,
     ) -> Events {
         let vendor = flagged.vendor;
         let label = vendor.binary();
@@ -234,6 +249,18 @@ impl Delegator {
         let clients = self.clients.clone();
         let ttl = Duration::from_secs(config.ask_ttl_secs.max(1));
         let on_report: run::ReportSink = Box::new(move |report: Report| {
+            if let Report::Ended(end) = &report {
+                if let Some(told) = &told {
+                    told.sink.delegated(&DelegatedRun {
+                        session: &told.session,
+                        vendor: label,
+                        exit_code: end.exit_code,
+                        error: end.error.as_deref(),
+                        duration_ms: u64::try_from(end.duration.as_millis()).unwrap_or(u64::MAX),
+                    });
+                }
+                return;
+            }
             let Some(key) = &client_session else { return };
             let mut map = clients.lock().unwrap_or_else(|p| p.into_inner());
             remember(&mut map, key, |client| match report {
@@ -244,6 +271,7 @@ impl Delegator {
                         expires: Instant::now() + ttl,
                     });
                 }
+                Report::Ended(_) => {}
             });
         });
         match run::start(spec, on_report) {

@@ -31,6 +31,20 @@ pub enum Report {
     Session(String),
     /// Tool uses the delegate was refused (Claude Code's `result.permission_denials`).
     Denied(Vec<Denial>),
+    /// The run is over (reported once, also when its client went away mid-run).
+    Ended(RunEnd),
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunEnd {
+    /// The CLI's exit code, when it exited by itself and was reaped (`None`: killed by
+    /// a signal, stopped by Glider at a limit, or its client went away).
+    pub exit_code: Option<i32>,
+    /// Why the run did not end cleanly (the message the client got), if it did not.
+    pub error: Option<String>,
+    /// From the start of the process to the end of the run.
+    pub duration: Duration,
 }
 
 /// One tool use a delegate asked for and was not allowed.
@@ -174,6 +188,8 @@ pub fn start(spec: RunSpec, on_report: ReportSink) -> Result<Events, ApiError> {
         }
     };
     let run = Run {
+        started: std::time::Instant::now(),
+        exit_code: None,
         deadline: Instant::now() + spec.timeout,
         unflushed: spec.pids.clone(),
         spec,
@@ -221,6 +237,10 @@ const JSON_LINE_SLACK: usize = 1 << 20;
 const RECORD_WAIT: Duration = Duration::from_secs(5);
 
 struct Run {
+    /// When the process started (for [`RunEnd::duration`]).
+    started: std::time::Instant,
+    /// The CLI's exit code once it was reaped.
+    exit_code: Option<i32>,
     spec: RunSpec,
     /// Runstate to flush before the first event (the group was just recorded there).
     unflushed: Option<glider_sys::runstate::DelegatePids>,
@@ -240,6 +260,19 @@ struct Run {
     done: bool,
     /// The process group; dropping the run kills it.
     guard: GroupGuard,
+}
+
+impl Drop for Run {
+    /// A run dropped before its end (the client went away) is over too: its group is
+    /// killed by the guard, and its end is reported.
+    fn drop(&mut self) {
+        if !self.done {
+            self.ended(Some(
+                "the client went away before the run ended; its process group was killed"
+                    .to_owned(),
+            ));
+        }
+    }
 }
 
 /// What reading one line found.
@@ -501,6 +534,13 @@ impl Run {
     }
 
     fn close(&mut self, stop_reason: StopReason) {
+        let error = (stop_reason == StopReason::MaxTokens).then(|| {
+            format!(
+                "output passed delegate.max_output_bytes ({} bytes); run stopped",
+                self.spec.max_output_bytes
+            )
+        });
+        self.ended(error);
         self.pending.push_back(StreamEvent::PartStop { index: 0 });
         self.pending.push_back(StreamEvent::Finish {
             stop_reason,
@@ -511,10 +551,23 @@ impl Run {
 
     fn fail(&mut self, kind: ErrorKind, message: String) {
         tracing::warn!(delegate = %self.spec.label, %message, "delegate run failed");
+        self.ended(Some(message.clone()));
         self.pending.push_back(StreamEvent::Error {
             error: ApiError::new(kind, message),
         });
         self.done = true;
+    }
+
+    /// Report the run's end (once: `done` is set right after).
+    fn ended(&mut self, error: Option<String>) {
+        if self.done {
+            return;
+        }
+        (self.on_report)(Report::Ended(RunEnd {
+            exit_code: self.exit_code,
+            error,
+            duration: self.started.elapsed(),
+        }));
     }
 
     fn timeout_message(&self) -> String {
@@ -539,6 +592,7 @@ impl Run {
             }
             Ok(Ok(status)) => status,
         };
+        self.exit_code = status.code();
         if status.success() || self.result_seen {
             return self.close(StopReason::EndTurn);
         }

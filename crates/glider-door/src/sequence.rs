@@ -88,8 +88,13 @@ impl DoorSequence for Door {
         body: Bytes,
     ) -> Outcome {
         if let Some(delegator) = delegator
-            && let Some(delegation) =
-                delegator.take(&engine.runtime().config.delegate, front, &headers, &body)
+            && let Some(delegation) = delegator.take(
+                &engine.runtime().config.delegate,
+                front,
+                &headers,
+                &body,
+                engine.context_sink(),
+            )
         {
             return Outcome::Delegated(delegation);
         }

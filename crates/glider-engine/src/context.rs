@@ -9,8 +9,10 @@
 use std::sync::Arc;
 
 use glider_ngl::stream::PartKind;
-use glider_ngl::{Dialect, Part, Request, Response, StopReason, StreamEvent};
+use glider_ngl::{Dialect, Part, Request, Response, Role, StopReason, StreamEvent, Turn};
+use serde_json::Value;
 
+use crate::contextkit::ContextKit;
 use crate::events::RequestRecord;
 use crate::pipeline::Door;
 use crate::router::RouteDecision;
@@ -26,6 +28,21 @@ pub trait ContextSink: Send + Sync {
     /// when none is held for it). Called on the request path: it must answer from
     /// memory at once, never query storage nor wait on a lock a writer holds long.
     fn record(&self, session: &str) -> Option<Arc<str>>;
+    /// A delegate run (`/claude …`, handled before the pipeline) ended.
+    fn delegated(&self, run: &DelegatedRun<'_>);
+}
+
+/// A headless delegate run at its end.
+pub struct DelegatedRun<'a> {
+    /// The client's session key (the sticky rule's key), or `unsessioned`.
+    pub session: &'a str,
+    /// The CLI it ran, e.g. `claude`.
+    pub vendor: &'a str,
+    /// Its exit code when it exited by itself (`None`: killed, stopped, abandoned).
+    pub exit_code: Option<i32>,
+    /// Why it did not end cleanly, if it did not.
+    pub error: Option<&'a str>,
+    pub duration_ms: u64,
 }
 
 /// A request once the router has decided where it goes.
@@ -124,11 +141,40 @@ pub struct ReplyToolCall {
     pub arguments: String,
 }
 
-/// Collects a reply's tool calls and stop reason for the sink as the reply passes the
-/// request's tracker (translated events, a same-dialect stream decoded as it is
-/// forwarded, or a whole response).
+/// What a request adds to the conversation its earlier requests already carried: its
+/// newest assistant turn (whose tool calls the CLI answered) and the turns after it.
+pub fn newest_turns(request: &Request) -> (Option<&Turn>, &[Turn]) {
+    match request
+        .turns
+        .iter()
+        .rposition(|t| t.role == Role::Assistant)
+    {
+        Some(at) => (request.turns.get(at), &request.turns[at + 1..]),
+        None => (None, &request.turns),
+    }
+}
+
+/// The tool calls of `turn` (none for no turn) as (id, name, arguments), in order.
+pub fn tool_calls_of(turn: Option<&Turn>) -> impl Iterator<Item = (&str, &str, &Value)> {
+    turn.map_or(&[][..], |t| &t.parts)
+        .iter()
+        .filter_map(|part| match part {
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => Some((id.as_str(), name.as_str(), arguments)),
+            _ => None,
+        })
+}
+
+/// Collects a reply's tool calls and stop reason for the sink and for the session's
+/// spend ([`ContextKit`]) as the reply passes the request's tracker (translated events,
+/// a same-dialect stream decoded as it is forwarded, or a whole response).
 pub(crate) struct ReplyCapture {
-    sink: Arc<dyn ContextSink>,
+    sink: Option<Arc<dyn ContextSink>>,
+    /// The kit and the episode (family) the request was admitted to.
+    kit: Option<(Arc<ContextKit>, u64)>,
     session: String,
     /// Stream part index → position in `calls`, for argument fragments.
     open: Vec<(usize, usize)>,
@@ -190,9 +236,10 @@ fn floor_char_boundary(text: &str, at: usize) -> usize {
 }
 
 impl ReplyCapture {
-    pub(crate) fn new(sink: Arc<dyn ContextSink>, session: String) -> Self {
+    pub(crate) fn new(sink: Option<Arc<dyn ContextSink>>, session: String) -> Self {
         ReplyCapture {
             sink,
+            kit: None,
             session,
             open: Vec::new(),
             calls: Vec::new(),
@@ -252,17 +299,31 @@ impl ReplyCapture {
         }
     }
 
-    /// Hand what was seen to the sink with the request's final record.
+    /// Also count the reply in `kit`'s episode `family` of this session.
+    pub(crate) fn count_in(&mut self, kit: Arc<ContextKit>, family: u64) {
+        self.kit = Some((kit, family));
+    }
+
+    pub(crate) fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// Hand what was seen to the kit and the sink with the request's final record.
     pub(crate) fn finish(self, record: &RequestRecord) {
-        self.sink.recorded(RecordedTurn {
-            request_id: record.id,
-            session: &self.session,
-            record,
-            tool_calls: self.calls,
-            stop_reason: self.stop_reason,
-            text: self.text.finish(),
-            compaction: self.compaction,
-        });
+        if let Some((kit, family)) = &self.kit {
+            kit.finished(&self.session, *family, record, &self.calls);
+        }
+        if let Some(sink) = &self.sink {
+            sink.recorded(RecordedTurn {
+                request_id: record.id,
+                session: &self.session,
+                record,
+                tool_calls: self.calls,
+                stop_reason: self.stop_reason,
+                text: self.text.finish(),
+                compaction: self.compaction,
+            });
+        }
     }
 }
 

@@ -19,6 +19,7 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 
 use crate::context::ReplyCapture;
+use crate::contextkit::{BudgetStop, ContextKit};
 
 /// Events kept for a subscriber that falls behind.
 pub const BUS_CAPACITY: usize = 4096;
@@ -57,6 +58,8 @@ pub struct RequestRecord {
     /// What was fitted to each local candidate's model (`backend: change`), e.g.
     /// `local: tools 25 -> 8 (...)`, `local: max_tokens 32000 -> 4096`.
     pub fitted: Vec<String>,
+    /// Glider ended the agent loop with its own reply (turn budget, loop guard).
+    pub budget_stop: Option<BudgetStop>,
     /// The session key the router found (the sticky rule's: the CLI's session id, or a
     /// hash of the conversation's start), so the dashboard can sum per session.
     pub session: Option<String>,
@@ -197,6 +200,7 @@ impl Bus {
             fitted: Vec::new(),
             session: None,
             context_left_out: Vec::new(),
+            budget_stop: None,
         };
         Tracker {
             bus: self.clone(),
@@ -232,7 +236,8 @@ pub struct Tracker {
     ended: bool,
     /// Dropped without a record ([`Tracker::forget`]).
     forgotten: bool,
-    /// The reply's tool calls and stop reason, kept only when a context sink is attached.
+    /// The reply's tool calls and stop reason, kept only when a context sink is attached
+    /// or the session's spend is counted.
     context: Option<Box<ReplyCapture>>,
 }
 
@@ -252,6 +257,19 @@ impl Tracker {
     /// The reply capture for the context sink, when one is attached.
     pub(crate) fn context_capture(&mut self) -> Option<&mut ReplyCapture> {
         self.context.as_deref_mut()
+    }
+
+    /// Count the reply in `session`'s episode `family` when the request ends (its
+    /// tokens, and the tool calls it makes the session wait on).
+    pub(crate) fn count_in(&mut self, kit: Arc<ContextKit>, session: &str, family: u64) {
+        match &mut self.context {
+            Some(capture) if capture.session() == session => capture.count_in(kit, family),
+            _ => {
+                let mut capture = ReplyCapture::new(None, session.to_owned());
+                capture.count_in(kit, family);
+                self.context = Some(Box::new(capture));
+            }
+        }
     }
 
     /// Time the request from now: it was prepared ahead of the moment its door

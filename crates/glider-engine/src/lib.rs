@@ -3,6 +3,7 @@
 //! hands a request to [`Engine::complete`]; nothing in here looks at which CLI sent it.
 
 pub mod context;
+pub mod contextkit;
 pub mod events;
 pub mod fit;
 pub mod hotswap;
@@ -12,9 +13,10 @@ pub mod tokenizer;
 pub mod transform;
 
 pub use context::{
-    CompactionPrompt, CompactionSource, ContextSink, DecidedTurn, RecordedTurn, ReplyToolCall,
-    compaction_prompt,
+    CompactionPrompt, CompactionSource, ContextSink, DecidedTurn, DelegatedRun, RecordedTurn,
+    ReplyToolCall, compaction_prompt, newest_turns, tool_calls_of,
 };
+pub use contextkit::{BudgetStop, ContextKit, SessionBudget, StopLimit};
 pub use events::{
     BackendState, Bus, ContextLeftOut, PipelineEvent, RequestRecord, Tracker, unix_ms,
 };

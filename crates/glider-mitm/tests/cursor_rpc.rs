@@ -401,6 +401,47 @@ async fn a_root_turn_is_answered_locally_and_the_append_still_reaches_the_origin
 }
 
 #[tokio::test]
+async fn a_conversations_turns_share_the_session_cursor_conversation_id() {
+    let stack = cursor_stack(OLLAMA_LOCAL, "").await;
+    for (request_id, text) in [("conv-a-1", "first question"), ("conv-a-2", "other words")] {
+        let mut client = cursor_client(&stack).await;
+        append(
+            &mut client,
+            &Turn {
+                request_id,
+                model: "cursor-local",
+                text,
+                conversation: "conv-a",
+                subagent: None,
+                other_action: None,
+            },
+        )
+        .await;
+        let (_, frames) = run_sse(client, request_id.into()).await;
+        assert_eq!(text_of(&frames), format!("echo: {text}"));
+    }
+    // Keyed by the prefix hash, two turns with different first messages would be two
+    // sessions; keyed by the conversation id they are one.
+    let session = stack
+        .engine
+        .session_budget("cursor:conv-a")
+        .expect("the conversation is the session");
+    assert_eq!(session.total.turns, 2);
+    // Each reply is counted on its backend once its stream is done.
+    bounded("both replies counted on the local backend", async {
+        while stack
+            .engine
+            .session_budget("cursor:conv-a")
+            .and_then(|s| s.total.backends.get("local").map(|b| b.requests))
+            != Some(2)
+        {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_child_turn_goes_to_the_origin() {
     let stack = cursor_stack(OLLAMA_LOCAL, "").await;
     let mut client = cursor_client(&stack).await;

@@ -23,6 +23,12 @@ fn glider(home: &Path) -> Command {
 
 /// Start `glider serve` on free ports and return it with its gateway URL.
 fn serve(home: &Path, mock: &MockVendor, extra: &str) -> (Child, String) {
+    let (child, gateway, _) = serve_with_dashboard(home, mock, extra);
+    (child, gateway)
+}
+
+/// [`serve`], with the dashboard's URL too.
+fn serve_with_dashboard(home: &Path, mock: &MockVendor, extra: &str) -> (Child, String, String) {
     let config = home.join("glider.yaml");
     std::fs::write(
         &config,
@@ -41,18 +47,26 @@ fn serve(home: &Path, mock: &MockVendor, extra: &str) -> (Child, String) {
         .expect("glider serve starts");
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
-    let gateway = loop {
+    let (mut gateway, mut dashboard) = (None, None);
+    while gateway.is_none() || dashboard.is_none() {
         let line = lines
             .next()
-            .expect("glider printed its gateway")
+            .expect("glider printed its gateway and dashboard")
             .expect("utf8");
         if let Some(url) = line.strip_prefix("glider gateway listening on ") {
-            break url.to_owned();
+            gateway = Some(url.to_owned());
         }
-    };
+        if let Some(rest) = line.strip_prefix("glider dashboard on ") {
+            dashboard = rest.split_whitespace().next().map(str::to_owned);
+        }
+    }
     // Keep reading so the child never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
-    (child, gateway)
+    (
+        child,
+        gateway.unwrap_or_default(),
+        dashboard.unwrap_or_default(),
+    )
 }
 
 fn stop(mut child: Child) {
@@ -78,7 +92,7 @@ fn context(home: &Path, args: &[&str]) -> (bool, String, String) {
     )
 }
 
-async fn post(client: &reqwest::Client, gateway: &str, body: Value) {
+async fn post(client: &reqwest::Client, gateway: &str, body: Value) -> String {
     let reply = client
         .post(format!("{gateway}/v1/messages"))
         .header("x-claude-code-session-id", "cli-session")
@@ -87,7 +101,7 @@ async fn post(client: &reqwest::Client, gateway: &str, body: Value) {
         .await
         .expect("answered");
     assert_eq!(reply.status(), 200);
-    reply.bytes().await.expect("body");
+    reply.text().await.expect("body")
 }
 
 #[tokio::test]
@@ -155,6 +169,84 @@ async fn serve_records_a_session_and_the_cli_shows_exports_and_forgets_it() {
     let (ok, _, err) = context(home.path(), &["show", "claude-code:cli-session"]);
     assert!(!ok);
     assert!(err.contains("holds no session"), "{err}");
+}
+
+#[tokio::test]
+async fn a_loop_guard_stop_is_a_budget_stop_event_and_counted_on_metrics() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let (child, gateway, dashboard) =
+        serve_with_dashboard(home.path(), &mock, "context: {loop_guard: {repeats: 2}}\n");
+    let client = reqwest::Client::new();
+    let tools = json!([{"name": "Edit", "input_schema": {"type": "object"}}]);
+    let args = json!({"file_path": "/w/main.rs", "old_string": "a", "new_string": "b"});
+    let prompt = format!("rename it [[call:Edit {args}]]");
+    let after = |ids: &[&str]| -> Value {
+        let mut messages = vec![json!({"role": "user", "content": prompt})];
+        for id in ids {
+            messages.push(json!({"role": "assistant", "content": [
+                {"type": "tool_use", "id": id, "name": "Edit", "input": args}]}));
+            messages.push(json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": id, "content": "updated"}]}));
+        }
+        json!({"model": "qwen", "max_tokens": 50, "tools": tools, "messages": messages})
+    };
+    post(&client, &gateway, after(&[])).await;
+    post(&client, &gateway, after(&["toolu_1"])).await;
+    let stopped = post(&client, &gateway, after(&["toolu_1", "toolu_2"])).await;
+    assert!(
+        stopped.contains("context.loop_guard.repeats"),
+        "Glider's own final reply: {stopped}"
+    );
+    let chats = mock
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/api/chat")
+        .count();
+    assert_eq!(
+        chats, 2,
+        "the stopped turn was not sent (health probes aside)"
+    );
+    let metrics = client
+        .get(format!("{dashboard}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("glider_budget_stops_total{limit=\"loop_guard\"} 1"),
+        "{metrics}"
+    );
+    stop(child);
+
+    let (ok, export, err) = context(
+        home.path(),
+        &["export", "claude-code:cli-session", "--json"],
+    );
+    assert!(ok, "{err}");
+    let export: Value = serde_json::from_str(&export).expect("JSON");
+    let stops: Vec<&Value> = export["events"]
+        .as_array()
+        .map(|events| {
+            events
+                .iter()
+                .filter(|e| e["event"]["body"]["kind"] == "budget_stop")
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(stops.len(), 1, "{export}");
+    let stop = &stops[0]["event"]["body"];
+    assert_eq!(
+        (
+            &stop["limit"],
+            &stop["tool"],
+            &stop["repeats"],
+            &stop["turns"]
+        ),
+        (&json!("loop_guard"), &json!("Edit"), &json!(2), &json!(3))
+    );
 }
 
 #[tokio::test]

@@ -610,3 +610,42 @@ async fn a_cross_site_page_cannot_start_a_delegate() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(s.lines("argv.log").len(), 1);
 }
+
+#[tokio::test]
+async fn each_delegate_run_is_a_delegate_event_in_the_context_log_with_its_exit_and_session() {
+    let s = setup(None, 30).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let context =
+        glider_context::Context::start(home.path(), &glider_config::ContextConfig::default())
+            .expect("context log opens")
+            .expect("enabled");
+    assert!(s.gateway.engine.attach_context(context.clone()).is_ok());
+
+    let done = ask(&s, Dialect::Anthropic, "/claude refactor the parser", true).await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    let crashed = ask(&s, Dialect::OpenAiChat, "/claude crash please", false).await;
+    assert_eq!(crashed.status, 502, "{}", crashed.text());
+    context.log().flush();
+
+    let events = glider_context::Reader::new(glider_context::dir(home.path()))
+        .events("claude-code:client-1")
+        .expect("events read");
+    let runs: Vec<serde_json::Value> = events
+        .iter()
+        .map(|stored| serde_json::to_value(&stored.event.body).expect("JSON"))
+        .filter(|body| body["kind"] == "delegate")
+        .collect();
+    assert_eq!(runs.len(), 2, "one event per run: {runs:?}");
+    assert_eq!(runs[0]["vendor"], "claude");
+    assert_eq!(runs[0]["exit_code"], 0);
+    assert!(runs[0]["error"].is_null(), "{runs:?}");
+    assert_eq!(runs[1]["exit_code"], 1);
+    let error = runs[1]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("boom: no credentials"), "{error}");
+    assert!(
+        runs.iter().all(|r| r["duration_ms"].as_u64().is_some()),
+        "{runs:?}"
+    );
+    // Delegation never enters the pipeline: no request event besides the runs.
+    assert_eq!(events.len(), 2, "{events:?}");
+}

@@ -28,6 +28,7 @@ pub use request::{CompletionRequest, Door};
 pub use runtime::{Runtime, rules_path};
 
 use crate::context::{ContextSink, DecidedTurn, ReplyCapture};
+use crate::contextkit::{ContextKit, SessionBudget};
 use crate::events::{Bus, Tracker};
 use crate::hotswap::{Registry, Swap};
 use crate::router::sticky::StickyStore;
@@ -46,6 +47,8 @@ pub struct Engine {
     sticky: Arc<StickyStore>,
     /// Told of every request once decided and once recorded (`glider-context`).
     context: OnceLock<Arc<dyn ContextSink>>,
+    /// Each session's and episode's spend, for the turn budget and the loop guard.
+    kit: Arc<ContextKit>,
 }
 
 /// A request decoded, aliased, estimated and routed: the decision is made once, and
@@ -128,6 +131,7 @@ impl Engine {
             bus: Bus::default(),
             sticky: Arc::default(),
             context: OnceLock::new(),
+            kit: Arc::default(),
         })
     }
 
@@ -149,6 +153,17 @@ impl Engine {
     /// handed back).
     pub fn attach_context(&self, sink: Arc<dyn ContextSink>) -> Result<(), Arc<dyn ContextSink>> {
         self.context.set(sink)
+    }
+
+    /// The context sink attached, if any (a delegate run is told to it too).
+    pub fn context_sink(&self) -> Option<Arc<dyn ContextSink>> {
+        self.context.get().cloned()
+    }
+
+    /// What `session` has spent (turns, tokens per backend, local share) and its
+    /// current episode, while it is remembered in memory.
+    pub fn session_budget(&self, session: &str) -> Option<SessionBudget> {
+        self.kit.session(session)
     }
 
     /// The modules a config reload is handed to.
@@ -292,6 +307,7 @@ impl Engine {
         Job {
             runtime: self.runtime(),
             sticky: self.sticky.clone(),
+            kit: self.kit.clone(),
             tracker,
             front,
             door,
@@ -356,7 +372,7 @@ fn tell_decided(sink: &Arc<dyn ContextSink>, job: &mut Job, decision: &RouteDeci
         decision,
     });
     job.tracker
-        .capture_context(ReplyCapture::new(sink.clone(), session.to_owned()));
+        .capture_context(ReplyCapture::new(Some(sink.clone()), session.to_owned()));
 }
 
 /// The session key of a request the router found none for (no user turn at all).
@@ -475,6 +491,7 @@ mod tests {
             names(CARRYING_OUT),
             [
                 "compaction",
+                "budget",
                 "origin_gate",
                 "fit",
                 "bounded_context",

@@ -13,7 +13,8 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use glider_backend::{AttemptFailure, BodyStream};
 use glider_dialects::{StreamDecoder, codec};
-use glider_ngl::{ApiError, Dialect, ErrorKind, Response, StreamEvent};
+use glider_ngl::stream::events_of;
+use glider_ngl::{ApiError, Dialect, ErrorKind, Part, Response, StopReason, StreamEvent, Usage};
 
 use crate::events::Tracker;
 use crate::router::RouteDecision;
@@ -100,6 +101,39 @@ pub(crate) struct Answered {
 }
 
 impl Answered {
+    /// A reply Glider makes itself, without a backend (`backend` names what made it):
+    /// one assistant message of `text` ending the turn, streamed in the client's own
+    /// stream grammar when it asked for a stream.
+    pub(crate) fn from_glider(
+        backend: &str,
+        model: &str,
+        decision: RouteDecision,
+        stream: bool,
+        id: String,
+        text: String,
+    ) -> Answered {
+        let response = Response {
+            id,
+            model: model.to_owned(),
+            parts: vec![Part::text(text)],
+            stop_reason: StopReason::EndTurn,
+            usage: Usage::default(),
+        };
+        let body = if stream {
+            CompletionBody::Events(Box::pin(futures_util::stream::iter(events_of(&response))))
+        } else {
+            CompletionBody::Whole(response)
+        };
+        Answered {
+            backend: backend.to_owned(),
+            model: model.to_owned(),
+            decision,
+            stream,
+            body,
+            failures: Vec::new(),
+        }
+    }
+
     /// Hand the tracker to the body, so the request is recorded when the reply ends
     /// (or when the client drops it).
     pub(crate) fn finish(self, mut tracker: Tracker) -> Completion {

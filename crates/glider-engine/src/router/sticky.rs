@@ -15,6 +15,11 @@ use tokio::time::Instant;
 
 use super::Target;
 
+/// The header the Cursor plane sets on the turns it routes: the conversation id from
+/// the Agent RPC frames (Cursor sends no session header of its own). Never forwarded to
+/// a backend (only listed client headers are).
+pub const CURSOR_CONVERSATION_HEADER: &str = "x-glider-cursor-conversation";
+
 /// The session a request belongs to.
 pub fn session_id(request: &Request, headers: &HeaderMap) -> Option<String> {
     let header = |name: &str| {
@@ -23,6 +28,9 @@ pub fn session_id(request: &Request, headers: &HeaderMap) -> Option<String> {
             .and_then(|v| v.to_str().ok())
             .filter(|v| !v.is_empty())
     };
+    if let Some(id) = header(CURSOR_CONVERSATION_HEADER) {
+        return Some(format!("cursor:{id}"));
+    }
     if let Some(id) = header("x-claude-code-session-id") {
         return Some(format!("claude-code:{id}"));
     }
@@ -263,6 +271,14 @@ mod tests {
         assert_eq!(
             session_id(&request, &headers).as_deref(),
             Some("claude-code:cc-1")
+        );
+        headers.insert(
+            CURSOR_CONVERSATION_HEADER,
+            "conv-1".parse().expect("header"),
+        );
+        assert_eq!(
+            session_id(&request, &headers).as_deref(),
+            Some("cursor:conv-1")
         );
     }
 }

@@ -18,6 +18,7 @@ use glider_cursorrpc::messages::{
 use glider_cursorrpc::{Update, fields, server_frame, view};
 use glider_door::{Door, DoorSequence, ObservedBody, Observer, Outcome, ToOrigin, read_within};
 use glider_engine::router::Target as RouteTarget;
+use glider_engine::router::sticky::CURSOR_CONVERSATION_HEADER;
 use glider_engine::{CompleteError, CompletionBody, Prepared, decode_events};
 use glider_ngl::{ApiError, Dialect, ErrorKind, Role, StreamEvent, Turn};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
@@ -177,6 +178,12 @@ impl Mitm {
             stream: true,
             ..glider_ngl::Request::default()
         };
+        // The conversation is the session: every turn of it, whatever its text.
+        let mut headers = headers.clone();
+        headers.remove(CURSOR_CONVERSATION_HEADER);
+        if let Some(value) = conversation.and_then(|c| HeaderValue::from_str(c).ok()) {
+            headers.insert(CURSOR_CONVERSATION_HEADER, value);
+        }
         let prepare = |request: glider_ngl::Request| {
             self.engine.prepare_decoded(
                 Dialect::OpenAiChat,
@@ -224,7 +231,10 @@ impl Mitm {
             .iter()
             .any(|c| c.backend.kind().is_local());
         let flag = decision.flag.as_ref().map(|f| f.target.clone());
-        if !is_local {
+        // `/cloud` is the origin's even when the router, finding no cloud backend of its
+        // own, fell through to the conversation's sticky-local choice: the cloud here
+        // is Cursor's.
+        if !is_local || flag == Some(RouteTarget::Cloud) {
             tracing::info!(request_id, rule = decision.rule.as_str(), reason = %decision.reason, "Agent RPC: cloud decision; to the origin, family opened");
             hub.open_family(request_id, conversation, Sticky::Cloud, FAMILY_TTL);
             prepared.discard();

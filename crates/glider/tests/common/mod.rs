@@ -147,6 +147,13 @@ pub fn tool_request(model: &str, stream: bool) -> glider_ngl::Request {
 /// The second turn: the call and its result.
 pub fn tool_result_request(model: &str, call_id: &str, stream: bool) -> glider_ngl::Request {
     let mut request = tool_request(model, stream);
+    push_weather_round(&mut request, call_id);
+    request
+}
+
+/// Add one round of the weather loop to `request`: the model's get_weather(Paris) call
+/// `call_id`, and its result.
+pub fn push_weather_round(request: &mut glider_ngl::Request, call_id: &str) {
     request.turns.push(Turn {
         role: Role::Assistant,
         parts: vec![Part::ToolCall {
@@ -164,7 +171,6 @@ pub fn tool_result_request(model: &str, call_id: &str, stream: bool) -> glider_n
             is_error: false,
         }],
     });
-    request
 }
 
 /// The wire body a client of `front` sends for `request`.
@@ -190,6 +196,14 @@ impl Reply {
 
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// A header's value as text (empty when absent or not text).
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
     }
 
     /// Decode as `front` would, streamed or not.

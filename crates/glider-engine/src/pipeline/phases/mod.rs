@@ -1,10 +1,12 @@
 //! The pipeline as named phases, in the spec's order: alias → estimate → route →
-//! compaction (a CLI's compaction answered locally, when the policy says so) → origin
-//! gate → fit → episodes and bounded context → transform → encode → execute → record. Each phase is one type behind [`Phase`]; a new phase (a VRAM gate, hedging,
+//! compaction (a CLI's compaction answered locally, when the policy says so) → budget
+//! (turn budget and loop guard) → origin gate → fit → episodes and bounded context →
+//! transform → encode → execute → record. Each phase is one type behind [`Phase`]; a new phase (a VRAM gate, hedging,
 //! a plugin hook) is one new file here and one line in [`DECIDING`] or [`CARRYING_OUT`].
 
 mod alias;
 mod bounded_context;
+mod budget;
 mod compaction;
 mod encode;
 mod estimate;
@@ -28,6 +30,7 @@ use super::reply::Answered;
 use super::request::Door;
 use super::runtime::Runtime;
 use crate::context::ContextSink;
+use crate::contextkit::ContextKit;
 use crate::events::Tracker;
 use crate::router::RouteDecision;
 use crate::router::sticky::StickyStore;
@@ -39,6 +42,7 @@ pub(crate) static DECIDING: &[&dyn Phase] = &[&alias::Alias, &estimate::Estimate
 /// The phases that carry a decision out; `Engine::complete_prepared` runs them.
 pub(crate) static CARRYING_OUT: &[&dyn Phase] = &[
     &compaction::Compaction,
+    &budget::Budget,
     &origin_gate::OriginGate,
     &fit::Fit,
     &bounded_context::BoundedContext,
@@ -125,6 +129,8 @@ pub(crate) struct Job {
     /// The config, backends and rules this request uses from start to end.
     pub runtime: Arc<Runtime>,
     pub sticky: Arc<StickyStore>,
+    /// Every session's spend (the budget phase counts this request in it).
+    pub kit: Arc<ContextKit>,
     pub tracker: Tracker,
     pub front: Dialect,
     pub door: Door,

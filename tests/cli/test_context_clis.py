@@ -1,0 +1,131 @@
+"""The context graph from a real Claude Code session: several `claude -p` turns joined by
+`--resume`, against glider-mock's scripted model, which makes the CLI `Read` a file,
+`Edit` it and run a `Bash` command for real. `glider context export ID --json` (and the
+dashboard's REST API) must then list exactly that file and that command: through the
+gateway (base URL), and through the MITM proxy (HTTPS_PROXY, the CLI's own host). The
+same for Codex, whose `apply_patch` and `exec_command` the mock makes it run."""
+
+import json
+import subprocess
+import urllib.request
+
+from conftest import _binary, poll, running_glider
+from test_mitm_clis import claude_env, mitm_stack  # noqa: F401  (a fixture)
+from test_real_clis import CONFIG, claude_gateway_env, clean_env, cli, codex_config, run
+
+
+def claude_turns(env, work, model=None):
+    """Three `claude -p` turns in one session (the 2nd and 3rd `--resume` the 1st); the
+    session id and the command the last one ran."""
+    notes = work / "notes.txt"
+    notes.write_text("alpha\n")
+    command = f"cat {notes}"
+    prompts = [
+        ("Read", 'look at the notes [[call:Read {"file_path":"%s"}]]' % notes),
+        ("Edit", 'fix the notes [[call:Edit {"file_path":"%s","old_string":"alpha","new_string":"beta"}]]' % notes),
+        ("Bash", 'show the notes [[call:Bash {"command":"%s","description":"show the notes"}]]' % command),
+    ]
+    session = None
+    for tool, prompt in prompts:
+        args = [cli("claude"), "-p", prompt, "--output-format", "json", "--allowedTools", tool]
+        if model:
+            args += ["--model", model]
+        if session:
+            args += ["--resume", session]
+        code, out, err = run(args, env, work)
+        assert code == 0, f"claude ({tool}) failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+        result = json.loads(out)
+        assert result["is_error"] is False, result
+        # The mock acknowledges the tool's result: the CLI really ran the tool.
+        assert "tool result" in result["result"], (tool, result)
+        session = session or result["session_id"]
+    assert notes.read_text() == "beta\n", "the Edit really happened"
+    return session, str(notes), command
+
+
+def glider_context(home, *args):
+    proc = subprocess.run([_binary("glider"), "context", *args], env=clean_env(home, GLIDER_HOME=str(home)),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def session_with(home, command):
+    """The session (key, export) whose graph shows `command`, once the writer has it."""
+    def find():
+        for line in glider_context(home, "sessions").splitlines()[1:]:
+            key = line.split("\t")[0]
+            export = json.loads(glider_context(home, "export", key, "--json"))
+            if any(c["command"] == command for c in export["graph"]["commands"]):
+                return key, export
+        return None
+    found = poll(find, timeout=20)
+    assert found, glider_context(home, "sessions")
+    return found
+
+
+def assert_exactly_those(export, path, command, ops=("read", "edited")):
+    graph = export["graph"]
+    files = {f["path"]: [c["op"] for c in f["changes"]] for f in graph["files"]}
+    assert files == {path: list(ops)}, graph["files"]
+    commands = [(c["command"], c.get("exit_code")) for c in graph["commands"]]
+    assert [c for c, _ in commands] == [command], graph["commands"]
+    assert all(code in (0, None) for _, code in commands), commands
+    assert not [e for e in graph["errors"] if e.get("closed_ms") is None], graph["errors"]
+
+
+def test_claude_code_sessions_graph_through_the_gateway(tmp_path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    with running_glider(CONFIG) as glider:
+        env = claude_gateway_env(home, glider.match.group(1))
+        session, path, command = claude_turns(env, work)
+        key, export = session_with(glider.home, command)
+        assert key == f"claude-code:{session}", (key, session)
+        assert_exactly_those(export, path, command)
+        # Each `claude -p` turn began an episode with the user's own words as its goal.
+        goals = [e["goal"] or "" for e in export["graph"]["episodes"]]
+        for words in ("look at the notes", "fix the notes", "show the notes"):
+            assert any(words in goal for goal in goals), (words, goals)
+        # The dashboard's REST API shows the same graph.
+        with urllib.request.urlopen(f"{glider.dashboard}/api/context/sessions/{key}") as reply:
+            view = json.load(reply)
+        assert view["graph"]["files"] == export["graph"]["files"]
+        assert view["graph"]["commands"] == export["graph"]["commands"]
+
+
+def test_claude_code_sessions_graph_through_the_mitm_proxy(mitm_stack, tmp_path):  # noqa: F811
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = claude_env(home, HTTPS_PROXY=mitm_stack["proxy"], NODE_EXTRA_CA_CERTS=str(mitm_stack["ca"]))
+    session, path, command = claude_turns(env, work, model="claude-local-1")
+    key, export = session_with(mitm_stack["home"], command)
+    assert key == f"claude-code:{session}", (key, session)
+    assert_exactly_those(export, path, command)
+    steps = [s for e in export["graph"]["episodes"] for s in e["steps"]]
+    assert steps and all(s["door"] == "mitm" for s in steps), steps
+
+
+def test_codex_sessions_graph_through_the_gateway(tmp_path):
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (work / "notes.txt").write_text("alpha\n")
+    patch = "*** Begin Patch\n*** Update File: notes.txt\n@@\n-alpha\n+beta\n*** End Patch\n"
+    command = "echo codex-was-here"
+    prompt = 'fix the notes [[call:apply_patch %s]] then [[call:exec_command {"cmd":"%s"}]]' % (
+        json.dumps(patch), command)
+    with running_glider(CONFIG) as glider:
+        env = codex_config(home, glider.match.group(1))
+        code, out, err = run(
+            [cli("codex"), "exec", "--skip-git-repo-check", "--ephemeral", "--color", "never",
+             "--dangerously-bypass-approvals-and-sandbox", "--json", prompt],
+            env, work,
+        )
+        assert code == 0, f"codex failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+        assert (work / "notes.txt").read_text() == "beta\n", out[-3000:]
+        key, export = session_with(glider.home, command)
+        assert key.startswith("codex:"), key
+        assert_exactly_those(export, "notes.txt", command, ops=["edited"])
