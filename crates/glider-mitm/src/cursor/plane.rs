@@ -325,6 +325,7 @@ impl Mitm {
                 },
                 StreamEvent::Finish {
                     stop_reason: response.stop_reason,
+                    stop_sequence: None,
                     usage: response.usage,
                 },
             ])),
@@ -810,6 +811,7 @@ mod tests {
             text("lo"),
             StreamEvent::Finish {
                 stop_reason: StopReason::EndTurn,
+                stop_sequence: None,
                 usage: Usage {
                     output_tokens: 2,
                     ..Usage::default()
