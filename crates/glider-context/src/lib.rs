@@ -8,6 +8,7 @@
 pub mod event;
 pub mod graph;
 pub mod log;
+pub mod responses;
 mod sink;
 pub mod store;
 pub mod tools;
@@ -20,6 +21,7 @@ use glider_config::ContextConfig;
 
 pub use graph::SessionGraph;
 pub use log::{ContextLog, Counters, LogOptions};
+pub use responses::{ChainError, ResponseStore, StoredResponse};
 pub use store::{Retention, SessionRow, StoreError};
 
 /// How often retention runs while Glider runs (it also runs at start).
@@ -43,6 +45,8 @@ pub fn now_ms() -> u64 {
 pub struct Context {
     log: ContextLog,
     run: u64,
+    /// Stored Responses, in the same database (`None` for a context over a bare log).
+    responses: Option<Arc<ResponseStore>>,
 }
 
 impl Context {
@@ -58,12 +62,24 @@ impl Context {
             retention: retention_of(config),
             retention_every: RETENTION_EVERY,
         })?;
-        Ok(Some(Arc::new(Context::with_log(log))))
+        let responses = ResponseStore::start(&dir(home), config.queue_capacity)?;
+        let mut context = Context::with_log(log);
+        context.responses = Some(Arc::new(responses));
+        Ok(Some(Arc::new(context)))
     }
 
-    /// A context over an already started log.
+    /// A context over an already started log (no stored Responses).
     pub fn with_log(log: ContextLog) -> Context {
-        Context { log, run: now_ms() }
+        Context {
+            log,
+            run: now_ms(),
+            responses: None,
+        }
+    }
+
+    /// The stored Responses, when this context keeps them.
+    pub fn responses(&self) -> Option<&Arc<ResponseStore>> {
+        self.responses.as_ref()
     }
 
     pub fn log(&self) -> &ContextLog {

@@ -50,7 +50,8 @@ pub async fn gateway_with_delegator(
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let router = glider_gateway::router_with(engine.clone(), delegator).expect("gateway routes");
+    let router =
+        glider_gateway::router_with(engine.clone(), delegator, None).expect("gateway routes");
     let server = handle.snapshot().server.clone();
     let drain = glider_sys::listen::Drain::on(
         async {
