@@ -217,6 +217,44 @@ def test_stop_sequence_ends_the_reply(claude, model):
     assert reply.usage.output_tokens < MAX_PREDICT
 
 
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("model", BOTH)
+def test_stop_sequence_is_named(claude, model, stream):
+    # Over the OpenAI-compatible wire llama-server says only `finish_reason: "stop"`:
+    # Glider matches the sequence itself. Over its /v1/messages it names the sequence
+    # (though beside "end_turn", which Glider forwards as the backend's own bytes).
+    kwargs = dict(model=model, max_tokens=MAX_PREDICT, stop_sequences=["e"], extra_body=GREEDY,
+                  messages=[{"role": "user", "content": "Describe the sea in three sentences."}])
+    if stream:
+        with claude.messages.stream(**kwargs) as events:
+            text = "".join(events.text_stream)
+            reply = events.get_final_message()
+    else:
+        reply = claude.messages.create(**kwargs)
+        text = "".join(block.text for block in reply.content if block.type == "text")
+    assert "e" not in text
+    assert reply.stop_sequence == "e", reply
+    if model == VIA_OPENAI:
+        assert reply.stop_reason == "stop_sequence", reply
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("model", BOTH)
+def test_stop_sequence_ends_an_openai_reply(gpt, model, stream):
+    kwargs = dict(model=model, max_tokens=MAX_PREDICT, stop=["e"], temperature=0,
+                  messages=[{"role": "user", "content": "Describe the sea in three sentences."}])
+    if stream:
+        chunks = list(gpt.chat.completions.create(stream=True, **kwargs))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    else:
+        reply = gpt.chat.completions.create(**kwargs)
+        text = reply.choices[0].message.content or ""
+        finish = [reply.choices[0].finish_reason]
+    assert "e" not in text
+    assert finish == ["stop"]
+
+
 @pytest.mark.parametrize("model", BOTH)
 def test_count_tokens(claude, model):
     short = claude.messages.count_tokens(model=model, messages=[{"role": "user", "content": "hi"}])

@@ -12,6 +12,7 @@ pub mod graph;
 pub mod live;
 pub mod log;
 pub mod record;
+pub mod responses;
 mod sink;
 pub mod store;
 pub mod tools;
@@ -25,6 +26,7 @@ use glider_config::ContextConfig;
 pub use graph::SessionGraph;
 pub use log::{ContextLog, Counters, LogOptions};
 pub use record::ContinuityRecord;
+pub use responses::{ChainError, ResponseStore, StoredResponse};
 pub use store::{Retention, SessionRow, StoreError};
 
 /// How often retention runs while Glider runs (it also runs at start).
@@ -49,6 +51,8 @@ pub struct Context {
     log: ContextLog,
     run: u64,
     record_max_tokens: u64,
+    /// Stored Responses, in the same database (`None` for a context over a bare log).
+    responses: Option<Arc<ResponseStore>>,
 }
 
 impl Context {
@@ -65,17 +69,20 @@ impl Context {
             retention_every: RETENTION_EVERY,
             record_max_tokens: config.record_max_tokens,
         })?;
+        let responses = ResponseStore::start(&dir(home), config.queue_capacity)?;
         let mut context = Context::with_log(log);
         context.record_max_tokens = config.record_max_tokens;
+        context.responses = Some(Arc::new(responses));
         Ok(Some(Arc::new(context)))
     }
 
-    /// A context over an already started log.
+    /// A context over an already started log (no stored Responses).
     pub fn with_log(log: ContextLog) -> Context {
         Context {
             log,
             run: now_ms(),
             record_max_tokens: ContextConfig::default().record_max_tokens,
+            responses: None,
         }
     }
 
@@ -85,6 +92,11 @@ impl Context {
             Reader::new(self.log.dir().to_path_buf()).with_record_budget(self.record_max_tokens);
         reader.live = Some(self.log.records_handle());
         reader
+    }
+
+    /// The stored Responses, when this context keeps them.
+    pub fn responses(&self) -> Option<&Arc<ResponseStore>> {
+        self.responses.as_ref()
     }
 
     pub fn log(&self) -> &ContextLog {

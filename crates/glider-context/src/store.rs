@@ -27,6 +27,15 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX events_by_session ON events(session, id);
     CREATE INDEX events_by_time ON events(at_ms);",
+    // 2: stored Responses (`previous_response_id`, `GET /v1/responses/{id}`).
+    "CREATE TABLE responses (
+        id       TEXT PRIMARY KEY,
+        at_ms    INTEGER NOT NULL,
+        previous TEXT,
+        input    TEXT NOT NULL,
+        response TEXT NOT NULL
+    );
+    CREATE INDEX responses_by_time ON responses(at_ms);",
 ];
 
 /// Why the store could not be used.
@@ -320,7 +329,19 @@ pub fn apply_retention(
         }
         deleted += gone;
     }
+    deleted += retain_responses(conn, cutoff)?;
     Ok(deleted)
+}
+
+/// Stored responses follow the events' retention: none older than `cutoff`, nor older
+/// than the oldest event size retention left. Logged as a `responses` retention event.
+fn retain_responses(conn: &mut Connection, cutoff: u64) -> Result<u64, StoreError> {
+    let oldest_event: Option<i64> =
+        conn.query_row("SELECT MIN(at_ms) FROM events", [], |r| r.get(0))?;
+    let before = oldest_event.map_or(cutoff, |oldest| cutoff.max(oldest as u64));
+    delete_logged(conn, "responses", before, |tx| {
+        Ok(tx.execute("DELETE FROM responses WHERE at_ms < ?1", [before as i64])? as u64)
+    })
 }
 
 /// Run `delete` and, when it deleted anything, log a retention event in the same

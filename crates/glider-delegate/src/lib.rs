@@ -435,6 +435,7 @@ pub(crate) fn note_events(model: &str, text: String) -> [StreamEvent; 5] {
         StreamEvent::PartStop { index: 0 },
         StreamEvent::Finish {
             stop_reason: StopReason::EndTurn,
+            stop_sequence: None,
             usage: Usage::default(),
         },
     ]

@@ -544,6 +544,7 @@ impl Run {
         self.pending.push_back(StreamEvent::PartStop { index: 0 });
         self.pending.push_back(StreamEvent::Finish {
             stop_reason,
+            stop_sequence: None,
             usage: Usage::default(),
         });
         self.done = true;

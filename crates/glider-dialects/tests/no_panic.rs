@@ -29,6 +29,7 @@ fn response() -> Response {
             },
         ],
         stop_reason: StopReason::ToolUse,
+        stop_sequence: None,
         usage: Usage {
             input_tokens: 12,
             output_tokens: 89,

@@ -3,6 +3,7 @@
 //! error in the caller's own dialect with its status decided by `ErrorKind::status`.
 
 pub mod access;
+mod stateful;
 
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
+use glider_context::ResponseStore;
 use glider_door::{Door, DoorSequence, Outcome};
 use glider_engine::Engine;
 use glider_ngl::{ApiError, Dialect, ErrorKind};
@@ -26,22 +28,29 @@ struct Gateway {
     engine: Arc<Engine>,
     /// Takes `/claude`, `/cursor-agent` and `/agy` messages before the pipeline.
     delegator: Arc<glider_delegate::Delegator>,
+    /// Stored Responses (`previous_response_id`, `/v1/responses/{id}`); `None` when
+    /// the context store is off.
+    responses: Option<Arc<ResponseStore>>,
 }
 
-/// The gateway's routes over `engine`, with a delegate handler of its own.
+/// The gateway's routes over `engine`, with a delegate handler of its own and no
+/// stored Responses.
 pub fn router(engine: Arc<Engine>) -> Result<Router, String> {
-    router_with(engine, Arc::new(glider_delegate::Delegator::new()))
+    router_with(engine, Arc::new(glider_delegate::Delegator::new()), None)
 }
 
 /// The gateway's routes over `engine`, delegating through `delegator` (shared with
 /// whoever else must see it, e.g. the binary that records delegate PIDs in runstate),
-/// behind the [`access`] rules of the config's `server.gateway_token`.
+/// behind the [`access`] rules of the config's `server.gateway_token`. `responses`
+/// is the context store's stored Responses (`None` with `context.enabled: false`:
+/// `previous_response_id` and `/v1/responses/{id}` then answer a typed 400).
 ///
 /// A token whose variable is unset is an error: the gateway must not open up because
 /// an environment variable went missing.
 pub fn router_with(
     engine: Arc<Engine>,
     delegator: Arc<glider_delegate::Delegator>,
+    responses: Option<Arc<ResponseStore>>,
 ) -> Result<Router, String> {
     let access = access::Access {
         token: match &engine.runtime().config.server.gateway_token {
@@ -53,17 +62,23 @@ pub fn router_with(
             None => None,
         },
     };
-    Ok(
-        routes(engine, delegator)
-            .layer(axum::middleware::from_fn_with_state(access, access::guard)),
-    )
+    Ok(routes(Gateway {
+        engine,
+        delegator,
+        responses,
+    })
+    .layer(axum::middleware::from_fn_with_state(access, access::guard)))
 }
 
-fn routes(engine: Arc<Engine>, delegator: Arc<glider_delegate::Delegator>) -> Router {
+fn routes(gateway: Gateway) -> Router {
     Router::new()
         .route("/", get(root).head(root))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/responses", post(responses))
+        .route(
+            "/v1/responses/{id}",
+            get(retrieve_response).delete(delete_response),
+        )
         .route("/v1/messages", post(messages))
         .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
@@ -73,7 +88,7 @@ fn routes(engine: Arc<Engine>, delegator: Arc<glider_delegate::Delegator>) -> Ro
         .route("/api/tags", get(ollama_tags))
         .route("/api/version", get(ollama_version))
         .fallback(not_found)
-        .with_state(Gateway { engine, delegator })
+        .with_state(gateway)
 }
 
 /// Serve the gateway on `listener` until `shutdown` resolves, under the config's
@@ -111,8 +126,45 @@ async fn chat_completions(State(gw): State<Gateway>, request: Request) -> Respon
     complete(gw, Dialect::OpenAiChat, request).await
 }
 
+/// A Responses request: its `previous_response_id` expanded from the store, and its
+/// reply stored unless it says `store: false` (see [`stateful`]).
 async fn responses(State(gw): State<Gateway>, request: Request) -> Response {
-    complete(gw, Dialect::OpenAiResponses, request).await
+    let front = Dialect::OpenAiResponses;
+    let cutoff = request.extensions().get::<Cutoff>().cloned();
+    let (headers, body) = match read_body(&gw, front, request).await {
+        Ok(read) => read,
+        Err(response) => return response,
+    };
+    let prepared = match stateful::prepare(gw.responses.as_ref(), body) {
+        Ok(prepared) => prepared,
+        Err(error) => return error_response(front, &error),
+    };
+    let answer = Door::Gateway.answer(
+        &gw.engine,
+        Some(&gw.delegator),
+        front,
+        headers,
+        prepared.body,
+    );
+    let response = render::by_deadline(front, cutoff, render_outcome(front, answer)).await;
+    match prepared.store {
+        Some(to_store) => stateful::storing(to_store, response).await,
+        None => response,
+    }
+}
+
+async fn retrieve_response(
+    State(gw): State<Gateway>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    stateful::retrieve(gw.responses.clone(), id).await
+}
+
+async fn delete_response(
+    State(gw): State<Gateway>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    stateful::delete(gw.responses.clone(), id).await
 }
 
 async fn messages(State(gw): State<Gateway>, request: Request) -> Response {

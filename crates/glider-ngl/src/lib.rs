@@ -337,6 +337,11 @@ pub struct Response {
     /// Assistant parts in order: thinking, text, tool calls.
     pub parts: Vec<Part>,
     pub stop_reason: StopReason,
+    /// The client's stop sequence the reply ended on, when `stop_reason` is
+    /// `StopSequence` and it is known (Anthropic `stop_sequence`, vLLM `stop_reason`, or
+    /// Glider's own match).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_sequence: Option<String>,
     pub usage: Usage,
 }
 

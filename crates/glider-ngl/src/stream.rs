@@ -58,6 +58,9 @@ pub enum StreamEvent {
     /// Last event of a good stream; `usage` is the final, cumulative count.
     Finish {
         stop_reason: StopReason,
+        /// The stop sequence matched, when `stop_reason` is `StopSequence` and known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stop_sequence: Option<String>,
         usage: Usage,
     },
     /// The stream failed after it started; the encoder renders it in the client dialect.
@@ -74,6 +77,7 @@ pub struct ResponseBuilder {
     model: String,
     parts: Vec<PartAccumulator>,
     stop_reason: Option<StopReason>,
+    stop_sequence: Option<String>,
     usage: Usage,
     error: Option<ApiError>,
 }
@@ -138,8 +142,13 @@ impl ResponseBuilder {
                 }
             }
             StreamEvent::PartStop { .. } => {}
-            StreamEvent::Finish { stop_reason, usage } => {
+            StreamEvent::Finish {
+                stop_reason,
+                stop_sequence,
+                usage,
+            } => {
                 self.stop_reason = Some(*stop_reason);
+                self.stop_sequence = stop_sequence.clone();
                 self.usage.merge(usage);
             }
             StreamEvent::Error { error } => self.error = Some(error.clone()),
@@ -180,6 +189,7 @@ impl ResponseBuilder {
             model: self.model,
             parts,
             stop_reason,
+            stop_sequence: self.stop_sequence,
             usage: self.usage,
         })
     }
@@ -262,6 +272,7 @@ pub fn events_of(response: &Response) -> Vec<StreamEvent> {
     }
     events.push(StreamEvent::Finish {
         stop_reason: response.stop_reason,
+        stop_sequence: response.stop_sequence.clone(),
         usage: response.usage,
     });
     events
@@ -290,6 +301,7 @@ mod tests {
                 },
             ],
             stop_reason: StopReason::ToolUse,
+            stop_sequence: None,
             usage: Usage {
                 input_tokens: 10,
                 output_tokens: 5,

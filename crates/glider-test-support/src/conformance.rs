@@ -157,6 +157,7 @@ pub fn response(parts: Vec<Part>, stop_reason: StopReason) -> Response {
         model: MODEL.into(),
         parts,
         stop_reason,
+        stop_sequence: None,
         usage: Usage {
             input_tokens: 12,
             output_tokens: 7,

@@ -319,6 +319,7 @@ async fn serve_recorded(
     let gateway = serve::start_gateway(
         &engine,
         &delegator,
+        context.as_ref().and_then(|c| c.responses().cloned()),
         &snapshot,
         config_path.as_deref(),
         &home,

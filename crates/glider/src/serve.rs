@@ -156,16 +156,18 @@ pub struct Listening<F> {
 }
 
 /// The gateway: build its router, warn when it is open to other machines without a
-/// token, listen on `server.proxy_port`, and say so.
+/// token, listen on `server.proxy_port`, and say so. `responses`: the context store's
+/// stored Responses, when it runs.
 pub async fn start_gateway(
     engine: &Arc<Engine>,
     delegator: &Arc<glider_delegate::Delegator>,
+    responses: Option<Arc<glider_context::ResponseStore>>,
     snapshot: &Config,
     config_path: Option<&Path>,
     home: &Path,
     drain: &Drain,
 ) -> anyhow::Result<Listening<impl Future<Output = std::io::Result<()>> + use<>>> {
-    let router = glider_gateway::router_with(engine.clone(), delegator.clone())
+    let router = glider_gateway::router_with(engine.clone(), delegator.clone(), responses)
         .map_err(anyhow::Error::msg)?;
     if !snapshot.server.is_loopback() && snapshot.server.gateway_token.is_none() {
         tracing::warn!(

@@ -21,6 +21,7 @@ pub(super) fn expected_response() -> Response {
             },
         ],
         stop_reason: StopReason::ToolUse,
+        stop_sequence: None,
         usage: Usage {
             input_tokens: 12,
             output_tokens: 89,

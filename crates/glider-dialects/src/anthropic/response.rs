@@ -34,14 +34,14 @@ pub(super) fn decode_response(body: &[u8]) -> Result<Response, ApiError> {
             parts.push(part);
         }
     }
+    let (stop_reason, stop_sequence) =
+        decode_stop(obj.get("stop_reason"), obj.get("stop_sequence"));
     Ok(Response {
         id: str_field(obj, "id").unwrap_or_default().to_owned(),
         model: str_field(obj, "model").unwrap_or_default().to_owned(),
         parts,
-        stop_reason: obj
-            .get("stop_reason")
-            .and_then(Value::as_str)
-            .map_or(StopReason::EndTurn, decode_stop_reason),
+        stop_reason,
+        stop_sequence,
         usage: obj.get("usage").map(decode_usage).unwrap_or_default(),
     })
 }
@@ -79,6 +79,36 @@ fn decode_reply_block(block: &Value) -> Result<Option<Part>, String> {
         Some(_) => None,
         None => return Err("missing `type`".into()),
     })
+}
+
+/// `stop_reason` with the `stop_sequence` beside it. A named sequence wins over an
+/// `end_turn`: llama-server's `/v1/messages` reports a stop sequence as
+/// `"stop_reason": "end_turn", "stop_sequence": "<it>"`.
+pub(super) fn decode_stop(
+    reason: Option<&Value>,
+    sequence: Option<&Value>,
+) -> (StopReason, Option<String>) {
+    let reason = reason
+        .and_then(Value::as_str)
+        .map_or(StopReason::EndTurn, decode_stop_reason);
+    let sequence = sequence
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+    match (reason, sequence) {
+        (StopReason::EndTurn | StopReason::StopSequence, Some(sequence)) => {
+            (StopReason::StopSequence, Some(sequence))
+        }
+        (reason, _) => (reason, None),
+    }
+}
+
+/// The `stop_sequence` field of a reply: the sequence when it stopped on one.
+pub(super) fn stop_sequence_value(reason: StopReason, sequence: Option<&str>) -> Value {
+    match (reason, sequence) {
+        (StopReason::StopSequence, Some(sequence)) => Value::String(sequence.to_owned()),
+        _ => Value::Null,
+    }
 }
 
 pub(super) fn decode_stop_reason(reason: &str) -> StopReason {
@@ -181,7 +211,7 @@ pub(super) fn encode_response(resp: &Response) -> Value {
         "model": resp.model,
         "content": content,
         "stop_reason": stop_reason_str(resp.stop_reason, has_tool_calls),
-        "stop_sequence": null,
+        "stop_sequence": stop_sequence_value(resp.stop_reason, resp.stop_sequence.as_deref()),
         "usage": usage_value(&resp.usage),
     })
 }
@@ -275,6 +305,7 @@ mod tests {
                 },
             ],
             stop_reason: StopReason::EndTurn,
+            stop_sequence: None,
             usage: Usage::default(),
         };
         let body = Anthropic.encode_response(&resp);
@@ -299,6 +330,36 @@ mod tests {
         assert_eq!(
             Anthropic.encode_response(&filtered)["stop_reason"],
             json!("refusal")
+        );
+    }
+
+    #[test]
+    fn a_stop_sequence_is_decoded_and_encoded_by_name() {
+        let reply = |reason: &str| {
+            json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                "content": [{"type": "text", "text": "Writ"}],
+                "stop_reason": reason, "stop_sequence": "e",
+                "usage": {"input_tokens": 5, "output_tokens": 1}})
+            .to_string()
+        };
+        // Anthropic's own shape, and llama-server's, which says end_turn beside the name.
+        for reason in ["stop_sequence", "end_turn"] {
+            let resp = Anthropic
+                .decode_response(reply(reason).as_bytes())
+                .expect("valid");
+            assert_eq!(resp.stop_reason, StopReason::StopSequence, "{reason}");
+            assert_eq!(resp.stop_sequence.as_deref(), Some("e"), "{reason}");
+            let body = Anthropic.encode_response(&resp);
+            assert_eq!(body["stop_reason"], "stop_sequence");
+            assert_eq!(body["stop_sequence"], "e");
+        }
+        let capped = Anthropic
+            .decode_response(reply("max_tokens").as_bytes())
+            .expect("valid");
+        assert_eq!(capped.stop_reason, StopReason::MaxTokens);
+        assert_eq!(
+            capped.stop_sequence, None,
+            "a name only beside a stop on it"
         );
     }
 

@@ -8,7 +8,9 @@ use glider_ngl::{ApiError, StopReason, StreamEvent, Usage};
 use serde_json::{Value, json};
 
 use super::error::{encode_error, error_from_json};
-use super::response::{decode_stop_reason, decode_usage, message_id, stop_reason_str, usage_value};
+use super::response::{
+    decode_stop, decode_usage, message_id, stop_reason_str, stop_sequence_value, usage_value,
+};
 use crate::framing::{SseEvent, SseParser, finished, refused, write_sse_json};
 use crate::json::bad_gateway;
 use crate::{StreamDecoder, StreamEncoder};
@@ -27,6 +29,7 @@ pub(super) struct AnthropicStreamDecoder {
     next_index: usize,
     usage: Usage,
     stop_reason: Option<StopReason>,
+    stop_sequence: Option<String>,
 }
 
 impl AnthropicStreamDecoder {
@@ -187,12 +190,13 @@ impl AnthropicStreamDecoder {
             }
             "message_delta" => {
                 self.ensure_started(out);
-                if let Some(reason) = data
-                    .get("delta")
-                    .and_then(|d| d.get("stop_reason"))
-                    .and_then(Value::as_str)
-                {
-                    self.stop_reason = Some(decode_stop_reason(reason));
+                let delta = data.get("delta");
+                let reason = delta.and_then(|d| d.get("stop_reason"));
+                if reason.is_some_and(Value::is_string) {
+                    let (reason, sequence) =
+                        decode_stop(reason, delta.and_then(|d| d.get("stop_sequence")));
+                    self.stop_reason = Some(reason);
+                    self.stop_sequence = sequence;
                 }
                 if let Some(usage) = data.get("usage") {
                     self.usage.merge(&decode_usage(usage));
@@ -203,6 +207,7 @@ impl AnthropicStreamDecoder {
                 self.close_open(out);
                 out.push(StreamEvent::Finish {
                     stop_reason: self.stop_reason.unwrap_or(StopReason::EndTurn),
+                    stop_sequence: self.stop_sequence.take(),
                     usage: self.usage,
                 });
                 self.done = true;
@@ -373,7 +378,11 @@ impl StreamEncoder for AnthropicStreamEncoder {
                     self.stop_open(out);
                 }
             }
-            StreamEvent::Finish { stop_reason, usage } => {
+            StreamEvent::Finish {
+                stop_reason,
+                stop_sequence,
+                usage,
+            } => {
                 self.stop_open(out);
                 write_sse_json(
                     out,
@@ -382,7 +391,7 @@ impl StreamEncoder for AnthropicStreamEncoder {
                         "type": "message_delta",
                         "delta": {
                             "stop_reason": stop_reason_str(*stop_reason, self.saw_tool_call),
-                            "stop_sequence": null,
+                            "stop_sequence": stop_sequence_value(*stop_reason, stop_sequence.as_deref()),
                         },
                         "usage": usage_value(usage),
                     }),
@@ -531,6 +540,7 @@ data: {\"type\":\"message_stop\"}\n\
             E::PartStop { index: 2 },
             E::Finish {
                 stop_reason: StopReason::ToolUse,
+                stop_sequence: None,
                 usage: Usage {
                     input_tokens: 12,
                     output_tokens: 89,
@@ -650,6 +660,7 @@ data: {\"type\":\"message_stop\"}\n\
                 E::PartStop { index: 1 },
                 E::Finish {
                     stop_reason: StopReason::EndTurn,
+                    stop_sequence: None,
                     usage: Usage {
                         input_tokens: 10682,
                         output_tokens: 510,
@@ -846,6 +857,35 @@ data: {\"type\":\"message_stop\"}\n\
     }
 
     #[test]
+    fn a_stop_sequence_streams_by_name_both_ways() {
+        let response = Response {
+            id: "msg_1".into(),
+            model: "m".into(),
+            parts: vec![Part::text("Writ")],
+            stop_reason: StopReason::StopSequence,
+            stop_sequence: Some("e".into()),
+            usage: Usage::default(),
+        };
+        let mut encoder = Anthropic.stream_encoder();
+        let mut out = Vec::new();
+        for event in events_of(&response) {
+            encoder.encode(&event, &mut out);
+        }
+        let text = String::from_utf8(out.clone()).expect("utf-8");
+        assert!(
+            text.contains(r#""stop_reason":"stop_sequence","stop_sequence":"e""#),
+            "{text}"
+        );
+        let mut builder = ResponseBuilder::new();
+        for event in decode_stream(&[&out]) {
+            builder.push(&event);
+        }
+        let back = builder.finish().expect("complete");
+        assert_eq!(back.stop_sequence.as_deref(), Some("e"));
+        assert_eq!(back.stop_reason, StopReason::StopSequence);
+    }
+
+    #[test]
     fn stream_encoder_writes_errors_and_stops() {
         let mut encoder = Anthropic.stream_encoder();
         let mut out = Vec::new();
@@ -873,6 +913,7 @@ data: {\"type\":\"message_stop\"}\n\
         encoder.encode(
             &E::Finish {
                 stop_reason: StopReason::EndTurn,
+                stop_sequence: None,
                 usage: Usage::default(),
             },
             &mut out,
@@ -909,6 +950,7 @@ data: {\"type\":\"message_stop\"}\n\
             E::PartStop { index: 0 },
             E::Finish {
                 stop_reason: StopReason::EndTurn,
+                stop_sequence: None,
                 usage: Usage {
                     input_tokens: 5,
                     output_tokens: 7,

@@ -180,6 +180,7 @@ pub(super) fn decode_response(body: &[u8]) -> Result<Response, ApiError> {
             .to_owned(),
         parts,
         stop_reason,
+        stop_sequence: None,
         usage: Usage {
             input_tokens: count(&value, "prompt_eval_count"),
             output_tokens: count(&value, "eval_count"),
@@ -330,6 +331,7 @@ mod tests {
                 call("toolu_2", "bash", json!({"cmd": "pwd"})),
             ],
             stop_reason: StopReason::ToolUse,
+            stop_sequence: None,
             usage: Usage {
                 input_tokens: 12,
                 output_tokens: 30,

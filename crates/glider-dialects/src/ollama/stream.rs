@@ -139,6 +139,9 @@ impl OllamaStreamDecoder {
                     chunk.get("done_reason").and_then(Value::as_str),
                     self.tool_calls > 0,
                 ),
+                // Ollama never says which sequence stopped it (`done_reason: "stop"`
+                // is an end of turn too): Glider matches stop sequences itself.
+                stop_sequence: None,
                 usage: Usage {
                     input_tokens: count(&chunk, "prompt_eval_count"),
                     output_tokens: count(&chunk, "eval_count"),
@@ -263,7 +266,9 @@ impl StreamEncoder for OllamaStreamEncoder {
                     );
                 }
             }
-            StreamEvent::Finish { stop_reason, usage } => {
+            StreamEvent::Finish {
+                stop_reason, usage, ..
+            } => {
                 let mut total = self.start_usage;
                 total.merge(usage);
                 let mut body = self.head(json!({"role": "assistant", "content": ""}));
@@ -344,6 +349,7 @@ mod tests {
                 StreamEvent::PartStop { index: 1 },
                 StreamEvent::Finish {
                     stop_reason: StopReason::EndTurn,
+                    stop_sequence: None,
                     usage: Usage {
                         input_tokens: 26,
                         output_tokens: 282,
@@ -402,6 +408,7 @@ mod tests {
             StreamEvent::PartStop { index: 2 },
             StreamEvent::Finish {
                 stop_reason: StopReason::ToolUse,
+                stop_sequence: None,
                 usage: Usage {
                     input_tokens: 90,
                     output_tokens: 25,
@@ -515,6 +522,7 @@ mod tests {
             StreamEvent::PartStop { index: 2 },
             StreamEvent::Finish {
                 stop_reason: StopReason::ToolUse,
+                stop_sequence: None,
                 usage: Usage {
                     output_tokens: 17,
                     ..Usage::default()
@@ -568,6 +576,7 @@ mod tests {
                 call("c1", "f", json!({"a": [1, 2]})),
             ],
             stop_reason: StopReason::ToolUse,
+            stop_sequence: None,
             usage: Usage {
                 input_tokens: 3,
                 output_tokens: 4,
@@ -599,6 +608,7 @@ mod tests {
             },
             StreamEvent::Finish {
                 stop_reason: StopReason::EndTurn,
+                stop_sequence: None,
                 usage: Usage::default(),
             },
         ];

@@ -156,12 +156,17 @@ pub(super) fn decode_response(body: &[u8]) -> Result<Response, ApiError> {
             has_calls = true;
         }
     }
-    let stop_sequence = choice.get("stop_reason").is_some_and(Value::is_string);
+    // vLLM names the stop string that matched in `stop_reason` (a token id there is
+    // an end-of-sequence token, not a client's stop sequence).
+    let stop_sequence = choice.get("stop_reason").and_then(Value::as_str);
     let stop_reason = decode_finish(
         choice.get("finish_reason").and_then(Value::as_str),
-        stop_sequence,
+        stop_sequence.is_some(),
         has_calls,
     );
+    let stop_sequence = stop_sequence
+        .filter(|_| stop_reason == StopReason::StopSequence)
+        .map(str::to_owned);
     let str_of = |key: &str| {
         value
             .get(key)
@@ -174,6 +179,7 @@ pub(super) fn decode_response(body: &[u8]) -> Result<Response, ApiError> {
         model: str_of("model"),
         parts,
         stop_reason,
+        stop_sequence,
         usage: value.get("usage").map(decode_usage).unwrap_or_default(),
     })
 }
@@ -333,6 +339,10 @@ mod tests {
             reason("stop", json!({"stop_reason": 128009})),
             StopReason::EndTurn
         );
+        let named = OpenAiChat
+            .decode_response(body("stop", json!({"stop_reason": "###"})).as_bytes())
+            .expect("valid");
+        assert_eq!(named.stop_sequence.as_deref(), Some("###"), "vLLM names it");
         assert_eq!(reason("length", json!({})), StopReason::MaxTokens);
         assert_eq!(reason("tool_calls", json!({})), StopReason::ToolUse);
         assert_eq!(
@@ -390,6 +400,7 @@ mod tests {
                 read_call("toolu_9", "x.rs"),
             ],
             stop_reason: StopReason::ToolUse,
+            stop_sequence: None,
             usage: Usage {
                 input_tokens: 10,
                 output_tokens: 7,
@@ -444,6 +455,7 @@ mod tests {
                 model: "m".into(),
                 parts: vec![Part::text("hi")],
                 stop_reason: reason,
+                stop_sequence: None,
                 usage: Usage::default(),
             };
             let body = OpenAiChat.encode_response(&plain);

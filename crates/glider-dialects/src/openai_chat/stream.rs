@@ -2,7 +2,7 @@
 //! and the client encoder.
 
 use glider_ngl::stream::PartKind;
-use glider_ngl::{ApiError, StreamEvent, Usage};
+use glider_ngl::{ApiError, StopReason, StreamEvent, Usage};
 use serde_json::{Value, json};
 
 use super::error::{error_fields, error_object};
@@ -35,7 +35,8 @@ pub(super) struct ChatStreamDecoder {
     next_index: usize,
     seen_wire: Vec<u64>,
     finish_reason: Option<String>,
-    stop_sequence: bool,
+    /// vLLM's `stop_reason` string: the stop sequence that matched.
+    stop_sequence: Option<String>,
     saw_tool_calls: bool,
     usage: Usage,
 }
@@ -133,11 +134,15 @@ impl ChatStreamDecoder {
         self.close(out);
         let stop_reason = decode_finish(
             self.finish_reason.as_deref(),
-            self.stop_sequence,
+            self.stop_sequence.is_some(),
             self.saw_tool_calls,
         );
         out.push(StreamEvent::Finish {
             stop_reason,
+            stop_sequence: self
+                .stop_sequence
+                .take()
+                .filter(|_| stop_reason == StopReason::StopSequence),
             usage: self.usage,
         });
         self.ended = true;
@@ -228,8 +233,8 @@ impl ChatStreamDecoder {
             }
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
                 self.finish_reason = Some(reason.to_owned());
-                if choice.get("stop_reason").is_some_and(Value::is_string) {
-                    self.stop_sequence = true;
+                if let Some(sequence) = choice.get("stop_reason").and_then(Value::as_str) {
+                    self.stop_sequence = Some(sequence.to_owned());
                 }
             }
         }
@@ -357,7 +362,9 @@ impl StreamEncoder for ChatStreamEncoder {
                 }
             }
             StreamEvent::PartStop { .. } => self.current_tool = None,
-            StreamEvent::Finish { stop_reason, usage } => {
+            StreamEvent::Finish {
+                stop_reason, usage, ..
+            } => {
                 write_sse_json(
                     out,
                     None,
@@ -444,6 +451,7 @@ mod tests {
                 StreamEvent::PartStop { index: 0 },
                 StreamEvent::Finish {
                     stop_reason: StopReason::EndTurn,
+                    stop_sequence: None,
                     usage: Usage {
                         input_tokens: 19,
                         output_tokens: 10,
@@ -528,6 +536,7 @@ mod tests {
             StreamEvent::PartStop { index: 3 },
             StreamEvent::Finish {
                 stop_reason: StopReason::ToolUse,
+                stop_sequence: None,
                 usage: Usage {
                     input_tokens: 20,
                     output_tokens: 48,
@@ -742,6 +751,7 @@ mod tests {
                 read_call("c1", "a"),
             ],
             stop_reason: StopReason::ToolUse,
+            stop_sequence: None,
             usage: Usage {
                 input_tokens: 3,
                 output_tokens: 4,
@@ -777,6 +787,7 @@ mod tests {
             },
             StreamEvent::Finish {
                 stop_reason: StopReason::EndTurn,
+                stop_sequence: None,
                 usage: Usage::default(),
             },
         ];

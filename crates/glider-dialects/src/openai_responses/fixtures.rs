@@ -38,6 +38,7 @@ pub(super) fn sample_response() -> Response {
             },
         ],
         stop_reason: StopReason::ToolUse,
+        stop_sequence: None,
         usage: Usage {
             input_tokens: 100,
             output_tokens: 50,

@@ -207,6 +207,7 @@ pub(super) fn decode_response(body: &[u8]) -> Result<Response, ApiError> {
         model: str_field(&value, "model").unwrap_or_default().to_owned(),
         parts,
         stop_reason,
+        stop_sequence: None,
         usage: value.get("usage").map(decode_usage).unwrap_or_default(),
     })
 }
@@ -369,6 +370,7 @@ mod tests {
                 text("ok"),
             ],
             stop_reason: StopReason::EndTurn,
+            stop_sequence: None,
             usage: Usage::default(),
         };
         let body = codec().encode_response(&resp);

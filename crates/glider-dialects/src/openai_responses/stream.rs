@@ -262,6 +262,7 @@ impl ResponsesStreamDecoder {
         };
         out.push(StreamEvent::Finish {
             stop_reason,
+            stop_sequence: None,
             usage: response.get("usage").map(decode_usage).unwrap_or_default(),
         });
         self.terminated = true;
@@ -891,7 +892,9 @@ impl StreamEncoder for ResponsesStreamEncoder {
             }
             StreamEvent::ToolArgsDelta { json, .. } => self.tool_delta(out, json),
             StreamEvent::PartStop { .. } => self.close(out),
-            StreamEvent::Finish { stop_reason, usage } => self.finish(out, *stop_reason, usage),
+            StreamEvent::Finish {
+                stop_reason, usage, ..
+            } => self.finish(out, *stop_reason, usage),
             StreamEvent::Error { error } => self.error(out, error),
         }
     }
@@ -1096,6 +1099,7 @@ mod tests {
             StreamEvent::PartStop { index: 2 },
             StreamEvent::Finish {
                 stop_reason: StopReason::ToolUse,
+                stop_sequence: None,
                 usage: Usage {
                     input_tokens: 200,
                     output_tokens: 80,
@@ -1436,6 +1440,7 @@ mod tests {
             StreamEvent::PartStop { index: 3 },
             StreamEvent::Finish {
                 stop_reason: StopReason::ToolUse,
+                stop_sequence: None,
                 usage: Usage::default(),
             },
         ]);
@@ -1492,6 +1497,7 @@ mod tests {
         // Anything after an error is ignored.
         events.push(StreamEvent::Finish {
             stop_reason: StopReason::EndTurn,
+            stop_sequence: None,
             usage: Usage::default(),
         });
         let wire = encode_events(&events);

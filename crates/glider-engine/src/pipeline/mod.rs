@@ -11,6 +11,7 @@ mod probes;
 mod reply;
 mod request;
 mod runtime;
+mod stops;
 mod upstream;
 
 use std::sync::{Arc, OnceLock};

@@ -9,6 +9,8 @@ use glider_dialects::codec;
 use glider_ngl::{Dialect, Request, Role, Turn};
 use http::HeaderMap;
 
+use super::stops;
+
 /// The request for `candidate`. `body` is the client's body (routing flag stripped),
 /// absent when the request was built as ngl; `adapted` is the request as bounding and
 /// the transform left it for this candidate, if they changed it.
@@ -22,6 +24,7 @@ pub(crate) fn for_candidate(
 ) -> UpstreamRequest {
     let backend = &candidate.backend;
     let dialect = backend.dialect_for(front);
+    let glider_stops = stops::applied_by_glider(front, request, backend);
     let body = match (adapted, body) {
         (None, Some(body)) if dialect == front => {
             rewrite_model(body, &request.model, &candidate.model)
@@ -32,13 +35,19 @@ pub(crate) fn for_candidate(
             if backend.kind().is_local() {
                 hoist_system_turns(&mut adapted.turns);
             }
+            if glider_stops {
+                // The backend would cut the sequence out unseen; Glider matches it on
+                // the reply, streamed so that the request can end at the match.
+                adapted.stop.clear();
+                adapted.stream = true;
+            }
             Bytes::from(codec(dialect).encode_request(&adapted).to_string())
         }
     };
     UpstreamRequest {
         dialect,
         body,
-        stream: request.stream,
+        stream: request.stream || glider_stops,
         headers: forward_headers(headers, backend),
     }
 }

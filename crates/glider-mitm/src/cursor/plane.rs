@@ -335,6 +335,7 @@ impl Mitm {
                 },
                 StreamEvent::Finish {
                     stop_reason: response.stop_reason,
+                    stop_sequence: None,
                     usage: response.usage,
                 },
             ])),
@@ -820,6 +821,7 @@ mod tests {
             text("lo"),
             StreamEvent::Finish {
                 stop_reason: StopReason::EndTurn,
+                stop_sequence: None,
                 usage: Usage {
                     output_tokens: 2,
                     ..Usage::default()

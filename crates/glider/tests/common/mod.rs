@@ -40,6 +40,27 @@ pub async fn gateway_with_delegator(
     yaml: &str,
     delegator: Arc<glider_delegate::Delegator>,
 ) -> Gateway {
+    gateway_serving(yaml, delegator, None).await
+}
+
+/// [`gateway`] that stores Responses in `responses`.
+pub async fn gateway_with_responses(
+    yaml: &str,
+    responses: Arc<glider_context::ResponseStore>,
+) -> Gateway {
+    gateway_serving(
+        yaml,
+        Arc::new(glider_delegate::Delegator::new()),
+        Some(responses),
+    )
+    .await
+}
+
+async fn gateway_serving(
+    yaml: &str,
+    delegator: Arc<glider_delegate::Delegator>,
+    responses: Option<Arc<glider_context::ResponseStore>>,
+) -> Gateway {
     let config = Config::parse(yaml, "test").expect("test config is valid");
     let handle = ConfigHandle::new(config, None);
     let engine = Engine::new(handle.clone());
@@ -50,7 +71,8 @@ pub async fn gateway_with_delegator(
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let router = glider_gateway::router_with(engine.clone(), delegator).expect("gateway routes");
+    let router =
+        glider_gateway::router_with(engine.clone(), delegator, responses).expect("gateway routes");
     let server = handle.snapshot().server.clone();
     let drain = glider_sys::listen::Drain::on(
         async {

@@ -1,12 +1,18 @@
 //! Record: the answering backend and model go on the record, and the reply is shaped
 //! for the door — the backend's bytes when it speaks the client's dialect, else
-//! decoded ngl (a stream of events or a whole response).
+//! decoded ngl (a stream of events or a whole response), with Glider's own stop-sequence
+//! matching on a local backend's translated reply ([`stops`](crate::pipeline::stops)).
 
 use glider_dialects::codec;
 use glider_ngl::{ApiError, ErrorKind};
 
+use futures_util::{Stream, StreamExt};
+use glider_ngl::stream::ResponseBuilder;
+use glider_ngl::{Response, StreamEvent};
+
 use super::{Flow, Job, Phase, PhaseFuture};
 use crate::pipeline::reply::{Answered, CompletionBody, decode_events};
+use crate::pipeline::stops::{self, StopMatcher};
 
 pub(crate) struct Record;
 
@@ -50,7 +56,30 @@ impl Phase for Record {
                 "completion routed"
             );
             let response = executed.response;
-            let body = if backend_dialect == front {
+            let glider_stops = stops::applied_by_glider(front, &job.request, &candidate.backend)
+                .then(|| StopMatcher::new(&job.request.stop))
+                .flatten();
+            let body = if let Some(matcher) = glider_stops {
+                // Upstream streamed (see `upstream::for_candidate`), whatever the client
+                // asked for.
+                let events = stops::cut_events(
+                    decode_events(
+                        codec(backend_dialect).stream_decoder(),
+                        response.first_chunk,
+                        response.rest,
+                    ),
+                    matcher,
+                    job.tokens,
+                );
+                if stream {
+                    CompletionBody::Events(events)
+                } else {
+                    match collect(events).await {
+                        Ok(response) => CompletionBody::Whole(response),
+                        Err(error) => return Flow::Fail(error),
+                    }
+                }
+            } else if backend_dialect == front {
                 tracker.observe_raw_in(backend_dialect, stream);
                 CompletionBody::Raw {
                     content_type: response.content_type,
@@ -85,4 +114,15 @@ impl Phase for Record {
             }))
         })
     }
+}
+
+/// A whole reply out of a stream of events.
+async fn collect(
+    mut events: impl Stream<Item = StreamEvent> + Unpin,
+) -> Result<Response, ApiError> {
+    let mut builder = ResponseBuilder::new();
+    while let Some(event) = events.next().await {
+        builder.push(&event);
+    }
+    builder.finish()
 }

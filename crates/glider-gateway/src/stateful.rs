@@ -1,0 +1,245 @@
+//! Stateful Responses on the gateway: a `POST /v1/responses` with
+//! `previous_response_id` has the stored chain's items put before its own input (and the
+//! id taken out), so every backend — local, or a cloud that never saw the earlier
+//! turns — gets the whole conversation; a reply the client asked to store (`store` is
+//! true unless it says `false`) is stored before its last byte goes out, so a follow-up
+//! finds it; `GET` and `DELETE /v1/responses/{id}` read and delete stored ones. With no
+//! store (`context.enabled: false`) each of these is a typed error, never a silent loss
+//! of the earlier turns.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use glider_context::{ChainError, ResponseStore, StoredResponse};
+use glider_door::error_response;
+use glider_ngl::{ApiError, Dialect, ErrorKind};
+use serde_json::{Map, Value, json};
+
+/// The largest whole (non-streamed) reply read to be stored.
+const MAX_STORED_REPLY: usize = 64 * 1024 * 1024;
+
+/// What to store once the reply is made.
+pub(crate) struct ToStore {
+    store: Arc<ResponseStore>,
+    previous: Option<String>,
+    input: Vec<Value>,
+}
+
+/// The request body to send on, and what to store of its reply (`None`: not stored).
+pub(crate) struct Prepared {
+    pub(crate) body: Bytes,
+    pub(crate) store: Option<ToStore>,
+}
+
+/// Expand `previous_response_id` in `body` from `store`. A body that is not a JSON
+/// object goes on untouched, for the codec to refuse in the client's dialect.
+pub(crate) fn prepare(
+    store: Option<&Arc<ResponseStore>>,
+    body: Bytes,
+) -> Result<Prepared, ApiError> {
+    let Ok(mut request) = serde_json::from_slice::<Map<String, Value>>(&body) else {
+        return Ok(Prepared { body, store: None });
+    };
+    let wants_store = request.get("store") != Some(&Value::Bool(false));
+    let previous = match request.get("previous_response_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) => Some(id.clone()),
+        Some(_) => {
+            return Err(ApiError::new(
+                ErrorKind::InvalidRequest,
+                "previous_response_id must be a string",
+            )
+            .with_param("previous_response_id"));
+        }
+    };
+    let own_input = input_items(request.get("input"));
+    if previous.is_none() && !(wants_store && store.is_some()) {
+        return Ok(Prepared { body, store: None });
+    }
+    let body = match &previous {
+        Some(id) => {
+            let store = store.ok_or_else(|| storage_off("previous_response_id"))?;
+            let mut items = store.history(id).map_err(|error| chain_error(id, error))?;
+            items.extend(own_input.iter().cloned());
+            request.remove("previous_response_id");
+            request.insert("input".into(), Value::Array(items));
+            Bytes::from(Value::Object(request).to_string())
+        }
+        None => body,
+    };
+    Ok(Prepared {
+        body,
+        store: store.filter(|_| wants_store).map(|store| ToStore {
+            store: store.clone(),
+            previous,
+            input: own_input,
+        }),
+    })
+}
+
+/// A request's `input` as items (a plain string is one user message).
+fn input_items(input: Option<&Value>) -> Vec<Value> {
+    match input {
+        Some(Value::String(text)) => vec![json!({"role": "user", "content": text})],
+        Some(Value::Array(items)) => items.clone(),
+        _ => Vec::new(),
+    }
+}
+
+fn storage_off(param: &str) -> ApiError {
+    ApiError::new(
+        ErrorKind::InvalidRequest,
+        "this Glider stores no responses (context.enabled is false), so previous responses cannot be continued or read; send the whole conversation in `input`, or turn the context store on",
+    )
+    .with_param(param)
+}
+
+fn chain_error(id: &str, error: ChainError) -> ApiError {
+    match error {
+        ChainError::NotFound(missing) if missing == id => ApiError::new(
+            ErrorKind::InvalidRequest,
+            format!("Previous response with id '{id}' not found."),
+        ),
+        ChainError::NotFound(missing) => ApiError::new(
+            ErrorKind::InvalidRequest,
+            format!(
+                "Previous response with id '{id}' continues response '{missing}', which is no longer stored."
+            ),
+        ),
+        other => ApiError::new(ErrorKind::Internal, other.to_string()),
+    }
+    .with_param("previous_response_id")
+}
+
+/// `response` with its Response object stored on the way out: a whole reply is read,
+/// stored, then sent; a stream is stored when its `response.completed` event passes,
+/// before that event is sent on.
+pub(crate) async fn storing(to_store: ToStore, response: Response) -> Response {
+    if response.status() != StatusCode::OK {
+        return response;
+    }
+    let streamed = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let (parts, body) = response.into_parts();
+    if !streamed {
+        let bytes = match axum::body::to_bytes(body, MAX_STORED_REPLY).await {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                return error_response(
+                    Dialect::OpenAiResponses,
+                    &ApiError::new(ErrorKind::BadGateway, format!("reply broke off: {error}")),
+                );
+            }
+        };
+        if let Ok(object) = serde_json::from_slice::<Value>(&bytes) {
+            to_store.put(object);
+        }
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    let mut lines = LineBuffer::default();
+    let mut to_store = Some(to_store);
+    let body = body.into_data_stream().map(move |chunk| {
+        if let (Ok(bytes), Some(_)) = (&chunk, &to_store) {
+            for line in lines.feed(bytes) {
+                if let Some(object) = completed_response(&line)
+                    && let Some(to_store) = to_store.take()
+                {
+                    to_store.put(object);
+                }
+            }
+        }
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(body))
+}
+
+impl ToStore {
+    fn put(self, object: Value) {
+        let Some(id) = object.get("id").and_then(Value::as_str) else {
+            return;
+        };
+        self.store.put(StoredResponse {
+            id: id.to_owned(),
+            at_ms: glider_context::now_ms(),
+            previous: self.previous,
+            input: self.input,
+            response: object,
+        });
+    }
+}
+
+/// The Response object of a `response.completed` SSE data line.
+fn completed_response(line: &str) -> Option<Value> {
+    let data = line.strip_prefix("data:")?.trim_start();
+    let mut event: Value = serde_json::from_str(data).ok()?;
+    (event.get("type")? == "response.completed").then(|| event["response"].take())
+}
+
+/// Whole lines out of a byte stream.
+#[derive(Default)]
+struct LineBuffer {
+    partial: Vec<u8>,
+}
+
+impl LineBuffer {
+    fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
+        self.partial.extend_from_slice(bytes);
+        let mut lines = Vec::new();
+        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            lines.push(String::from_utf8_lossy(&line).trim_end().to_owned());
+        }
+        lines
+    }
+}
+
+/// `GET /v1/responses/{id}`: the stored Response object.
+pub(crate) async fn retrieve(store: Option<Arc<ResponseStore>>, id: String) -> Response {
+    let Some(store) = store else {
+        return error_response(Dialect::OpenAiResponses, &storage_off("response_id"));
+    };
+    let lookup = id.clone();
+    match tokio::task::spawn_blocking(move || store.get(&lookup)).await {
+        Ok(Ok(Some(found))) => axum::Json(found.response.clone()).into_response(),
+        Ok(Ok(None)) => error_response(Dialect::OpenAiResponses, &not_found(&id)),
+        Ok(Err(error)) => store_failed(error.to_string()),
+        Err(error) => store_failed(error.to_string()),
+    }
+}
+
+/// `DELETE /v1/responses/{id}`: the Responses API's deletion reply.
+pub(crate) async fn delete(store: Option<Arc<ResponseStore>>, id: String) -> Response {
+    let Some(store) = store else {
+        return error_response(Dialect::OpenAiResponses, &storage_off("response_id"));
+    };
+    let target = id.clone();
+    match tokio::task::spawn_blocking(move || store.delete(&target)).await {
+        Ok(Ok(true)) => {
+            axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response()
+        }
+        Ok(Ok(false)) => error_response(Dialect::OpenAiResponses, &not_found(&id)),
+        Ok(Err(error)) => store_failed(error.to_string()),
+        Err(error) => store_failed(error.to_string()),
+    }
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::new(
+        ErrorKind::NotFound,
+        format!("Response with id '{id}' not found."),
+    )
+}
+
+fn store_failed(message: String) -> Response {
+    error_response(
+        Dialect::OpenAiResponses,
+        &ApiError::new(ErrorKind::Internal, format!("stored responses: {message}")),
+    )
+}
