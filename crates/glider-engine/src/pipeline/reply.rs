@@ -117,8 +117,21 @@ impl Answered {
             model: model.to_owned(),
             parts: vec![Part::text(text)],
             stop_reason: StopReason::EndTurn,
+            stop_sequence: None,
             usage: Usage::default(),
         };
+        Answered::glider_response(backend, model, decision, stream, response)
+    }
+
+    /// A whole reply Glider made itself (`backend` and `model` name what made it),
+    /// streamed in the client's own grammar when it asked for a stream.
+    pub(crate) fn glider_response(
+        backend: &str,
+        model: &str,
+        decision: RouteDecision,
+        stream: bool,
+        response: Response,
+    ) -> Answered {
         let body = if stream {
             CompletionBody::Events(Box::pin(futures_util::stream::iter(events_of(&response))))
         } else {

@@ -12,12 +12,11 @@ use std::sync::Arc;
 
 use glider_backend::health::HealthStatus;
 use glider_config::CompactionPolicy;
-use glider_ngl::stream::events_of;
 use glider_ngl::{Part, Response, StopReason, Usage};
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
 use crate::context::{CompactionPrompt, CompactionSource, compaction_prompt};
-use crate::pipeline::reply::{Answered, CompletionBody};
+use crate::pipeline::reply::Answered;
 use crate::router::Target;
 use crate::tokenizer::estimate_text;
 
@@ -118,6 +117,7 @@ fn from_record(
         },
         parts: vec![Part::text(text)],
         stop_reason: StopReason::EndTurn,
+        stop_sequence: None,
     };
     let tracker = &mut job.tracker;
     tracker.record.reason = Some(decision.reason.clone());
@@ -129,18 +129,11 @@ fn from_record(
     }
     tracker.announce();
     tracker.first_byte();
-    let stream = job.request.stream;
-    let body = if stream {
-        CompletionBody::Events(Box::pin(futures_util::stream::iter(events_of(&response))))
-    } else {
-        CompletionBody::Whole(response)
-    };
-    Answered {
-        backend: RECORD_BACKEND.into(),
-        model: RECORD_MODEL.into(),
+    Answered::glider_response(
+        RECORD_BACKEND,
+        RECORD_MODEL,
         decision,
-        stream,
-        body,
-        failures: Vec::new(),
-    }
+        job.request.stream,
+        response,
+    )
 }
