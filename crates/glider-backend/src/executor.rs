@@ -143,7 +143,7 @@ async fn run_sequence<'r>(
             Err(failure) => {
                 probe.armed = false;
                 let retryable = failure.retryable;
-                if backend.unavailable.is_some() {
+                if backend.unavailable.is_some() || failure.never_sent {
                     // Never sent: neither a failure nor a success of the backend.
                     backend.breaker.abandon_probe();
                 } else if failure.backend_unwell() {
@@ -212,7 +212,7 @@ pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
         .iter()
         .rev()
         .find(|f| f.kind != ErrorKind::Unavailable);
-    if let Some(answered) = last_reached.filter(|f| f.answered_client_error()) {
+    if let Some(answered) = last_reached.filter(|f| f.client_can_act()) {
         let message = answered
             .upstream_message
             .clone()

@@ -179,18 +179,11 @@ fn check(path: &std::path::Path) -> std::process::ExitCode {
                 config.backends.len()
             );
             for backend in &config.backends {
-                let missing: Vec<String> = backend
-                    .api_key
-                    .iter()
-                    .filter_map(|k| k.resolve().err())
-                    .collect();
-                if !missing.is_empty() {
-                    println!(
-                        "  note: backend {} is unusable until {}",
-                        backend.name,
-                        missing.join(", ")
-                    );
-                }
+                println!(
+                    "  backend {}: {}",
+                    backend.name,
+                    glider_backend::credentials::describe(backend)
+                );
             }
             std::process::ExitCode::SUCCESS
         }
