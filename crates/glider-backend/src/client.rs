@@ -8,6 +8,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
@@ -63,6 +64,9 @@ pub struct Backend {
     /// Why this backend cannot be used at all (a missing `${VAR}`), if so.
     pub unavailable: Option<String>,
     pub breaker: CircuitBreaker,
+    /// Whether the last failure counted by the breaker was a failure to reach the
+    /// backend at all (so an open breaker means "unreachable" too).
+    last_failure_unreachable: AtomicBool,
     /// Callers a 429 told to wait (see [`crate::cooldown`]).
     pub cooldown: Cooldown,
     pub(crate) health: HealthCell,
@@ -138,11 +142,25 @@ impl Backend {
             headers,
             unavailable,
             breaker: CircuitBreaker::default(),
+            last_failure_unreachable: AtomicBool::new(false),
             cooldown: Cooldown::default(),
             health: HealthCell::default(),
             http,
             endpoints,
         })
+    }
+
+    /// Count a failure of the backend itself toward its breaker, remembering whether
+    /// it was a failure to reach it.
+    pub fn failed(&self, unreachable: bool) {
+        self.last_failure_unreachable
+            .store(unreachable, Ordering::Relaxed);
+        self.breaker.failure();
+    }
+
+    /// Whether the failures that opened the breaker were failures to reach the backend.
+    pub fn breaker_opened_unreachable(&self) -> bool {
+        self.last_failure_unreachable.load(Ordering::Relaxed)
     }
 
     /// How this backend authenticates (its key, or the client's own credentials).

@@ -460,6 +460,11 @@ pub struct RoutingConfig {
     /// When a local backend fails or cannot fit a request, let a cloud backend answer
     /// with the user's key. Set false for pure local.
     pub cloud_fallback: bool,
+    /// When every cloud candidate of a request chosen for the cloud (by the classifier,
+    /// Starlark or the model, not by an explicit `/cloud`) could not be reached at all —
+    /// refused, DNS, TLS, a timeout, a breaker such failures opened; never a 4xx or
+    /// 5xx answer — let a local backend answer it instead.
+    pub local_fallback: bool,
     /// Context window assumed for a local model that states none.
     pub default_local_context: u64,
     /// Explicit requests: a leading `/local` or `/cloud` in the last user message, and
@@ -477,6 +482,7 @@ impl Default for RoutingConfig {
     fn default() -> Self {
         RoutingConfig {
             cloud_fallback: true,
+            local_fallback: false,
             default_local_context: 32_768,
             explicit: ExplicitConfig::default(),
             sticky: StickyConfig::default(),

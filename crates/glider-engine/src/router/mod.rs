@@ -96,6 +96,10 @@ pub struct RouteDecision {
     /// A routing flag to strip from the request before it is forwarded.
     #[serde(skip)]
     pub flag: Option<Flag>,
+    /// Candidates from this index on are local models that answer only if no cloud
+    /// candidate before them could be reached (`routing.local_fallback`).
+    #[serde(skip)]
+    pub local_reserve: Option<usize>,
 }
 
 impl RouteDecision {
@@ -217,6 +221,10 @@ impl Router<'_> {
                 format!("{reason}; no backend can take it"),
             ));
         }
+        let chosen_by_user = matches!(rule, RuleName::Explicit | RuleName::Sticky);
+        let local_reserve = (routing.local_fallback && !chosen_by_user)
+            .then(|| self.push_local_reserve(input, model, &mut candidates))
+            .flatten();
         Ok(RouteDecision {
             rule,
             reason,
@@ -226,7 +234,40 @@ impl Router<'_> {
             opinions,
             candidates,
             flag,
+            local_reserve,
         })
+    }
+
+    /// Behind an all-cloud list, the local models that hold the request, as a reserve
+    /// for a cloud that cannot be reached; the index where the reserve starts, if any.
+    fn push_local_reserve(
+        &self,
+        input: &RouteInput,
+        model: &str,
+        candidates: &mut Vec<Candidate>,
+    ) -> Option<usize> {
+        if candidates.iter().any(|c| c.backend.kind().is_local()) {
+            return None;
+        }
+        let start = candidates.len();
+        let preferred = [model, input.request.model.as_str()];
+        let local = self
+            .backends
+            .iter()
+            .filter(|b| b.config.enabled && b.kind().is_local());
+        for backend in local {
+            let Some(model) = Self::model_on(backend, &preferred) else {
+                continue;
+            };
+            let candidate = Candidate {
+                backend: backend.clone(),
+                model,
+            };
+            if input.estimated_tokens <= self.local_window(&candidate) {
+                candidates.push(candidate);
+            }
+        }
+        (candidates.len() > start).then_some(start)
     }
 
     /// Record a rule's verdict; the first resolvable opinion decides.
