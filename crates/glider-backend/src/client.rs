@@ -287,11 +287,33 @@ impl Backend {
 
     /// Send `request` and wait for the first byte of a 2xx reply. Anything else — no
     /// connection, a timeout, an error status, an empty body — is an [`AttemptFailure`]
-    /// that says whether another backend may be tried.
+    /// that says whether another backend may be tried; one that could not reach the
+    /// backend says what to check.
     pub async fn send(
         &self,
         request: &UpstreamRequest,
     ) -> Result<UpstreamResponse, AttemptFailure> {
+        self.attempt(request).await.map_err(|mut failure| {
+            if failure.unreachable {
+                failure.message = format!("{} ({})", failure.message, self.unreachable_hint());
+            }
+            failure
+        })
+    }
+
+    /// What to check when this backend cannot be reached.
+    fn unreachable_hint(&self) -> String {
+        let url = &self.config.base_url;
+        if self.kind().is_local() {
+            format!(
+                "is the model server running at {url}? start it (Ollama: `ollama serve`) or fix base_url"
+            )
+        } else {
+            format!("check the network, proxy (HTTPS_PROXY) or DNS to {url}")
+        }
+    }
+
+    async fn attempt(&self, request: &UpstreamRequest) -> Result<UpstreamResponse, AttemptFailure> {
         let fail = |kind, message: String, retryable| {
             AttemptFailure::new(self.name(), kind, message, retryable)
         };

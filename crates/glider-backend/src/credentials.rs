@@ -50,7 +50,7 @@ pub fn describe(config: &BackendConfig) -> String {
                 None => "no api_key configured".to_owned(),
             };
             format!(
-                "the client's own credentials ({why}; a {} client's {} is forwarded)",
+                "the client's own credentials ({why}; an {}-dialect client's {} is forwarded)",
                 vendor(config.kind),
                 credential_headers(config.kind).join(" or ")
             )

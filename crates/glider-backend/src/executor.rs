@@ -223,8 +223,11 @@ fn cooling_down(backend: &str, wait: Duration) -> AttemptFailure {
 /// 1. the last backend that was reached answered with a client error (4xx: the
 ///    request, its key, its pace) — its status, message and `retry-after`, so the
 ///    client can act on it as if it had called the backend itself;
-/// 2. nothing was reachable (no connection, missing keys, open breakers) — 503;
-/// 3. every backend reached timed out — 504;
+/// 2. nothing was reachable (no connection, missing keys, open breakers) — 502 saying
+///    so with each backend's failure and what to check: not 503, which clients read as
+///    "overloaded" and retry as capacity (that stays for an upstream that said so);
+/// 3. every backend reached said it is overloaded (529) — the overload, with its
+///    `retry-after`; every backend reached timed out — 504;
 /// 4. otherwise 502 listing each backend's failure.
 pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
     if failures.is_empty() {
@@ -246,9 +249,27 @@ pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
     }
     let list: Vec<String> = failures.iter().map(ToString::to_string).collect();
     let all = |kinds: &[ErrorKind]| failures.iter().all(|f| kinds.contains(&f.kind));
-    let kind = if all(&[ErrorKind::Unavailable]) {
-        ErrorKind::Unavailable
-    } else if all(&[ErrorKind::Timeout, ErrorKind::Unavailable]) {
+    let overloaded = failures
+        .iter()
+        .rev()
+        .find(|f| f.kind == ErrorKind::Overloaded);
+    if let Some(overloaded) =
+        overloaded.filter(|_| all(&[ErrorKind::Overloaded, ErrorKind::Unavailable]))
+    {
+        // The one place a capacity error is true: an upstream said so.
+        return ApiError::new(
+            ErrorKind::Overloaded,
+            format!("overloaded: {}", list.join("; ")),
+        )
+        .with_retry_after(overloaded.retry_after_secs);
+    }
+    if all(&[ErrorKind::Unavailable]) {
+        return ApiError::new(
+            ErrorKind::BadGateway,
+            format!("no backend could be reached: {}", list.join("; ")),
+        );
+    }
+    let kind = if all(&[ErrorKind::Timeout, ErrorKind::Unavailable]) {
         ErrorKind::Timeout
     } else {
         ErrorKind::BadGateway
@@ -291,9 +312,20 @@ mod tests {
             summarise(&[limited, broken.clone()]).kind,
             ErrorKind::BadGateway
         );
+        let nothing_reachable = summarise(&[refused.clone(), refused.clone()]);
+        assert_eq!(nothing_reachable.kind, ErrorKind::BadGateway);
+        assert!(
+            nothing_reachable
+                .message
+                .starts_with("no backend could be reached: b: why; b: why"),
+            "{}",
+            nothing_reachable.message
+        );
+        // An upstream that said it is overloaded stays overloaded.
+        let overloaded = failed(ErrorKind::Overloaded, Some(529));
         assert_eq!(
-            summarise(&[refused.clone(), refused.clone()]).kind,
-            ErrorKind::Unavailable
+            summarise(std::slice::from_ref(&overloaded)).kind,
+            ErrorKind::Overloaded
         );
         assert_eq!(
             summarise(&[refused.clone(), timed_out]).kind,

@@ -103,11 +103,22 @@ pub struct RouteDecision {
 }
 
 impl RouteDecision {
+    /// The `x-glider-route` header value of a request that failed: the first candidate
+    /// it was routed to (the reason and the error say the rest).
+    pub fn failure_header_value(&self) -> String {
+        match self.candidates.first() {
+            Some(first) => self.header_value(first.backend.name(), &first.model),
+            None => self.header_value("-", "-"),
+        }
+    }
+
     /// The `x-glider-route` header value.
     pub fn header_value(&self, backend: &str, model: &str) -> String {
+        // The score exactly as compared with the thresholds: rounded, 1.99 would read
+        // as a 2.0 that should have gone local.
         let score = self
             .score
-            .map(|s| format!("; score={s:.1}"))
+            .map(|s| format!("; score={s:?}"))
             .unwrap_or_default();
         let value = format!(
             "rule={}; backend={backend}; model={model}{score}; reason={}",
@@ -569,4 +580,37 @@ fn names(candidates: &[Candidate]) -> String {
         .map(|c| c.backend.name())
         .collect::<Vec<_>>()
         .join(" -> ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_route_header_prints_the_score_exactly_as_compared() {
+        let decision = RouteDecision {
+            rule: RuleName::Model,
+            reason: "r".into(),
+            // Just under a local threshold of 2.0: rounded it would read as 2.0.
+            score: Some(2.0 - 143.0 / 10_000.0),
+            estimated_tokens: 143,
+            session: None,
+            opinions: Vec::new(),
+            candidates: Vec::new(),
+            flag: None,
+            local_reserve: None,
+        };
+        let header = decision.header_value("claude", "m");
+        assert!(header.contains("; score=1.9857;"), "{header}");
+        let whole = RouteDecision {
+            score: Some(5.0),
+            ..decision
+        };
+        assert!(whole.header_value("b", "m").contains("; score=5.0;"));
+        assert!(
+            whole
+                .failure_header_value()
+                .starts_with("rule=model; backend=-")
+        );
+    }
 }

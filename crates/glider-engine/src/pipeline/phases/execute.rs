@@ -42,7 +42,21 @@ impl Phase for Execute {
                     job.executed = Some(executed);
                     Flow::Continue
                 }
-                Err(failures) => Flow::Fail(summarise(&failures)),
+                Err(failures) => {
+                    // Filed under the backend whose failure ended the sequence, never
+                    // under no backend at all.
+                    let last = failures.last().and_then(|failure| {
+                        decision
+                            .candidates
+                            .iter()
+                            .find(|c| c.backend.name() == failure.backend)
+                    });
+                    if let Some(candidate) = last {
+                        job.tracker.record.backend = Some(candidate.backend.name().to_owned());
+                        job.tracker.record.local = Some(candidate.backend.kind().is_local());
+                    }
+                    Flow::Fail(summarise(&failures))
+                }
             }
         })
     }
