@@ -16,6 +16,9 @@ use serde_json::Value;
 
 use super::Target;
 
+/// The routing flags, as typed (`/via` takes a backend name after it).
+pub const ROUTING_FLAGS: &[&str] = &["/local", "/cloud", "/via"];
+
 /// Flags that hand a message to another CLI instead of routing it.
 pub const DELEGATION_FLAGS: &[&str] = &["/claude", "/cursor-agent", "/agy"];
 
@@ -240,6 +243,9 @@ mod tests {
         assert_eq!(parse_flag("please /local"), None);
         assert_eq!(parse_flag("/via"), None);
         assert_eq!(parse_flag("/claude do it"), None);
+        for flag in ROUTING_FLAGS {
+            assert!(parse_flag(&format!("{flag} b rest")).is_some(), "{flag}");
+        }
     }
 
     /// The last user message Claude Code sends for `/local say hi` through a
