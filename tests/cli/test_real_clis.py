@@ -36,6 +36,20 @@ def clean_env(home, **extra):
     return env
 
 
+def claude_env(home, **extra):
+    """Claude Code headless: a throwaway HOME, no traffic beyond the model, no retries."""
+    return clean_env(
+        home,
+        ANTHROPIC_API_KEY="test-key",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_TELEMETRY="1",
+        DISABLE_ERROR_REPORTING="1",
+        DISABLE_AUTOUPDATER="1",
+        CLAUDE_CODE_MAX_RETRIES="0",
+        **extra,
+    )
+
+
 @pytest.fixture(scope="module")
 def gateway():
     with running_stack(CONFIG) as (base, _mock):
@@ -60,16 +74,7 @@ def test_claude_code_runs_a_tool_through_glider(gateway, tmp_path):
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    env = clean_env(
-        home,
-        ANTHROPIC_BASE_URL=gateway,
-        ANTHROPIC_API_KEY="test-key",
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        DISABLE_TELEMETRY="1",
-        DISABLE_ERROR_REPORTING="1",
-        DISABLE_AUTOUPDATER="1",
-        CLAUDE_CODE_MAX_RETRIES="0",
-    )
+    env = claude_env(home, ANTHROPIC_BASE_URL=gateway)
     prompt = 'run it [[call:Bash {"command":"echo glider-tool-ok","description":"print a marker"}]]'
     code, out, err = run([cli("claude"), "-p", prompt, "--output-format", "json", "--allowedTools", "Bash"], env, work)
     assert code == 0, f"claude failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
@@ -136,15 +141,7 @@ def test_claude_code_reaches_glider_with_local_through_glider_setup_claude(tmp_p
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    env = clean_env(
-        home,
-        ANTHROPIC_API_KEY="test-key",
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        DISABLE_TELEMETRY="1",
-        DISABLE_ERROR_REPORTING="1",
-        DISABLE_AUTOUPDATER="1",
-        CLAUDE_CODE_MAX_RETRIES="0",
-    )
+    env = claude_env(home)
     env.pop("CLAUDE_CONFIG_DIR", None)
     setup = subprocess.run([_binary("glider"), "setup", "claude"], env=env, capture_output=True, text=True, timeout=30)
     assert setup.returncode == 0, setup.stderr

@@ -120,11 +120,7 @@ impl Leg<'_> {
         .await;
         let leg = self.name();
         assert_eq!(reply.status, 200, "{leg}: {}", reply.text());
-        let route = reply
-            .headers
-            .get("x-glider-route")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
+        let route = reply.route();
         assert!(
             route.contains(&format!("model={}", self.model)),
             "{leg}: route header {route:?}"

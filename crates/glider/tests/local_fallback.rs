@@ -6,14 +6,9 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use common::*;
-use glider_engine::{PipelineEvent, RequestRecord};
 use glider_ngl::Dialect;
 use glider_test_support::{Failure, MockVendor};
-use tokio::sync::broadcast::Receiver;
 
 /// A loopback address nothing listens on (bound, then released).
 async fn refused_url() -> String {
@@ -36,33 +31,12 @@ fn config(local: &MockVendor, cloud_url: &str, local_fallback: bool) -> String {
     )
 }
 
-async fn next_finished(events: &mut Receiver<Arc<PipelineEvent>>) -> RequestRecord {
-    loop {
-        let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
-            .await
-            .expect("an event within 10 s")
-            .expect("bus open");
-        if let PipelineEvent::RequestFinished(record) = &*event {
-            return record.clone();
-        }
-    }
-}
-
 async fn ask_claude(gw: &Gateway, text: &str, stream: bool) -> Reply {
     let body = wire(
         Dialect::Anthropic,
         &text_request("claude-sonnet-4-6", text, stream),
     );
     post_json(&gw.base, "/v1/messages", &body).await
-}
-
-fn route_header(reply: &Reply) -> String {
-    reply
-        .headers
-        .get("x-glider-route")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned()
 }
 
 #[tokio::test]
@@ -77,7 +51,7 @@ async fn an_unreachable_cloud_hands_the_request_to_the_local_model_and_says_why(
             .decode(Dialect::Anthropic, stream)
             .expect("a valid Anthropic reply");
         assert!(answer.plain_text().contains("echo"), "{answer:?}");
-        let route = route_header(&reply);
+        let route = reply.route();
         assert!(route.contains("rule=local_fallback"), "{route}");
         assert!(route.contains("backend=local; model=m-ollama"), "{route}");
         assert!(

@@ -6,28 +6,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use glider_engine::{PipelineEvent, RequestRecord};
 use glider_ngl::Dialect;
 use glider_test_support::{Failure, MockConfig, MockVendor};
 use serde_json::Value;
-use tokio::sync::broadcast::Receiver;
-
-/// The next finished request on the bus (waiting at most 10 s, so a bug cannot hang).
-async fn next_finished(events: &mut Receiver<Arc<PipelineEvent>>) -> RequestRecord {
-    loop {
-        let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
-            .await
-            .expect("an event within 10 s")
-            .expect("bus open");
-        if let PipelineEvent::RequestFinished(record) = &*event {
-            return record.clone();
-        }
-    }
-}
 
 /// A short text request in `front`'s wire shape.
 fn ask(front: Dialect, model: &str, stream: bool) -> Value {
@@ -303,11 +287,7 @@ async fn nothing_reachable_is_a_502_that_names_each_failure_and_the_fix_in_the_c
                 && message.contains("ollama serve"),
             "{message}"
         );
-        let route = reply
-            .headers
-            .get("x-glider-route")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
+        let route = reply.route();
         assert!(
             route.starts_with("rule=model; backend=a; model=qwen"),
             "{front:?}: {route:?}"

@@ -192,6 +192,15 @@ impl Reply {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
+    /// The `x-glider-route` header ("" when absent).
+    pub fn route(&self) -> String {
+        self.headers
+            .get("x-glider-route")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     /// Decode as `front` would, streamed or not.
     pub fn decode(&self, front: Dialect, stream: bool) -> Result<Response, glider_ngl::ApiError> {
         let codec = codec(front);
@@ -232,6 +241,21 @@ pub async fn post(
         status: response.status().as_u16(),
         headers: response.headers().clone(),
         body: response.bytes().await.expect("body"),
+    }
+}
+
+/// The next finished request on the bus (waiting at most 10 s, so a bug cannot hang).
+pub async fn next_finished(
+    events: &mut tokio::sync::broadcast::Receiver<Arc<glider_engine::PipelineEvent>>,
+) -> glider_engine::RequestRecord {
+    loop {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), events.recv())
+            .await
+            .expect("an event within 10 s")
+            .expect("bus open");
+        if let glider_engine::PipelineEvent::RequestFinished(record) = &*event {
+            return record.clone();
+        }
     }
 }
 
