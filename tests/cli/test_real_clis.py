@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import running_stack
+from conftest import _binary, running_stack
 
 HERE = pathlib.Path(__file__).resolve().parent
 BIN = HERE / "node_modules" / ".bin"
@@ -132,3 +132,36 @@ def test_codex_runs_a_tool_through_glider(gateway, tmp_path):
                 and e.get("type") == "item.completed"]
     assert executed and executed[0]["aggregated_output"] == "glider-tool-ok\n" and executed[0]["exit_code"] == 0, events
     assert "glider-tool-ok" in last.read_text()
+
+
+# A cloud backend nothing answers: a request reaches the model only if /local sent it
+# to the local one.
+FLAG_CONFIG = """
+backends:
+  - {{name: local, type: ollama, base_url: '{url}', models: [qwen-local]}}
+  - {{name: claude, type: anthropic, base_url: 'http://127.0.0.1:1', api_key: k, models: ['claude-*']}}
+routing: {{cloud_fallback: false, local_fallback: false, classifier: {{enabled: false}}}}
+"""
+
+
+def test_claude_code_reaches_glider_with_local_through_glider_setup_claude(tmp_path):
+    """Claude Code refuses an unknown `/local`; `glider setup claude`'s command file lets
+    it through, Glider routes it local, and neither the flag nor Claude Code's command
+    block reaches the model (the mock echoes what it was sent)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = claude_quiet_env(home, ANTHROPIC_API_KEY="test-key")
+    env.pop("CLAUDE_CONFIG_DIR", None)
+    setup = subprocess.run([_binary("glider"), "setup", "claude"], env=env, capture_output=True, text=True, timeout=30)
+    assert setup.returncode == 0, setup.stderr
+    assert (home / ".claude" / "commands" / "local.md").read_text().endswith("/local $ARGUMENTS\n")
+    with running_stack(FLAG_CONFIG) as (base, _mock):
+        env["ANTHROPIC_BASE_URL"] = base
+        code, out, err = run([cli("claude"), "-p", "/local say hi", "--output-format", "json"], env, work)
+    assert code == 0, f"claude failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+    result = json.loads(out)
+    assert result["is_error"] is False, result
+    echoed = result["result"]
+    assert "echo:" in echoed and "say hi" in echoed, result
+    assert "/local" not in echoed and "command-name" not in echoed and "command-args" not in echoed, echoed

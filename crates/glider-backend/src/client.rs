@@ -8,6 +8,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
@@ -17,6 +18,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::breaker::CircuitBreaker;
 use crate::cooldown::{Cooldown, retry_after_secs};
+use crate::credentials::{self, Credentials};
 use crate::failure::AttemptFailure;
 use crate::health::HealthCell;
 
@@ -57,10 +59,14 @@ impl UpstreamResponse {
 pub struct Backend {
     pub config: BackendConfig,
     api_key: Option<String>,
+    credentials: Credentials,
     headers: HeaderMap,
     /// Why this backend cannot be used at all (a missing `${VAR}`), if so.
     pub unavailable: Option<String>,
     pub breaker: CircuitBreaker,
+    /// Whether the last failure counted by the breaker was a failure to reach the
+    /// backend at all (so an open breaker means "unreachable" too).
+    last_failure_unreachable: AtomicBool,
     /// Callers a 429 told to wait (see [`crate::cooldown`]).
     pub cooldown: Cooldown,
     pub(crate) health: HealthCell,
@@ -85,13 +91,10 @@ impl Backend {
     /// `unavailable` and reported when the backend is used.
     pub fn new(config: BackendConfig) -> Arc<Backend> {
         let mut problems = Vec::new();
-        let api_key = match config.api_key.as_ref().map(|k| k.resolve()).transpose() {
-            Ok(key) => key,
-            Err(e) => {
-                problems.push(e);
-                None
-            }
-        };
+        let (credentials, api_key) = credentials::resolve(&config).unwrap_or_else(|e| {
+            problems.push(e);
+            (Credentials::Keyless, None)
+        });
         let base_url = glider_config::Secret(config.base_url.clone()).resolve();
         let base_url = match base_url {
             Ok(url) => url.trim_end_matches('/').to_owned(),
@@ -135,9 +138,11 @@ impl Backend {
         Arc::new(Backend {
             config: BackendConfig { base_url, ..config },
             api_key,
+            credentials,
             headers,
             unavailable,
             breaker: CircuitBreaker::default(),
+            last_failure_unreachable: AtomicBool::new(false),
             cooldown: Cooldown::default(),
             health: HealthCell::default(),
             http,
@@ -145,9 +150,56 @@ impl Backend {
         })
     }
 
-    /// Whether a key is configured (else a cloud backend uses the client's own).
-    pub fn has_api_key(&self) -> bool {
-        self.api_key.is_some()
+    /// Count a failure of the backend itself toward its breaker, remembering whether
+    /// it was a failure to reach it.
+    pub fn failed(&self, unreachable: bool) {
+        self.last_failure_unreachable
+            .store(unreachable, Ordering::Relaxed);
+        self.breaker.failure();
+    }
+
+    /// Whether the failures that opened the breaker were failures to reach the backend.
+    pub fn breaker_opened_unreachable(&self) -> bool {
+        self.last_failure_unreachable.load(Ordering::Relaxed)
+    }
+
+    /// How this backend authenticates (its key, or the client's own credentials).
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
+    }
+
+    /// The headers of a `front` client this backend should see: the client's
+    /// credentials when it has no key of its own and the client is of its vendor, and
+    /// Anthropic's beta flags (see [`crate::credentials`]).
+    pub fn client_headers(&self, front: Dialect, client: &HeaderMap) -> HeaderMap {
+        credentials::client_headers(&self.credentials, self.kind(), front, client)
+    }
+
+    /// The failure for a request that would reach this backend with no credential at
+    /// all (no key of its own, and the client sent none it may forward).
+    fn missing_credentials(&self, headers: &HeaderMap) -> Option<AttemptFailure> {
+        let Credentials::Client { unset } = &self.credentials else {
+            return None;
+        };
+        if credentials::carries_credential(self.kind(), headers) {
+            return None;
+        }
+        let variable = unset.clone().unwrap_or_else(|| match self.kind() {
+            BackendKind::Anthropic => "ANTHROPIC_API_KEY".into(),
+            _ => "OPENAI_API_KEY".into(),
+        });
+        let vendor = match self.kind() {
+            BackendKind::Anthropic => "an Anthropic client's x-api-key or Authorization",
+            _ => "an OpenAI client's Authorization",
+        };
+        Some(AttemptFailure::not_sent(
+            self.name(),
+            ErrorKind::Authentication,
+            format!(
+                "no credentials for {}: it has no key of its own and the request carried none it may forward ({vendor}); set {variable} before `glider serve`, set api_key for it, or send the client's own key",
+                self.name()
+            ),
+        ))
     }
 
     /// Anthropic's exact token count for a Messages body (`/v1/messages/count_tokens`).
@@ -158,6 +210,9 @@ impl Backend {
     ) -> Result<u64, String> {
         if let Some(why) = &self.unavailable {
             return Err(format!("not configured: {why}"));
+        }
+        if let Some(missing) = self.missing_credentials(&headers) {
+            return Err(missing.message);
         }
         let response = self
             .authorise(self.http.post(self.url("/v1/messages/count_tokens")))
@@ -232,11 +287,33 @@ impl Backend {
 
     /// Send `request` and wait for the first byte of a 2xx reply. Anything else — no
     /// connection, a timeout, an error status, an empty body — is an [`AttemptFailure`]
-    /// that says whether another backend may be tried.
+    /// that says whether another backend may be tried; one that could not reach the
+    /// backend says what to check.
     pub async fn send(
         &self,
         request: &UpstreamRequest,
     ) -> Result<UpstreamResponse, AttemptFailure> {
+        self.attempt(request).await.map_err(|mut failure| {
+            if failure.unreachable {
+                failure.message = format!("{} ({})", failure.message, self.unreachable_hint());
+            }
+            failure
+        })
+    }
+
+    /// What to check when this backend cannot be reached.
+    fn unreachable_hint(&self) -> String {
+        let url = &self.config.base_url;
+        if self.kind().is_local() {
+            format!(
+                "is the model server running at {url}? start it (Ollama: `ollama serve`) or fix base_url"
+            )
+        } else {
+            format!("check the network, proxy (HTTPS_PROXY) or DNS to {url}")
+        }
+    }
+
+    async fn attempt(&self, request: &UpstreamRequest) -> Result<UpstreamResponse, AttemptFailure> {
         let fail = |kind, message: String, retryable| {
             AttemptFailure::new(self.name(), kind, message, retryable)
         };
@@ -246,6 +323,9 @@ impl Backend {
                 format!("not configured: {why}"),
                 true,
             ));
+        }
+        if let Some(missing) = self.missing_credentials(&request.headers) {
+            return Err(missing);
         }
         let mut builder = self
             .authorise(self.endpoint(request.dialect))
@@ -275,10 +355,10 @@ impl Backend {
         let (status, content_type, retry_after, first, body) = match outcome {
             Ok(result) => result?,
             Err(_) => {
-                return Err(fail(
+                return Err(AttemptFailure::unreachable(
+                    self.name(),
                     ErrorKind::Timeout,
                     format!("no reply within {} s", first_byte.as_secs()),
-                    true,
                 ));
             }
         };
@@ -382,7 +462,7 @@ fn idle_bounded(
 
 /// A failure to reach or read from a backend. Nothing reachable (no connection) is
 /// `Unavailable` (503 when no backend is left); a timeout is `Timeout`; anything else
-/// that broke after connecting is `BadGateway`.
+/// that broke after connecting is `BadGateway`. The first two are `unreachable`.
 fn transport_failure(backend: &str, e: &reqwest::Error) -> AttemptFailure {
     let kind = if e.is_connect() {
         ErrorKind::Unavailable
@@ -397,7 +477,10 @@ fn transport_failure(backend: &str, e: &reqwest::Error) -> AttemptFailure {
         message = format!("{message}: {inner}");
         source = inner.source();
     }
-    AttemptFailure::new(backend, kind, message, true)
+    AttemptFailure {
+        unreachable: e.is_connect() || e.is_timeout(),
+        ..AttemptFailure::new(backend, kind, message, true)
+    }
 }
 
 /// The start of a body, for error messages.

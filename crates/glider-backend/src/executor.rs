@@ -4,7 +4,9 @@
 //! stream's problem, reported in the client's dialect, never a silent switch. Only a
 //! backend that is unwell (no connection, timeout, 5xx) counts toward its breaker; a
 //! 4xx is the request's or its key's, and a 429 with `retry-after` cools that caller
-//! down on that backend instead.
+//! down on that backend instead. Candidates from a `reserve` index on stand behind
+//! the rest: they are tried only when every earlier attempt could not reach its
+//! backend at all (`routing.local_fallback`: the cloud is down, the local model is up).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -33,11 +35,13 @@ pub struct Executed {
     pub failures: Vec<AttemptFailure>,
 }
 
-/// The order in which to try `candidates`: usable before blocked or down ones, and,
-/// among backends of the same locality, warm before cold. The router's order is kept
-/// otherwise (it already put the preferred side first).
-fn attempt_order(candidates: &[Candidate]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..candidates.len()).collect();
+/// The order in which to try `candidates` before `reserve`: usable before blocked or
+/// down ones, and, among backends of the same locality, warm before cold. The router's
+/// order is kept otherwise (it already put the preferred side first). The reserve
+/// follows, in its own order.
+fn attempt_order(candidates: &[Candidate], reserve: usize) -> Vec<usize> {
+    let reserve = reserve.min(candidates.len());
+    let mut order: Vec<usize> = (0..reserve).collect();
     let first_local = candidates.first().map(|c| c.backend.kind().is_local());
     order.sort_by_key(|&i| {
         let c = &candidates[i];
@@ -47,7 +51,14 @@ fn attempt_order(candidates: &[Candidate]) -> Vec<usize> {
         let cold = c.backend.kind().is_local() && !c.backend.is_warm(&c.model);
         (blocked, other_side, cold)
     });
+    order.extend(reserve..candidates.len());
     order
+}
+
+/// Whether the reserve may answer after `failures`: there were attempts, and none of
+/// them reached its backend.
+fn reserve_admitted(failures: &[AttemptFailure]) -> bool {
+    !failures.is_empty() && failures.iter().all(|f| f.unreachable)
 }
 
 /// Clears a half-open probe that never reached a verdict (the request was cancelled).
@@ -66,11 +77,15 @@ impl Drop for ProbeGuard<'_> {
 
 /// Run the backup sequence over requests already prepared, one per candidate (same
 /// order): the executor only sends them, in attempt order, under each breaker.
+/// Candidates from index `reserve` on are tried only when nothing before them could be
+/// reached (`None`: no reserve).
 pub async fn execute_prepared(
     candidates: &[Candidate],
     requests: &[UpstreamRequest],
+    reserve: Option<usize>,
 ) -> Result<Executed, Vec<AttemptFailure>> {
-    run_sequence(candidates, |index, candidate| {
+    let reserve = reserve.unwrap_or(candidates.len());
+    run_sequence(candidates, reserve, |index, candidate| {
         requests.get(index).map(Cow::Borrowed).ok_or_else(|| {
             AttemptFailure::new(
                 candidate.backend.name(),
@@ -89,27 +104,37 @@ pub async fn execute(
     candidates: &[Candidate],
     mut build: impl FnMut(&Candidate) -> Result<UpstreamRequest, AttemptFailure>,
 ) -> Result<Executed, Vec<AttemptFailure>> {
-    run_sequence(candidates, |_, candidate| build(candidate).map(Cow::Owned)).await
+    run_sequence(candidates, candidates.len(), |_, candidate| {
+        build(candidate).map(Cow::Owned)
+    })
+    .await
 }
 
 /// The backup sequence itself; `request_for` gives the request for a candidate (by its
 /// index in `candidates`) only once the breaker admits it.
 async fn run_sequence<'r>(
     candidates: &[Candidate],
+    reserve: usize,
     mut request_for: impl FnMut(usize, &Candidate) -> Result<Cow<'r, UpstreamRequest>, AttemptFailure>,
 ) -> Result<Executed, Vec<AttemptFailure>> {
     let mut failures = Vec::new();
-    for index in attempt_order(candidates) {
+    for index in attempt_order(candidates, reserve) {
+        if index >= reserve && !reserve_admitted(&failures) {
+            break;
+        }
         let candidate = &candidates[index];
         let backend = &candidate.backend;
         let admission = backend.breaker.admit();
         if admission == Admission::Refused {
-            failures.push(AttemptFailure::new(
-                backend.name(),
-                ErrorKind::Unavailable,
-                "circuit breaker open after repeated failures",
-                true,
-            ));
+            // The breaker opened on failures like the last ones: as unreachable as they.
+            failures.push(AttemptFailure {
+                unreachable: backend.breaker_opened_unreachable(),
+                ..AttemptFailure::not_sent(
+                    backend.name(),
+                    ErrorKind::Unavailable,
+                    "circuit breaker open after repeated failures",
+                )
+            });
             continue;
         }
         let mut probe = ProbeGuard {
@@ -143,11 +168,11 @@ async fn run_sequence<'r>(
             Err(failure) => {
                 probe.armed = false;
                 let retryable = failure.retryable;
-                if backend.unavailable.is_some() {
+                if backend.unavailable.is_some() || failure.never_sent {
                     // Never sent: neither a failure nor a success of the backend.
                     backend.breaker.abandon_probe();
                 } else if failure.backend_unwell() {
-                    backend.breaker.failure();
+                    backend.failed(failure.unreachable);
                 } else {
                     // The backend answered; the request, its key or its pace was refused.
                     backend.breaker.success();
@@ -172,7 +197,7 @@ async fn run_sequence<'r>(
 fn watch_stream(backend: Arc<Backend>, rest: BodyStream) -> BodyStream {
     Box::pin(rest.inspect(move |chunk| {
         if chunk.is_err() {
-            backend.breaker.failure();
+            backend.failed(false);
         }
     }))
 }
@@ -198,8 +223,11 @@ fn cooling_down(backend: &str, wait: Duration) -> AttemptFailure {
 /// 1. the last backend that was reached answered with a client error (4xx: the
 ///    request, its key, its pace) — its status, message and `retry-after`, so the
 ///    client can act on it as if it had called the backend itself;
-/// 2. nothing was reachable (no connection, missing keys, open breakers) — 503;
-/// 3. every backend reached timed out — 504;
+/// 2. nothing was reachable (no connection, missing keys, open breakers) — 502 saying
+///    so with each backend's failure and what to check: not 503, which clients read as
+///    "overloaded" and retry as capacity (that stays for an upstream that said so);
+/// 3. every backend reached said it is overloaded (529) — the overload, with its
+///    `retry-after`; every backend reached timed out — 504;
 /// 4. otherwise 502 listing each backend's failure.
 pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
     if failures.is_empty() {
@@ -212,7 +240,7 @@ pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
         .iter()
         .rev()
         .find(|f| f.kind != ErrorKind::Unavailable);
-    if let Some(answered) = last_reached.filter(|f| f.answered_client_error()) {
+    if let Some(answered) = last_reached.filter(|f| f.client_can_act()) {
         let message = answered
             .upstream_message
             .clone()
@@ -221,9 +249,27 @@ pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
     }
     let list: Vec<String> = failures.iter().map(ToString::to_string).collect();
     let all = |kinds: &[ErrorKind]| failures.iter().all(|f| kinds.contains(&f.kind));
-    let kind = if all(&[ErrorKind::Unavailable]) {
-        ErrorKind::Unavailable
-    } else if all(&[ErrorKind::Timeout, ErrorKind::Unavailable]) {
+    let overloaded = failures
+        .iter()
+        .rev()
+        .find(|f| f.kind == ErrorKind::Overloaded);
+    if let Some(overloaded) =
+        overloaded.filter(|_| all(&[ErrorKind::Overloaded, ErrorKind::Unavailable]))
+    {
+        // The one place a capacity error is true: an upstream said so.
+        return ApiError::new(
+            ErrorKind::Overloaded,
+            format!("overloaded: {}", list.join("; ")),
+        )
+        .with_retry_after(overloaded.retry_after_secs);
+    }
+    if all(&[ErrorKind::Unavailable]) {
+        return ApiError::new(
+            ErrorKind::BadGateway,
+            format!("no backend could be reached: {}", list.join("; ")),
+        );
+    }
+    let kind = if all(&[ErrorKind::Timeout, ErrorKind::Unavailable]) {
         ErrorKind::Timeout
     } else {
         ErrorKind::BadGateway
@@ -266,9 +312,20 @@ mod tests {
             summarise(&[limited, broken.clone()]).kind,
             ErrorKind::BadGateway
         );
+        let nothing_reachable = summarise(&[refused.clone(), refused.clone()]);
+        assert_eq!(nothing_reachable.kind, ErrorKind::BadGateway);
+        assert!(
+            nothing_reachable
+                .message
+                .starts_with("no backend could be reached: b: why; b: why"),
+            "{}",
+            nothing_reachable.message
+        );
+        // An upstream that said it is overloaded stays overloaded.
+        let overloaded = failed(ErrorKind::Overloaded, Some(529));
         assert_eq!(
-            summarise(&[refused.clone(), refused.clone()]).kind,
-            ErrorKind::Unavailable
+            summarise(std::slice::from_ref(&overloaded)).kind,
+            ErrorKind::Overloaded
         );
         assert_eq!(
             summarise(&[refused.clone(), timed_out]).kind,

@@ -22,6 +22,12 @@ pub struct AttemptFailure {
     /// The backend's `retry-after`, in seconds, if it sent one (or the rest of a
     /// cool-down Glider keeps after a 429).
     pub retry_after_secs: Option<u64>,
+    /// Nothing was sent (a missing key or credential): no verdict on the backend.
+    pub never_sent: bool,
+    /// The backend could not be reached at all before the first byte: no connection
+    /// (refused, DNS, TLS), a timeout, or a breaker that such failures opened. Only
+    /// these let `routing.local_fallback` hand a cloud request to a local model.
+    pub unreachable: bool,
 }
 
 impl AttemptFailure {
@@ -40,6 +46,32 @@ impl AttemptFailure {
             status: None,
             upstream_message: None,
             retry_after_secs: None,
+            never_sent: false,
+            unreachable: false,
+        }
+    }
+
+    /// A failure found before anything was sent (the request never left Glider).
+    pub fn not_sent(
+        backend: impl Into<String>,
+        kind: ErrorKind,
+        message: impl Into<String>,
+    ) -> AttemptFailure {
+        AttemptFailure {
+            never_sent: true,
+            ..AttemptFailure::new(backend, kind, message, true)
+        }
+    }
+
+    /// A failure to reach the backend at all (see [`AttemptFailure::unreachable`]).
+    pub fn unreachable(
+        backend: impl Into<String>,
+        kind: ErrorKind,
+        message: impl Into<String>,
+    ) -> AttemptFailure {
+        AttemptFailure {
+            unreachable: true,
+            ..AttemptFailure::new(backend, kind, message, true)
         }
     }
 
@@ -59,6 +91,12 @@ impl AttemptFailure {
     /// client can act on when no other backend is left.
     pub fn answered_client_error(&self) -> bool {
         matches!(self.status, Some(status) if (400..500).contains(&status) && status != 408)
+    }
+
+    /// A failure the client can fix itself: a client error the backend answered, or
+    /// credentials it did not send.
+    pub fn client_can_act(&self) -> bool {
+        self.answered_client_error() || (self.never_sent && self.kind == ErrorKind::Authentication)
     }
 }
 

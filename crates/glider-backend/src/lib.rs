@@ -1,16 +1,18 @@
 //! Backend clients (spec package `backend`) and the resilient half of `orchestrator`:
 //! [`client`] speaks HTTP to one backend, [`breaker`] is its circuit breaker,
-//! [`cooldown`] holds back callers a 429 told to wait, [`health`] probes it, and [`executor`] runs the backup sequence over candidates.
+//! [`cooldown`] holds back callers a 429 told to wait, [`credentials`] decides whose key a request carries, [`health`] probes it, and [`executor`] runs the backup sequence over candidates.
 
 pub mod breaker;
 pub mod client;
 pub mod cooldown;
+pub mod credentials;
 pub mod executor;
 pub mod failure;
 pub mod health;
 
 pub use breaker::{BreakerState, CircuitBreaker};
 pub use client::{Backend, BodyStream, UpstreamRequest, UpstreamResponse};
+pub use credentials::Credentials;
 pub use executor::{Candidate, Executed, execute, execute_prepared};
 pub use failure::AttemptFailure;
 pub use health::Health;

@@ -398,24 +398,55 @@ impl std::fmt::Debug for Secret {
 impl Secret {
     /// The value with every `${VAR}` replaced, or the name of the first unset variable.
     pub fn resolve(&self) -> Result<String, String> {
-        interpolate(&self.0, |name| std::env::var(name).ok())
+        self.lookup().map_err(|e| e.to_string())
+    }
+
+    /// [`Secret::resolve`] with the reason kept apart: an unset variable (which a cloud
+    /// backend's key may mean on purpose: use the client's own) or a malformed text.
+    pub fn lookup(&self) -> Result<String, Unresolved> {
+        interpolate_with(&self.0, |name| std::env::var(name).ok())
+    }
+}
+
+/// Why a `${VAR}` text has no value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unresolved {
+    /// The variable it names is unset or empty.
+    Unset(String),
+    /// The text itself is broken (an unclosed `${`).
+    Malformed(String),
+}
+
+impl std::fmt::Display for Unresolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unresolved::Unset(name) => write!(f, "environment variable {name} is not set"),
+            Unresolved::Malformed(text) => write!(f, "unclosed ${{ in {text:?}"),
+        }
     }
 }
 
 /// Replace `${NAME}` using `lookup`; an unset or empty variable is an error naming it.
 pub fn interpolate(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    interpolate_with(text, lookup).map_err(|e| e.to_string())
+}
+
+fn interpolate_with(
+    text: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<String, Unresolved> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
         let Some(end) = after.find('}') else {
-            return Err(format!("unclosed ${{ in {text:?}"));
+            return Err(Unresolved::Malformed(text.to_owned()));
         };
         let name = &after[..end];
         match lookup(name).filter(|v| !v.is_empty()) {
             Some(value) => out.push_str(&value),
-            None => return Err(format!("environment variable {name} is not set")),
+            None => return Err(Unresolved::Unset(name.to_owned())),
         }
         rest = &after[end + 1..];
     }
@@ -432,6 +463,11 @@ pub struct RoutingConfig {
     /// When a local backend fails or cannot fit a request, let a cloud backend answer
     /// with the user's key. Set false for pure local.
     pub cloud_fallback: bool,
+    /// When every cloud candidate of a request chosen for the cloud (by the classifier,
+    /// Starlark or the model, not by an explicit `/cloud`) could not be reached at all —
+    /// refused, DNS, TLS, a timeout, a breaker such failures opened; never a 4xx or
+    /// 5xx answer — let a local backend answer it instead.
+    pub local_fallback: bool,
     /// Context window assumed for a local model that states none.
     pub default_local_context: u64,
     /// Explicit requests: a leading `/local` or `/cloud` in the last user message, and
@@ -449,6 +485,7 @@ impl Default for RoutingConfig {
     fn default() -> Self {
         RoutingConfig {
             cloud_fallback: true,
+            local_fallback: false,
             default_local_context: 32_768,
             explicit: ExplicitConfig::default(),
             sticky: StickyConfig::default(),

@@ -15,8 +15,8 @@ use glider_sys::listen::Cutoff;
 
 use crate::sequence::{BodyError, Door};
 
-/// An error in `front`'s own JSON shape with its status, and `retry-after` when the
-/// error says how long to wait.
+/// An error in `front`'s own JSON shape with its status, `retry-after` when the error
+/// says how long to wait, and `x-glider-route` when it was routed.
 pub fn error_response(front: Dialect, error: &ApiError) -> Response {
     let status =
         StatusCode::from_u16(error.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -25,6 +25,13 @@ pub fn error_response(front: Dialect, error: &ApiError) -> Response {
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    if let Some(route) = error
+        .route
+        .as_deref()
+        .and_then(|r| HeaderValue::from_str(r).ok())
+    {
+        response.headers_mut().insert("x-glider-route", route);
     }
     response
 }

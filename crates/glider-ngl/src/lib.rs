@@ -446,6 +446,9 @@ pub struct ApiError {
     /// sent back as the same header).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_secs: Option<u64>,
+    /// How the request was routed before it failed (`x-glider-route`), when it was.
+    #[serde(skip)]
+    pub route: Option<String>,
 }
 
 impl ApiError {
@@ -455,6 +458,7 @@ impl ApiError {
             message: message.into(),
             param: None,
             retry_after_secs: None,
+            route: None,
         }
     }
 

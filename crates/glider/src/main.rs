@@ -16,6 +16,7 @@ use glider_sys::listen::Drain;
 mod context_commands;
 mod mitm_commands;
 mod serve;
+mod setup_commands;
 use mitm_commands::{CaAction, TransparentAction, ca, run_cli, transparent};
 use tracing_subscriber::prelude::*;
 
@@ -84,10 +85,27 @@ enum Command {
         #[command(subcommand)]
         action: context_commands::ContextAction,
     },
+    /// Make Glider's flags typable in a CLI: `glider setup claude` installs Claude
+    /// Code command files for /local, /cloud, /via, /claude, /cursor-agent and /agy
+    /// (user level, never over a file of your own); `--remove` deletes them.
+    Setup {
+        #[command(subcommand)]
+        target: SetupTarget,
+    },
     /// Routing tools.
     Route {
         #[command(subcommand)]
         action: RouteAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum SetupTarget {
+    /// Claude Code: ~/.claude/commands/<flag>.md (or $CLAUDE_CONFIG_DIR/commands).
+    Claude {
+        /// Delete the command files Glider installed (a file of your own stays).
+        #[arg(long)]
+        remove: bool,
     },
 }
 
@@ -115,6 +133,27 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => check(&config),
+        Command::Setup {
+            target: SetupTarget::Claude { remove },
+        } => match setup_commands::commands_dir()
+            .and_then(|dir| setup_commands::setup_claude(&dir, remove))
+        {
+            Ok(lines) => {
+                for line in lines {
+                    println!("{line}");
+                }
+                if !remove {
+                    println!(
+                        "type a flag as the start of a Claude Code message, e.g. `/local explain this`; it reaches Glider and is stripped before the model"
+                    );
+                }
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("glider setup claude: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        },
         Command::Route {
             action:
                 RouteAction::Explain {
@@ -179,18 +218,11 @@ fn check(path: &std::path::Path) -> std::process::ExitCode {
                 config.backends.len()
             );
             for backend in &config.backends {
-                let missing: Vec<String> = backend
-                    .api_key
-                    .iter()
-                    .filter_map(|k| k.resolve().err())
-                    .collect();
-                if !missing.is_empty() {
-                    println!(
-                        "  note: backend {} is unusable until {}",
-                        backend.name,
-                        missing.join(", ")
-                    );
-                }
+                println!(
+                    "  backend {}: {}",
+                    backend.name,
+                    glider_backend::credentials::describe(backend)
+                );
             }
             std::process::ExitCode::SUCCESS
         }

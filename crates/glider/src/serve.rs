@@ -418,10 +418,17 @@ pub async fn report_backends(engine: &Arc<Engine>) {
                 );
             }
         }
+        if !backend.kind().is_local() && backend.unavailable.is_none() {
+            tracing::info!(
+                "backend {} ({kind}) authenticates with {}",
+                backend.name(),
+                glider_backend::credentials::describe(&backend.config)
+            );
+        }
     }
     if usable == 0 {
         tracing::warn!(
-            "no backend can answer yet: start Ollama (http://127.0.0.1:11434), set ANTHROPIC_API_KEY or OPENAI_API_KEY, or pass -c with your own config; requests get a clear error until then"
+            "no backend can answer yet: start Ollama (http://127.0.0.1:11434), send your CLI's own key, set ANTHROPIC_API_KEY or OPENAI_API_KEY, or pass -c with your own config; requests get a clear error until then"
         );
     }
 }

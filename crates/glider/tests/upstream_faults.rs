@@ -6,28 +6,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use glider_engine::{PipelineEvent, RequestRecord};
 use glider_ngl::Dialect;
 use glider_test_support::{Failure, MockConfig, MockVendor};
 use serde_json::Value;
-use tokio::sync::broadcast::Receiver;
-
-/// The next finished request on the bus (waiting at most 10 s, so a bug cannot hang).
-async fn next_finished(events: &mut Receiver<Arc<PipelineEvent>>) -> RequestRecord {
-    loop {
-        let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
-            .await
-            .expect("an event within 10 s")
-            .expect("bus open");
-        if let PipelineEvent::RequestFinished(record) = &*event {
-            return record.clone();
-        }
-    }
-}
 
 /// A short text request in `front`'s wire shape.
 fn ask(front: Dialect, model: &str, stream: bool) -> Value {
@@ -205,7 +189,9 @@ async fn a_401_from_the_only_backend_reaches_the_client_and_does_not_trip_the_br
         assert_eq!(body["error"]["type"], "authentication_error");
         assert_eq!(body["error"]["message"], "mock failure: status 401");
     }
-    // In OpenAI's dialect too.
+    // In OpenAI's dialect too: an OpenAI client's bearer is not Anthropic's to see, so
+    // Glider itself refuses it, saying what is missing.
+    let asked = mock.requests().len();
     let reply = post(
         &gw.base,
         "/v1/chat/completions",
@@ -214,7 +200,14 @@ async fn a_401_from_the_only_backend_reaches_the_client_and_does_not_trip_the_br
     )
     .await;
     assert_eq!(reply.status, 401, "{}", reply.text());
-    assert_eq!(reply.json()["error"]["message"], "mock failure: status 401");
+    let message = reply.json()["error"]["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .is_some_and(|m| m.starts_with("no credentials for claude")),
+        "{message}"
+    );
+    assert_eq!(mock.requests().len(), asked, "nothing was forwarded");
     let runtime = gw.engine.runtime();
     let backend = runtime.backend("claude").expect("backend");
     assert_eq!(
@@ -264,22 +257,40 @@ async fn a_429_passes_its_retry_after_through_and_cools_down_only_that_key() {
 }
 
 #[tokio::test]
-async fn nothing_reachable_is_a_503_in_the_client_dialect() {
+async fn nothing_reachable_is_a_502_that_names_each_failure_and_the_fix_in_the_client_dialect() {
     // Port 1 on loopback: nothing listens there, every connection is refused.
     let yaml = "backends:\n\
         \x20 - {name: a, type: ollama, base_url: 'http://127.0.0.1:1', models: [qwen]}\n\
         \x20 - {name: b, type: vllm, base_url: 'http://127.0.0.1:1/v1', models: [qwen]}\n\
         routing: {classifier: {enabled: false}}\n";
     let gw = gateway(yaml).await;
+    let mut events = gw.engine.bus().subscribe();
     for front in [Dialect::Anthropic, Dialect::OpenAiChat] {
         let reply = post_json(&gw.base, front_path(front), &ask(front, "qwen", false)).await;
-        assert_eq!(reply.status, 503, "{front:?}: {}", reply.text());
+        // The dashboard files the failure under the backend that failed last.
+        let record = next_finished(&mut events).await;
+        assert_eq!(record.backend.as_deref(), Some("b"), "{record:?}");
+        // Not 503/overloaded_error: a client reads that as "at capacity" and retries.
+        assert_eq!(reply.status, 502, "{front:?}: {}", reply.text());
         // Both dialects put the message at `error.message`.
         let body = reply.json();
+        let error_type = match front {
+            Dialect::Anthropic => "api_error",
+            _ => "server_error",
+        };
+        assert_eq!(body["error"]["type"], error_type, "{front:?}: {body}");
         let message = body["error"]["message"].as_str().expect("message");
         assert!(
-            message.contains("a: ") && message.contains("b: "),
+            message.starts_with("no backend could be reached: ")
+                && message.contains("a: ")
+                && message.contains("b: ")
+                && message.contains("ollama serve"),
             "{message}"
+        );
+        let route = reply.header("x-glider-route");
+        assert!(
+            route.starts_with("rule=model; backend=a; model=qwen"),
+            "{front:?}: {route:?}"
         );
     }
 }

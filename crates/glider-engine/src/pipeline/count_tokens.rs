@@ -33,7 +33,10 @@ impl Engine {
                 map.remove("max_tokens");
             }
             match backend
-                .count_tokens(&upstream_body, forward_headers(headers, backend))
+                .count_tokens(
+                    &upstream_body,
+                    forward_headers(Dialect::Anthropic, headers, backend),
+                )
                 .await
             {
                 Ok(count) => return Ok(count),

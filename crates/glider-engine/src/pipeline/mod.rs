@@ -280,7 +280,12 @@ impl Engine {
         match flow {
             Flow::Answer(answered) => Ok(answered.finish(job.tracker)),
             Flow::Origin(decision) => Err(to_origin(decision, job.tracker)),
-            Flow::Fail(error) => Err(failed(error, job.tracker, job.front)),
+            Flow::Fail(mut error) => {
+                if let Some(decision) = &job.decision {
+                    error.route = Some(decision.failure_header_value());
+                }
+                Err(failed(error, job.tracker, job.front))
+            }
             Flow::Continue => Err(failed(
                 ApiError::new(ErrorKind::Internal, "the pipeline ended without a reply"),
                 job.tracker,

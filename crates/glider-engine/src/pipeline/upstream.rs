@@ -4,7 +4,6 @@
 
 use bytes::Bytes;
 use glider_backend::{Backend, Candidate, UpstreamRequest};
-use glider_config::BackendKind;
 use glider_dialects::codec;
 use glider_ngl::{Dialect, Request, Role, Turn};
 use http::HeaderMap;
@@ -48,7 +47,7 @@ pub(crate) fn for_candidate(
         dialect,
         body,
         stream: request.stream || glider_stops,
-        headers: forward_headers(headers, backend),
+        headers: forward_headers(front, headers, backend),
     }
 }
 
@@ -71,31 +70,10 @@ fn hoist_system_turns(turns: &mut Vec<Turn>) {
     turns.extend(rest);
 }
 
-/// Client headers a backend should see: Anthropic's beta flags to Anthropic, and the
-/// client's own credentials to a cloud backend that has no key configured (so a CLI's
-/// key keeps working through Glider).
-pub(crate) fn forward_headers(client: &HeaderMap, backend: &Backend) -> HeaderMap {
-    let mut out = HeaderMap::new();
-    let mut copy = |name: &str| {
-        for value in client.get_all(name) {
-            if let Ok(name) = http::HeaderName::try_from(name) {
-                out.append(name, value.clone());
-            }
-        }
-    };
-    if backend.kind() == BackendKind::Anthropic {
-        copy("anthropic-beta");
-    }
-    if !backend.kind().is_local() && !backend.has_api_key() {
-        match backend.kind() {
-            BackendKind::Anthropic => {
-                copy("x-api-key");
-                copy("authorization");
-            }
-            _ => copy("authorization"),
-        }
-    }
-    out
+/// Client headers a backend should see (its credentials rule: see
+/// `glider_backend::credentials`).
+pub(crate) fn forward_headers(front: Dialect, client: &HeaderMap, backend: &Backend) -> HeaderMap {
+    backend.client_headers(front, client)
 }
 
 /// The body with its top-level `model` replaced; untouched bytes when it is unchanged.

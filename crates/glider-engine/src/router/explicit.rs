@@ -1,8 +1,13 @@
 //! The explicit rule: the user says where a request goes. A leading `/local`,
 //! `/cloud` or `/via <backend>` in the last user message (stripped before the request
 //! is forwarded), or a request header (`x-glider-route: local|cloud|<backend>`), or a
-//! model name of the form `<backend>/<model>` or naming a backend. Delegation flags
-//! (`/claude`, `/cursor-agent`, `/agy`) are not routing flags: they bypass the pipeline.
+//! model name of the form `<backend>/<model>` or naming a backend. Claude Code refuses
+//! an unknown slash command, so there a flag comes through a custom command file
+//! (`glider setup claude`): the message then holds Claude Code's record of the command
+//! (`<command-message>…<command-name>/local</command-name><command-args>…`) and the
+//! expanded text; the flag is read from either, and both are stripped. Delegation
+//! flags (`/claude`, `/cursor-agent`, `/agy`) are not routing flags: they bypass the
+//! pipeline.
 
 use bytes::Bytes;
 use glider_ngl::{Dialect, Part, Request, Role};
@@ -11,6 +16,9 @@ use serde_json::Value;
 
 use super::Target;
 
+/// The routing flags, as typed (`/via` takes a backend name after it).
+pub const ROUTING_FLAGS: &[&str] = &["/local", "/cloud", "/via"];
+
 /// Flags that hand a message to another CLI instead of routing it.
 pub const DELEGATION_FLAGS: &[&str] = &["/claude", "/cursor-agent", "/agy"];
 
@@ -18,8 +26,36 @@ pub const DELEGATION_FLAGS: &[&str] = &["/claude", "/cursor-agent", "/agy"];
 #[derive(Debug, Clone, PartialEq)]
 pub struct Flag {
     pub target: Target,
-    /// The exact text to remove (flag and following whitespace).
+    /// The exact text to remove (flag and following whitespace); empty when the flag
+    /// came only in a command block.
     pub prefix: String,
+    /// The text part holding Claude Code's record of the custom command that carried
+    /// the flag, removed whole (it names the flag).
+    pub command_block: Option<String>,
+}
+
+/// The routing flag a Claude Code command block names, written back as the user typed
+/// it (`/via vllm rest`), if the text is such a block.
+fn command_block_flag(text: &str) -> Option<Flag> {
+    if !text.trim_start().starts_with("<command-") {
+        return None;
+    }
+    let name = between(text, "<command-name>", "</command-name>")?.trim();
+    let args = between(text, "<command-args>", "</command-args>").unwrap_or_default();
+    let typed = format!("{name} {}", args.trim());
+    let flag = parse_flag(&typed)?;
+    Some(Flag {
+        prefix: String::new(),
+        command_block: Some(text.to_owned()),
+        ..flag
+    })
+}
+
+/// The text between the first `open` and the `close` after it.
+fn between<'t>(text: &'t str, open: &str, close: &str) -> Option<&'t str> {
+    let start = text.find(open)? + open.len();
+    let len = text[start..].find(close)?;
+    Some(&text[start..start + len])
 }
 
 /// Parse a flag at the start of `text`.
@@ -49,16 +85,32 @@ pub fn parse_flag(text: &str) -> Option<Flag> {
     Some(Flag {
         target,
         prefix: text[..leading + consumed + after].to_owned(),
+        command_block: None,
     })
 }
 
-/// The routing flag of the request's last user message, if any.
+/// The routing flag of the request's last user message, if any: a text part that
+/// starts with one, or a Claude Code command block that names one (with the expanded
+/// text after it, whose leading flag goes too).
 pub fn find_flag(request: &Request) -> Option<Flag> {
     let turn = request.turns.iter().rev().find(|t| t.role == Role::User)?;
-    turn.parts.iter().find_map(|part| match part {
-        Part::Text { text, .. } => parse_flag(text),
-        _ => None,
-    })
+    let texts = || {
+        turn.parts.iter().filter_map(|part| match part {
+            Part::Text { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+    };
+    let typed = texts().find_map(parse_flag);
+    match texts().find_map(command_block_flag) {
+        Some(block) => Some(Flag {
+            prefix: typed
+                .filter(|t| t.target == block.target)
+                .map(|t| t.prefix)
+                .unwrap_or_default(),
+            ..block
+        }),
+        None => typed,
+    }
 }
 
 /// Remove `flag` from the request (its decoded form).
@@ -71,6 +123,13 @@ pub fn strip_from_request(request: &mut Request, flag: &Flag) {
     else {
         return;
     };
+    if let Some(block) = &flag.command_block {
+        turn.parts
+            .retain(|part| !matches!(part, Part::Text { text, .. } if text == block));
+    }
+    if flag.prefix.is_empty() {
+        return;
+    }
     for part in &mut turn.parts {
         if let Part::Text { text, .. } = part
             && let Some(rest) = text.strip_prefix(flag.prefix.as_str())
@@ -103,16 +162,26 @@ pub fn strip_from_body(front: Dialect, body: &[u8], flag: &Flag) -> Option<Bytes
         .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
     let stripped = match message.get_mut("content")? {
         Value::String(text) => replace_prefix(text, flag),
-        Value::Array(parts) => parts.iter_mut().any(|part| match part.get_mut("text") {
-            Some(Value::String(text)) => replace_prefix(text, flag),
-            _ => false,
-        }),
+        Value::Array(parts) => {
+            let before = parts.len();
+            if let Some(block) = &flag.command_block {
+                parts.retain(|part| part.get("text").and_then(Value::as_str) != Some(block));
+            }
+            let prefix = parts.iter_mut().any(|part| match part.get_mut("text") {
+                Some(Value::String(text)) => replace_prefix(text, flag),
+                _ => false,
+            });
+            prefix || parts.len() != before
+        }
         _ => false,
     };
     if stripped { serialise(&value) } else { None }
 }
 
 fn replace_prefix(text: &mut String, flag: &Flag) -> bool {
+    if flag.prefix.is_empty() {
+        return false;
+    }
     match text.strip_prefix(flag.prefix.as_str()) {
         Some(rest) => {
             *text = rest.to_owned();
@@ -149,6 +218,7 @@ pub fn model_target(model: &str, backend_names: &[&str]) -> Option<(Target, Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use glider_dialects::codec;
     use serde_json::json;
 
     #[test]
@@ -173,6 +243,77 @@ mod tests {
         assert_eq!(parse_flag("please /local"), None);
         assert_eq!(parse_flag("/via"), None);
         assert_eq!(parse_flag("/claude do it"), None);
+        for flag in ROUTING_FLAGS {
+            assert!(parse_flag(&format!("{flag} b rest")).is_some(), "{flag}");
+        }
+    }
+
+    /// The last user message Claude Code sends for `/local say hi` through a
+    /// `~/.claude/commands/local.md` holding `/local $ARGUMENTS` (as captured).
+    fn claude_code_command(name: &str, args: &str, expanded: Option<&str>) -> Value {
+        let mut content = vec![
+            json!({"type": "text", "text": "<system-reminder>\nctx\n</system-reminder>\n\n"}),
+            json!({"type": "text", "text": format!(
+                "<command-message>{}</command-message>\n<command-name>{name}</command-name>\n<command-args>{args}</command-args>\n",
+                name.trim_start_matches('/')
+            )}),
+        ];
+        if let Some(expanded) = expanded {
+            content.push(
+                json!({"type": "text", "text": expanded, "cache_control": {"type": "ephemeral"}}),
+            );
+        }
+        json!({"model": "claude-sonnet-4-6", "max_tokens": 10, "messages": [{"role": "user", "content": content}]})
+    }
+
+    #[test]
+    fn a_claude_code_command_block_is_a_flag_and_is_stripped_whole() {
+        let cases = [
+            ("/local", "say hi", Some("/local say hi\n"), Target::Local),
+            ("/cloud", "say hi", None, Target::Cloud),
+            (
+                "/via",
+                "vllm say hi",
+                Some("/via vllm say hi\n"),
+                Target::Backend("vllm".into()),
+            ),
+        ];
+        for (name, args, expanded, target) in cases {
+            let body = claude_code_command(name, args, expanded);
+            let request = codec(Dialect::Anthropic)
+                .decode_request(body.to_string().as_bytes())
+                .expect("decodes");
+            let flag = find_flag(&request).unwrap_or_else(|| panic!("{name}: no flag"));
+            assert_eq!(flag.target, target, "{name}");
+
+            let stripped = strip_from_body(Dialect::Anthropic, body.to_string().as_bytes(), &flag)
+                .expect("stripped");
+            let text = String::from_utf8_lossy(&stripped).into_owned();
+            assert!(
+                !text.contains("command-name") && !text.contains(name),
+                "{name}: {text}"
+            );
+            assert!(
+                text.contains("system-reminder"),
+                "{name}: the rest stays: {text}"
+            );
+            let mut request = request;
+            strip_from_request(&mut request, &flag);
+            let left = request.turns[0].plain_text();
+            assert!(
+                !left.contains("command-") && !left.contains(name),
+                "{name}: {left}"
+            );
+            if expanded.is_some() {
+                assert!(left.ends_with("say hi\n"), "{name}: {left:?}");
+            }
+        }
+        // Another custom command is not a flag.
+        let body = claude_code_command("/review", "the parser", Some("Review the parser\n"));
+        let request = codec(Dialect::Anthropic)
+            .decode_request(body.to_string().as_bytes())
+            .expect("decodes");
+        assert_eq!(find_flag(&request), None);
     }
 
     #[test]

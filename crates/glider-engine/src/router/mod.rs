@@ -96,14 +96,29 @@ pub struct RouteDecision {
     /// A routing flag to strip from the request before it is forwarded.
     #[serde(skip)]
     pub flag: Option<Flag>,
+    /// Candidates from this index on are local models that answer only if no cloud
+    /// candidate before them could be reached (`routing.local_fallback`).
+    #[serde(skip)]
+    pub local_reserve: Option<usize>,
 }
 
 impl RouteDecision {
+    /// The `x-glider-route` header value of a request that failed: the first candidate
+    /// it was routed to (the reason and the error say the rest).
+    pub fn failure_header_value(&self) -> String {
+        match self.candidates.first() {
+            Some(first) => self.header_value(first.backend.name(), &first.model),
+            None => self.header_value("-", "-"),
+        }
+    }
+
     /// The `x-glider-route` header value.
     pub fn header_value(&self, backend: &str, model: &str) -> String {
+        // The score exactly as compared with the thresholds: rounded, 1.99 would read
+        // as a 2.0 that should have gone local.
         let score = self
             .score
-            .map(|s| format!("; score={s:.1}"))
+            .map(|s| format!("; score={s:?}"))
             .unwrap_or_default();
         let value = format!(
             "rule={}; backend={backend}; model={model}{score}; reason={}",
@@ -217,6 +232,10 @@ impl Router<'_> {
                 format!("{reason}; no backend can take it"),
             ));
         }
+        let chosen_by_user = matches!(rule, RuleName::Explicit | RuleName::Sticky);
+        let local_reserve = (routing.local_fallback && !chosen_by_user)
+            .then(|| self.push_local_reserve(input, model, &mut candidates))
+            .flatten();
         Ok(RouteDecision {
             rule,
             reason,
@@ -226,7 +245,40 @@ impl Router<'_> {
             opinions,
             candidates,
             flag,
+            local_reserve,
         })
+    }
+
+    /// Behind an all-cloud list, the local models that hold the request, as a reserve
+    /// for a cloud that cannot be reached; the index where the reserve starts, if any.
+    fn push_local_reserve(
+        &self,
+        input: &RouteInput,
+        model: &str,
+        candidates: &mut Vec<Candidate>,
+    ) -> Option<usize> {
+        if candidates.iter().any(|c| c.backend.kind().is_local()) {
+            return None;
+        }
+        let start = candidates.len();
+        let preferred = [model, input.request.model.as_str()];
+        let local = self
+            .backends
+            .iter()
+            .filter(|b| b.config.enabled && b.kind().is_local());
+        for backend in local {
+            let Some(model) = Self::model_on(backend, &preferred) else {
+                continue;
+            };
+            let candidate = Candidate {
+                backend: backend.clone(),
+                model,
+            };
+            if input.estimated_tokens <= self.local_window(&candidate) {
+                candidates.push(candidate);
+            }
+        }
+        (candidates.len() > start).then_some(start)
     }
 
     /// Record a rule's verdict; the first resolvable opinion decides.
@@ -533,4 +585,37 @@ fn names(candidates: &[Candidate]) -> String {
         .map(|c| c.backend.name())
         .collect::<Vec<_>>()
         .join(" -> ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_route_header_prints_the_score_exactly_as_compared() {
+        let decision = RouteDecision {
+            rule: RuleName::Model,
+            reason: "r".into(),
+            // Just under a local threshold of 2.0: rounded it would read as 2.0.
+            score: Some(2.0 - 143.0 / 10_000.0),
+            estimated_tokens: 143,
+            session: None,
+            opinions: Vec::new(),
+            candidates: Vec::new(),
+            flag: None,
+            local_reserve: None,
+        };
+        let header = decision.header_value("claude", "m");
+        assert!(header.contains("; score=1.9857;"), "{header}");
+        let whole = RouteDecision {
+            score: Some(5.0),
+            ..decision
+        };
+        assert!(whole.header_value("b", "m").contains("; score=5.0;"));
+        assert!(
+            whole
+                .failure_header_value()
+                .starts_with("rule=model; backend=-")
+        );
+    }
 }

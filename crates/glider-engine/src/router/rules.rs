@@ -25,6 +25,8 @@ pub enum RuleName {
     TokenLimit,
     /// MITM: no backend serves the model; the CLI's origin does.
     Origin,
+    /// The cloud could not be reached, so a local model answered (`routing.local_fallback`).
+    LocalFallback,
 }
 
 impl RuleName {
@@ -37,6 +39,7 @@ impl RuleName {
             RuleName::Model => "model",
             RuleName::TokenLimit => "token_limit",
             RuleName::Origin => "origin",
+            RuleName::LocalFallback => "local_fallback",
         }
     }
 }

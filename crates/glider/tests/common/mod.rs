@@ -271,6 +271,21 @@ pub async fn post(
     }
 }
 
+/// The next finished request on the bus (waiting at most 10 s, so a bug cannot hang).
+pub async fn next_finished(
+    events: &mut tokio::sync::broadcast::Receiver<Arc<glider_engine::PipelineEvent>>,
+) -> glider_engine::RequestRecord {
+    loop {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), events.recv())
+            .await
+            .expect("an event within 10 s")
+            .expect("bus open");
+        if let glider_engine::PipelineEvent::RequestFinished(record) = &*event {
+            return record.clone();
+        }
+    }
+}
+
 pub async fn post_json(base: &str, path: &str, body: &Value) -> Reply {
     post(base, path, body.to_string(), &[]).await
 }

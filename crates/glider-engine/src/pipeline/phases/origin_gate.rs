@@ -1,5 +1,7 @@
 //! Origin gate (MITM only): only local candidates are tried; with none, the request
-//! goes to the CLI's origin, whose job cloud fallback is then.
+//! goes to the CLI's origin, whose job cloud fallback is then. A local reserve for an
+//! unreachable cloud is dropped: the cloud here is the origin, reached by the CLI's own
+//! route, not Glider's cloud backends.
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
 
@@ -17,6 +19,9 @@ impl Phase for OriginGate {
         let Some(mut decision) = job.decision.take() else {
             return ready(Flow::Fail(not_routed()));
         };
+        if let Some(reserve) = decision.local_reserve.take() {
+            decision.candidates.truncate(reserve);
+        }
         decision.candidates.retain(|c| c.backend.kind().is_local());
         if decision.candidates.is_empty() {
             return ready(Flow::Origin(Box::new(decision)));

@@ -37,6 +37,7 @@ impl Phase for Route {
                     opinions: Vec::new(),
                     candidates: Vec::new(),
                     flag: None,
+                    local_reserve: None,
                 })));
             }
             Err(error) => return ready(Flow::Fail(error)),

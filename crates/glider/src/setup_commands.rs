@@ -1,0 +1,84 @@
+//! `glider setup claude [--remove]`: Claude Code refuses a message that starts with a
+//! slash command it does not know, so Glider's flags (`/local`, `/cloud`, `/via`, and
+//! the delegation flags) reach Glider only through user-level custom command files,
+//! `~/.claude/commands/<flag>.md` holding `/<flag> $ARGUMENTS`. Each file Glider writes
+//! carries a marker line in its front matter; a file without it is the user's own and
+//! is never overwritten nor removed.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use glider_engine::router::explicit::{DELEGATION_FLAGS, ROUTING_FLAGS};
+
+/// The front-matter line that marks a command file as Glider's.
+pub const MARK: &str = "glider-managed: true  # written by `glider setup claude`; `glider setup claude --remove` deletes it";
+
+/// Where Claude Code reads user commands: `$CLAUDE_CONFIG_DIR/commands`, else
+/// `~/.claude/commands`.
+pub fn commands_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("CLAUDE_CONFIG_DIR").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir).join("commands"));
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .context("HOME is not set: cannot find ~/.claude")?;
+    Ok(PathBuf::from(home).join(".claude").join("commands"))
+}
+
+/// The command file for `flag` (`/local` → `local.md`) and its text.
+fn command_file(flag: &str) -> (String, String) {
+    let name = flag.trim_start_matches('/');
+    let description = match flag {
+        "/local" => "Glider: answer this message with the local model".to_owned(),
+        "/cloud" => "Glider: answer this message with the cloud model".to_owned(),
+        "/via" => "Glider: answer this message with the named backend".to_owned(),
+        _ => format!("Glider: hand this task to {name}"),
+    };
+    let hint = if flag == "/via" {
+        "<backend> <message>"
+    } else {
+        "<message>"
+    };
+    let text = format!(
+        "---\n{MARK}\ndescription: \"{description}\"\nargument-hint: \"{hint}\"\n---\n{flag} $ARGUMENTS\n"
+    );
+    (format!("{name}.md"), text)
+}
+
+/// Whether `path` is a command file Glider wrote.
+fn is_ours(path: &Path) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|text| text.lines().any(|line| line == MARK))
+}
+
+/// Install (or with `remove`, delete) Glider's command files in `dir`; one line per
+/// file saying what was done.
+pub fn setup_claude(dir: &Path, remove: bool) -> anyhow::Result<Vec<String>> {
+    let mut report = Vec::new();
+    if !remove {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    for flag in ROUTING_FLAGS.iter().chain(DELEGATION_FLAGS) {
+        let (name, text) = command_file(flag);
+        let path = dir.join(&name);
+        let exists = path.exists();
+        let line = match (remove, exists, exists && is_ours(&path)) {
+            (_, true, false) => format!(
+                "kept {}: it is your own command file (no `glider-managed` line), so {flag} there runs it, not Glider",
+                path.display()
+            ),
+            (true, true, true) => {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("removing {}", path.display()))?;
+                format!("removed {}", path.display())
+            }
+            (true, false, _) => continue,
+            (false, _, _) => {
+                std::fs::write(&path, text)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                format!("{flag}: {}", path.display())
+            }
+        };
+        report.push(line);
+    }
+    Ok(report)
+}
