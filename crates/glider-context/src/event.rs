@@ -44,6 +44,9 @@ pub enum EventBody {
     /// A user asked to forget a session (`DELETE /api/context/sessions/{id}`, `glider
     /// context forget`): its events were deleted.
     Forgotten { deleted: u64 },
+    /// The summarizer ran over a session's turns up to `until_ms`: its narrative was
+    /// accepted, or rejected (the structural record stands) with the reason.
+    Compaction(CompactionEvent),
 }
 
 impl EventBody {
@@ -55,6 +58,7 @@ impl EventBody {
             EventBody::Gap { .. } => "gap",
             EventBody::Retention { .. } => "retention",
             EventBody::Forgotten { .. } => "forgotten",
+            EventBody::Compaction(_) => "compaction",
         }
     }
 }
@@ -103,6 +107,37 @@ pub struct ReplyEvent {
     pub tool_calls: Vec<ToolCall>,
     pub ttft_ms: Option<u64>,
     pub total_ms: Option<u64>,
+}
+
+/// One run of the summarizer over a session's range of events (those after the last
+/// accepted compaction's `until_event`, up to this one's).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompactionEvent {
+    /// The narrative named every file edited and every error still open in the range.
+    pub accepted: bool,
+    /// The session's updated narrative when accepted; empty when rejected (what the
+    /// model wrote then is in `rejected_text`).
+    pub narrative: String,
+    /// Time of the newest event the range covers.
+    pub until_ms: u64,
+    /// Id of the newest event the range covers (the next range starts after it).
+    pub until_event: i64,
+    /// Time of the oldest event in the range.
+    pub since_ms: u64,
+    /// What ended the range: `episode` (a new root turn began) or `idle`.
+    pub trigger: String,
+    /// Why it was rejected: names left out, the backend failed, the time ran out.
+    pub reason: Option<String>,
+    /// The files and errors the narrative had to name and did not.
+    pub missing: Vec<String>,
+    /// What the model wrote, when it was rejected (for the reader to see why).
+    pub rejected_text: Option<String>,
+    pub backend: Option<String>,
+    pub model: Option<String>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Time the model took, in milliseconds.
+    pub took_ms: u64,
 }
 
 /// A tool call (in a request's history or a reply).
