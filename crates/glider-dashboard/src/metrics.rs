@@ -56,6 +56,11 @@ struct TokenLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DropLabels {
     source: String,
 }
@@ -87,6 +92,7 @@ pub struct Metrics {
     context_written: Counter,
     context_dropped: Counter,
     context_gaps: Counter,
+    context_compactions: Family<OutcomeLabels, Counter>,
     stats: Mutex<Stats>,
 }
 
@@ -177,8 +183,15 @@ impl Metrics {
             "Gap events written to the context log",
             context_gaps.clone(),
         );
+        let context_compactions = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "context_compactions",
+            "Summarizer runs, by outcome: accepted, or rejected (a file or open error left out, the backend failed or timed out; the structural record stood)",
+            context_compactions.clone(),
+        );
         Metrics {
             registry,
+            context_compactions,
             context_written,
             context_dropped,
             context_gaps,
@@ -288,6 +301,15 @@ impl Metrics {
             catch_up(&self.context_written, &context.written);
             catch_up(&self.context_dropped, &context.dropped);
             catch_up(&self.context_gaps, &context.gaps);
+            for (outcome, count) in [
+                ("accepted", &context.compactions_accepted),
+                ("rejected", &context.compactions_rejected),
+            ] {
+                let labels = OutcomeLabels {
+                    outcome: outcome.to_owned(),
+                };
+                catch_up(&self.context_compactions.get_or_create(&labels), count);
+            }
         }
         self.breaker.clear();
         self.health.clear();
