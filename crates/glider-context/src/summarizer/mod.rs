@@ -62,6 +62,10 @@ struct Pending {
 struct Waiting {
     last_active: Instant,
     episode_ended: bool,
+    /// When an ended episode of this session was last compacted: the next one waits
+    /// `idle_secs` after it, so a session whose episodes end faster than that (a
+    /// scripted loop) has them compacted together rather than one run each.
+    compacted: Option<Instant>,
 }
 
 impl CommitObserver for Pending {
@@ -75,6 +79,7 @@ impl CommitObserver for Pending {
             let waiting = sessions.entry(seen.session.clone()).or_insert(Waiting {
                 last_active: now,
                 episode_ended: false,
+                compacted: None,
             });
             waiting.last_active = now;
             waiting.episode_ended |= seen.episode_ended;
@@ -102,28 +107,45 @@ enum Next {
 }
 
 impl Pending {
-    /// A session due now (an ended episode first, then the longest idle), else when the
-    /// next one will be.
+    /// The session due first and for what (an ended episode, or idle), or when the
+    /// first one will be. An ended episode is due at once unless the session had one
+    /// compacted less than `idle` ago; then at `idle` after that run, or at idle if
+    /// that comes first (the idle run covers it).
     fn next(&self, idle: Duration) -> Next {
         let now = Instant::now();
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((session, waiting)) = sessions.iter_mut().find(|(_, w)| w.episode_ended) {
-            waiting.episode_ended = false;
-            return Next::Compact(session.clone(), Trigger::Episode);
+        let mut soonest: Option<(&String, Instant, Trigger)> = None;
+        for (session, waiting) in sessions.iter() {
+            let idle_at = waiting.last_active + idle;
+            let episode_at = waiting.compacted.map_or(now, |at| at + idle);
+            let (due, trigger) = if waiting.episode_ended && episode_at < idle_at {
+                (episode_at, Trigger::Episode)
+            } else {
+                (idle_at, Trigger::Idle)
+            };
+            if soonest.is_none_or(|(_, first, _)| due < first) {
+                soonest = Some((session, due, trigger));
+            }
         }
-        let Some((session, due)) = sessions
-            .iter()
-            .map(|(s, w)| (s, w.last_active + idle))
-            .min_by_key(|(_, due)| *due)
-        else {
+        let Some((session, due, trigger)) = soonest else {
             return Next::Wait;
         };
         if due > now {
             return Next::WaitUntil(due);
         }
         let session = session.clone();
-        sessions.remove(&session);
-        Next::Compact(session, Trigger::Idle)
+        match trigger {
+            Trigger::Episode => {
+                if let Some(waiting) = sessions.get_mut(&session) {
+                    waiting.episode_ended = false;
+                    waiting.compacted = Some(now);
+                }
+            }
+            Trigger::Idle => {
+                sessions.remove(&session);
+            }
+        }
+        Next::Compact(session, trigger)
     }
 
     fn clear(&self) {
@@ -369,4 +391,55 @@ async fn ask(
         input_tokens: response.usage.input_tokens,
         output_tokens: response.usage.output_tokens,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(session: &str) -> Activity {
+        Activity {
+            session: session.into(),
+            episode_ended: true,
+        }
+    }
+
+    #[test]
+    fn an_ended_episode_is_due_at_once_and_the_next_one_after_idle_secs() {
+        let pending = Pending::default();
+        let idle = Duration::from_secs(60);
+        assert!(matches!(pending.next(idle), Next::Wait));
+        pending.committed(&[ended("a")]);
+        assert!(matches!(pending.next(idle), Next::Compact(s, Trigger::Episode) if s == "a"));
+        // Another episode ends at once: it waits, and the wait is about idle_secs.
+        pending.committed(&[ended("a")]);
+        match pending.next(idle) {
+            Next::WaitUntil(due) => {
+                let wait = due.saturating_duration_since(Instant::now());
+                assert!(wait > Duration::from_secs(50), "{wait:?}");
+            }
+            _ => panic!("the second episode waits"),
+        }
+        // With no wait, the ended episode is due, then each quiet session is compacted
+        // at idle and forgotten.
+        let quick = Duration::ZERO;
+        pending.committed(&[Activity {
+            session: "b".into(),
+            episode_ended: false,
+        }]);
+        let mut idle_runs = Vec::new();
+        while let Next::Compact(session, trigger) = pending.next(quick) {
+            idle_runs.push((session, trigger));
+        }
+        idle_runs.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(
+            idle_runs,
+            [
+                ("a".to_owned(), Trigger::Episode),
+                ("a".to_owned(), Trigger::Idle),
+                ("b".to_owned(), Trigger::Idle)
+            ]
+        );
+        assert!(matches!(pending.next(quick), Next::Wait));
+    }
 }
