@@ -12,13 +12,21 @@ import re
 import subprocess
 import urllib.request
 
+import pytest
+
 from conftest import _binary, poll
-from llama import VIA_OPENAI, running_glider_on
+from llama import VIA_OPENAI, running_glider_on, running_llama_server
 
 SESSION = "local-model-summary"
 EDITED = "src/app.py"
 EXTRA = "context: {summarizer: {backend: llama-openai, idle_secs: 15, max_tokens: 96, timeout_secs: 300}}"
 EDIT_TOOL = {"name": "Edit", "description": "Replace text in a file", "input_schema": {"type": "object"}}
+
+
+@pytest.fixture(scope="module")
+def llama():
+    with running_llama_server() as url:
+        yield url
 
 
 def claude_code(gateway, messages):
@@ -60,6 +68,7 @@ def test_an_idle_episode_is_compacted_by_the_real_model(llama):
         found = poll(lambda: compactions(glider.home), timeout=345)
         assert len(found) == 1, found
         body = found[0]["event"]["body"]
+        print("compaction event:", json.dumps(body))  # what the real model did, for the reader
         assert body["trigger"] == "idle"
         assert (body["backend"], body["model"]) == ("llama-openai", VIA_OPENAI)
         assert body["until_event"] > 0 and body["until_ms"] >= body["since_ms"] > 0
