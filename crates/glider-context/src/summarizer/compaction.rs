@@ -163,8 +163,8 @@ pub fn required(session: &str, range: &Range<'_>) -> (SessionGraph, Required) {
         let in_range = file
             .changes
             .iter()
-            .filter(|c| c.op != FileOp::Read && resulted.contains(c.call_id.as_str()))
-            .last();
+            .rev()
+            .find(|c| c.op != FileOp::Read && resulted.contains(c.call_id.as_str()));
         if let Some(change) = in_range {
             required.files.push((file_name(&file.path), change.op));
         }
