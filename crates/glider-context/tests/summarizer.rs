@@ -12,34 +12,44 @@ use glider_config::{Config, ConfigHandle};
 use glider_context::event::{
     CompactionEvent, Event, EventBody, ReplyEvent, RequestEvent, ToolCall, ToolResult,
 };
-use glider_context::store::Retention;
-use glider_context::{Context, ContextLog, LogOptions, Reader, Summarizer};
+use glider_context::{Context, Reader, Summarizer};
 use glider_test_support::{MockConfig, MockVendor};
 use serde_json::json;
 
 const SESSION: &str = "claude-code:s1";
 const EDITED: &str = "/w/src/parse.rs";
 
-/// A context log under `dir` whose summarizer asks the backend at `base_url`.
-fn start(dir: &std::path::Path, base_url: &str, idle_secs: u64) -> (Arc<Context>, Summarizer) {
-    let log = ContextLog::start(LogOptions {
-        dir: dir.to_path_buf(),
-        queue_capacity: 1024,
-        retention: Retention {
-            max_age_ms: u64::MAX,
-            max_bytes: u64::MAX,
-        },
-        retention_every: Duration::from_secs(3600),
-    })
-    .expect("log starts");
-    let context = Arc::new(Context::with_log(log));
+/// The context subsystem under `home` as `glider serve` starts it, its summarizer
+/// asking the backend at `base_url`.
+fn start(home: &std::path::Path, base_url: &str, idle_secs: u64) -> (Arc<Context>, Summarizer) {
     let yaml = format!(
         "backends:\n  - {{name: local, type: ollama, base_url: '{base_url}', models: [qwen]}}\n\
          context: {{summarizer: {{idle_secs: {idle_secs}, timeout_secs: 30}}}}\n"
     );
     let config = ConfigHandle::new(Config::parse(&yaml, "t").expect("valid"), None);
+    let context = Context::start(home, &config.snapshot().context)
+        .expect("starts")
+        .expect("context.enabled");
     let summarizer = Summarizer::start(&context, Arc::new(config)).expect("starts");
     (context, summarizer)
+}
+
+/// The session as the graph (the structural record) has it.
+fn structural_record(context: &Context) -> glider_context::SessionGraph {
+    Reader::new(context.log().dir().to_path_buf())
+        .session(SESSION)
+        .expect("reads")
+        .expect("the session")
+        .graph
+}
+
+/// (accepted, rejected) as the counters behind `/metrics` have them.
+fn counted(context: &Context) -> (u64, u64) {
+    let counters = context.log().counters();
+    (
+        counters.compactions_accepted.load(Ordering::Relaxed),
+        counters.compactions_rejected.load(Ordering::Relaxed),
+    )
 }
 
 fn event(body: EventBody) -> Event {
@@ -183,9 +193,7 @@ async fn a_summary_naming_every_edited_file_and_open_error_is_accepted_and_built
     assert!(input.contains(narrative), "the previous narrative: {input}");
     assert!(input.contains("[user] now update the docs"), "{input}");
     assert!(!input.contains("[user] fix the parser"), "{input}");
-    let counters = context.log().counters();
-    assert_eq!(counters.compactions_accepted.load(Ordering::Relaxed), 2);
-    assert_eq!(counters.compactions_rejected.load(Ordering::Relaxed), 0);
+    assert_eq!(counted(&context), (2, 0));
 }
 
 #[tokio::test]
@@ -205,20 +213,10 @@ async fn a_summary_that_leaves_an_edited_file_out_is_rejected_and_the_graph_stan
         rejected.rejected_text.as_deref(),
         Some("We worked on the parser; cargo test fails.")
     );
-    assert_eq!(
-        context
-            .log()
-            .counters()
-            .compactions_rejected
-            .load(Ordering::Relaxed),
-        1
-    );
-    let view = Reader::new(context.log().dir().to_path_buf())
-        .session(SESSION)
-        .expect("reads")
-        .expect("the session");
-    assert_eq!(view.graph.edited_files(), [EDITED]);
-    assert_eq!(view.graph.open_errors().count(), 1);
+    assert_eq!(counted(&context), (0, 1));
+    let graph = structural_record(&context);
+    assert_eq!(graph.edited_files(), [EDITED]);
+    assert_eq!(graph.open_errors().count(), 1);
 }
 
 #[tokio::test]
@@ -237,20 +235,9 @@ async fn with_the_backend_down_the_run_is_logged_as_rejected_with_the_reason() {
     let reason = failed.reason.as_deref().unwrap_or_default();
     assert!(reason.starts_with("backend local failed"), "{reason}");
     assert!(failed.rejected_text.is_none());
+    assert_eq!(counted(&context), (0, 1));
     assert_eq!(
-        context
-            .log()
-            .counters()
-            .compactions_rejected
-            .load(Ordering::Relaxed),
-        1
-    );
-    let view = Reader::new(context.log().dir().to_path_buf())
-        .session(SESSION)
-        .expect("reads")
-        .expect("the session");
-    assert_eq!(
-        view.graph.edited_files(),
+        structural_record(&context).edited_files(),
         [EDITED],
         "the structural record stands"
     );

@@ -4,63 +4,16 @@
 //! through the gateway still all complete (counted, not timed), and `/metrics` shows
 //! the compaction counters.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::time::Duration;
 
+use common::serve::serve;
 use glider_test_support::{Failure, MockConfig, MockVendor};
 use serde_json::{Value, json};
 
-const GLIDER: &str = env!("CARGO_BIN_EXE_glider");
 /// Requests sent while the compaction is held open.
 const DURING: usize = 24;
-
-/// `glider serve` on free ports: (child, gateway URL, dashboard URL).
-fn serve(home: &Path, yaml: &str) -> (Child, String, String) {
-    let config = home.join("glider.yaml");
-    std::fs::write(&config, yaml).expect("config");
-    let mut child = Command::new(GLIDER)
-        .env("GLIDER_HOME", home)
-        .env_remove("GLIDER_CONFIG")
-        .env_remove("GLIDER_LOG")
-        .args(["serve", "--port", "0", "--dashboard-port", "0", "-c"])
-        .arg(&config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("glider serve starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let (mut gateway, mut dashboard) = (None, None);
-    while gateway.is_none() || dashboard.is_none() {
-        let line = lines
-            .next()
-            .expect("glider printed its doors")
-            .expect("utf8");
-        if let Some(url) = line.strip_prefix("glider gateway listening on ") {
-            gateway = Some(url.to_owned());
-        }
-        if let Some(url) = line.strip_prefix("glider dashboard on ") {
-            dashboard = Some(url.split_whitespace().next().unwrap_or_default().to_owned());
-        }
-    }
-    std::thread::spawn(move || lines.for_each(drop));
-    (
-        child,
-        gateway.unwrap_or_default(),
-        dashboard.unwrap_or_default(),
-    )
-}
-
-fn stop(mut child: Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    assert!(child.wait().expect("reaped").success());
-}
 
 /// POST an Anthropic request for `session`; its status and JSON body.
 async fn post(
@@ -96,7 +49,10 @@ async fn requests_complete_while_a_compaction_is_held_open() {
         model.base_url(),
         summarizer.base_url()
     );
-    let (child, gateway, dashboard) = serve(home.path(), &yaml);
+    let config = home.path().join("glider.yaml");
+    std::fs::write(&config, yaml).expect("config");
+    let served = serve(home.path(), &config);
+    let (gateway, dashboard) = (served.gateway.clone(), served.dashboard.clone());
     let client = reqwest::Client::new();
     let tools = json!([{"name": "Edit", "input_schema": {"type": "object"}}]);
     let args = json!({"file_path": "/w/main.rs", "old_string": "a", "new_string": "b"});
@@ -169,5 +125,5 @@ async fn requests_complete_while_a_compaction_is_held_open() {
         metrics.contains("glider_context_compactions_total{outcome=\"rejected\"} 0"),
         "{metrics}"
     );
-    stop(child);
+    served.stop();
 }
