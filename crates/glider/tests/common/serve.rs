@@ -1,6 +1,7 @@
 //! `glider serve` as a child process on free ports: started with a config file and its
 //! own `GLIDER_HOME`, ready once it has printed its gateway and dashboard addresses,
-//! stopped with SIGTERM (a drained, successful exit).
+//! stopped with SIGTERM (a drained, successful exit), and killed if a failing test
+//! drops it still running.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -58,5 +59,15 @@ impl Served {
             .expect("kill");
         assert!(status.success());
         assert!(self.child.wait().expect("reaped").success());
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        // A test that panicked before `stop` must not leave the server running.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
