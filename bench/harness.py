@@ -5,7 +5,8 @@ memory, stops every process it started, and writes bench/results/<date>-<sha>.md
 a raw .json. Stdlib only. See bench/README.md for the cases and how to read them.
 
 Environment: BENCH_SECONDS (per measured run, default 10), BENCH_WARMUP (default 1),
-BENCH_CASES (comma list of a,b,c,d,e,f,hotpath; default all), BENCH_PEERS (comma list of
+BENCH_CASES (comma list of a,b,c,d,e,f,hotpath,context; default all), BENCH_NAME (the
+report's name after the date; default the short commit), BENCH_CONTEXT_ROUNDS (default 3), BENCH_PEERS (comma list of
 litellm,ccr,mitmproxy; default all), BENCH_SAT_CONNS (default 32), BENCH_STREAMS
 (concurrent streams for the memory case, default 1000), BENCH_CPU_MOCK / _PROXY / _LOAD
 (taskset lists; default 0 / 1 / 0 on two or more cores, no pinning on one).
@@ -31,7 +32,7 @@ import bodies  # noqa: E402
 
 SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 WARMUP = int(os.environ.get("BENCH_WARMUP", "1"))
-CASES = set(os.environ.get("BENCH_CASES", "a,b,c,d,e,f,hotpath").split(","))
+CASES = set(os.environ.get("BENCH_CASES", "a,b,c,d,e,f,hotpath,context").split(","))
 PEERS = set(os.environ.get("BENCH_PEERS", "litellm,ccr,mitmproxy").split(","))
 SAT_CONNS = int(os.environ.get("BENCH_SAT_CONNS", "32"))
 STREAMS = int(os.environ.get("BENCH_STREAMS", "1000"))
@@ -319,10 +320,25 @@ def start_mock(name, extra):
     return proc, port
 
 
-def start_glider(mock, slow, mitm_port):
-    home = os.path.join(RUN_DIR, "glider-home")
+def start_glider(mock, slow, mitm_port, name="glider", extra=""):
+    """`glider serve` on the mocks; `mitm_port` None leaves its MITM door off (a second
+    Glider), `extra` is appended to its config. Returns (proc, gateway port, dashboard
+    port)."""
+    home = os.path.join(RUN_DIR, f"{name}-home")
     os.makedirs(home, exist_ok=True)
-    config = os.path.join(RUN_DIR, "glider.yaml")
+    config = os.path.join(RUN_DIR, f"{name}.yaml")
+    if mitm_port is None:
+        mitm = "mitm: { enabled: false }"
+    else:
+        mitm = "\n".join([
+            "mitm:",
+            "  enabled: true",
+            f"  port: {mitm_port}",
+            '  hosts: ["api.anthropic.com"]',
+            "  passthrough_default: true       # the tunnel case: an unlisted host is tunnelled",
+            "  origin_on_local_error: false",
+            f'  ca_dir: "{os.path.join(home, "mitm")}"',
+        ])
     with open(config, "w") as f:
         f.write(f"""# Written by bench/harness.py: every backend is the same mock upstream.
 server: {{ bind: 127.0.0.1, proxy_port: 0 }}
@@ -332,18 +348,15 @@ backends:
   - {{ name: claude, type: anthropic, base_url: "http://127.0.0.1:{mock}", api_key: bench, models: ["bench-claude"] }}
   - {{ name: slow, type: vllm, base_url: "http://127.0.0.1:{slow}/v1", models: [{{ name: bench-slow, context_window: 131072 }}] }}
 routing: {{ cloud_fallback: false }}
-mitm:
-  enabled: true
-  port: {mitm_port}
-  hosts: ["api.anthropic.com"]
-  passthrough_default: true       # the tunnel case: an unlisted host is tunnelled
-  origin_on_local_error: false
-  ca_dir: "{os.path.join(home, 'mitm')}"
+{mitm}
+{extra}
 """)
-    proc = Proc("glider", pinned([os.path.join(BIN, "glider"), "serve", "-c", config, "--port", "0"],
-                                 CPU_PROXY), env={"GLIDER_HOME": home, "NO_COLOR": "1"})
+    proc = Proc(name, pinned([os.path.join(BIN, "glider"), "serve", "-c", config, "--port", "0",
+                              "--dashboard-port", "0"], CPU_PROXY),
+                env={"GLIDER_HOME": home, "NO_COLOR": "1"})
     port = int(proc.wait_line(r"glider gateway listening on http://127\.0\.0\.1:(\d+)", 60).group(1))
-    return proc, port
+    dashboard = int(proc.wait_line(r"glider dashboard on http://127\.0\.0\.1:(\d+)", 60).group(1))
+    return proc, port, dashboard
 
 
 def start_litellm(mock, slow):
@@ -476,7 +489,8 @@ def main():
     res = {"machine": machine(), "seconds": SECONDS, "warmup": WARMUP, "pinning": {
         "enabled": PIN, "mock": CPU_MOCK, "proxy": CPU_PROXY, "load": CPU_LOAD},
         "sat_conns": SAT_CONNS, "streams": STREAMS,
-        "targets": {}, "a": {}, "b": {}, "c": {}, "d": {}, "e": {}, "f": {}}
+        "targets": {}, "a": {}, "b": {}, "c": {}, "d": {}, "e": {}, "f": {}, "context": {},
+        "cases": sorted(CASES)}
     SAMPLER.start()
     try:
         run_all(res)
@@ -486,7 +500,7 @@ def main():
     res["machine"]["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
     res["wall_s"] = round(time.time() - started)
     os.makedirs(out_dir, exist_ok=True)
-    base = os.path.join(out_dir, f"{STAMP.strftime('%Y-%m-%d')}-{sha}")
+    base = os.path.join(out_dir, f"{STAMP.strftime('%Y-%m-%d')}-{os.environ.get('BENCH_NAME') or sha}")
     with open(base + ".json", "w") as f:
         json.dump(res, f, indent=1)
     import report
@@ -501,7 +515,11 @@ def run_all(res):
     mock, mock_port = start_mock("mock", ["--deltas", "20"])
     slow, slow_port = start_mock("mock-slow", ["--deltas", "20", "--delta-delay-ms", "50"])
     mitm_port = free_port()
-    glider, glider_port = start_glider(mock_port, slow_port, mitm_port)
+    if CASES == {"context"}:
+        # Only the context comparison: it starts its own Gliders.
+        run_context(res, mock_port, slow_port)
+        return
+    glider, glider_port, _ = start_glider(mock_port, slow_port, mitm_port)
     m = f"http://127.0.0.1:{mock_port}"
     g = f"http://127.0.0.1:{glider_port}"
     T = {}
@@ -639,12 +657,94 @@ def run_all(res):
         res["d"][p.name] = {"idle_rss_kib": p.idle[0] if p.idle else None,
                             "peak_rss_load_kib": getattr(p, "load_peak", p.peak_rss), "hwm_kib": hwm, "rss_end_kib": rss,
                             "processes": len(p.pids())}
+    if "context" in CASES:
+        run_context(res, mock_port, slow_port)
     if "hotpath" in CASES:
         log("glider-hotpath: codec, estimate and route timings in-process")
         bdir = os.path.join(RUN_DIR, "bodies-hotpath")
         bodies.write_all(bdir, model="bench-model")
         attempt(res, "hotpath", lambda: parse_bench_json(run_cmd(pinned(
             [os.path.join(BIN, "glider-hotpath"), "--bodies", bdir], CPU_PROXY), timeout=600)))
+
+
+# The three ways the context case runs Glider: the log off, the log on with its
+# summarizer off, and the defaults (log and summarizer on).
+CONTEXT_VARIANTS = [
+    ("off", "context: { enabled: false }"),
+    ("on", "context: { summarizer: { enabled: false } }"),
+    ("on+summarizer", ""),
+]
+CONTEXT_COUNTERS = ("glider_context_events_written_total", "glider_context_events_dropped_total",
+                    "glider_context_gaps_total")
+
+
+def context_counters(dashboard_port):
+    """The context log's counters from Glider's /metrics (zeros when the log is off),
+    with the compaction counts."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{dashboard_port}/metrics", timeout=10).read().decode()
+    found = {name: 0.0 for name in CONTEXT_COUNTERS}
+    found["compactions"] = 0.0
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in found:
+            found[parts[0]] = float(parts[1])
+        elif line.startswith("glider_context_compactions_total{") and len(parts) == 2:
+            found["compactions"] += float(parts[1])
+    return found
+
+
+def run_context(res, mock_port, slow_port):
+    """Context on vs off (issue 14 "Measured"): one Glider per variant, all started
+    before the first run and loaded one at a time, in rounds that alternate them, on the
+    OpenAI Chat same-dialect path (the cheapest one, where the log's cost shows most).
+    Per run: p50 at 1 connection (the added latency per request) and, at saturation,
+    requests/s with the events written per second, dropped and gaps from /metrics."""
+    rounds = int(os.environ.get("BENCH_CONTEXT_ROUNDS", "3"))
+    log(f"(context) on vs off: {len(CONTEXT_VARIANTS)} variants x {rounds} rounds")
+    out = res["context"]
+    started = {}
+    for name, extra in CONTEXT_VARIANTS:
+        try:
+            proc, port, dashboard = start_glider(mock_port, slow_port, None, f"glider-context-{name}", extra)
+        except Exception as e:  # noqa: BLE001
+            out[name] = {"failed": f"did not start: {e}"[:500]}
+            continue
+        t = Target(f"context-{name}", proc, f"http://127.0.0.1:{port}/v1/chat/completions", "openai",
+                   "bench-chat", f"Glider, OpenAI Chat -> vllm, {extra or 'defaults'}")
+        try:
+            check(t)
+        except Exception as e:  # noqa: BLE001
+            out[name] = {"failed": f"check failed: {e}"[:500]}
+            continue
+        settle_idle(proc)
+        started[name] = (t, dashboard)
+        out[name] = {"config": extra or "(defaults)", "latency": [], "saturation": []}
+    def measure(name, fn):
+        scratch = {}
+        r = attempt(scratch, name, fn)
+        if r is None:
+            out[name].setdefault("failures", []).append(scratch[name]["failed"])
+        return r
+
+    for round_no in range(rounds):
+        for name, (t, dashboard) in started.items():
+            r = measure(name, lambda: wrk(t, t.body("small"), 1))
+            if r:
+                out[name]["latency"].append(r)
+                log(f"  {name} round {round_no}: 1 conn p50 {r['latency_us']['p50']} us")
+            before = context_counters(dashboard)
+            r = measure(name, lambda: wrk(t, t.body("small"), SAT_CONNS))
+            if r:
+                after = context_counters(dashboard)
+                r["context"] = {k: after[k] - before[k] for k in after}
+                r["events_per_s"] = r["context"]["glider_context_events_written_total"] / SECONDS
+                out[name]["saturation"].append(r)
+                log(f"  {name} round {round_no}: {SAT_CONNS} conns {r['rps']:.0f} req/s, "
+                    f"{r['events_per_s']:.0f} events/s, gaps {r['context']['glider_context_gaps_total']:.0f}, "
+                    f"dropped {r['context']['glider_context_events_dropped_total']:.0f}")
+    for name, (t, _) in started.items():
+        out[name]["rss_end_kib"] = t.proc.memory()[0]
+        t.proc.stop()
 
 
 def run_mitm(res, T, mitm, glider_mitm_port, glider):

@@ -85,6 +85,62 @@ def latency_table(res, case, names, sizes=("small", "large"), conns=(1, 10)):
     return "\n".join(out)
 
 
+def median(values):
+    values = sorted(values)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def context_section(res):
+    """Context on vs off: the medians over the rounds, each round's numbers, and the
+    issue's targets (under 5 % of throughput, under 20 µs p50, zero gaps)."""
+    ctx = res.get("context") or {}
+    if not ctx:
+        return []
+    L = [f"\n## Context on vs off (OpenAI Chat, same dialect; small body; "
+         f"p50 at 1 connection, saturation at {res.get('sat_conns', 32)} connections)\n"]
+    L.append("| variant | config | p50 µs (1 conn) | req/s (saturation) | events written/s | dropped | gaps | compactions | rounds |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    summary = {}
+    for name, v in ctx.items():
+        if failed(v):
+            L.append(f"| {name} | failed: {str(v.get('failed'))[:160]} | | | | | | | |")
+            continue
+        p50 = median([r["latency_us"]["p50"] for r in v["latency"]])
+        rps = median([r["rps"] for r in v["saturation"]])
+        eps = median([r["events_per_s"] for r in v["saturation"]])
+        dropped = sum(r["context"]["glider_context_events_dropped_total"] for r in v["saturation"])
+        gaps = sum(r["context"]["glider_context_gaps_total"] for r in v["saturation"])
+        compactions = sum(r["context"]["compactions"] for r in v["saturation"])
+        summary[name] = {"p50": p50, "rps": rps, "gaps": gaps, "dropped": dropped}
+        fmt = lambda x, f: "—" if x is None else format(x, f)  # noqa: E731
+        L.append(f"| {name} | `{v['config']}` | {fmt(p50, ',.0f')} | {fmt(rps, ',.0f')} | {fmt(eps, ',.0f')} | "
+                 f"{dropped:.0f} | {gaps:.0f} | {compactions:.0f} | {len(v['saturation'])} |")
+        if v.get("failures"):
+            L.append(f"| {name} | failed runs: {'; '.join(f[:100] for f in v['failures'])} | | | | | | | |")
+    L.append("\nEach round, per variant: p50 µs at 1 connection / req/s at saturation:\n")
+    for name, v in ctx.items():
+        if failed(v):
+            continue
+        rows = [f"{r['latency_us']['p50']} / {s['rps']:,.0f}" for r, s in zip(v["latency"], v["saturation"])]
+        L.append(f"- {name}: {', '.join(rows)}")
+    off = summary.get("off")
+    if off and off["p50"] is not None and off["rps"]:
+        L.append("\nTargets (issue 14), each \"on\" variant against \"off\":\n")
+        for name in ("on", "on+summarizer"):
+            on = summary.get(name)
+            if not on or on["p50"] is None or not on["rps"]:
+                continue
+            added = on["p50"] - off["p50"]
+            cost = (1 - on["rps"] / off["rps"]) * 100
+            L.append(f"- {name}: added p50 {added:+,.0f} µs (target under 20 µs: {ok(added < 20)}); "
+                     f"throughput cost {cost:+.1f} % (target under 5 %: {ok(cost < 5)}); "
+                     f"gaps {on['gaps']:.0f}, dropped {on['dropped']:.0f} (target zero: {ok(on['gaps'] == 0)})")
+    return L
+
+
 def render(res):
     m = res["machine"]
     L = []
@@ -105,6 +161,10 @@ def render(res):
                  "one is loaded at a time. A direct run leaves the proxy core idle.\n")
     else:
         L.append("Pinning: off (fewer than 2 cores).\n")
+
+    if res.get("cases") == ["context"]:
+        L.extend(context_section(res))
+        return "\n".join(L) + "\n"
 
     L.append("## Targets\n")
     L.append("| target | what it is |")
@@ -228,6 +288,7 @@ def render(res):
                      f"{row['p50_us']} | {row['p99_us']} | {row['x_parse']} |")
     elif hp:
         L.append(f"\n## Glider's own hot path\n\nfailed: {hp.get('failed')}")
+    L.extend(context_section(res))
     return "\n".join(L) + "\n"
 
 

@@ -126,12 +126,14 @@ def running_llama_server(context=CONTEXT):
 @contextlib.contextmanager
 def running_glider_on(llama_url, extra="", context=CONTEXT):
     """`glider serve` whose two backends are the llama-server at `llama_url`; yields the
-    glider Process (`.match.group(1)`: gateway URL, `.dashboard`: dashboard URL)."""
+    glider Process (`.match.group(1)`: gateway URL, `.dashboard`: dashboard URL,
+    `.home`: its GLIDER_HOME)."""
     with tempfile.TemporaryDirectory() as tmp:
         config = pathlib.Path(tmp) / "glider.yaml"
         config.write_text(CONFIG.format(url=llama_url, via_openai=VIA_OPENAI, via_anthropic=VIA_ANTHROPIC,
                                         context=context, max_predict=MAX_PREDICT, extra=extra))
         glider = start_glider(config, pathlib.Path(tmp) / "home")
+        glider.home = pathlib.Path(tmp) / "home"
         try:
             yield glider
         finally:

@@ -655,6 +655,9 @@ pub struct ContextConfig {
     pub turn_budget: TurnBudget,
     /// End an agent loop that repeats the same tool call. On by default.
     pub loop_guard: LoopGuard,
+    /// The summarizer: compacts each session's ended episodes into a narrative, off the
+    /// request path (docs/context.md#the-summarizer; hot).
+    pub summarizer: SummarizerConfig,
 }
 
 /// `context.compaction`.
@@ -710,6 +713,90 @@ impl Default for ContextConfig {
             compaction: CompactionPolicy::Cloud,
             turn_budget: TurnBudget::default(),
             loop_guard: LoopGuard::default(),
+            summarizer: SummarizerConfig::default(),
+        }
+    }
+}
+
+/// `context.summarizer`: which model writes a session's narrative and within what
+/// budget. Read at each run, so every key is hot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SummarizerConfig {
+    /// Compact sessions at all (needs `context.enabled`).
+    pub enabled: bool,
+    /// The backend that writes summaries (any configured one, cloud included); unset:
+    /// the first enabled local backend.
+    pub backend: Option<String>,
+    /// The model asked; unset: the backend's `default_model`, else the first model it
+    /// lists by name (not a `*` pattern).
+    pub model: Option<String>,
+    /// `max_tokens` of one summary.
+    pub max_tokens: u32,
+    /// Most tokens of input (the record and the new turns) sent, estimated at four
+    /// characters a token; the oldest new turns are left out first.
+    pub max_input_tokens: u64,
+    /// Longest one summary may take, in seconds, before it is abandoned (and logged).
+    pub timeout_secs: u64,
+    /// A session silent this long has its open episode compacted too.
+    pub idle_secs: u64,
+}
+
+impl Config {
+    /// The backend and model `context.summarizer` names: the configured backend, else
+    /// the first enabled local one; the configured model, else that backend's
+    /// `default_model`, else the first model it lists by name. The error says what is
+    /// missing.
+    pub fn summarizer_target(&self) -> Result<(&BackendConfig, String), String> {
+        let summarizer = &self.context.summarizer;
+        let backend = match &summarizer.backend {
+            Some(name) => self
+                .backends
+                .iter()
+                .find(|b| &b.name == name)
+                .ok_or_else(|| {
+                    format!("context.summarizer.backend: no backend is named {name:?}")
+                })?,
+            None => self
+                .backends
+                .iter()
+                .find(|b| b.enabled && b.kind.is_local())
+                .ok_or(
+                    "no enabled local backend to summarize with (set context.summarizer.backend)",
+                )?,
+        };
+        let model = summarizer
+            .model
+            .clone()
+            .or_else(|| backend.default_model.clone())
+            .or_else(|| {
+                backend
+                    .models
+                    .iter()
+                    .map(ModelEntry::spec)
+                    .map(|m| m.name)
+                    .find(|name| !name.contains('*'))
+            })
+            .ok_or_else(|| {
+                format!(
+                    "backend {} names no model to summarize with (set context.summarizer.model)",
+                    backend.name
+                )
+            })?;
+        Ok((backend, model))
+    }
+}
+
+impl Default for SummarizerConfig {
+    fn default() -> Self {
+        SummarizerConfig {
+            enabled: true,
+            backend: None,
+            model: None,
+            max_tokens: 1024,
+            max_input_tokens: 6000,
+            timeout_secs: 120,
+            idle_secs: 60,
         }
     }
 }
@@ -1028,6 +1115,30 @@ impl Config {
             problems
                 .push("routing.classifier: cloud_threshold must be below local_threshold".into());
         }
+        let summarizer = &self.context.summarizer;
+        if let Some(name) = &summarizer.backend
+            && !self.backends.iter().any(|b| &b.name == name)
+        {
+            problems.push(format!(
+                "context.summarizer.backend: no backend is named {name:?}"
+            ));
+        }
+        for (key, value) in [
+            (
+                "context.summarizer.max_tokens",
+                u64::from(summarizer.max_tokens),
+            ),
+            (
+                "context.summarizer.max_input_tokens",
+                summarizer.max_input_tokens,
+            ),
+            ("context.summarizer.timeout_secs", summarizer.timeout_secs),
+            ("context.summarizer.idle_secs", summarizer.idle_secs),
+        ] {
+            if value == 0 {
+                problems.push(format!("{key} must be at least 1"));
+            }
+        }
         if self.routing.starlark.max_steps == Some(0) {
             problems.push("routing.starlark.max_steps must be at least 1".into());
         }
@@ -1156,6 +1267,43 @@ mod tests {
                 .join(name);
             Config::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
+    }
+
+    #[test]
+    fn the_summarizer_defaults_to_the_first_local_backend_and_may_name_any() {
+        let yaml = "backends:\n  - {name: cloud, type: openai, base_url: 'https://x', models: ['gpt-*']}\n  - {name: off, type: ollama, base_url: 'http://x', models: [a], enabled: false}\n  - {name: local, type: ollama, base_url: 'http://x', models: ['q*', qwen, llama]}\n";
+        let config = Config::parse(yaml, "t").expect("valid");
+        let (backend, model) = config.summarizer_target().expect("a local backend");
+        assert_eq!((backend.name.as_str(), model.as_str()), ("local", "qwen"));
+        let named = format!("{yaml}context: {{summarizer: {{backend: cloud, model: gpt-4.1}}}}\n");
+        let config = Config::parse(&named, "t").expect("valid");
+        let (backend, model) = config.summarizer_target().expect("named");
+        assert_eq!(
+            (backend.name.as_str(), model.as_str()),
+            ("cloud", "gpt-4.1")
+        );
+        let patterns_only = format!("{yaml}context: {{summarizer: {{backend: cloud}}}}\n");
+        let error = Config::parse(&patterns_only, "t")
+            .expect("valid")
+            .summarizer_target()
+            .expect_err("no model by name");
+        assert!(error.contains("context.summarizer.model"), "{error}");
+        let unknown = format!("{yaml}context: {{summarizer: {{backend: nope, idle_secs: 0}}}}\n");
+        let Err(ConfigError::Invalid { problems, .. }) = Config::parse(&unknown, "t") else {
+            panic!("an unknown summarizer backend is refused");
+        };
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("no backend is named \"nope\"")),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("idle_secs must be at least 1")),
+            "{problems:?}"
+        );
     }
 
     #[test]

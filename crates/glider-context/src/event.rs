@@ -159,20 +159,41 @@ pub struct ReplyEvent {
 
 /// A compaction. The contract the summarizer and the compaction answer share: the
 /// newest `accepted` one's `narrative` is the continuity record's narrative, covering
-/// the session up to `until_ms`.
+/// the session up to `until_ms`. The summarizer's runs cover a range of events (those
+/// after the last accepted compaction's `until_event`, up to this one's); a CLI's
+/// compaction answered locally fills only the first fields.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CompactionEvent {
+    /// The narrative named every file edited and every error still open in the range.
     pub accepted: bool,
+    /// The session's updated narrative when accepted; empty when rejected (what the
+    /// model wrote then is in `rejected_text`).
     pub narrative: String,
-    /// The newest event time the narrative covers.
+    /// Time of the newest event the range covers.
     pub until_ms: u64,
     /// Who compacted: `summarizer`, or `local_model` / `record` for a CLI's compaction
     /// request answered by the local model or from the record itself.
-    #[serde(default)]
     pub source: String,
-    /// Why it was not accepted, when it was not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Why it was not accepted: names left out, the backend failed, the time ran out.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Id of the newest event the range covers (the next range starts after it).
+    pub until_event: i64,
+    /// Time of the oldest event in the range.
+    pub since_ms: u64,
+    /// What ended the range: `episode` (a new root turn began) or `idle`.
+    pub trigger: String,
+    /// The files and errors the narrative had to name and did not.
+    pub missing: Vec<String>,
+    /// What the model wrote, when it was rejected (for the reader to see why).
+    pub rejected_text: Option<String>,
+    pub backend: Option<String>,
+    pub model: Option<String>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Time the model took, in milliseconds.
+    pub took_ms: u64,
 }
 
 /// A tool call (in a request's history or a reply).

@@ -1,11 +1,12 @@
-//! Context (spec packages `contextgraph` and, later, `contextkit` and `summarizer`):
+//! Context (spec packages `contextgraph`, `summarizer` and, later, `contextkit`):
 //! what each session did, across every door and CLI. The pipeline tells [`Context`]
 //! (its `ContextSink`) of each request; the [`log`] appends typed [`event`]s to a
 //! SQLite file under `GLIDER_HOME/context/` ([`store`]), never blocking a request; the
 //! [`graph`] folds a session's events into episodes, files, commands, errors and
 //! models; the [`record`] is the continuity record built from it, which the writer
-//! keeps rendered for live sessions ([`live`]) so a local request can carry it. The
-//! dashboard and `glider context` read it all through [`Reader`].
+//! keeps rendered for live sessions ([`live`]) so a local request can carry it; the
+//! [`summarizer`] compacts ended episodes into the record's narrative off the request
+//! path. The dashboard and `glider context` read it all through [`Reader`].
 
 pub mod event;
 pub mod graph;
@@ -15,6 +16,7 @@ pub mod record;
 pub mod responses;
 mod sink;
 pub mod store;
+pub mod summarizer;
 pub mod tools;
 
 use std::path::{Path, PathBuf};
@@ -24,10 +26,11 @@ use std::time::Duration;
 use glider_config::ContextConfig;
 
 pub use graph::SessionGraph;
-pub use log::{ContextLog, Counters, LogOptions};
+pub use log::{Activity, CommitObserver, ContextLog, Counters, LogOptions};
 pub use record::ContinuityRecord;
 pub use responses::{ChainError, ResponseStore, StoredResponse};
 pub use store::{Retention, SessionRow, StoreError};
+pub use summarizer::{Summarizer, SummarizerSource};
 
 /// How often retention runs while Glider runs (it also runs at start).
 const RETENTION_EVERY: Duration = Duration::from_secs(600);

@@ -7,9 +7,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -53,9 +53,29 @@ pub struct Counters {
     pub dropped: AtomicU64,
     /// Gap events written (each tells how many were dropped before it).
     pub gaps: AtomicU64,
+    /// Summaries the summarizer accepted (they named every edited file and open error).
+    pub compactions_accepted: AtomicU64,
+    /// Summaries rejected, or runs that failed (the structural record stood).
+    pub compactions_rejected: AtomicU64,
     /// Dropped events not yet told by a gap event.
     unreported: AtomicU64,
 }
+
+/// A session whose requests or replies were just committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Activity {
+    pub session: String,
+    /// A root request began a new turn family: the episode before it ended.
+    pub episode_ended: bool,
+}
+
+/// Told, on the writer's thread, of the sessions each committed batch touched (the
+/// summarizer watches for ended episodes and idle sessions this way).
+pub trait CommitObserver: Send + Sync {
+    fn committed(&self, activity: &[Activity]);
+}
+
+type ObserverSlot = Arc<OnceLock<Arc<dyn CommitObserver>>>;
 
 enum Message {
     Event(Box<Event>),
@@ -71,6 +91,7 @@ pub struct ContextLog {
     records: Arc<RecordCache>,
     writer: Option<JoinHandle<()>>,
     dir: PathBuf,
+    observer: ObserverSlot,
 }
 
 impl ContextLog {
@@ -81,10 +102,12 @@ impl ContextLog {
         let (sender, receiver) = mpsc::sync_channel(options.queue_capacity.max(1));
         let counters = Arc::new(Counters::default());
         let records = Arc::new(RecordCache::default());
+        let observer = ObserverSlot::default();
         let writer = Writer {
             live: LiveSessions::new(&conn, records.clone(), options.record_max_tokens),
             conn,
             counters: counters.clone(),
+            observer: observer.clone(),
             families: Families::default(),
             retention: options.retention,
             retention_every: options.retention_every,
@@ -102,6 +125,16 @@ impl ContextLog {
             records,
             writer: Some(thread),
             dir: options.dir,
+            observer,
+        })
+    }
+
+    /// Tell `observer` of every later commit; only one can be set (an error
+    /// otherwise).
+    pub fn observe(&self, observer: Arc<dyn CommitObserver>) -> Result<(), StoreError> {
+        self.observer.set(observer).map_err(|_| StoreError::Io {
+            path: self.dir.clone(),
+            source: std::io::Error::other("the context log already has an observer"),
         })
     }
 
@@ -160,6 +193,7 @@ struct Writer {
     live: LiveSessions,
     conn: Connection,
     counters: Arc<Counters>,
+    observer: ObserverSlot,
     families: Families,
     retention: Retention,
     retention_every: Duration,
@@ -209,10 +243,15 @@ impl Writer {
     fn write(&mut self, batch: Vec<Message>) {
         let mut rows = Vec::with_capacity(batch.len() + 1);
         let mut flushes = Vec::new();
+        let observed = self.observer.get().is_some();
+        let mut activity: Vec<Activity> = Vec::new();
         for message in batch {
             match message {
                 Message::Event(event) => {
-                    let family = self.families.assign(&self.conn, &event);
+                    let (family, began) = self.families.assign(&self.conn, &event);
+                    if observed {
+                        note_activity(&mut activity, &event, began);
+                    }
                     rows.push((family, *event));
                 }
                 Message::Flush(done) => flushes.push(done),
@@ -238,6 +277,11 @@ impl Writer {
                         .written
                         .fetch_add(ids.len() as u64, Ordering::Relaxed);
                     self.live.committed(&self.conn, &rows, &ids);
+                    if let Some(observer) = self.observer.get()
+                        && !activity.is_empty()
+                    {
+                        observer.committed(&activity);
+                    }
                     if unreported > 0 {
                         self.counters.gaps.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
@@ -272,6 +316,25 @@ impl Writer {
     }
 }
 
+/// Add `event`'s session to `activity` (once per batch; an ended episode is kept).
+/// Only requests and replies count: the summarizer's own compaction events must not
+/// make a session look active again.
+fn note_activity(activity: &mut Vec<Activity>, event: &Event, began_family: bool) {
+    if !matches!(event.body, EventBody::Request(_) | EventBody::Reply(_)) {
+        return;
+    }
+    let Some(session) = event.session.as_deref() else {
+        return;
+    };
+    match activity.iter_mut().find(|a| a.session == session) {
+        Some(seen) => seen.episode_ended |= began_family,
+        None => activity.push(Activity {
+            session: session.to_owned(),
+            episode_ended: began_family,
+        }),
+    }
+}
+
 /// Turn families: an episode begins at a root request (the user's own text) and every
 /// later request and reply of the session belongs to it — tool loops, titles, and a
 /// subagent's prompt, which arrives while the family still waits on a tool's result.
@@ -293,8 +356,12 @@ struct SessionState {
 const MAX_AWAITING: usize = 256;
 
 impl Families {
-    fn assign(&mut self, conn: &Connection, event: &Event) -> Option<String> {
-        let session = event.session.as_deref()?;
+    /// The event's family, and whether it began a new one after an earlier family of
+    /// its session (so that earlier episode ended).
+    fn assign(&mut self, conn: &Connection, event: &Event) -> (Option<String>, bool) {
+        let Some(session) = event.session.as_deref() else {
+            return (None, false);
+        };
         if self.sessions.len() >= MAX_SESSIONS && !self.sessions.contains_key(session) {
             self.sessions.clear();
         }
@@ -311,14 +378,15 @@ impl Families {
                 for result in &request.tool_results {
                     state.awaiting.retain(|id| *id != result.call_id);
                 }
-                let family = match (&state.current, request.root && state.awaiting.is_empty()) {
-                    (Some(current), false) => current.clone(),
-                    _ => request.request.clone(),
-                };
+                let (family, began) =
+                    match (&state.current, request.root && state.awaiting.is_empty()) {
+                        (Some(current), false) => (current.clone(), false),
+                        (current, _) => (request.request.clone(), current.is_some()),
+                    };
                 state.current = Some(family.clone());
                 self.by_request
                     .insert(request.request.clone(), family.clone());
-                Some(family)
+                (Some(family), began)
             }
             EventBody::Reply(reply) => {
                 if reply.status == Some(200) {
@@ -328,11 +396,13 @@ impl Families {
                     let excess = state.awaiting.len().saturating_sub(MAX_AWAITING);
                     state.awaiting.drain(..excess);
                 }
-                self.by_request
+                let family = self
+                    .by_request
                     .remove(&reply.request)
-                    .or_else(|| state.current.clone())
+                    .or_else(|| state.current.clone());
+                (family, false)
             }
-            _ => state.current.clone(),
+            _ => (state.current.clone(), false),
         }
     }
 }

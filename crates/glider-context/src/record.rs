@@ -616,6 +616,7 @@ mod tests {
                 until_ms: 5000,
                 source: "summarizer".into(),
                 reason: None,
+                ..CompactionEvent::default()
             })
         };
         log.push(compaction(true, "Renamed foo; a test fails."));

@@ -154,6 +154,7 @@ fn compaction_event(source: CompactionSource, text: &str, answered: bool) -> Com
         until_ms: 0,
         source: source.as_str().to_owned(),
         reason: Some(reason.to_owned()),
+        ..CompactionEvent::default()
     }
 }
 

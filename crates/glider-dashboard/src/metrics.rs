@@ -70,6 +70,11 @@ struct BudgetStopLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DropLabels {
     source: String,
 }
@@ -105,6 +110,7 @@ pub struct Metrics {
     context_dropped: Counter,
     context_gaps: Counter,
     budget_stops: Family<BudgetStopLabels, Counter>,
+    context_compactions: Family<OutcomeLabels, Counter>,
     stats: Mutex<Stats>,
 }
 
@@ -213,6 +219,12 @@ impl Metrics {
             "Gap events written to the context log",
             context_gaps.clone(),
         );
+        let context_compactions = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "context_compactions",
+            "Summarizer runs, by outcome: accepted, or rejected (a file or open error left out, the backend failed or timed out; the structural record stood)",
+            context_compactions.clone(),
+        );
         let budget_stops = Family::<BudgetStopLabels, Counter>::default();
         registry.register(
             "budget_stops",
@@ -222,6 +234,7 @@ impl Metrics {
         Metrics {
             registry,
             budget_stops,
+            context_compactions,
             context_written,
             context_dropped,
             context_gaps,
@@ -371,6 +384,15 @@ impl Metrics {
             catch_up(&self.context_written, &context.written);
             catch_up(&self.context_dropped, &context.dropped);
             catch_up(&self.context_gaps, &context.gaps);
+            for (outcome, count) in [
+                ("accepted", &context.compactions_accepted),
+                ("rejected", &context.compactions_rejected),
+            ] {
+                let labels = OutcomeLabels {
+                    outcome: outcome.to_owned(),
+                };
+                catch_up(&self.context_compactions.get_or_create(&labels), count);
+            }
         }
         self.breaker.clear();
         self.health.clear();

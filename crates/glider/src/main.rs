@@ -338,6 +338,7 @@ async fn serve_recorded(
     let handle = ConfigHandle::new(config, config_path.clone());
     let engine = Engine::new(handle.clone());
     let context = serve::start_context(&engine, &home, &handle.snapshot())?;
+    let _summarizer = serve::start_summarizer(&engine, context.as_ref())?;
     let _background = serve::start_background(&handle, &engine, filter_handle)?;
 
     let snapshot = handle.snapshot();

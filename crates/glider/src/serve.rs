@@ -386,6 +386,53 @@ pub fn start_context(
     Ok(Some(context))
 }
 
+/// The summarizer over `context`'s log (`context.summarizer`, docs/context.md): it
+/// asks the engine's own backends, read from the runtime at each run, so a reload
+/// changes its settings and model without a restart.
+pub fn start_summarizer(
+    engine: &Arc<Engine>,
+    context: Option<&Arc<glider_context::Context>>,
+) -> anyhow::Result<Option<glider_context::Summarizer>> {
+    let Some(context) = context else {
+        return Ok(None);
+    };
+    let source = Arc::new(EngineBackends(Arc::downgrade(engine)));
+    let summarizer = glider_context::Summarizer::start(context, source)
+        .context("cannot start the summarizer")?;
+    let config = engine.runtime().config.clone();
+    match config.summarizer_target() {
+        Ok((backend, model)) if config.context.summarizer.enabled => tracing::info!(
+            backend = %backend.name,
+            %model,
+            idle_secs = config.context.summarizer.idle_secs,
+            "summarizer: ended episodes are compacted off the request path"
+        ),
+        Ok(_) => tracing::info!("summarizer off (context.summarizer.enabled: false)"),
+        Err(why) => tracing::warn!("summarizer: {why}; sessions are not compacted"),
+    }
+    Ok(Some(summarizer))
+}
+
+/// The engine's runtime as the summarizer's source: its config and its backends (with
+/// their connection pools). Weak, so the summarizer never keeps the engine alive.
+struct EngineBackends(std::sync::Weak<Engine>);
+
+impl glider_context::SummarizerSource for EngineBackends {
+    fn config(&self) -> Arc<Config> {
+        match self.0.upgrade() {
+            Some(engine) => engine.runtime().config.clone(),
+            None => Arc::new(Config::default()),
+        }
+    }
+
+    fn backend(&self, config: &glider_config::BackendConfig) -> Arc<glider_backend::Backend> {
+        self.0
+            .upgrade()
+            .and_then(|engine| engine.runtime().backend(&config.name).cloned())
+            .unwrap_or_else(|| glider_backend::Backend::new(config.clone()))
+    }
+}
+
 /// What the dashboard reads of a running context log.
 pub fn context_surface(context: &glider_context::Context) -> glider_dashboard::ContextSurface {
     glider_dashboard::ContextSurface {

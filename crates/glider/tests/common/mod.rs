@@ -4,6 +4,7 @@
 
 pub mod output;
 pub mod procs;
+pub mod serve;
 
 use std::sync::Arc;
 

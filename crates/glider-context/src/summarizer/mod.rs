@@ -1,0 +1,446 @@
+//! The summarizer (spec package `summarizer`): adapts an inference backend to
+//! compaction. The log's writer tells it which sessions it committed turns for; when an
+//! episode ends (a new root turn) or a session stays quiet for
+//! `context.summarizer.idle_secs`, one task — never a request — reads the session's
+//! events, renders the previous narrative, the graph's facts and the new turns
+//! ([`compaction::render_input`]), asks the configured model within its time and token
+//! budget, and checks the answer against the graph: accepted only when it names every
+//! file edited and every error still open in its range. Either way the run is a
+//! `compaction` event, and the structural record stands when it is rejected.
+
+pub mod compaction;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use glider_backend::{Backend, UpstreamRequest};
+use glider_config::{BackendConfig, Config, ConfigHandle};
+use glider_ngl::{Dialect, Request, Role, Turn};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::event::{CompactionEvent, Event, EventBody, prefix};
+use crate::log::{Activity, CommitObserver};
+use crate::store::StoreError;
+use crate::{Context, Reader};
+use compaction::Trigger;
+
+/// Characters per token assumed when the input is cut to `max_input_tokens`.
+const CHARS_PER_TOKEN: u64 = 4;
+/// Most characters of a rejected answer kept in its event.
+const REJECTED_TEXT_CHARS: usize = 4096;
+/// Sessions waiting for a compaction; past this the longest-quiet ones are forgotten
+/// (their next turn brings them back).
+const MAX_PENDING: usize = 4096;
+
+/// Where the summarizer reads its settings and finds the backend to ask.
+pub trait SummarizerSource: Send + Sync {
+    /// The configuration now (`context.summarizer` and the backends).
+    fn config(&self) -> Arc<Config>;
+    /// The client for `config` (`glider serve` hands the engine's own, with its
+    /// connection pool; a fresh one otherwise).
+    fn backend(&self, config: &BackendConfig) -> Arc<Backend> {
+        Backend::new(config.clone())
+    }
+}
+
+impl SummarizerSource for ConfigHandle {
+    fn config(&self) -> Arc<Config> {
+        self.snapshot()
+    }
+}
+
+/// Sessions with turns not yet compacted.
+#[derive(Default)]
+struct Pending {
+    sessions: Mutex<HashMap<String, Waiting>>,
+    wake: Notify,
+}
+
+struct Waiting {
+    last_active: Instant,
+    episode_ended: bool,
+    /// When an ended episode of this session was last compacted: the next one waits
+    /// `idle_secs` after it, so a session whose episodes end faster than that (a
+    /// scripted loop) has them compacted together rather than one run each.
+    compacted: Option<Instant>,
+}
+
+impl CommitObserver for Pending {
+    fn committed(&self, activity: &[Activity]) {
+        let now = Instant::now();
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        for seen in activity {
+            if sessions.len() >= MAX_PENDING && !sessions.contains_key(&seen.session) {
+                forget_quietest(&mut sessions);
+            }
+            let waiting = sessions.entry(seen.session.clone()).or_insert(Waiting {
+                last_active: now,
+                episode_ended: false,
+                compacted: None,
+            });
+            waiting.last_active = now;
+            waiting.episode_ended |= seen.episode_ended;
+        }
+        drop(sessions);
+        self.wake.notify_one();
+    }
+}
+
+fn forget_quietest(sessions: &mut HashMap<String, Waiting>) {
+    if let Some(quietest) = sessions
+        .iter()
+        .min_by_key(|(_, w)| w.last_active)
+        .map(|(s, _)| s.clone())
+    {
+        sessions.remove(&quietest);
+    }
+}
+
+/// What the task does next.
+enum Next {
+    Compact(String, Trigger),
+    WaitUntil(Instant),
+    Wait,
+}
+
+impl Pending {
+    /// The session due first and for what (an ended episode, or idle), or when the
+    /// first one will be. An ended episode is due at once unless the session had one
+    /// compacted less than `idle` ago; then at `idle` after that run, or at idle if
+    /// that comes first (the idle run covers it).
+    fn next(&self, idle: Duration) -> Next {
+        let now = Instant::now();
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut soonest: Option<(&String, Instant, Trigger)> = None;
+        for (session, waiting) in sessions.iter() {
+            let idle_at = waiting.last_active + idle;
+            let episode_at = waiting.compacted.map_or(now, |at| at + idle);
+            let (due, trigger) = if waiting.episode_ended && episode_at < idle_at {
+                (episode_at, Trigger::Episode)
+            } else {
+                (idle_at, Trigger::Idle)
+            };
+            if soonest.is_none_or(|(_, first, _)| due < first) {
+                soonest = Some((session, due, trigger));
+            }
+        }
+        let Some((session, due, trigger)) = soonest else {
+            return Next::Wait;
+        };
+        if due > now {
+            return Next::WaitUntil(due);
+        }
+        let session = session.clone();
+        match trigger {
+            Trigger::Episode => {
+                if let Some(waiting) = sessions.get_mut(&session) {
+                    waiting.episode_ended = false;
+                    waiting.compacted = Some(now);
+                }
+            }
+            Trigger::Idle => {
+                sessions.remove(&session);
+            }
+        }
+        Next::Compact(session, trigger)
+    }
+
+    fn clear(&self) {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+/// The running summarizer; dropping it stops its task.
+pub struct Summarizer {
+    task: JoinHandle<()>,
+}
+
+impl Drop for Summarizer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Summarizer {
+    /// Watch `context`'s log and compact its sessions on the current Tokio runtime.
+    /// The task holds the context weakly: it ends when the context is dropped.
+    pub fn start(
+        context: &Arc<Context>,
+        source: Arc<dyn SummarizerSource>,
+    ) -> Result<Summarizer, StoreError> {
+        let pending = Arc::new(Pending::default());
+        context.log().observe(pending.clone())?;
+        let worker = Worker {
+            context: Arc::downgrade(context),
+            reader: Reader::new(context.log().dir().to_path_buf()),
+            source,
+            pending,
+            warned: None,
+        };
+        Ok(Summarizer {
+            task: tokio::spawn(worker.run()),
+        })
+    }
+}
+
+struct Worker {
+    context: Weak<Context>,
+    reader: Reader,
+    source: Arc<dyn SummarizerSource>,
+    pending: Arc<Pending>,
+    /// The last "cannot summarize" warning, so a standing problem is logged once.
+    warned: Option<String>,
+}
+
+impl Worker {
+    async fn run(mut self) {
+        loop {
+            let config = self.source.config();
+            let settings = &config.context.summarizer;
+            if !settings.enabled {
+                self.pending.clear();
+                self.pending.wake.notified().await;
+                continue;
+            }
+            match self.pending.next(Duration::from_secs(settings.idle_secs)) {
+                Next::Compact(session, trigger) => {
+                    if self.context.strong_count() == 0 {
+                        return;
+                    }
+                    self.compact(&config, &session, trigger).await;
+                }
+                Next::WaitUntil(due) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(due.into()) => {}
+                        _ = self.pending.wake.notified() => {}
+                    }
+                }
+                Next::Wait => self.pending.wake.notified().await,
+            }
+        }
+    }
+
+    async fn compact(&mut self, config: &Config, session: &str, trigger: Trigger) {
+        let reader = self.reader.clone();
+        let owned = session.to_owned();
+        let events = match tokio::task::spawn_blocking(move || reader.events(&owned)).await {
+            Ok(Ok(events)) => events,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, session, "summarizer cannot read the session");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "summarizer read task failed");
+                return;
+            }
+        };
+        let Some(range) = compaction::select(&events, trigger) else {
+            return;
+        };
+        let (backend_config, model) = match config.summarizer_target() {
+            Ok(target) => target,
+            Err(why) => {
+                if self.warned.as_deref() != Some(why.as_str()) {
+                    tracing::warn!("summarizer: {why}; sessions are not compacted");
+                    self.warned = Some(why);
+                }
+                return;
+            }
+        };
+        self.warned = None;
+        let settings = &config.context.summarizer;
+        let (graph, required) = compaction::required(session, &range);
+        let input = compaction::render_input(
+            &range,
+            &graph,
+            &required,
+            settings.max_input_tokens.saturating_mul(CHARS_PER_TOKEN) as usize,
+        );
+        let backend = self.source.backend(backend_config);
+        let started = Instant::now();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(settings.timeout_secs),
+            ask(&backend, &model, &input, settings.max_tokens),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "no summary within {} s (context.summarizer.timeout_secs)",
+                settings.timeout_secs
+            ))
+        });
+        let mut event = CompactionEvent {
+            source: "summarizer".into(),
+            until_ms: range.until_ms,
+            until_event: range.until_event,
+            since_ms: range.since_ms,
+            trigger: trigger.as_str().to_owned(),
+            backend: Some(backend.name().to_owned()),
+            model: Some(model),
+            took_ms: started.elapsed().as_millis() as u64,
+            ..CompactionEvent::default()
+        };
+        match answer {
+            Ok(summary) => {
+                event.input_tokens = summary.input_tokens;
+                event.output_tokens = summary.output_tokens;
+                let missing = required.missing(&summary.text);
+                if summary.text.trim().is_empty() {
+                    event.reason = Some("the model wrote no summary".into());
+                } else if missing.is_empty() {
+                    event.accepted = true;
+                    event.narrative = summary.text.trim().to_owned();
+                } else {
+                    event.reason = Some(format!(
+                        "the summary leaves out {} of the files edited and errors open",
+                        missing.len()
+                    ));
+                    event.missing = missing;
+                    event.rejected_text =
+                        Some(prefix(&summary.text, REJECTED_TEXT_CHARS).to_owned());
+                }
+            }
+            Err(why) => event.reason = Some(why),
+        }
+        let Some(context) = self.context.upgrade() else {
+            return;
+        };
+        let counters = context.log().counters();
+        if event.accepted {
+            counters
+                .compactions_accepted
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(
+                session,
+                trigger = trigger.as_str(),
+                backend = event.backend.as_deref(),
+                took_ms = event.took_ms,
+                "session compacted"
+            );
+        } else {
+            counters
+                .compactions_rejected
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(
+                session,
+                trigger = trigger.as_str(),
+                backend = event.backend.as_deref(),
+                reason = event.reason.as_deref(),
+                missing = ?event.missing,
+                "compaction rejected; the structural record stands"
+            );
+        }
+        context.log().append(Event {
+            at_ms: crate::now_ms(),
+            session: Some(session.to_owned()),
+            body: EventBody::Compaction(event),
+        });
+    }
+}
+
+/// What the model answered.
+struct Summary {
+    text: String,
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+/// One non-streamed request to `backend` in its own dialect; the error says what
+/// failed.
+async fn ask(
+    backend: &Backend,
+    model: &str,
+    input: &str,
+    max_tokens: u32,
+) -> Result<Summary, String> {
+    let request = Request {
+        model: model.to_owned(),
+        turns: vec![
+            Turn::text(Role::System, compaction::SYSTEM_PROMPT),
+            Turn::text(Role::User, input),
+        ],
+        max_tokens: Some(max_tokens),
+        temperature: Some(0.2),
+        stream: false,
+        ..Request::default()
+    };
+    let dialect = backend.dialect_for(Dialect::OpenAiChat);
+    let codec = glider_dialects::codec(dialect);
+    let upstream = UpstreamRequest {
+        dialect,
+        body: Bytes::from(codec.encode_request(&request).to_string()),
+        stream: false,
+        headers: http::HeaderMap::new(),
+    };
+    let failed = |what: String| format!("backend {} failed: {what}", backend.name());
+    let reply = backend
+        .send(&upstream)
+        .await
+        .map_err(|f| failed(f.to_string()))?;
+    let body = reply.collect().await.map_err(|f| failed(f.to_string()))?;
+    let response = codec
+        .decode_response(&body)
+        .map_err(|e| failed(format!("its reply does not decode: {}", e.message)))?;
+    Ok(Summary {
+        text: response.plain_text(),
+        input_tokens: response.usage.input_tokens,
+        output_tokens: response.usage.output_tokens,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(session: &str) -> Activity {
+        Activity {
+            session: session.into(),
+            episode_ended: true,
+        }
+    }
+
+    #[test]
+    fn an_ended_episode_is_due_at_once_and_the_next_one_after_idle_secs() {
+        let pending = Pending::default();
+        let idle = Duration::from_secs(60);
+        assert!(matches!(pending.next(idle), Next::Wait));
+        pending.committed(&[ended("a")]);
+        assert!(matches!(pending.next(idle), Next::Compact(s, Trigger::Episode) if s == "a"));
+        // Another episode ends at once: it waits, and the wait is about idle_secs.
+        pending.committed(&[ended("a")]);
+        match pending.next(idle) {
+            Next::WaitUntil(due) => {
+                let wait = due.saturating_duration_since(Instant::now());
+                assert!(wait > Duration::from_secs(50), "{wait:?}");
+            }
+            _ => panic!("the second episode waits"),
+        }
+        // With no wait, the ended episode is due, then each quiet session is compacted
+        // at idle and forgotten.
+        let quick = Duration::ZERO;
+        pending.committed(&[Activity {
+            session: "b".into(),
+            episode_ended: false,
+        }]);
+        let mut idle_runs = Vec::new();
+        while let Next::Compact(session, trigger) = pending.next(quick) {
+            idle_runs.push((session, trigger));
+        }
+        idle_runs.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(
+            idle_runs,
+            [
+                ("a".to_owned(), Trigger::Episode),
+                ("a".to_owned(), Trigger::Idle),
+                ("b".to_owned(), Trigger::Idle)
+            ]
+        );
+        assert!(matches!(pending.next(quick), Next::Wait));
+    }
+}
