@@ -303,6 +303,7 @@ impl Engine {
             tokens: 0,
             decision: None,
             adapted: Vec::new(),
+            output_caps: Vec::new(),
             upstream: Vec::new(),
             executed: None,
         }

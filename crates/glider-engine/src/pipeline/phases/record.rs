@@ -1,6 +1,7 @@
 //! Record: the answering backend and model go on the record, and the reply is shaped
 //! for the door — the backend's bytes when it speaks the client's dialect, else
-//! decoded ngl (a stream of events or a whole response).
+//! decoded ngl (a stream of events or a whole response; always decoded when Glider set
+//! the output cap, so a reply cut there can be ended honestly, see [`crate::fit`]).
 
 use glider_dialects::codec;
 use glider_ngl::{ApiError, ErrorKind};
@@ -50,7 +51,9 @@ impl Phase for Record {
                 "completion routed"
             );
             let response = executed.response;
-            let body = if backend_dialect == front {
+            // A cap Glider set means the reply may need its ending rewritten: decoded.
+            let output_cap = job.output_caps.get(executed.index).copied().flatten();
+            let body = if backend_dialect == front && output_cap.is_none() {
                 tracker.observe_raw_in(backend_dialect, stream);
                 CompletionBody::Raw {
                     content_type: response.content_type,
@@ -82,6 +85,7 @@ impl Phase for Record {
                 body,
                 failures: executed.failures,
                 decision,
+                output_cap,
             }))
         })
     }
