@@ -65,6 +65,20 @@ def test_the_server_runs_the_shipped_template(llama):
     assert [m["id"] for m in get_json(f"{llama}/v1/models")["data"]] == [ALIAS]
 
 
+def test_capabilities_discovered_from_props_are_shown(gateway, glider):
+    # llama-server's /props (n_ctx, the template's tool support, modalities) and its
+    # /v1/models meta (n_ctx_train), read by Glider's health probe.
+    def discovered():
+        models = {m["id"]: m for m in get_json(f"{gateway}/v1/models")["data"]}
+        return models[VIA_OPENAI]["glider"]["capabilities"]
+    caps = poll(discovered)
+    assert caps == {"context_window": CONTEXT, "trained_context": 32768, "tools": True, "thinking": None,
+                    "vision": False, "sources": ["/props", "/v1/models"]}, caps
+    backends = {b["backend"]: b for b in get_json(f"{glider.dashboard}/api/backends")["backends"]}
+    assert backends["llama-openai"]["capabilities"] == {ALIAS: caps}, backends["llama-openai"]
+    assert backends["llama-anthropic"]["capabilities"] == {}, "a cloud-kind backend is not probed"
+
+
 @pytest.mark.parametrize("model", BOTH)
 def test_anthropic_messages(claude, model):
     reply = claude.messages.create(model=model, max_tokens=32, system="Answer in one short sentence.",
@@ -228,8 +242,7 @@ def test_count_tokens(claude, model):
 def test_a_claude_code_sized_request_is_fitted_and_the_record_says_so(claude, glider):
     # 20 tools (over the default budget of 12) and Claude Code's max_tokens: more than a
     # 270M model can use. The fit phase keeps the core set, caps the output, drops
-    # context_management; the dashboard's record lists each change. (The request stays
-    # within the 4k window before fitting: the token-limit rule counts it unfitted.)
+    # context_management; the dashboard's record lists each change.
     names = ["Read", "Edit", "Write", "Bash", "Grep", "Glob"] + [f"Extra{i}" for i in range(14)]
     long_schema = {"type": "object", "properties": {
         f"option_{i}": {"type": "string", "description": "An option explained."} for i in range(2)}}

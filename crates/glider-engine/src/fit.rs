@@ -5,7 +5,8 @@
 
 use std::collections::BTreeSet;
 
-use glider_config::{BackendFit, BackendKind, FitConfig, ModelSpec};
+use glider_backend::Candidate;
+use glider_config::{BackendFit, BackendKind, Config, FitConfig, ModelSpec};
 use glider_ngl::stream::PartKind;
 use glider_ngl::{Dialect, Part, Request, Response, StopReason, StreamEvent, ToolChoice, ToolDef};
 use serde_json::Value;
@@ -36,6 +37,26 @@ pub struct FitTarget<'a> {
     /// The dialect the backend is spoken to in.
     pub dialect: Dialect,
     pub kind: BackendKind,
+}
+
+impl<'a> FitTarget<'a> {
+    /// The target for `candidate`'s backend, spoken to from `front`; `model` is its
+    /// effective spec (configured, filled in with what the server says).
+    pub fn for_candidate(
+        config: &'a Config,
+        candidate: &'a Candidate,
+        model: Option<&'a ModelSpec>,
+        front: Dialect,
+    ) -> Self {
+        let backend = &candidate.backend;
+        FitTarget {
+            fit: &config.fit,
+            backend: &backend.config.fit,
+            model,
+            dialect: backend.dialect_for(front),
+            kind: backend.kind(),
+        }
+    }
 }
 
 /// What fitting did to one candidate's request.

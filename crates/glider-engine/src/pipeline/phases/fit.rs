@@ -33,14 +33,9 @@ impl Phase for Fit {
             if !backend.kind().is_local() {
                 continue;
             }
-            let spec = backend.config.model_spec(&candidate.model);
-            let target = FitTarget {
-                fit: &config.fit,
-                backend: &backend.config.fit,
-                model: spec.as_ref(),
-                dialect: backend.dialect_for(job.front),
-                kind: backend.kind(),
-            };
+            // Configured capabilities, filled in with what the server says.
+            let spec = backend.effective_spec(&candidate.model);
+            let target = FitTarget::for_candidate(config, candidate, spec.as_ref(), job.front);
             // With fitting off only thinking the model cannot do is dropped (a model
             // that refuses it would fail the request); nothing else is copied or changed.
             if !enabled && !thinking_unsupported(&job.request, &target) {
