@@ -239,6 +239,34 @@ def test_count_tokens(claude, model):
     assert 0 < short.input_tokens < long.input_tokens
 
 
+def llama_count(llama, chat):
+    """llama-server's own count of a Chat Completions body: its template, its tokenizer."""
+    status, applied = post_json(f"{llama}/apply-template", chat)
+    assert status == 200, applied
+    status, tokens = post_json(f"{llama}/tokenize", {"content": json.loads(applied)["prompt"], "add_special": True,
+                                                     "parse_special": True})
+    assert status == 200, tokens
+    return len(json.loads(tokens)["tokens"])
+
+
+def test_count_tokens_uses_the_model_s_own_tokenizer(claude, llama):
+    system = "You answer questions about the weather."
+    question = "Is it going to rain in Reykjavík tomorrow, and how cold will it be?"
+    counted = claude.messages.count_tokens(model=VIA_OPENAI, system=system, tools=[WEATHER],
+                                           messages=[{"role": "user", "content": question}]).input_tokens
+    chat = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+            "tools": [{"type": "function", "function": {"name": WEATHER["name"], "description": WEATHER["description"],
+                                                        "parameters": WEATHER["input_schema"]}}]}
+    assert counted == llama_count(llama, chat)
+    # Over llama-server's own /v1/messages the Anthropic backend asks its count_tokens.
+    status, own = post_json(f"{llama}/v1/messages/count_tokens", {
+        "model": ALIAS, "system": system, "tools": [WEATHER], "messages": [{"role": "user", "content": question}]})
+    assert status == 200, own
+    assert claude.messages.count_tokens(model=VIA_ANTHROPIC, system=system, tools=[WEATHER],
+                                        messages=[{"role": "user", "content": question}]).input_tokens == \
+        json.loads(own)["input_tokens"]
+
+
 def test_a_claude_code_sized_request_is_fitted_and_the_record_says_so(claude, glider):
     # 20 tools (over the default budget of 12) and Claude Code's max_tokens: more than a
     # 270M model can use. The fit phase keeps the core set, caps the output, drops

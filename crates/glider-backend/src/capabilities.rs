@@ -2,7 +2,8 @@
 //! probe (Ollama `/api/show` and `/api/ps`; llama.cpp `/props` and the `meta` of its
 //! `/v1/models`; vLLM's `max_model_len` in `/v1/models`), kept on the backend's
 //! [`Health`](crate::Health), and filled in under the configured model spec: a value the
-//! config sets always wins ([`Backend::effective_spec`]).
+//! config sets always wins ([`Backend::effective_spec`]). A llama.cpp server also counts
+//! tokens exactly with the model's own tokenizer ([`Backend::count_chat_tokens`]).
 
 use glider_config::ModelSpec;
 use serde::Serialize;
@@ -182,6 +183,57 @@ impl Backend {
         spec.tools = spec.tools.or(found.tools);
         spec.vision = spec.vision.or(found.vision);
         Some(spec)
+    }
+
+    /// Whether this is a llama.cpp server (it answered `/props`), whose `/tokenize`
+    /// counts with the model's own tokenizer.
+    pub fn has_tokenizer(&self) -> bool {
+        self.kind() == glider_config::BackendKind::Vllm
+            && self
+                .health()
+                .capabilities
+                .values()
+                .any(|c| c.sources.iter().any(|s| s == "/props"))
+    }
+
+    /// The exact input tokens of a Chat Completions body on a llama.cpp server: the
+    /// prompt its chat template makes of the body (`POST /apply-template`, tools
+    /// included), counted by its tokenizer (`POST /tokenize`, special tokens parsed as
+    /// the server does for a completion).
+    pub async fn count_chat_tokens(&self, chat: &Value) -> Result<u64, String> {
+        let post = |path: &'static str, body: Value| async move {
+            let response = self
+                .at_root(reqwest::Method::POST, path)
+                .json(&body)
+                .timeout(self.config.first_byte_timeout())
+                .send()
+                .await
+                .map_err(|e| format!("{} unreachable: {e}", self.root_url(path)))?;
+            let status = response.status();
+            let text = response.bytes().await.map_err(|e| e.to_string())?;
+            if !status.is_success() {
+                return Err(format!(
+                    "{} answered HTTP {status}: {}",
+                    self.root_url(path),
+                    crate::client::snippet(&text)
+                ));
+            }
+            serde_json::from_slice::<Value>(&text)
+                .map_err(|e| format!("{} answered non-JSON: {e}", self.root_url(path)))
+        };
+        let applied = post("/apply-template", chat.clone()).await?;
+        let prompt = applied["prompt"]
+            .as_str()
+            .ok_or("/apply-template answered without a prompt")?;
+        let tokens = post(
+            "/tokenize",
+            serde_json::json!({"content": prompt, "add_special": true, "parse_special": true}),
+        )
+        .await?;
+        tokens["tokens"]
+            .as_array()
+            .map(|t| t.len() as u64)
+            .ok_or_else(|| "/tokenize answered without tokens".to_owned())
     }
 
     /// The context window of `model`: configured (the model's, then the backend's),
