@@ -8,15 +8,11 @@ backend). Fitting is off, so every method counts the same request. Prints a Mark
 table of counts and each method's error against the exact count.
 Run: cargo build --workspace --bins && scripts/local-model && python3 bench/count-tokens.py"""
 
-import http.server
 import json
-import os
 import pathlib
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -24,6 +20,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "local_model"))
 from conftest import start_glider  # noqa: E402
 from llama import running_llama_server  # noqa: E402
+from claude_turn import Recording, claude  # noqa: E402
 
 WINDOW = 32768
 
@@ -36,29 +33,12 @@ def closed_port():
 
 def capture_claude_code_turn(tmp):
     """The biggest body Claude Code sends for one `-p` turn (recorded, not answered)."""
-    bodies = []
-
-    class Recorder(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
-            self.send_response(500)
-            self.send_header("content-type", "application/json")
-            self.end_headers()
-            self.wfile.write(b'{"error": {"message": "recorded"}}')
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    env.update(HOME=str(tmp), ANTHROPIC_BASE_URL=f"http://127.0.0.1:{server.server_port}", ANTHROPIC_API_KEY="k",
-               CLAUDE_CODE_MAX_RETRIES="0", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_TELEMETRY="1",
-               DISABLE_AUTOUPDATER="1")
-    subprocess.run([str(ROOT / "tests/cli/node_modules/.bin/claude"), "-p", "list the files here"], env=env,
-                   cwd=tmp, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
-    server.shutdown()
-    return max(bodies, key=lambda b: len(json.dumps(b)))
+    recording = Recording()
+    try:
+        claude(recording.url, tmp)
+        return recording.biggest()
+    finally:
+        recording.close()
 
 
 def shapes(turn):

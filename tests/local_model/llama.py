@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 
-from conftest import ROOT, Process, start_glider
+from conftest import ROOT, Process, poll, start_glider
 
 HERE = pathlib.Path(__file__).resolve().parent
 TEMPLATE = HERE / "gemma3.jinja"
@@ -94,6 +94,19 @@ def post_json(url, body, timeout=120):
             return reply.status, reply.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
+
+
+def record_fitted_with(glider, note, limit=50):
+    """The dashboard's record of the request whose `fitted` list holds `note`, polled
+    for: a record is written as its reply ends, not before the client has it."""
+    def find():
+        for record in get_json(f"{glider.dashboard}/api/requests?limit={limit}")["requests"]:
+            if note in record["fitted"]:
+                return record
+        return None
+    record = poll(find)
+    assert record, f"no record with {note!r}"
+    return record
 
 
 def wait_healthy(server, url, timeout=120):

@@ -10,8 +10,7 @@ import anthropic
 import openai
 import pytest
 
-from conftest import poll
-from llama import CAPPED_AT, VIA_CAPPED, get_json, post_json, running_glider_on, running_llama_server
+from llama import CAPPED_AT, VIA_CAPPED, post_json, record_fitted_with, running_glider_on, running_llama_server
 
 NOTE = f"[glider: reply cut at the local output cap of {CAPPED_AT} tokens (fit.max_output_tokens)]"
 PROMPT = "Describe the sea in ten long sentences."
@@ -107,13 +106,6 @@ def test_the_client_s_own_lower_cap_keeps_max_tokens(claude, gpt):
 def test_the_record_says_the_reply_was_cut_at_glider_s_cap(claude, glider):
     claude.messages.create(model=VIA_CAPPED, max_tokens=ASKED + 1, messages=messages())
     line = f"llama-capped: reply cut at the output cap of {CAPPED_AT} tokens: reported as a finished turn with a note"
-
-    def this_request():
-        for record in get_json(f"{glider.dashboard}/api/requests?limit=50")["requests"]:
-            if f"llama-capped: max_tokens {ASKED + 1} -> {CAPPED_AT}" in record["fitted"]:
-                return record
-        return None
-    record = poll(this_request)
-    assert record, "no record of the capped request"
+    record = record_fitted_with(glider, f"llama-capped: max_tokens {ASKED + 1} -> {CAPPED_AT}")
     assert line in record["fitted"], record["fitted"]
     assert record["status"] == 200 and 0 < record["usage"]["output_tokens"] <= CAPPED_AT, record

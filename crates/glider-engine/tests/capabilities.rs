@@ -13,6 +13,9 @@ use glider_test_support::{MockConfig, MockVendor};
 use http::HeaderMap;
 use serde_json::json;
 
+mod common;
+use common::route;
+
 async fn ollama_mock() -> MockVendor {
     MockVendor::start(MockConfig {
         models: vec!["tiny:1b".into()],
@@ -53,27 +56,18 @@ fn body(model: &str, tokens: usize, tools: bool) -> Bytes {
     Bytes::from(body.to_string())
 }
 
-fn decide(engine: &Engine, body: &Bytes) -> glider_engine::RouteDecision {
-    let (request, model, tokens) = engine.prepare(Dialect::Anthropic, body).expect("decodes");
-    engine
-        .decide(
-            Dialect::Anthropic,
-            &request,
-            &HeaderMap::new(),
-            &model,
-            tokens,
-            false,
-        )
-        .expect("routes")
-}
-
 #[tokio::test]
 async fn ollama_s_show_and_ps_give_the_window_tools_and_thinking() {
     let mock = ollama_mock().await;
     let engine = engine(&mock, "");
     // Before any probe the default window (32768) holds a ~10k-token request.
     let big = body("qwen3:8b", 10_000, false);
-    assert_eq!(decide(&engine, &big).candidates[0].backend.name(), "local");
+    assert_eq!(
+        route(&engine, &big).expect("routes").candidates[0]
+            .backend
+            .name(),
+        "local"
+    );
     engine.probe_all().await;
 
     let models = engine.models();
@@ -99,17 +93,7 @@ async fn ollama_s_show_and_ps_give_the_window_tools_and_thinking() {
     assert_eq!(caps.sources, ["/api/show"]);
 
     // Now the server's own window decides: refused (no cloud backend serves qwen3:8b).
-    let (request, model, tokens) = engine.prepare(Dialect::Anthropic, &big).expect("decodes");
-    let refused = engine
-        .decide(
-            Dialect::Anthropic,
-            &request,
-            &HeaderMap::new(),
-            &model,
-            tokens,
-            false,
-        )
-        .expect_err("over the discovered window");
+    let refused = route(&engine, &big).expect_err("over the discovered window");
     assert!(
         refused.message.contains("local holds 8192"),
         "{}",
@@ -154,7 +138,7 @@ async fn a_configured_window_wins_over_the_discovered_one() {
     let mock = ollama_mock().await;
     let engine = engine(&mock, ", context_window: 65536");
     engine.probe_all().await;
-    let decision = decide(&engine, &body("qwen3:8b", 10_000, false));
+    let decision = route(&engine, &body("qwen3:8b", 10_000, false)).expect("routes");
     assert_eq!(
         decision.candidates[0].backend.name(),
         "local",
@@ -190,18 +174,7 @@ async fn vllm_s_max_model_len_is_the_window() {
         (caps.context_window, caps.sources.as_slice()),
         (Some(4096), &["/v1/models".to_owned()][..])
     );
-    let (request, model, tokens) = engine
-        .prepare(Dialect::Anthropic, &body("qwen", 6_000, false))
-        .expect("decodes");
-    let refused = engine
-        .decide(
-            Dialect::Anthropic,
-            &request,
-            &HeaderMap::new(),
-            &model,
-            tokens,
-            false,
-        )
+    let refused = route(&engine, &body("qwen", 6_000, false))
         .expect_err("over the discovered window, with no cloud to take it");
     assert!(
         refused.message.contains("vllm holds 4096"),

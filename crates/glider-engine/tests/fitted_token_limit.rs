@@ -12,6 +12,9 @@ use glider_test_support::{MockConfig, MockVendor};
 use http::HeaderMap;
 use serde_json::json;
 
+mod common;
+use common::route;
+
 fn engine(mock: &MockVendor, fit_enabled: bool) -> Arc<Engine> {
     let yaml = format!(
         "backends:\n\
@@ -58,18 +61,9 @@ async fn a_request_that_fits_only_after_fitting_goes_local() {
     let mock = MockVendor::start(MockConfig::default()).await;
     let engine = engine(&mock, true);
     let body = claude_code_sized();
-    let (request, model, tokens) = engine.prepare(Dialect::Anthropic, &body).expect("decodes");
+    let (_, _, tokens) = engine.prepare(Dialect::Anthropic, &body).expect("decodes");
     assert!(tokens > 4096, "over the window as it came: ~{tokens}");
-    let decision = engine
-        .decide(
-            Dialect::Anthropic,
-            &request,
-            &HeaderMap::new(),
-            &model,
-            tokens,
-            false,
-        )
-        .expect("fits after fitting");
+    let decision = route(&engine, &body).expect("fits after fitting");
     assert_eq!(decision.candidates[0].backend.name(), "local");
     assert!(
         decision.reason.contains("local holds 4096 after fitting"),
@@ -109,19 +103,8 @@ async fn a_request_that_fits_only_after_fitting_goes_local() {
 async fn with_fitting_off_the_same_request_is_refused() {
     let mock = MockVendor::start(MockConfig::default()).await;
     let engine = engine(&mock, false);
-    let (request, model, tokens) = engine
-        .prepare(Dialect::Anthropic, &claude_code_sized())
-        .expect("decodes");
-    let refused = engine
-        .decide(
-            Dialect::Anthropic,
-            &request,
-            &HeaderMap::new(),
-            &model,
-            tokens,
-            false,
-        )
-        .expect_err("sent as it came, it does not fit");
+    let refused =
+        route(&engine, &claude_code_sized()).expect_err("sent as it came, it does not fit");
     assert!(
         refused
             .message
