@@ -11,8 +11,8 @@ import openai
 import pytest
 
 from conftest import poll
-from llama import (ALIAS, CONTEXT, MAX_PREDICT, VIA_ANTHROPIC, VIA_OPENAI, get_json, post_json, running_glider_on,
-                   running_llama_server)
+from llama import (ALIAS, CONTEXT, MAX_PREDICT, VIA_ANTHROPIC, VIA_OPENAI, get_json, post_json, record_fitted_with,
+                   running_glider_on, running_llama_server)
 
 BOTH = [VIA_OPENAI, VIA_ANTHROPIC]
 # Greedy decoding (the anthropic SDK takes it only in extra_body): whether a 270M model reaches a forced call (llama.cpp's
@@ -267,6 +267,16 @@ def test_count_tokens_uses_the_model_s_own_tokenizer(claude, llama):
         json.loads(own)["input_tokens"]
 
 
+def test_near_the_window_the_exact_count_decides_the_token_limit(claude):
+    # Plain prose: Glider's byte ratio (3.5 bytes a token) puts it over the 4k window,
+    # Gemma's tokenizer well inside it. Within 20 % of the window the exact count is
+    # asked for, so the request is answered instead of refused (cloud fallback is off).
+    text = "The sea was calm and the sky was clear over the harbour. " * 255
+    assert len(text) / 3.5 > CONTEXT
+    reply = claude.messages.create(model=VIA_OPENAI, max_tokens=8, messages=[{"role": "user", "content": text}])
+    assert reply.type == "message" and 0 < reply.usage.input_tokens < CONTEXT, reply
+
+
 def test_a_claude_code_sized_request_is_fitted_and_the_record_says_so(claude, glider):
     # 20 tools (over the default budget of 12) and Claude Code's max_tokens: more than a
     # 270M model can use. The fit phase keeps the core set, caps the output, drops
@@ -282,15 +292,7 @@ def test_a_claude_code_sized_request_is_fitted_and_the_record_says_so(claude, gl
         extra_body={"context_management": {"edits": [{"type": "clear_thinking_20251015"}]}, **GREEDY},
     )
     assert reply.type == "message" and reply.usage.output_tokens <= MAX_PREDICT
-    # The record is written as the reply ends, not before the client has it: wait for it.
-    def this_request():
-        for record in get_json(f"{glider.dashboard}/api/requests?limit=20")["requests"]:
-            if f"llama-openai: max_tokens 32000 -> {MAX_PREDICT}" in record["fitted"]:
-                return record
-        return None
-    record = poll(this_request)
-    assert record, "no record of the fitted request"
-    fitted = record["fitted"]
+    fitted = record_fitted_with(glider, f"llama-openai: max_tokens 32000 -> {MAX_PREDICT}")["fitted"]
     assert any(note.startswith("llama-openai: tools 20 -> 6 ") for note in fitted), fitted
     assert f"llama-openai: max_tokens 32000 -> {MAX_PREDICT}" in fitted, fitted
     assert "llama-openai: dropped context_management" in fitted, fitted
