@@ -1,7 +1,7 @@
 """A real llama.cpp `llama-server` running the Gemma 3 270M GGUF (installed by
-`scripts/local-model`), and a `glider serve` whose local backends are that server: once
-as an OpenAI-compatible backend (type vllm) and once through llama-server's own
-`/v1/messages` (type anthropic). Both processes are started on free loopback ports and
+`scripts/local-model`), and a `glider serve` whose local backends are that server: as an
+OpenAI-compatible backend (type vllm; twice, once with a tiny output cap) and through
+llama-server's own `/v1/messages` (type anthropic). Both processes are started on free loopback ports and
 stopped after; readiness is polled (llama-server's /health), never slept for."""
 
 import contextlib
@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 
-from conftest import ROOT, Process, start_glider
+from conftest import ROOT, Process, poll, start_glider
 
 HERE = pathlib.Path(__file__).resolve().parent
 TEMPLATE = HERE / "gemma3.jinja"
@@ -23,6 +23,10 @@ TEMPLATE = HERE / "gemma3.jinja"
 ALIAS = "gemma3-270m"
 VIA_OPENAI = "gemma-openai"
 VIA_ANTHROPIC = "gemma-anthropic"
+# The OpenAI wire again, on a backend whose fit cap is tiny: every reply the client asked
+# longer is cut there, at Glider's cap rather than the client's.
+VIA_CAPPED = "gemma-capped"
+CAPPED_AT = 8
 CONTEXT = 4096
 # A hard cap on every generation: a 270M model otherwise rambles to the context end.
 # llama-server's `-n` is only a default (a request's max_tokens overrides it), so the
@@ -39,6 +43,12 @@ backends:
     models: [{via_openai}]
     context_window: {context}
     fit: {{max_output_tokens: {max_predict}}}
+  - name: llama-capped
+    type: vllm
+    base_url: '{url}/v1'
+    models: [{via_capped}]
+    context_window: {context}
+    fit: {{max_output_tokens: {capped_at}}}
   - name: llama-anthropic
     type: anthropic
     base_url: '{url}'
@@ -86,6 +96,19 @@ def post_json(url, body, timeout=120):
         return error.code, error.read().decode()
 
 
+def record_fitted_with(glider, note, limit=50):
+    """The dashboard's record of the request whose `fitted` list holds `note`, polled
+    for: a record is written as its reply ends, not before the client has it."""
+    def find():
+        for record in get_json(f"{glider.dashboard}/api/requests?limit={limit}")["requests"]:
+            if note in record["fitted"]:
+                return record
+        return None
+    record = poll(find)
+    assert record, f"no record with {note!r}"
+    return record
+
+
 def wait_healthy(server, url, timeout=120):
     """Poll /health until the model is loaded (503 while loading)."""
     deadline = time.monotonic() + timeout
@@ -125,13 +148,14 @@ def running_llama_server(context=CONTEXT):
 
 @contextlib.contextmanager
 def running_glider_on(llama_url, extra="", context=CONTEXT):
-    """`glider serve` whose two backends are the llama-server at `llama_url`; yields the
+    """`glider serve` whose three backends are the llama-server at `llama_url`; yields the
     glider Process (`.match.group(1)`: gateway URL, `.dashboard`: dashboard URL,
     `.home`: its GLIDER_HOME)."""
     with tempfile.TemporaryDirectory() as tmp:
         config = pathlib.Path(tmp) / "glider.yaml"
         config.write_text(CONFIG.format(url=llama_url, via_openai=VIA_OPENAI, via_anthropic=VIA_ANTHROPIC,
-                                        context=context, max_predict=MAX_PREDICT, extra=extra))
+                                        context=context, max_predict=MAX_PREDICT, extra=extra,
+                                        via_capped=VIA_CAPPED, capped_at=CAPPED_AT))
         glider = start_glider(config, pathlib.Path(tmp) / "home")
         glider.home = pathlib.Path(tmp) / "home"
         try:

@@ -11,8 +11,8 @@ import openai
 import pytest
 
 from conftest import poll
-from llama import (ALIAS, CONTEXT, MAX_PREDICT, VIA_ANTHROPIC, VIA_OPENAI, get_json, post_json, running_glider_on,
-                   running_llama_server)
+from llama import (ALIAS, CONTEXT, MAX_PREDICT, VIA_ANTHROPIC, VIA_OPENAI, get_json, post_json, record_fitted_with,
+                   running_glider_on, running_llama_server)
 
 BOTH = [VIA_OPENAI, VIA_ANTHROPIC]
 # Greedy decoding (the anthropic SDK takes it only in extra_body): whether a 270M model reaches a forced call (llama.cpp's
@@ -63,6 +63,20 @@ def test_the_server_runs_the_shipped_template(llama):
     assert "<start_of_turn>" in props["chat_template"]
     assert props["default_generation_settings"]["n_ctx"] == CONTEXT
     assert [m["id"] for m in get_json(f"{llama}/v1/models")["data"]] == [ALIAS]
+
+
+def test_capabilities_discovered_from_props_are_shown(gateway, glider):
+    # llama-server's /props (n_ctx, the template's tool support, modalities) and its
+    # /v1/models meta (n_ctx_train), read by Glider's health probe.
+    def discovered():
+        models = {m["id"]: m for m in get_json(f"{gateway}/v1/models")["data"]}
+        return models[VIA_OPENAI]["glider"]["capabilities"]
+    caps = poll(discovered)
+    assert caps == {"context_window": CONTEXT, "trained_context": 32768, "tools": True, "thinking": None,
+                    "vision": False, "sources": ["/props", "/v1/models"]}, caps
+    backends = {b["backend"]: b for b in get_json(f"{glider.dashboard}/api/backends")["backends"]}
+    assert backends["llama-openai"]["capabilities"] == {ALIAS: caps}, backends["llama-openai"]
+    assert backends["llama-anthropic"]["capabilities"] == {}, "a cloud-kind backend is not probed"
 
 
 @pytest.mark.parametrize("model", BOTH)
@@ -263,11 +277,48 @@ def test_count_tokens(claude, model):
     assert 0 < short.input_tokens < long.input_tokens
 
 
+def llama_count(llama, chat):
+    """llama-server's own count of a Chat Completions body: its template, its tokenizer."""
+    status, applied = post_json(f"{llama}/apply-template", chat)
+    assert status == 200, applied
+    status, tokens = post_json(f"{llama}/tokenize", {"content": json.loads(applied)["prompt"], "add_special": True,
+                                                     "parse_special": True})
+    assert status == 200, tokens
+    return len(json.loads(tokens)["tokens"])
+
+
+def test_count_tokens_uses_the_model_s_own_tokenizer(claude, llama):
+    system = "You answer questions about the weather."
+    question = "Is it going to rain in Reykjavík tomorrow, and how cold will it be?"
+    counted = claude.messages.count_tokens(model=VIA_OPENAI, system=system, tools=[WEATHER],
+                                           messages=[{"role": "user", "content": question}]).input_tokens
+    chat = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+            "tools": [{"type": "function", "function": {"name": WEATHER["name"], "description": WEATHER["description"],
+                                                        "parameters": WEATHER["input_schema"]}}]}
+    assert counted == llama_count(llama, chat)
+    # Over llama-server's own /v1/messages the Anthropic backend asks its count_tokens.
+    status, own = post_json(f"{llama}/v1/messages/count_tokens", {
+        "model": ALIAS, "system": system, "tools": [WEATHER], "messages": [{"role": "user", "content": question}]})
+    assert status == 200, own
+    assert claude.messages.count_tokens(model=VIA_ANTHROPIC, system=system, tools=[WEATHER],
+                                        messages=[{"role": "user", "content": question}]).input_tokens == \
+        json.loads(own)["input_tokens"]
+
+
+def test_near_the_window_the_exact_count_decides_the_token_limit(claude):
+    # Plain prose: Glider's byte ratio (3.5 bytes a token) puts it over the 4k window,
+    # Gemma's tokenizer well inside it. Within 20 % of the window the exact count is
+    # asked for, so the request is answered instead of refused (cloud fallback is off).
+    text = "The sea was calm and the sky was clear over the harbour. " * 255
+    assert len(text) / 3.5 > CONTEXT
+    reply = claude.messages.create(model=VIA_OPENAI, max_tokens=8, messages=[{"role": "user", "content": text}])
+    assert reply.type == "message" and 0 < reply.usage.input_tokens < CONTEXT, reply
+
+
 def test_a_claude_code_sized_request_is_fitted_and_the_record_says_so(claude, glider):
     # 20 tools (over the default budget of 12) and Claude Code's max_tokens: more than a
     # 270M model can use. The fit phase keeps the core set, caps the output, drops
-    # context_management; the dashboard's record lists each change. (The request stays
-    # within the 4k window before fitting: the token-limit rule counts it unfitted.)
+    # context_management; the dashboard's record lists each change.
     names = ["Read", "Edit", "Write", "Bash", "Grep", "Glob"] + [f"Extra{i}" for i in range(14)]
     long_schema = {"type": "object", "properties": {
         f"option_{i}": {"type": "string", "description": "An option explained."} for i in range(2)}}
@@ -279,15 +330,7 @@ def test_a_claude_code_sized_request_is_fitted_and_the_record_says_so(claude, gl
         extra_body={"context_management": {"edits": [{"type": "clear_thinking_20251015"}]}, **GREEDY},
     )
     assert reply.type == "message" and reply.usage.output_tokens <= MAX_PREDICT
-    # The record is written as the reply ends, not before the client has it: wait for it.
-    def this_request():
-        for record in get_json(f"{glider.dashboard}/api/requests?limit=20")["requests"]:
-            if f"llama-openai: max_tokens 32000 -> {MAX_PREDICT}" in record["fitted"]:
-                return record
-        return None
-    record = poll(this_request)
-    assert record, "no record of the fitted request"
-    fitted = record["fitted"]
+    fitted = record_fitted_with(glider, f"llama-openai: max_tokens 32000 -> {MAX_PREDICT}")["fitted"]
     assert any(note.startswith("llama-openai: tools 20 -> 6 ") for note in fitted), fitted
     assert f"llama-openai: max_tokens 32000 -> {MAX_PREDICT}" in fitted, fitted
     assert "llama-openai: dropped context_management" in fitted, fitted

@@ -272,6 +272,23 @@ impl Backend {
         self.authorise(self.http.get(self.url(path)))
     }
 
+    /// A POST for capability probes (Ollama's `/api/show`).
+    pub(crate) fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.authorise(self.http.post(self.url(path)))
+    }
+
+    /// The server's root: the base URL without an OpenAI-style `/v1` (llama.cpp serves
+    /// `/props`, `/tokenize` and `/apply-template` there).
+    pub fn root_url(&self, path: &str) -> String {
+        let base = &self.config.base_url;
+        format!("{}{path}", base.strip_suffix("/v1").unwrap_or(base))
+    }
+
+    /// A request to `path` under the server's root ([`Backend::root_url`]).
+    pub(crate) fn at_root(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.authorise(self.http.request(method, self.root_url(path)))
+    }
+
     fn authorise(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         if let Some(key) = &self.api_key {
             request = match self.config.kind {

@@ -1,16 +1,25 @@
-//! Health and warm state of a backend. Local backends are probed (Ollama: `/api/version`
-//! and `/api/ps` for the models loaded in memory; OpenAI-compatible: `/models`); cloud
-//! backends are not probed (that would spend the user's quota) and are judged by their
-//! breaker alone. A llama.cpp model listed as a file path is recorded by its file stem
-//! ([`readable_model_id`]).
+//! Health and warm state of a backend. Local backends are probed (Ollama: `/api/tags`,
+//! `/api/ps` for the models loaded in memory and `/api/show` once per model;
+//! OpenAI-compatible: `/models`, and llama.cpp's `/props`), which also reads what their
+//! models can do ([`crate::capabilities`]); cloud backends are not probed (that would
+//! spend the user's quota) and are judged by their breaker alone. A llama.cpp model
+//! listed as a file path is recorded by its file stem ([`readable_model_id`]).
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use glider_config::BackendKind;
 use serde::Serialize;
+use serde_json::Value;
 
+use crate::capabilities::{
+    Capabilities, from_llama_props, from_ollama_ps, from_ollama_show, from_openai_model,
+};
 use crate::client::Backend;
+
+/// How long one probe request may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Whether a backend answered its last probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -33,6 +42,9 @@ pub struct Health {
     pub warm_models: Vec<String>,
     /// Models the server says it has (Ollama's `/api/tags`, OpenAI-compatible `/models`).
     pub served_models: Vec<String>,
+    /// What each served model can do, as the server says (empty for cloud backends
+    /// and servers that say nothing).
+    pub capabilities: BTreeMap<String, Capabilities>,
     /// Unix seconds of the last probe.
     pub checked_at: Option<u64>,
 }
@@ -81,25 +93,58 @@ impl Backend {
         health
     }
 
-    async fn fetch_json(&self, path: &str) -> Result<serde_json::Value, String> {
-        let response = self
-            .get(path)
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await
-            .map_err(|e| format!("{} unreachable: {e}", self.url(path)))?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(format!("{} answered HTTP {status}", self.url(path)));
-        }
-        response
-            .json()
-            .await
-            .map_err(|e| format!("{} answered non-JSON: {e}", self.url(path)))
+    async fn fetch_json(&self, path: &str) -> Result<Value, String> {
+        read_json(self.get(path), &self.url(path)).await
+    }
+
+    /// What Ollama says each served model can do: `/api/show` for a model not asked
+    /// about before (the answer is kept across probes), `/api/ps` for the window each
+    /// loaded model runs with now.
+    async fn ollama_capabilities(
+        &self,
+        served: &[String],
+        ps: &Value,
+    ) -> BTreeMap<String, Capabilities> {
+        let known = self.health.get().capabilities;
+        let known = &known;
+        let shown = futures_util::future::join_all(served.iter().map(|name| async move {
+            let show = match known.get(name) {
+                Some(caps) => Some(caps.clone()),
+                None => read_json(
+                    self.post("/api/show")
+                        .json(&serde_json::json!({"model": name})),
+                    &self.url("/api/show"),
+                )
+                .await
+                .map(|show| from_ollama_show(&show))
+                .inspect_err(
+                    |e| tracing::debug!(backend = self.name(), error = %e, "no capabilities"),
+                )
+                .ok(),
+            };
+            (name.clone(), show)
+        }))
+        .await;
+        let loaded: BTreeMap<&str, &Value> = ps["models"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| Some((m["name"].as_str().or(m["model"].as_str())?, m)))
+            .collect();
+        shown
+            .into_iter()
+            .filter_map(|(name, show)| {
+                let caps = match loaded.get(name.as_str()) {
+                    Some(entry) => from_ollama_ps(entry).or(show.unwrap_or_default()),
+                    None => show?,
+                };
+                Some((name, caps))
+            })
+            .collect()
     }
 
     async fn probe_ollama(&self) -> Health {
-        let names = |value: &serde_json::Value| -> Vec<String> {
+        let names = |value: &Value| -> Vec<String> {
             value["models"]
                 .as_array()
                 .map(|models| {
@@ -112,16 +157,17 @@ impl Backend {
                 .unwrap_or_default()
         };
         match self.fetch_json("/api/tags").await {
-            Ok(tags) => Health {
-                status: HealthStatus::Up,
-                served_models: names(&tags),
-                warm_models: self
-                    .fetch_json("/api/ps")
-                    .await
-                    .map(|ps| names(&ps))
-                    .unwrap_or_default(),
-                ..Health::default()
-            },
+            Ok(tags) => {
+                let served = names(&tags);
+                let ps = self.fetch_json("/api/ps").await.unwrap_or_default();
+                Health {
+                    status: HealthStatus::Up,
+                    capabilities: self.ollama_capabilities(&served, &ps).await,
+                    served_models: served,
+                    warm_models: names(&ps),
+                    ..Health::default()
+                }
+            }
             Err(detail) => down(detail),
         }
     }
@@ -129,20 +175,38 @@ impl Backend {
     async fn probe_openai_compatible(&self) -> Health {
         match self.fetch_json("/models").await {
             Ok(models) => {
-                let served: Vec<String> = models["data"]
+                let entries: Vec<(String, Capabilities)> = models["data"]
                     .as_array()
-                    .map(|d| {
-                        d.iter()
-                            .filter_map(|m| m["id"].as_str())
-                            .map(readable_model_id)
-                            .collect()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|m| {
+                        Some((readable_model_id(m["id"].as_str()?), from_openai_model(m)))
                     })
-                    .unwrap_or_default();
+                    .collect();
+                // llama.cpp's `/props` describes the one model it runs (a vLLM server
+                // has no such endpoint; its 404 just says nothing).
+                let props = match entries.len() {
+                    1 => read_json(
+                        self.at_root(reqwest::Method::GET, "/props"),
+                        &self.root_url("/props"),
+                    )
+                    .await
+                    .map(|props| from_llama_props(&props))
+                    .unwrap_or_default(),
+                    _ => Capabilities::default(),
+                };
+                let served: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
+                let capabilities = entries
+                    .into_iter()
+                    .map(|(id, listed)| (id, props.clone().or(listed)))
+                    .filter(|(_, caps)| !caps.is_empty())
+                    .collect();
                 Health {
                     status: HealthStatus::Up,
                     // A server that serves a model has it loaded.
                     warm_models: served.clone(),
                     served_models: served,
+                    capabilities,
                     ..Health::default()
                 }
             }
@@ -166,6 +230,23 @@ pub fn readable_model_id(id: &str) -> String {
         Some(cut) if cut > 0 => file[..cut].to_owned(),
         _ => id.to_owned(),
     }
+}
+
+/// Send a probe request and read its JSON answer; the error names `url`.
+async fn read_json(request: reqwest::RequestBuilder, url: &str) -> Result<Value, String> {
+    let response = request
+        .timeout(PROBE_TIMEOUT)
+        .send()
+        .await
+        .map_err(|e| format!("{url} unreachable: {e}"))?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(format!("{url} answered HTTP {status}"));
+    }
+    response
+        .json()
+        .await
+        .map_err(|e| format!("{url} answered non-JSON: {e}"))
 }
 
 fn down(detail: String) -> Health {

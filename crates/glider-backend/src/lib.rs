@@ -1,8 +1,11 @@
 //! Backend clients (spec package `backend`) and the resilient half of `orchestrator`:
 //! [`client`] speaks HTTP to one backend, [`breaker`] is its circuit breaker,
-//! [`cooldown`] holds back callers a 429 told to wait, [`credentials`] decides whose key a request carries, [`health`] probes it, and [`executor`] runs the backup sequence over candidates.
+//! [`cooldown`] holds back callers a 429 told to wait, [`credentials`] decides whose key
+//! a request carries, [`health`] probes it (and [`capabilities`] reads what its models
+//! can do), and [`executor`] runs the backup sequence over candidates.
 
 pub mod breaker;
+pub mod capabilities;
 pub mod client;
 pub mod cooldown;
 pub mod credentials;
@@ -11,6 +14,7 @@ pub mod failure;
 pub mod health;
 
 pub use breaker::{BreakerState, CircuitBreaker};
+pub use capabilities::Capabilities;
 pub use client::{Backend, BodyStream, UpstreamRequest, UpstreamResponse};
 pub use credentials::Credentials;
 pub use executor::{Candidate, Executed, execute, execute_prepared};

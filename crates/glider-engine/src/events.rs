@@ -5,13 +5,14 @@
 //! the oldest events and is told how many; it never slows a request. The bus also
 //! carries backend state changes and config reloads, so one stream tells the whole story.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime};
 
-use glider_backend::Backend;
 use glider_backend::breaker::BreakerState;
 use glider_backend::health::HealthStatus;
+use glider_backend::{Backend, Capabilities};
 use glider_config::BackendKind;
 use glider_dialects::{StreamDecoder, codec};
 use glider_ngl::{Dialect, Response, StreamEvent, Usage};
@@ -94,6 +95,8 @@ pub struct BackendState {
     pub breaker: BreakerState,
     /// Models loaded in memory (answer without a load).
     pub warm_models: Vec<String>,
+    /// What each served model can do, as the server says (local backends).
+    pub capabilities: BTreeMap<String, Capabilities>,
     /// Why the backend cannot be used at all (a missing `${VAR}`), if so.
     pub unavailable: Option<String>,
 }
@@ -111,6 +114,7 @@ impl BackendState {
             detail: health.detail,
             breaker: backend.breaker.state(),
             warm_models: health.warm_models,
+            capabilities: health.capabilities,
             unavailable: backend.unavailable.clone(),
         }
     }

@@ -5,8 +5,10 @@
 
 use std::collections::BTreeSet;
 
-use glider_config::{BackendFit, BackendKind, FitConfig, ModelSpec};
-use glider_ngl::{Dialect, Part, Request, ToolChoice, ToolDef};
+use glider_backend::Candidate;
+use glider_config::{BackendFit, BackendKind, Config, FitConfig, ModelSpec};
+use glider_ngl::stream::PartKind;
+use glider_ngl::{Dialect, Part, Request, Response, StopReason, StreamEvent, ToolChoice, ToolDef};
 use serde_json::Value;
 
 use crate::tokenizer::estimate_tools;
@@ -37,12 +39,49 @@ pub struct FitTarget<'a> {
     pub kind: BackendKind,
 }
 
-/// Fit `request` to `target` in place; returns what was changed, one note per change
-/// (empty: the request was already fit and is left as it came).
-pub fn fit_request(request: &mut Request, target: &FitTarget) -> Vec<String> {
+impl<'a> FitTarget<'a> {
+    /// The target for `candidate`'s backend, spoken to from `front`; `model` is its
+    /// effective spec (configured, filled in with what the server says).
+    pub fn for_candidate(
+        config: &'a Config,
+        candidate: &'a Candidate,
+        model: Option<&'a ModelSpec>,
+        front: Dialect,
+    ) -> Self {
+        let backend = &candidate.backend;
+        FitTarget {
+            fit: &config.fit,
+            backend: &backend.config.fit,
+            model,
+            dialect: backend.dialect_for(front),
+            kind: backend.kind(),
+        }
+    }
+}
+
+/// What fitting did to one candidate's request.
+#[derive(Debug, Default, PartialEq)]
+pub struct Fitted {
+    /// One note per change (empty: the request was already fit and is left as it came).
+    pub notes: Vec<String>,
+    /// The output cap Glider set in place of the client's higher (or missing) one: a
+    /// reply that stops there stopped at Glider's limit, not the client's.
+    pub output_cap: Option<OutputCap>,
+}
+
+/// An output cap Glider set on a local request, and the setting it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputCap {
+    pub tokens: u32,
+    /// The config key that set it, named in the note the reply gets.
+    pub setting: &'static str,
+}
+
+/// Fit `request` to `target` in place; returns what was changed.
+pub fn fit_request(request: &mut Request, target: &FitTarget) -> Fitted {
     let mut notes = Vec::new();
     fit_tools(request, target, &mut notes);
-    cap_output(request, target, &mut notes);
+    let output_cap = cap_output(request, target, &mut notes);
     notes.extend(drop_thinking(request, target));
     drop_unsupported_fields(request, target.dialect, &mut notes);
     let (markers, images) = clean_parts(request, target.model.and_then(|m| m.vision));
@@ -54,7 +93,7 @@ pub fn fit_request(request: &mut Request, target: &FitTarget) -> Vec<String> {
             "{images} images replaced by a text note (the model is not marked `vision: true`)"
         ));
     }
-    notes
+    Fitted { notes, output_cap }
 }
 
 /// Whether `request` asks for thinking the target model cannot do. Ollama refuses
@@ -202,20 +241,127 @@ fn strip_schema_descriptions(schema: &mut Value) {
 }
 
 /// `max_tokens` at most the model's own limit and the backend's default cap; a lower
-/// value the client asked for is kept.
-fn cap_output(request: &mut Request, target: &FitTarget, notes: &mut Vec<String>) {
-    let cap = target
-        .model
-        .and_then(|m| m.max_output_tokens)
-        .map_or(target.backend.max_output_tokens, |own| {
-            own.min(target.backend.max_output_tokens)
-        });
+/// value the client asked for is kept. Returns the cap when Glider set it.
+fn cap_output(
+    request: &mut Request,
+    target: &FitTarget,
+    notes: &mut Vec<String>,
+) -> Option<OutputCap> {
+    let backend_cap = target.backend.max_output_tokens;
+    let cap = match target.model.and_then(|m| m.max_output_tokens) {
+        Some(own) if own < backend_cap => OutputCap {
+            tokens: own,
+            setting: "the model's max_output_tokens",
+        },
+        _ => OutputCap {
+            tokens: backend_cap,
+            setting: "fit.max_output_tokens",
+        },
+    };
     match request.max_tokens {
-        Some(asked) if asked <= cap => {}
+        Some(asked) if asked <= cap.tokens => None,
         asked => {
             let was = asked.map_or("unset".to_owned(), |n| n.to_string());
-            notes.push(format!("max_tokens {was} -> {cap}"));
-            request.max_tokens = Some(cap);
+            notes.push(format!("max_tokens {was} -> {}", cap.tokens));
+            request.max_tokens = Some(cap.tokens);
+            Some(cap)
+        }
+    }
+}
+
+/// The visible note a reply cut at Glider's cap ends with.
+pub fn cap_note(cap: OutputCap) -> String {
+    format!(
+        "\n\n[glider: reply cut at the local output cap of {} tokens ({})]",
+        cap.tokens, cap.setting
+    )
+}
+
+/// The record's line for a reply cut at Glider's cap.
+pub fn cap_record(cap: OutputCap) -> String {
+    format!(
+        "reply cut at the output cap of {} tokens: reported as a finished turn with a note",
+        cap.tokens
+    )
+}
+
+/// A whole reply that stopped at Glider's own cap: reported as a finished turn, the note
+/// appended to its text, since the client did not ask for the limit and would otherwise
+/// read `max_tokens` as its own (Claude Code then retries with a larger one). Returns
+/// whether it was rewritten.
+pub fn end_at_cap(response: &mut Response, cap: OutputCap) -> bool {
+    if response.stop_reason != StopReason::MaxTokens {
+        return false;
+    }
+    response.stop_reason = StopReason::EndTurn;
+    let note = cap_note(cap);
+    match response.parts.last_mut() {
+        Some(Part::Text { text, .. }) => text.push_str(&note),
+        _ => response.parts.push(Part::text(note.trim_start())),
+    }
+    true
+}
+
+/// [`end_at_cap`] for a stream, one event at a time: parts are passed through, and a
+/// `Finish` at `MaxTokens` becomes the note (a text part of its own, after any part
+/// still open is closed) and a `Finish` at `EndTurn`.
+#[derive(Debug)]
+pub struct CapStop {
+    cap: OutputCap,
+    next_index: usize,
+    open: BTreeSet<usize>,
+}
+
+impl CapStop {
+    pub fn new(cap: OutputCap) -> Self {
+        CapStop {
+            cap,
+            next_index: 0,
+            open: BTreeSet::new(),
+        }
+    }
+
+    /// The events to send in place of `event`.
+    pub fn event(&mut self, event: StreamEvent) -> Vec<StreamEvent> {
+        match event {
+            StreamEvent::PartStart { index, kind } => {
+                self.open.insert(index);
+                self.next_index = self.next_index.max(index + 1);
+                vec![StreamEvent::PartStart { index, kind }]
+            }
+            StreamEvent::PartStop { index } => {
+                self.open.remove(&index);
+                vec![StreamEvent::PartStop { index }]
+            }
+            StreamEvent::Finish {
+                stop_reason: StopReason::MaxTokens,
+                usage,
+                ..
+            } => {
+                let mut out: Vec<StreamEvent> = std::mem::take(&mut self.open)
+                    .into_iter()
+                    .map(|index| StreamEvent::PartStop { index })
+                    .collect();
+                let index = self.next_index;
+                out.extend([
+                    StreamEvent::PartStart {
+                        index,
+                        kind: PartKind::Text,
+                    },
+                    StreamEvent::TextDelta {
+                        index,
+                        text: cap_note(self.cap),
+                    },
+                    StreamEvent::PartStop { index },
+                    StreamEvent::Finish {
+                        stop_reason: StopReason::EndTurn,
+                        stop_sequence: None,
+                        usage,
+                    },
+                ]);
+                out
+            }
+            other => vec![other],
         }
     }
 }
@@ -361,7 +507,7 @@ mod tests {
         let fit = FitConfig::default();
         let backend = BackendFit::default();
         let mut request = claude_code_like();
-        let notes = fit_request(&mut request, &target(&fit, &backend, None));
+        let notes = fit_request(&mut request, &target(&fit, &backend, None)).notes;
         let kept: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(
             kept,
@@ -419,7 +565,10 @@ mod tests {
             "messages": [{"role": "user", "content": "hi"}],
         }));
         let before = request.clone();
-        assert!(fit_request(&mut request, &target(&fit, &backend, None)).is_empty());
+        assert_eq!(
+            fit_request(&mut request, &target(&fit, &backend, None)),
+            Fitted::default()
+        );
         assert_eq!(
             request, before,
             "under budget: full tools with descriptions"
@@ -445,7 +594,15 @@ mod tests {
                 {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
             ]}],
         }));
-        let notes = fit_request(&mut request, &target(&fit, &backend, Some(&spec)));
+        let fitted = fit_request(&mut request, &target(&fit, &backend, Some(&spec)));
+        assert_eq!(
+            fitted.output_cap,
+            Some(OutputCap {
+                tokens: 512,
+                setting: "the model's max_output_tokens"
+            })
+        );
+        let notes = fitted.notes;
         assert_eq!(
             notes,
             [
@@ -467,7 +624,11 @@ mod tests {
         let mut low = decode(
             json!({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}),
         );
-        assert!(fit_request(&mut low, &target(&fit, &backend, None)).is_empty());
+        assert_eq!(
+            fit_request(&mut low, &target(&fit, &backend, None)),
+            Fitted::default(),
+            "the client's own lower cap is not Glider's"
+        );
         let mut unset = codec(Dialect::OpenAiChat)
             .decode_request(
                 json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
@@ -477,7 +638,13 @@ mod tests {
             .expect("decodes");
         assert_eq!(
             fit_request(&mut unset, &target(&fit, &backend, None)),
-            ["max_tokens unset -> 4096"]
+            Fitted {
+                notes: vec!["max_tokens unset -> 4096".into()],
+                output_cap: Some(OutputCap {
+                    tokens: 4096,
+                    setting: "fit.max_output_tokens"
+                }),
+            }
         );
         assert_eq!(unset.max_tokens, Some(4096));
     }
@@ -503,6 +670,86 @@ mod tests {
         assert_eq!(
             request.tool_choice,
             Some(ToolChoice::Tool { name: "B".into() })
+        );
+    }
+
+    const CAP: OutputCap = OutputCap {
+        tokens: 8,
+        setting: "fit.max_output_tokens",
+    };
+
+    fn finish(stop_reason: StopReason) -> StreamEvent {
+        StreamEvent::Finish {
+            stop_reason,
+            stop_sequence: None,
+            usage: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_whole_reply_cut_at_glider_s_cap_ends_the_turn_with_a_note() {
+        let mut response = Response {
+            id: "r".into(),
+            model: "m".into(),
+            parts: vec![Part::text("Once upon")],
+            stop_reason: StopReason::MaxTokens,
+            stop_sequence: None,
+            usage: Default::default(),
+        };
+        assert!(end_at_cap(&mut response, CAP));
+        assert_eq!(response.stop_reason, StopReason::EndTurn);
+        assert_eq!(
+            response.plain_text(),
+            "Once upon\n\n[glider: reply cut at the local output cap of 8 tokens (fit.max_output_tokens)]"
+        );
+        let mut finished = Response {
+            stop_reason: StopReason::EndTurn,
+            ..response.clone()
+        };
+        let before = finished.clone();
+        assert!(!end_at_cap(&mut finished, CAP), "only a cut reply changes");
+        assert_eq!(finished, before);
+    }
+
+    #[test]
+    fn a_streamed_reply_cut_at_glider_s_cap_gets_the_note_as_its_own_last_part() {
+        let mut stop = CapStop::new(CAP);
+        let events = [
+            StreamEvent::PartStart {
+                index: 0,
+                kind: PartKind::Text,
+            },
+            StreamEvent::TextDelta {
+                index: 0,
+                text: "Once".into(),
+            },
+            // The part is left open: the cut can come before the backend closes it.
+            finish(StopReason::MaxTokens),
+        ];
+        let out: Vec<StreamEvent> = events.into_iter().flat_map(|e| stop.event(e)).collect();
+        let mut builder = glider_ngl::ResponseBuilder::new();
+        out.iter().for_each(|e| builder.push(e));
+        let response = builder.finish().expect("a complete stream");
+        assert_eq!(response.stop_reason, StopReason::EndTurn);
+        assert!(
+            response.plain_text().starts_with("Once")
+                && response
+                    .plain_text()
+                    .ends_with("[glider: reply cut at the local output cap of 8 tokens (fit.max_output_tokens)]"),
+            "{out:?}"
+        );
+        assert_eq!(
+            out.iter()
+                .filter(|e| matches!(e, StreamEvent::PartStop { .. }))
+                .count(),
+            2,
+            "the open part is closed before the note's own part: {out:?}"
+        );
+        let mut ended = CapStop::new(CAP);
+        assert_eq!(
+            ended.event(finish(StopReason::EndTurn)),
+            [finish(StopReason::EndTurn)],
+            "a reply that ended by itself passes unchanged"
         );
     }
 }

@@ -11,6 +11,11 @@ pub const BYTES_PER_TOKEN: f64 = 3.5;
 /// Framing tokens counted per message (role markers and separators).
 pub const TOKENS_PER_MESSAGE: u64 = 4;
 
+/// Within this fraction of a local window (either side), the token limit asks a
+/// llama.cpp backend for the exact count instead of trusting the estimate (which is off
+/// by up to ~20 % for such a model: bench/results/2026-12-01-count-tokens.md).
+pub const NEAR_LIMIT_MARGIN: f64 = 0.2;
+
 /// How an estimate was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -251,6 +251,7 @@ fn model_object(m: &glider_engine::ModelInfo, anthropic: bool) -> serde_json::Va
         "available": m.unavailable.is_none(),
         "unavailable": m.unavailable,
         "warm": m.warm,
+        "capabilities": m.capabilities,
     });
     if anthropic {
         serde_json::json!({"type": "model", "id": m.id, "display_name": m.id, "created_at": "1970-01-01T00:00:00Z", "glider": glider})

@@ -47,6 +47,13 @@ pub struct MockConfig {
     pub models: Vec<String>,
     /// A fixed reply text used instead of `echo: <last user text>` (benchmarks).
     pub reply_text: Option<String>,
+    /// The context window the mock says its models run with, as each server says it:
+    /// vLLM's `max_model_len` in `/v1/models`, `num_ctx` in Ollama's `/api/show`
+    /// parameters and `context_length` in `/api/ps` (4096 there when unset). Unset: the
+    /// listings carry no window (OpenAI's shape).
+    pub context_window: Option<u64>,
+    /// Ollama models whose `/api/show` leaves `tools` out of `capabilities`.
+    pub tool_less_models: Vec<String>,
     /// Record every request for [`MockVendor::requests`]. On by default; the
     /// `glider-mock` binary turns it off so long benchmarks do not grow memory.
     pub record: bool,
@@ -61,6 +68,8 @@ impl Default for MockConfig {
             thinking_models: Vec::new(),
             models: Vec::new(),
             reply_text: None,
+            context_window: None,
+            tool_less_models: Vec::new(),
             record: true,
         }
     }

@@ -375,12 +375,61 @@ pub(crate) async fn ps(State(state): State<Arc<MockState>>, _inc: Incoming) -> R
                 obj.remove("modified_at");
                 obj.insert("expires_at".into(), json!(expires));
                 obj.insert("size_vram".into(), json!(4_661_224_676u64));
-                obj.insert("context_length".into(), json!(4096));
+                obj.insert(
+                    "context_length".into(),
+                    json!(state.config.context_window.unwrap_or(4096)),
+                );
             }
             entry
         })
         .collect();
     stream::json_response(200, &json!({"models": models}), &[])
+}
+
+/// `POST /api/show`: what a model is and can do, in Ollama's shape (`capabilities`,
+/// `model_info` with the trained context, Modelfile `parameters`); 404 for a model the
+/// mock does not list.
+pub(crate) async fn show(State(state): State<Arc<MockState>>, inc: Incoming) -> Response {
+    let model = inc
+        .body
+        .get("model")
+        .or(inc.body.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if model.is_empty() {
+        return error(400, "model is required");
+    }
+    if !state.knows_model(model, normalize) {
+        return error(404, &format!("model '{model}' not found"));
+    }
+    let wanted = normalize(model);
+    let is = |list: &[String]| list.iter().any(|m| normalize(m) == wanted);
+    let mut capabilities = vec!["completion"];
+    if !is(&state.config.tool_less_models) {
+        capabilities.push("tools");
+    }
+    if is(&state.config.thinking_models) {
+        capabilities.push("thinking");
+    }
+    let mut parameters = vec!["stop \"<|eot_id|>\"".to_owned()];
+    if let Some(window) = state.config.context_window {
+        parameters.push(format!("num_ctx {window}"));
+    }
+    let entry = model_entry(model);
+    let body = json!({
+        "modelfile": format!("FROM {wanted}\n"),
+        "parameters": parameters.join("\n"),
+        "template": "{{ .Prompt }}",
+        "details": entry["details"],
+        "model_info": {
+            "general.architecture": "llama",
+            "general.parameter_count": 8_030_261_248u64,
+            "llama.context_length": 131_072,
+        },
+        "capabilities": capabilities,
+        "modified_at": entry["modified_at"],
+    });
+    stream::json_response(200, &body, &[])
 }
 
 /// `GET /api/version`.

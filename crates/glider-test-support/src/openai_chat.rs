@@ -112,7 +112,14 @@ pub(crate) async fn models(State(state): State<Arc<MockState>>, _inc: Incoming) 
     let data: Vec<Value> = state
         .all_models()
         .into_iter()
-        .map(|id| json!({"id": id, "object": "model", "created": 1_700_000_000, "owned_by": "glider-mock"}))
+        .map(|id| {
+            let mut entry = json!({"id": id, "object": "model", "created": 1_700_000_000, "owned_by": "glider-mock"});
+            if let Some(window) = state.config.context_window {
+                // vLLM's addition to OpenAI's model object.
+                entry["max_model_len"] = json!(window);
+            }
+            entry
+        })
         .collect();
     stream::json_response(200, &json!({"object": "list", "data": data}), &[])
 }

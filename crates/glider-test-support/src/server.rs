@@ -128,6 +128,7 @@ fn router(state: Arc<MockState>) -> Router {
         .route("/api/tags", get(ollama::tags))
         .route("/api/version", get(ollama::version))
         .route("/api/ps", get(ollama::ps))
+        .route("/api/show", post(ollama::show))
         .route("/", get(ollama::root))
         .fallback(not_found)
         .with_state(state)

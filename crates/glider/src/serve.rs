@@ -463,6 +463,13 @@ pub async fn report_backends(engine: &Arc<Engine>) {
                     backend.name(),
                     backend.config.base_url
                 );
+                for (model, caps) in &health.capabilities {
+                    tracing::info!(
+                        "backend {}: model {model} {}",
+                        backend.name(),
+                        glider_backend::capabilities::describe(caps)
+                    );
+                }
             }
         }
         if !backend.kind().is_local() && backend.unavailable.is_none() {

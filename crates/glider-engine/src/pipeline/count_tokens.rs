@@ -1,16 +1,28 @@
-//! `count_tokens`: exact from an Anthropic backend that serves the model, else
-//! Glider's estimate.
+//! `count_tokens`, counted for the model that would answer, as exactly as it can be: an
+//! Anthropic backend's own endpoint; a llama.cpp server's tokenizer over its chat
+//! template (the request as it would be sent: fitted, system turns first); else
+//! Glider's estimate, which is tiktoken for OpenAI models and the byte ratio otherwise
+//! ([`crate::tokenizer`]). The same exact count settles the token limit near a local
+//! window's edge ([`near_limit`]).
 
-use glider_config::BackendKind;
-use glider_ngl::{ApiError, Dialect, ErrorKind};
+use std::sync::Arc;
+
+use glider_backend::{Backend, Candidate};
+use glider_config::{BackendKind, Config};
+use glider_dialects::codec;
+use glider_ngl::{ApiError, Dialect, ErrorKind, Request};
 use http::HeaderMap;
 
 use super::Engine;
-use super::upstream::forward_headers;
+use super::upstream::{forward_headers, hoist_system_turns};
+use crate::fit::{FitTarget, fit_request};
+use crate::router::local_window;
+use crate::tokenizer::NEAR_LIMIT_MARGIN;
 
 impl Engine {
-    /// Count input tokens: an Anthropic backend that serves the model counts exactly;
-    /// otherwise Glider estimates (local dialects have no counting endpoint).
+    /// Count input tokens: exactly where a backend can (Anthropic's endpoint for a
+    /// model an Anthropic backend serves, a llama.cpp server's tokenizer for a request
+    /// routed to it), else Glider's estimate.
     pub async fn count_tokens(&self, body: &[u8], headers: &HeaderMap) -> Result<u64, ApiError> {
         // count_tokens bodies carry no max_tokens; the Messages decoder wants one.
         let mut value = glider_dialects::parse_json(body)?;
@@ -19,7 +31,7 @@ impl Engine {
         }
         let normalized = serde_json::to_vec(&value)
             .map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?;
-        let (_, model, tokens) = self.prepare(Dialect::Anthropic, &normalized)?;
+        let (request, model, tokens) = self.prepare(Dialect::Anthropic, &normalized)?;
         let runtime = self.runtime();
         let exact = runtime.backends.iter().find(|b| {
             b.kind() == BackendKind::Anthropic
@@ -45,6 +57,84 @@ impl Engine {
                 }
             }
         }
-        Ok(tokens)
+        Ok(self
+            .count_with_local_tokenizer(&request, &model, tokens, headers)
+            .await
+            .unwrap_or(tokens))
     }
+
+    /// The exact count on the llama.cpp server the request routes to first, if it does
+    /// route to one (`None`: another backend, or the server could not count it).
+    async fn count_with_local_tokenizer(
+        &self,
+        request: &Request,
+        model: &str,
+        tokens: u64,
+        headers: &HeaderMap,
+    ) -> Option<u64> {
+        let decision = self
+            .decide(Dialect::Anthropic, request, headers, model, tokens, false)
+            .ok()?;
+        let candidate = decision
+            .candidates
+            .first()
+            .filter(|c| c.backend.has_tokenizer())?;
+        let runtime = self.runtime();
+        let fit = runtime.config.fit.enabled.then_some(&*runtime.config);
+        exact_count(candidate, request, fit).await
+    }
+}
+
+/// `request`'s exact input tokens on `candidate`'s llama.cpp server, as it would be
+/// sent: fitted to it when `fit` (the config) is given, system turns first. `None`
+/// when the server cannot count it (logged).
+async fn exact_count(
+    candidate: &Candidate,
+    request: &Request,
+    fit: Option<&Config>,
+) -> Option<u64> {
+    let mut sent = request.clone();
+    if let Some(config) = fit {
+        let spec = candidate.backend.effective_spec(&candidate.model);
+        let target = FitTarget::for_candidate(config, candidate, spec.as_ref(), Dialect::Anthropic);
+        fit_request(&mut sent, &target);
+    }
+    sent.model = candidate.model.clone();
+    hoist_system_turns(&mut sent.turns);
+    let chat = codec(Dialect::OpenAiChat).encode_request(&sent);
+    match candidate.backend.count_chat_tokens(&chat).await {
+        Ok(count) => Some(count),
+        Err(e) => {
+            tracing::warn!(backend = candidate.backend.name(), error = %e, "llama.cpp token count failed; estimating");
+            None
+        }
+    }
+}
+
+/// The llama.cpp backend serving `model` whose window `estimate` is within
+/// [`NEAR_LIMIT_MARGIN`] of (either side), if any: there the estimate's error could
+/// decide the token limit wrongly, so the exact count is worth its two requests.
+pub(crate) fn near_limit(
+    config: &Config,
+    backends: &[Arc<Backend>],
+    model: &str,
+    estimate: u64,
+) -> Option<Candidate> {
+    backends
+        .iter()
+        .filter(|b| b.config.enabled && b.has_tokenizer() && b.config.model_spec(model).is_some())
+        .map(|b| Candidate {
+            backend: b.clone(),
+            model: model.to_owned(),
+        })
+        .find(|c| {
+            let window = local_window(config, c) as f64;
+            (estimate as f64 - window).abs() <= window * NEAR_LIMIT_MARGIN
+        })
+}
+
+/// The exact count on `candidate` of the request as the client sent it, for the token
+/// limit (which fits a request over the window itself).
+pub(crate) async fn exact_near_limit(candidate: &Candidate, request: &Request) -> Option<u64> {
+    exact_count(candidate, request, None).await
 }

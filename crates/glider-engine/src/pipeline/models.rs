@@ -1,6 +1,7 @@
 //! `/v1/models`: every model a client can ask for, each id once, with aliases and what
 //! is missing; and the one entry `/v1/models/{id}` retrieves.
 
+use glider_backend::Capabilities;
 use glider_backend::health::HealthStatus;
 use serde::Serialize;
 
@@ -18,6 +19,9 @@ pub struct ModelInfo {
     /// Whether a probed local backend has the model loaded (llama.cpp's GGUF path
     /// matched by its file stem); `None` for cloud backends and before the first probe.
     pub warm: Option<bool>,
+    /// What a probed local server says the model can do (context window, tools,
+    /// thinking, vision); `None` when it said nothing.
+    pub capabilities: Option<Capabilities>,
 }
 
 impl Engine {
@@ -42,6 +46,7 @@ impl Engine {
                     unavailable: unavailable.clone(),
                     warm: (backend.kind().is_local() && health.status != HealthStatus::Unknown)
                         .then(|| backend.is_warm(&id)),
+                    capabilities: backend.discovered(&id),
                     id,
                 });
             }
@@ -65,6 +70,7 @@ impl Engine {
                     .unwrap_or_default(),
                 alias_of: Some(target.clone()),
                 warm: served.as_ref().and_then(|m| m.warm),
+                capabilities: served.as_ref().and_then(|m| m.capabilities.clone()),
                 unavailable: served.and_then(|m| m.unavailable),
             };
             match models.iter_mut().find(|m| &m.id == alias) {

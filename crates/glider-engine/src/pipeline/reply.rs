@@ -17,6 +17,7 @@ use glider_ngl::stream::events_of;
 use glider_ngl::{ApiError, Dialect, ErrorKind, Part, Response, StopReason, StreamEvent, Usage};
 
 use crate::events::Tracker;
+use crate::fit::{CapStop, OutputCap, cap_record, end_at_cap};
 use crate::router::RouteDecision;
 
 /// Why the pipeline did not produce a reply.
@@ -98,6 +99,9 @@ pub(crate) struct Answered {
     pub(crate) stream: bool,
     pub(crate) body: CompletionBody,
     pub(crate) failures: Vec<AttemptFailure>,
+    /// The output cap Glider set on the answering request, if it did (the body is then
+    /// decoded, never raw): a reply cut there ends as a finished turn with a note.
+    pub(crate) output_cap: Option<OutputCap>,
 }
 
 impl Answered {
@@ -144,6 +148,7 @@ impl Answered {
             stream,
             body,
             failures: Vec::new(),
+            output_cap: None,
         }
     }
 
@@ -164,10 +169,36 @@ impl Answered {
                     rest: forwarded(rest, tracker, self.stream),
                 }
             }
-            CompletionBody::Events(events) => {
-                CompletionBody::Events(Box::pin(tracked(events, tracker, Tracker::event)))
-            }
-            CompletionBody::Whole(response) => {
+            CompletionBody::Events(events) => match self.output_cap {
+                None => CompletionBody::Events(Box::pin(tracked(events, tracker, Tracker::event))),
+                Some(cap) => {
+                    // The record sees the reply as the backend ended it; the client
+                    // gets it ended at Glider's cap.
+                    let line = format!("{}: {}", self.backend, cap_record(cap));
+                    let observe = move |t: &mut Tracker, event: &StreamEvent| {
+                        if let StreamEvent::Finish {
+                            stop_reason: StopReason::MaxTokens,
+                            ..
+                        } = event
+                        {
+                            t.record.fitted.push(line.clone());
+                        }
+                        t.event(event);
+                    };
+                    let mut stop = CapStop::new(cap);
+                    CompletionBody::Events(Box::pin(
+                        tracked(events, tracker, observe)
+                            .flat_map(move |event| futures_util::stream::iter(stop.event(event))),
+                    ))
+                }
+            },
+            CompletionBody::Whole(mut response) => {
+                if let Some(cap) = self.output_cap
+                    && end_at_cap(&mut response, cap)
+                {
+                    let line = format!("{}: {}", self.backend, cap_record(cap));
+                    tracker.record.fitted.push(line);
+                }
                 tracker.response(&response);
                 tracker.end();
                 CompletionBody::Whole(response)
@@ -187,24 +218,21 @@ impl Answered {
 
 /// `stream`, with each item shown to the tracker, which ends with the stream (or is
 /// dropped with it, which records a client that went away).
-fn tracked<S, T>(
-    stream: S,
-    tracker: Tracker,
-    observe: fn(&mut Tracker, &T),
-) -> impl Stream<Item = T> + Send
+fn tracked<S, T, F>(stream: S, tracker: Tracker, observe: F) -> impl Stream<Item = T> + Send
 where
     S: Stream<Item = T> + Send + Unpin + 'static,
     T: Send + 'static,
+    F: FnMut(&mut Tracker, &T) + Send + 'static,
 {
     futures_util::stream::unfold(
-        (stream, Some(tracker)),
-        move |(mut stream, mut tracker)| async move {
+        (stream, Some(tracker), observe),
+        move |(mut stream, mut tracker, mut observe)| async move {
             match stream.next().await {
                 Some(item) => {
                     if let Some(t) = &mut tracker {
                         observe(t, &item);
                     }
-                    Some((item, (stream, tracker)))
+                    Some((item, (stream, tracker, observe)))
                 }
                 None => {
                     if let Some(mut t) = tracker.take() {

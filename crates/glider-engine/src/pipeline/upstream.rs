@@ -54,7 +54,7 @@ pub(crate) fn for_candidate(
 /// Gather every system turn into one leading turn. Claude Code puts a system entry
 /// after the user turn; many local chat templates refuse a system message anywhere but
 /// first ("System message must be at the beginning").
-fn hoist_system_turns(turns: &mut Vec<Turn>) {
+pub(crate) fn hoist_system_turns(turns: &mut Vec<Turn>) {
     let later_system = turns.iter().skip(1).any(|t| t.role == Role::System);
     if !later_system {
         return;

@@ -21,6 +21,8 @@ use glider_starlark::Rules;
 use http::HeaderMap;
 use serde::Serialize;
 
+use crate::fit::{FitTarget, fit_request};
+use crate::tokenizer::estimate_request_tokens;
 use classifier::Classifier;
 use explicit::Flag;
 pub use rules::RuleName;
@@ -224,8 +226,7 @@ impl Router<'_> {
         }
 
         // The token limit: a local model must hold the request.
-        let (rule, reason) =
-            self.token_limit(input.estimated_tokens, &mut candidates, rule, reason)?;
+        let (rule, reason) = self.token_limit(input, &mut candidates, rule, reason)?;
         if candidates.is_empty() {
             return Err(ApiError::new(
                 ErrorKind::Unavailable,
@@ -484,26 +485,49 @@ impl Router<'_> {
         }
     }
 
-    /// Drop local candidates whose context window the request exceeds.
+    /// Drop local candidates whose context window the request exceeds, as it will be
+    /// sent: a request over the window is fitted to the candidate (what the fit phase
+    /// will do, only on this rare path) and counted again, so one that fits once its
+    /// tools are reduced stays local.
     fn token_limit(
         &self,
-        tokens: u64,
+        input: &RouteInput,
         candidates: &mut Vec<Candidate>,
         rule: RuleName,
         reason: String,
     ) -> Result<(RuleName, String), ApiError> {
+        let tokens = input.estimated_tokens;
         let mut too_long = Vec::new();
+        let mut fitted_in = Vec::new();
         candidates.retain(|c| {
             if !c.backend.kind().is_local() {
                 return true;
             }
             let window = self.local_window(c);
-            let fits = tokens <= window;
-            if !fits {
-                too_long.push(format!("{} holds {window}", c.backend.name()));
+            if tokens <= window {
+                return true;
             }
-            fits
+            match self.fitted_tokens(input, c) {
+                Some(fitted) if fitted <= window => {
+                    fitted_in.push(format!(
+                        "{} holds {window} after fitting (~{fitted} tokens)",
+                        c.backend.name()
+                    ));
+                    true
+                }
+                _ => {
+                    too_long.push(format!("{} holds {window}", c.backend.name()));
+                    false
+                }
+            }
         });
+        let reason = match fitted_in.is_empty() {
+            true => reason,
+            false => format!(
+                "{reason}; ~{tokens} tokens as sent, {}",
+                fitted_in.join(", ")
+            ),
+        };
         if too_long.is_empty() {
             return Ok((rule, reason));
         }
@@ -535,14 +559,27 @@ impl Router<'_> {
     fn local_window(&self, candidate: &Candidate) -> u64 {
         local_window(self.config, candidate)
     }
+
+    /// The request's estimated tokens once fitted to `candidate` (`None` with fitting
+    /// off: it is sent as it came).
+    fn fitted_tokens(&self, input: &RouteInput, candidate: &Candidate) -> Option<u64> {
+        if !self.config.fit.enabled {
+            return None;
+        }
+        let spec = candidate.backend.effective_spec(&candidate.model);
+        let target = FitTarget::for_candidate(self.config, candidate, spec.as_ref(), input.front);
+        let mut request = input.request.clone();
+        fit_request(&mut request, &target);
+        Some(estimate_request_tokens(&request, input.model).0)
+    }
 }
 
-/// The context window of a local candidate's model.
+/// The context window of a local candidate's model: configured, else what its server
+/// says it runs the model with, else `routing.default_local_context`.
 pub fn local_window(config: &Config, candidate: &Candidate) -> u64 {
     candidate
         .backend
-        .config
-        .context_window_of(&candidate.model)
+        .effective_context_window(&candidate.model)
         .unwrap_or(config.routing.default_local_context)
 }
 

@@ -1,6 +1,8 @@
-//! Estimate: the request's input tokens, which routing and the token limit read.
+//! Estimate: the request's input tokens, which routing and the token limit read. Near a
+//! llama.cpp backend's window the estimate is replaced by that server's exact count.
 
 use super::{Flow, Job, Phase, PhaseFuture, ready};
+use crate::pipeline::count_tokens::{exact_near_limit, near_limit};
 use crate::tokenizer::estimate_request_tokens;
 
 pub(crate) struct Estimate;
@@ -13,6 +15,23 @@ impl Phase for Estimate {
     fn run<'a>(&'a self, job: &'a mut Job) -> PhaseFuture<'a> {
         (job.tokens, _) = estimate_request_tokens(&job.request, &job.model);
         job.tracker.record.estimated_tokens = job.tokens;
-        ready(Flow::Continue)
+        let runtime = &job.runtime;
+        let Some(near) = near_limit(&runtime.config, &runtime.backends, &job.model, job.tokens)
+        else {
+            return ready(Flow::Continue);
+        };
+        PhaseFuture::waiting(async move {
+            if let Some(exact) = exact_near_limit(&near, &job.request).await {
+                tracing::debug!(
+                    estimate = job.tokens,
+                    exact,
+                    backend = near.backend.name(),
+                    "exact count near the window"
+                );
+                job.tokens = exact;
+                job.tracker.record.estimated_tokens = exact;
+            }
+            Flow::Continue
+        })
     }
 }

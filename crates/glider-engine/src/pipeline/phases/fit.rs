@@ -1,7 +1,9 @@
 //! Fit (local candidates only, `fit.enabled`; with it off, only thinking a model cannot
 //! do is dropped): each local candidate's request is fitted
 //! to its model — tools within the backend's budget, output capped, what the model
-//! cannot take dropped — and every change goes on the record ([`crate::fit`]).
+//! cannot take dropped — and every change goes on the record ([`crate::fit`]). An
+//! output cap Glider set is kept per candidate, for the record phase to tell a reply
+//! cut there from one cut at the client's own limit.
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
 use crate::fit::{FitTarget, drop_thinking, fit_request, thinking_unsupported};
@@ -19,20 +21,21 @@ impl Phase for Fit {
         };
         let config = &job.runtime.config;
         job.adapted.resize_with(decision.candidates.len(), || None);
+        job.output_caps = vec![None; decision.candidates.len()];
         let enabled = config.fit.enabled;
-        for (candidate, adapted) in decision.candidates.iter().zip(&mut job.adapted) {
+        for ((candidate, adapted), output_cap) in decision
+            .candidates
+            .iter()
+            .zip(&mut job.adapted)
+            .zip(&mut job.output_caps)
+        {
             let backend = &candidate.backend;
             if !backend.kind().is_local() {
                 continue;
             }
-            let spec = backend.config.model_spec(&candidate.model);
-            let target = FitTarget {
-                fit: &config.fit,
-                backend: &backend.config.fit,
-                model: spec.as_ref(),
-                dialect: backend.dialect_for(job.front),
-                kind: backend.kind(),
-            };
+            // Configured capabilities, filled in with what the server says.
+            let spec = backend.effective_spec(&candidate.model);
+            let target = FitTarget::for_candidate(config, candidate, spec.as_ref(), job.front);
             // With fitting off only thinking the model cannot do is dropped (a model
             // that refuses it would fail the request); nothing else is copied or changed.
             if !enabled && !thinking_unsupported(&job.request, &target) {
@@ -41,7 +44,9 @@ impl Phase for Fit {
             let earlier = adapted.is_some();
             let mut request = adapted.take().unwrap_or_else(|| job.request.clone());
             let mut notes = if enabled {
-                fit_request(&mut request, &target)
+                let fitted = fit_request(&mut request, &target);
+                *output_cap = fitted.output_cap;
+                fitted.notes
             } else {
                 drop_thinking(&mut request, &target).into_iter().collect()
             };
