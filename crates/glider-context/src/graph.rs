@@ -36,6 +36,17 @@ pub struct Narrative {
     pub source: String,
 }
 
+impl Narrative {
+    /// The narrative a compaction wrote.
+    pub fn of(compaction: &CompactionEvent) -> Narrative {
+        Narrative {
+            text: compaction.narrative.clone(),
+            until_ms: compaction.until_ms,
+            source: compaction.source.clone(),
+        }
+    }
+}
+
 /// One root user turn and everything that followed it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Episode {
@@ -231,11 +242,7 @@ impl Folder {
     /// the log as what was tried).
     fn compaction(&mut self, compaction: &CompactionEvent) {
         if compaction.accepted {
-            self.graph.narrative = Some(Narrative {
-                text: compaction.narrative.clone(),
-                until_ms: compaction.until_ms,
-                source: compaction.source.clone(),
-            });
+            self.graph.narrative = Some(Narrative::of(compaction));
         }
     }
 

@@ -384,7 +384,8 @@ fn recent(episodes: &[Episode]) -> Vec<Exchange> {
     out
 }
 
-fn op_word(op: FileOp) -> &'static str {
+/// How a file's state is written for a model.
+pub(crate) fn op_word(op: FileOp) -> &'static str {
     match op {
         FileOp::Read => "read",
         FileOp::Edited => "edited",

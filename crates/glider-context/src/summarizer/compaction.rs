@@ -6,17 +6,19 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::event::{CompactionEvent, EventBody, ToolCall, prefix};
-use crate::graph::{self, SessionGraph};
+use crate::graph::{self, Narrative, SessionGraph};
+use crate::record::{ContinuityRecord, op_word};
 use crate::store::Stored;
 use crate::tools::{self, Action, FileOp};
 
 /// What the model is told to do with [`render_input`]'s text.
 pub const SYSTEM_PROMPT: &str = "You keep the continuity record of a coding session \
-that an AI coding assistant runs for a user. You get the previous narrative (if any), \
-the session's structural facts and its new turns. Write the updated narrative: what \
-the user wants, what was done and why, what was decided, and what is still open. Plain \
-prose, at most 300 words, no preamble. You must name every file listed under \"Files \
-edited\" by its path, and every error listed under \"Open errors\" by its subject.";
+that an AI coding assistant runs for a user. You get the session's continuity record \
+(its summary so far, if any, and the structural facts Glider keeps: goals, files, the \
+assistant's closing words, open errors) and the new turns. Write the updated summary: \
+what the user wants, what was done and why, what was decided, and what is still open. \
+Plain prose, at most 300 words, no preamble. You must name every file and every error \
+listed under \"Must be named\" (a file by its path, an error by its subject).";
 
 /// Most characters of one user message, tool result or argument shown in the turns.
 const USER_TEXT_CHARS: usize = 1000;
@@ -199,42 +201,41 @@ pub fn required(session: &str, range: &Range<'_>) -> (SessionGraph, Required) {
     (graph, required)
 }
 
-/// The text the summarizer model is given: the previous narrative, the structural facts
-/// (goals, files, open errors, commands) and the range's turns, newest kept first when
-/// it must fit `max_chars` (the structural part is always whole).
+/// The text the summarizer model is given: the session's continuity record as of the
+/// range's end ([`ContinuityRecord::render`], the one renderer of its structure; its
+/// summary is the previous accepted narrative), what the narrative must name (the
+/// check's list, always whole), the commands the range ran and the range's turns,
+/// newest kept first when the whole must fit `max_chars`. The record gets at most half
+/// of `max_chars`.
 pub fn render_input(
     range: &Range<'_>,
     graph: &SessionGraph,
     required: &Required,
     max_chars: usize,
 ) -> String {
-    let mut out = String::new();
-    out.push_str("Previous narrative:\n");
-    match range.previous {
-        Some(previous) => out.push_str(previous.narrative.trim()),
-        None => out.push_str("(none: this is the session's first compaction)"),
+    let mut record = ContinuityRecord::of_graph(graph);
+    // The narrative being updated is the one the range starts after, whatever the
+    // fold saw later.
+    record.narrative = range.previous.map(Narrative::of);
+    let record_tokens = ((max_chars / 2) as f64 / glider_engine::tokenizer::BYTES_PER_TOKEN) as u64;
+    let mut out = String::from("The continuity record so far:\n");
+    out.push_str(&record.render(record_tokens));
+    if range.previous.is_none() {
+        out.push_str("\n(no summary yet: this is the session's first compaction)");
     }
-    out.push_str("\n\nGoals (the user's words, oldest first):\n");
-    for episode in &graph.episodes {
-        if let Some(goal) = &episode.goal {
-            out.push_str(&format!("- {}\n", one_line(goal, USER_TEXT_CHARS)));
-        }
-    }
-    out.push_str("\nFiles edited (name every one):\n");
+    out.push_str("\n\nMust be named (every one):\n");
     list(
         &mut out,
         required
             .files
             .iter()
-            .map(|(m, op)| format!("{} ({})", m.label, op_word(*op))),
-    );
-    out.push_str("\nOpen errors (name every one):\n");
-    list(
-        &mut out,
-        required
-            .errors
-            .iter()
-            .map(|(m, reason)| format!("{}: {}", m.label, one_line(reason, RESULT_CHARS))),
+            .map(|(m, op)| format!("{} ({})", m.label, op_word(*op)))
+            .chain(
+                required
+                    .errors
+                    .iter()
+                    .map(|(m, _)| format!("{} (open error)", m.label)),
+            ),
     );
     out.push_str("\nCommands run in these turns:\n");
     let resulted = range.resulted_calls();
@@ -368,16 +369,6 @@ fn command_name(command: &str) -> String {
         COMMAND_NAME_CHARS,
     )
     .to_owned()
-}
-
-fn op_word(op: FileOp) -> &'static str {
-    match op {
-        FileOp::Read => "read",
-        FileOp::Edited => "edited",
-        FileOp::Written => "written",
-        FileOp::Created => "created",
-        FileOp::Deleted => "deleted",
-    }
 }
 
 /// `text` on one line, cut to `chars`.
@@ -556,7 +547,24 @@ mod tests {
         assert!(required.files.is_empty(), "no edit in this range");
         assert_eq!(required.errors.len(), 1, "the error is still open");
         let text = render_input(&range, &graph, &required, 100_000);
-        assert!(text.contains("Parser fixed in parse.rs"), "{text}");
+        // The input is the rendered record, its summary the previous narrative.
+        let record = ContinuityRecord {
+            narrative: range.previous.map(Narrative::of),
+            ..ContinuityRecord::of_graph(&graph)
+        };
+        assert!(
+            text.starts_with(&format!(
+                "The continuity record so far:\n{}",
+                record.render(u64::MAX)
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("Summary so far:\nParser fixed in parse.rs"),
+            "{text}"
+        );
+        assert!(text.contains("- /p/src/parse.rs: edited"), "{text}");
+        assert!(text.contains("- cargo test (open error)"), "{text}");
         assert!(text.contains("[user] now the docs"), "{text}");
         assert!(
             !text.contains("[user] fix the parser"),
