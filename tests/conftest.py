@@ -3,6 +3,8 @@ processes on free ports, started from the workspace's debug build, stopped after
 Readiness is read from each process's "listening on" line, never from a sleep."""
 
 import contextlib
+import http.server
+import json
 import os
 import pathlib
 import queue
@@ -72,6 +74,70 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+class ChatBackend(http.server.ThreadingHTTPServer):
+    """A small OpenAI-compatible (Chat Completions) local server that records each body
+    it gets in `bodies` (the mock binary keeps no log), faithful to the wire: a JSON
+    completion, or SSE chunks ending with `[DONE]`; its text is `reply N`. With
+    `window`, `GET /v1/models` lists `models` with vLLM's `max_model_len`; without, it
+    answers 404 as a server with no listing does. Serve it with `serve_forever` on a
+    thread; `shutdown` and `server_close` after."""
+
+    def __init__(self, models=(), window=None):
+        super().__init__(("127.0.0.1", 0), _ChatHandler)
+        self.bodies = []
+        self.lock = threading.Lock()
+        self.models = list(models)
+        self.window = window
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _ChatHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        if self.path.rstrip("/") != "/v1/models" or self.server.window is None:
+            self.reply(b'{"error": {"message": "not found"}}', "application/json", status=404)
+            return
+        listing = {"object": "list", "data": [
+            {"id": m, "object": "model", "owned_by": "local", "max_model_len": self.server.window}
+            for m in self.server.models]}
+        self.reply(json.dumps(listing).encode(), "application/json")
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        with self.server.lock:
+            self.server.bodies.append(body)
+            n = len(self.server.bodies)
+        text = f"reply {n}"
+        base = {"id": f"chatcmpl-{n}", "created": 0, "model": body["model"]}
+        usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+        if body.get("stream"):
+            chunks = [
+                {**base, "object": "chat.completion.chunk",
+                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]},
+                {**base, "object": "chat.completion.chunk",
+                 "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                {**base, "object": "chat.completion.chunk", "choices": [], "usage": usage},
+            ]
+            payload = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+            self.reply(payload.encode(), "text/event-stream")
+        else:
+            reply = {**base, "object": "chat.completion", "usage": usage, "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+            self.reply(json.dumps(reply).encode(), "application/json")
+
+    def reply(self, payload, content_type, status=200):
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
 
 def poll(check, timeout=10):

@@ -3,15 +3,18 @@
 `Edit` it and run a `Bash` command for real. `glider context export ID --json` (and the
 dashboard's REST API) must then list exactly that file and that command: through the
 gateway (base URL), and through the MITM proxy (HTTPS_PROXY, the CLI's own host). The
-same for Codex, whose `apply_patch` and `exec_command` the mock makes it run."""
+same for Codex, whose `apply_patch` and `exec_command` the mock makes it run. Then a
+`/local` turn of the same session: the local backend (a second, recording server) gets
+the continuity record and the bounded episode, never a turn from before it."""
 
 import json
 import subprocess
+import threading
 import urllib.request
 
-from conftest import _binary, poll, running_glider
+from conftest import ChatBackend, _binary, poll, running_glider
 from test_mitm_clis import claude_env, mitm_stack  # noqa: F401  (a fixture)
-from test_real_clis import CONFIG, claude_gateway_env, clean_env, cli, codex_config, run
+from test_real_clis import CONFIG, claude_gateway_env, claude_quiet_env, clean_env, cli, codex_config, run
 
 
 def claude_turns(env, work, model=None):
@@ -129,3 +132,93 @@ def test_codex_sessions_graph_through_the_gateway(tmp_path):
         key, export = session_with(glider.home, command)
         assert key.startswith("codex:"), key
         assert_exactly_those(export, "notes.txt", command, ops=["edited"])
+
+
+def text_of(message):
+    """A Chat Completions message's text (a string or a list of text parts)."""
+    content = message.get("content") or ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+def get_json(url):
+    with urllib.request.urlopen(url) as reply:
+        return json.load(reply)
+
+
+def test_a_local_turn_gets_the_record_and_the_episode_not_the_history(tmp_path):
+    """Three scripted turns (Read, Edit, Bash) answered by the cloud mock, then `/local
+    what did we change…` in the same session (`glider setup claude` installs the
+    command). The local backend receives the record, which names the file edited
+    earlier, as system text, and of the conversation only the `/local` episode: none
+    of the earlier turns, in any request it got."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    setup_env = claude_quiet_env(home, ANTHROPIC_API_KEY="test-key")
+    setup_env.pop("CLAUDE_CONFIG_DIR", None)
+    setup = subprocess.run([_binary("glider"), "setup", "claude"], env=setup_env, capture_output=True, text=True,
+                           timeout=30)
+    assert setup.returncode == 0, setup.stderr
+    local = ChatBackend(models=["m-local"], window=131072)
+    threading.Thread(target=local.serve_forever, daemon=True).start()
+    # The scripted model is the cloud (every Claude model name); the recorder is the
+    # only local backend, reached only when `/local` sends a request there. The
+    # summarizer (which would use it too, off the request path) is off: its log is the
+    # `/local` turn's alone.
+    config = f"""
+backends:
+  - {{{{name: cloud, type: anthropic, base_url: '{{url}}', api_key: k, models: ['claude-*']}}}}
+  - {{{{name: local, type: vllm, base_url: '{local.url}', models: [m-local]}}}}
+routing: {{{{cloud_fallback: false, local_fallback: false, classifier: {{{{enabled: false}}}}}}}}
+context: {{{{summarizer: {{{{enabled: false}}}}}}}}
+"""
+    try:
+        with running_glider(config) as glider:
+            env = claude_gateway_env(home, glider.match.group(1))
+            env.pop("CLAUDE_CONFIG_DIR", None)
+            session, path, command = claude_turns(env, work)
+            key, _ = session_with(glider.home, command)
+            assert not local.bodies, "the scripted turns went to the cloud mock"
+
+            # The record the server holds for the next request names the edit.
+            def live():
+                held = get_json(f"{glider.dashboard}/api/context/sessions/{key}")["record"]["live"]
+                return held if held and f"- {path}: edited" in held else None
+            assert poll(live, timeout=20), get_json(f"{glider.dashboard}/api/context/sessions/{key}")
+
+            question = "what did we change so far and why?"
+            code, out, err = run([cli("claude"), "-p", f"/local {question}", "--output-format", "json",
+                                  "--resume", session], env, work)
+            assert code == 0, f"claude (/local) failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+            result = json.loads(out)
+            assert result["is_error"] is False, result
+            assert "reply" in result["result"], result
+            records = get_json(f"{glider.dashboard}/api/requests?limit=50")["requests"]
+    finally:
+        local.shutdown()
+        local.server_close()
+
+    assert local.bodies, "the /local turn reached the local backend"
+    earlier = ("look at the notes", "fix the notes", "show the notes", "tool result", "[[call:")
+    for body in local.bodies:
+        conversation = [m for m in body["messages"] if m["role"] != "system"]
+        for message in conversation:
+            assert message["role"] in ("user", "assistant"), ("no tool turn of an earlier episode", message)
+            assert not message.get("tool_calls"), message
+            assert not any(words in text_of(message) for words in earlier), (message, body["messages"])
+    main = [b for b in local.bodies if any("<continuity-record" in text_of(m)
+                                              for m in b["messages"] if m["role"] == "system")]
+    assert main, [[(m["role"], text_of(m)[:200]) for m in b["messages"]] for b in local.bodies]
+    messages = main[-1]["messages"]
+    record = next(text_of(m) for m in messages if m["role"] == "system" and "<continuity-record" in text_of(m))
+    assert f'<continuity-record session="{key}">' in record, record
+    assert f"- {path}: edited" in record, record
+    assert "fix the notes" in record, "the goals, in the user's words"
+    conversation = [m for m in messages if m["role"] != "system"]
+    assert conversation[0]["role"] == "user" and question in text_of(conversation[0]), conversation
+    assert "/local" not in text_of(conversation[-1]), conversation
+    # The route record counts what bounding left out: the three earlier turns.
+    bounded = [left for r in records for left in (r.get("context_left_out") or []) if left["backend"] == "local"]
+    assert bounded and bounded[0]["turns"] > 0 and bounded[0]["record_tokens"] > 0, records[:3]

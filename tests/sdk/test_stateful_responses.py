@@ -4,13 +4,10 @@ here an OpenAI-compatible local server that never saw the earlier turns), GET an
 DELETE /v1/responses/{id}, `store: false`, and a Glider whose context store is off
 answering a typed 400 instead of dropping the earlier turns.
 
-The backend is a small Chat Completions server written here that records each body it
-gets (the mock binary keeps no log), faithful to the wire: a JSON completion, or SSE
-chunks ending with `[DONE]`."""
+The backend is conftest's `ChatBackend`, a small Chat Completions server that records
+each body it gets (the mock binary keeps no log)."""
 
 import contextlib
-import http.server
-import json
 import pathlib
 import tempfile
 import threading
@@ -18,53 +15,7 @@ import threading
 import openai
 import pytest
 
-from conftest import start_glider
-
-
-class ChatBackend(http.server.ThreadingHTTPServer):
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), ChatHandler)
-        self.bodies = []
-        self.lock = threading.Lock()
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class ChatHandler(http.server.BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        with self.server.lock:
-            self.server.bodies.append(body)
-            n = len(self.server.bodies)
-        text = f"reply {n}"
-        base = {"id": f"chatcmpl-{n}", "created": 0, "model": body["model"]}
-        usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
-        if body.get("stream"):
-            chunks = [
-                {**base, "object": "chat.completion.chunk",
-                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]},
-                {**base, "object": "chat.completion.chunk",
-                 "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-                {**base, "object": "chat.completion.chunk", "choices": [], "usage": usage},
-            ]
-            payload = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
-            self.reply(payload.encode(), "text/event-stream")
-        else:
-            reply = {**base, "object": "chat.completion", "usage": usage, "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
-            self.reply(json.dumps(reply).encode(), "application/json")
-
-    def reply(self, payload, content_type):
-        self.send_response(200)
-        self.send_header("content-type", content_type)
-        self.send_header("content-length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+from conftest import ChatBackend, start_glider
 
 
 @contextlib.contextmanager
@@ -76,7 +27,9 @@ def glider_on_backend(context_enabled):
         config.write_text(
             f"backends:\n  - {{name: local, type: vllm, base_url: '{backend.url}', models: [m-local]}}\n"
             "routing: {cloud_fallback: false, classifier: {enabled: false}}\n"
-            f"context: {{enabled: {'true' if context_enabled else 'false'}}}\n")
+            # The summarizer would ask this backend too (off the request path): off, so
+            # its log holds the SDK's requests alone.
+            f"context: {{enabled: {'true' if context_enabled else 'false'}, summarizer: {{enabled: false}}}}\n")
         glider = start_glider(config, pathlib.Path(tmp) / "home")
         try:
             client = openai.OpenAI(base_url=f"{glider.match.group(1)}/v1", api_key="sk-test", max_retries=0,
