@@ -7,6 +7,7 @@ same for Codex, whose `apply_patch` and `exec_command` the mock makes it run. Th
 `/local` turn of the same session: the local backend (a second, recording server) gets
 the continuity record and the bounded episode, never a turn from before it."""
 
+import contextlib
 import json
 import subprocess
 import threading
@@ -147,78 +148,120 @@ def get_json(url):
         return json.load(reply)
 
 
-def test_a_local_turn_gets_the_record_and_the_episode_not_the_history(tmp_path):
-    """Three scripted turns (Read, Edit, Bash) answered by the cloud mock, then `/local
-    what did we change…` in the same session (`glider setup claude` installs the
-    command). The local backend receives the record, which names the file edited
-    earlier, as system text, and of the conversation only the `/local` episode: none
-    of the earlier turns, in any request it got."""
+@contextlib.contextmanager
+def turns_then_local(tmp_path, context="{}"):
+    """The three scripted turns (Read, Edit, Bash) answered by the cloud mock (every
+    Claude model name) in front of a recording local backend, `glider setup claude`'s
+    command files installed first. Yields once the server holds the session's record
+    naming the edit: (run, local backend, record text held); `run(prompt)` runs one
+    more `claude -p` turn of the session and returns its JSON result. `context` is
+    merged into the config's `context`; the summarizer is off (it would use the local
+    backend too, off the request path), so the local log is the later turns' alone."""
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    setup_env = claude_quiet_env(home, ANTHROPIC_API_KEY="test-key")
-    setup_env.pop("CLAUDE_CONFIG_DIR", None)
-    setup = subprocess.run([_binary("glider"), "setup", "claude"], env=setup_env, capture_output=True, text=True,
+    env = claude_quiet_env(home, ANTHROPIC_API_KEY="test-key")
+    env.pop("CLAUDE_CONFIG_DIR", None)
+    setup = subprocess.run([_binary("glider"), "setup", "claude"], env=env, capture_output=True, text=True,
                            timeout=30)
     assert setup.returncode == 0, setup.stderr
     local = ChatBackend(models=["m-local"], window=131072)
     threading.Thread(target=local.serve_forever, daemon=True).start()
-    # The scripted model is the cloud (every Claude model name); the recorder is the
-    # only local backend, reached only when `/local` sends a request there. The
-    # summarizer (which would use it too, off the request path) is off: its log is the
-    # `/local` turn's alone.
+    settings = {"summarizer": {"enabled": False}, **json.loads(context)}
     config = f"""
 backends:
   - {{{{name: cloud, type: anthropic, base_url: '{{url}}', api_key: k, models: ['claude-*']}}}}
   - {{{{name: local, type: vllm, base_url: '{local.url}', models: [m-local]}}}}
 routing: {{{{cloud_fallback: false, local_fallback: false, classifier: {{{{enabled: false}}}}}}}}
-context: {{{{summarizer: {{{{enabled: false}}}}}}}}
+context: {json.dumps(settings).replace("{", "{{").replace("}", "}}")}
 """
     try:
         with running_glider(config) as glider:
-            env = claude_gateway_env(home, glider.match.group(1))
-            env.pop("CLAUDE_CONFIG_DIR", None)
+            env["ANTHROPIC_BASE_URL"] = glider.match.group(1)
             session, path, command = claude_turns(env, work)
             key, _ = session_with(glider.home, command)
             assert not local.bodies, "the scripted turns went to the cloud mock"
 
-            # The record the server holds for the next request names the edit.
-            def live():
-                held = get_json(f"{glider.dashboard}/api/context/sessions/{key}")["record"]["live"]
-                return held if held and f"- {path}: edited" in held else None
-            assert poll(live, timeout=20), get_json(f"{glider.dashboard}/api/context/sessions/{key}")
+            def held():
+                text = get_json(f"{glider.dashboard}/api/context/sessions/{key}")["record"]["live"]
+                return text if text and f"- {path}: edited" in text else None
+            record = poll(held, timeout=20)
+            assert record, get_json(f"{glider.dashboard}/api/context/sessions/{key}")
 
-            question = "what did we change so far and why?"
-            code, out, err = run([cli("claude"), "-p", f"/local {question}", "--output-format", "json",
-                                  "--resume", session], env, work)
-            assert code == 0, f"claude (/local) failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
-            result = json.loads(out)
-            assert result["is_error"] is False, result
-            assert "reply" in result["result"], result
-            records = get_json(f"{glider.dashboard}/api/requests?limit=50")["requests"]
+            def turn(prompt):
+                code, out, err = run([cli("claude"), "-p", prompt, "--output-format", "json", "--resume", session],
+                                     env, work)
+                assert code == 0, f"claude ({prompt}) failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+                result = json.loads(out)
+                assert result["is_error"] is False, result
+                return result
+            turn.glider, turn.key, turn.path = glider, key, path
+            yield turn, local, record
     finally:
         local.shutdown()
         local.server_close()
 
-    assert local.bodies, "the /local turn reached the local backend"
-    earlier = ("look at the notes", "fix the notes", "show the notes", "tool result", "[[call:")
-    for body in local.bodies:
-        conversation = [m for m in body["messages"] if m["role"] != "system"]
-        for message in conversation:
-            assert message["role"] in ("user", "assistant"), ("no tool turn of an earlier episode", message)
-            assert not message.get("tool_calls"), message
+
+def system_record(body):
+    """The continuity record a local request carries as system text (None: none)."""
+    return next((text_of(m) for m in body["messages"] if m["role"] == "system" and "<continuity-record" in text_of(m)),
+                None)
+
+
+def assert_never_sent(bodies, earlier, tools=False):
+    """No message but system text, in any request the local backend got, holds the
+    words of an earlier turn (nor, with `tools`, a tool call or result)."""
+    for body in bodies:
+        for message in (m for m in body["messages"] if m["role"] != "system"):
+            if tools:
+                assert message["role"] in ("user", "assistant"), ("no tool turn of an earlier episode", message)
+                assert not message.get("tool_calls"), message
             assert not any(words in text_of(message) for words in earlier), (message, body["messages"])
-    main = [b for b in local.bodies if any("<continuity-record" in text_of(m)
-                                              for m in b["messages"] if m["role"] == "system")]
+
+
+def test_a_local_turn_gets_the_record_and_the_episode_not_the_history(tmp_path):
+    """After the scripted turns, `/local what did we change…` in the same session: the
+    local backend receives the record, which names the file edited earlier, as system
+    text, and of the conversation only the `/local` episode: none of the earlier turns,
+    in any request it got."""
+    question = "what did we change so far and why?"
+    with turns_then_local(tmp_path) as (turn, local, _):
+        assert "reply" in turn(f"/local {question}")["result"]
+        records = get_json(f"{turn.glider.dashboard}/api/requests?limit=50")["requests"]
+
+    assert local.bodies, "the /local turn reached the local backend"
+    assert_never_sent(local.bodies, ("look at the notes", "fix the notes", "show the notes", "tool result", "[[call:"),
+                      tools=True)
+    main = [b for b in local.bodies if system_record(b)]
     assert main, [[(m["role"], text_of(m)[:200]) for m in b["messages"]] for b in local.bodies]
-    messages = main[-1]["messages"]
-    record = next(text_of(m) for m in messages if m["role"] == "system" and "<continuity-record" in text_of(m))
-    assert f'<continuity-record session="{key}">' in record, record
-    assert f"- {path}: edited" in record, record
+    record = system_record(main[-1])
+    assert f'<continuity-record session="{turn.key}">' in record, record
+    assert f"- {turn.path}: edited" in record, record
     assert "fix the notes" in record, "the goals, in the user's words"
-    conversation = [m for m in messages if m["role"] != "system"]
+    conversation = [m for m in main[-1]["messages"] if m["role"] != "system"]
     assert conversation[0]["role"] == "user" and question in text_of(conversation[0]), conversation
     assert "/local" not in text_of(conversation[-1]), conversation
     # The route record counts what bounding left out: the three earlier turns.
     bounded = [left for r in records for left in (r.get("context_left_out") or []) if left["backend"] == "local"]
     assert bounded and bounded[0]["turns"] > 0 and bounded[0]["record_tokens"] > 0, records[:3]
+
+
+def test_compact_with_local_compaction_reaches_the_local_model_with_the_record(tmp_path):
+    """`claude -p /compact` (built in, allowed headless) sends Claude Code's compaction
+    request; with `context.compaction: local` it goes to the local backend, which gets
+    the record and the instruction with the episode it follows (the Bash turn), not the
+    earlier episodes."""
+    with turns_then_local(tmp_path, context='{"compaction": "local"}') as (turn, local, _):
+        turn("/compact")
+    compactions = [b for b in local.bodies if "create a detailed summary" in text_of(b["messages"][-1])]
+    assert compactions, [[(m["role"], text_of(m)[:200]) for m in b["messages"]] for b in local.bodies]
+    body = compactions[-1]
+    record = system_record(body)
+    assert record and f"- {turn.path}: edited" in record, body["messages"]
+    assert_never_sent([body], ("look at the notes", "fix the notes"))
+    # The episode the instruction follows goes whole: the Bash call with its result.
+    conversation = [m for m in body["messages"] if m["role"] != "system"]
+    assert "show the notes" in text_of(conversation[0]), conversation
+    calls = [c["id"] for m in conversation for c in (m.get("tool_calls") or [])]
+    results = [m["tool_call_id"] for m in conversation if m["role"] == "tool"]
+    assert calls and calls == results, conversation
