@@ -1,7 +1,7 @@
 """A real llama.cpp `llama-server` running the Gemma 3 270M GGUF (installed by
 `scripts/local-model`), and a `glider serve` whose local backends are that server: as an
 OpenAI-compatible backend (type vllm; twice, once with a tiny output cap) and through
-llama-server's own `/v1/messages` (type anthropic). Both processes are started on free loopback ports and
+llama-server's own `/v1/messages` (type anthropic, local: true). Both processes are started on free loopback ports and
 stopped after; readiness is polled (llama-server's /health), never slept for."""
 
 import contextlib
@@ -51,10 +51,11 @@ backends:
     fit: {{max_output_tokens: {capped_at}}}
   - name: llama-anthropic
     type: anthropic
+    local: true
     base_url: '{url}'
-    api_key: not-checked-by-llama-server
     models: [{via_anthropic}]
     context_window: {context}
+    fit: {{max_output_tokens: {max_predict}}}
 routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}
 {extra}
 """

@@ -76,7 +76,7 @@ def test_capabilities_discovered_from_props_are_shown(gateway, glider):
                     "vision": False, "sources": ["/props", "/v1/models"]}, caps
     backends = {b["backend"]: b for b in get_json(f"{glider.dashboard}/api/backends")["backends"]}
     assert backends["llama-openai"]["capabilities"] == {ALIAS: caps}, backends["llama-openai"]
-    assert backends["llama-anthropic"]["capabilities"] == {}, "a cloud-kind backend is not probed"
+    assert backends["llama-anthropic"]["capabilities"] == {}, "an Anthropic-wire backend is not probed"
 
 
 @pytest.mark.parametrize("model", BOTH)
@@ -194,9 +194,10 @@ def assert_title_json(text):
     assert set(title) == {"title"} and isinstance(title["title"], str), title
 
 
-# Over the OpenAI-compatible wire only: llama-server's /v1/messages ignores
-# output_config.format, and an `anthropic` backend is not fitted (it counts as cloud), so
-# the schema cannot reach its grammar there yet (docs/local-models.md, "Not yet").
+# Over the OpenAI-compatible wire only: llama-server's /v1/messages builds its request
+# from a fixed set of fields (messages, tools, tool_choice, stop_sequences, max_tokens,
+# sampling, thinking, metadata) and takes no schema in any form, so over that wire the
+# schema cannot reach its grammar (docs/local-models.md, "Not yet").
 @pytest.mark.parametrize("model", [VIA_OPENAI])
 def test_title_request_answers_json_of_the_schema(claude, model):
     # The shape of Claude Code's title call: a schema in output_config.format.
@@ -315,7 +316,9 @@ def test_near_the_window_the_exact_count_decides_the_token_limit(claude):
     assert reply.type == "message" and 0 < reply.usage.input_tokens < CONTEXT, reply
 
 
-def test_a_claude_code_sized_request_is_fitted_and_the_record_says_so(claude, glider):
+# Over both wires: an Anthropic-wire backend marked `local: true` is fitted like any local one.
+@pytest.mark.parametrize("model,backend", [(VIA_OPENAI, "llama-openai"), (VIA_ANTHROPIC, "llama-anthropic")])
+def test_a_claude_code_sized_request_is_fitted_and_the_record_says_so(claude, glider, model, backend):
     # 20 tools (over the default budget of 12) and Claude Code's max_tokens: more than a
     # 270M model can use. The fit phase keeps the core set, caps the output, drops
     # context_management; the dashboard's record lists each change.
@@ -325,12 +328,12 @@ def test_a_claude_code_sized_request_is_fitted_and_the_record_says_so(claude, gl
     tools = [{"name": n, "description": "A tool explained at length. " * 3, "input_schema": long_schema}
              for n in names]
     reply = claude.messages.create(
-        model=VIA_OPENAI, max_tokens=32000, tools=tools,
+        model=model, max_tokens=32000, tools=tools,
         messages=[{"role": "user", "content": "Say hi."}],
         extra_body={"context_management": {"edits": [{"type": "clear_thinking_20251015"}]}, **GREEDY},
     )
     assert reply.type == "message" and reply.usage.output_tokens <= MAX_PREDICT
-    fitted = record_fitted_with(glider, f"llama-openai: max_tokens 32000 -> {MAX_PREDICT}")["fitted"]
-    assert any(note.startswith("llama-openai: tools 20 -> 6 ") for note in fitted), fitted
-    assert f"llama-openai: max_tokens 32000 -> {MAX_PREDICT}" in fitted, fitted
-    assert "llama-openai: dropped context_management" in fitted, fitted
+    fitted = record_fitted_with(glider, f"{backend}: max_tokens 32000 -> {MAX_PREDICT}")["fitted"]
+    assert any(note.startswith(f"{backend}: tools 20 -> 6 ") for note in fitted), fitted
+    assert f"{backend}: max_tokens 32000 -> {MAX_PREDICT}" in fitted, fitted
+    assert f"{backend}: dropped context_management" in fitted, fitted

@@ -123,7 +123,7 @@ impl Backend {
             .connect_timeout(config.connect_timeout())
             .tcp_nodelay(true)
             .pool_idle_timeout(std::time::Duration::from_secs(90));
-        if config.kind.is_local() {
+        if config.is_local() {
             // A local model server is never reached through a proxy (which could be
             // Glider's own MITM port, a loop).
             builder = builder.no_proxy();
@@ -170,8 +170,12 @@ impl Backend {
 
     /// The headers of a `front` client this backend should see: the client's
     /// credentials when it has no key of its own and the client is of its vendor, and
-    /// Anthropic's beta flags (see [`crate::credentials`]).
+    /// Anthropic's beta flags (see [`crate::credentials`]). A local server, whatever
+    /// its wire, sees none of them: the betas name cloud features it would reject.
     pub fn client_headers(&self, front: Dialect, client: &HeaderMap) -> HeaderMap {
+        if self.is_local() {
+            return HeaderMap::new();
+        }
         credentials::client_headers(&self.credentials, self.kind(), front, client)
     }
 
@@ -239,6 +243,12 @@ impl Backend {
 
     pub fn kind(&self) -> BackendKind {
         self.config.kind
+    }
+
+    /// Whether this backend runs on the user's side ([`BackendConfig::is_local`]): an
+    /// Ollama or vLLM one, or an Anthropic/OpenAI-wire one marked `local: true`.
+    pub fn is_local(&self) -> bool {
+        self.config.is_local()
     }
 
     /// The dialect this backend should be spoken to in, preferring the client's own.
@@ -321,7 +331,7 @@ impl Backend {
     /// What to check when this backend cannot be reached.
     fn unreachable_hint(&self) -> String {
         let url = &self.config.base_url;
-        if self.kind().is_local() {
+        if self.is_local() {
             format!(
                 "is the model server running at {url}? start it (Ollama: `ollama serve`) or fix base_url"
             )

@@ -25,7 +25,7 @@ pub enum Credentials {
 /// What a backend's `api_key` comes to: the mode and the key itself, or why the backend
 /// cannot be used (a malformed value, or a local server's key variable that is unset).
 pub(crate) fn resolve(config: &BackendConfig) -> Result<(Credentials, Option<String>), String> {
-    let cloud = !config.kind.is_local();
+    let cloud = !config.is_local();
     match config.api_key.as_ref().map(|key| key.lookup()) {
         Some(Ok(key)) => Ok((Credentials::Configured, Some(key))),
         Some(Err(Unresolved::Unset(variable))) if cloud => Ok((
@@ -194,6 +194,21 @@ mod tests {
         assert!(resolve(&config("vllm", Some(unset))).is_err());
         assert!(resolve(&config("anthropic", Some("${broken"))).is_err());
         assert!(describe(&config("anthropic", Some(unset))).contains("is not set"));
+    }
+
+    #[test]
+    fn a_local_anthropic_wire_server_is_keyless_and_gets_no_client_credentials() {
+        let mut local = config("anthropic", None);
+        local.local = true;
+        let (mode, key) = resolve(&local).expect("resolves");
+        assert_eq!((&mode, key), (&Credentials::Keyless, None));
+        let out = client_headers(&mode, BackendKind::Anthropic, Dialect::Anthropic, &client());
+        assert!(!carries_credential(BackendKind::Anthropic, &out), "{out:?}");
+        // Its key variable unset is the same error as any local server's.
+        local.api_key = Some(glider_config::Secret(
+            "${GLIDER_TEST_SURELY_UNSET_VAR}".into(),
+        ));
+        assert!(resolve(&local).is_err());
     }
 
     #[test]

@@ -42,13 +42,13 @@ pub struct Executed {
 fn attempt_order(candidates: &[Candidate], reserve: usize) -> Vec<usize> {
     let reserve = reserve.min(candidates.len());
     let mut order: Vec<usize> = (0..reserve).collect();
-    let first_local = candidates.first().map(|c| c.backend.kind().is_local());
+    let first_local = candidates.first().map(|c| c.backend.is_local());
     order.sort_by_key(|&i| {
         let c = &candidates[i];
         let health = c.backend.health();
         let blocked = c.backend.unavailable.is_some() || health.status == HealthStatus::Down;
-        let other_side = Some(c.backend.kind().is_local()) != first_local;
-        let cold = c.backend.kind().is_local() && !c.backend.is_warm(&c.model);
+        let other_side = Some(c.backend.is_local()) != first_local;
+        let cold = c.backend.is_local() && !c.backend.is_warm(&c.model);
         (blocked, other_side, cold)
     });
     order.extend(reserve..candidates.len());

@@ -158,7 +158,7 @@ mod tests {
     #[test]
     fn the_default_profile_models_are_priced() {
         let config = crate::Config::embedded_default().expect("default profile");
-        for backend in config.backends.iter().filter(|b| !b.kind.is_local()) {
+        for backend in config.backends.iter().filter(|b| !b.is_local()) {
             let model = backend.default_model.as_deref().expect("a default model");
             assert!(
                 config.pricing.price_of(model).is_some(),

@@ -131,7 +131,9 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
-    /// Local backends run on the user's machine; the others spend the user's cloud key.
+    /// Whether every backend of this kind runs on the user's machine (Ollama, an
+    /// OpenAI-compatible server); an `anthropic` or `openai` one is local only when its
+    /// config says `local: true` ([`BackendConfig::is_local`], which callers should use).
     pub fn is_local(self) -> bool {
         matches!(self, BackendKind::Ollama | BackendKind::Vllm)
     }
@@ -230,6 +232,12 @@ pub struct BackendConfig {
     /// How a request is fitted to this backend's models (local backends only).
     #[serde(default)]
     pub fit: BackendFit,
+    /// This `anthropic` (or `openai`) backend is a model server on this machine or
+    /// network (llama-server or Ollama serving `/v1/messages`), not the vendor's cloud:
+    /// it is fitted, bounded, counted as local and never sent a client's credentials,
+    /// while its wire stays the kind's. Ollama and vLLM backends are always local.
+    #[serde(default)]
+    pub local: bool,
 }
 
 /// Per-backend limits a local request is fitted to (see docs/local-models.md).
@@ -305,6 +313,13 @@ fn yes() -> bool {
 }
 
 impl BackendConfig {
+    /// Whether this backend runs on the user's side (its kind is local, or it says
+    /// `local: true`): the meaning behind fitting, bounding, local savings and keyless
+    /// credentials.
+    pub fn is_local(&self) -> bool {
+        self.local || self.kind.is_local()
+    }
+
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_secs(self.connect_timeout_secs)
     }
@@ -760,7 +775,7 @@ impl Config {
             None => self
                 .backends
                 .iter()
-                .find(|b| b.enabled && b.kind.is_local())
+                .find(|b| b.enabled && b.is_local())
                 .ok_or(
                     "no enabled local backend to summarize with (set context.summarizer.backend)",
                 )?,
@@ -1083,7 +1098,7 @@ impl Config {
                     "{at}: base_url must start with http:// or https://, got {url:?}"
                 ));
             }
-            if backend.kind.is_local() && backend.models.is_empty() {
+            if backend.is_local() && backend.models.is_empty() {
                 problems.push(format!(
                     "{at}: a local backend must list the models it serves"
                 ));

@@ -35,7 +35,7 @@ impl ContextSink for Context {
             rule: turn.decision.rule.as_str().to_owned(),
             reason: turn.decision.reason.clone(),
             backend: first.map(|c| c.backend.name().to_owned()),
-            local: first.map(|c| c.backend.kind().is_local()),
+            local: first.map(|c| c.backend.is_local()),
             estimated_tokens: turn.decision.estimated_tokens,
             root,
             user_text: if root { user_text } else { None },

@@ -108,7 +108,7 @@ impl BackendState {
         BackendState {
             backend: backend.name().to_owned(),
             kind: backend.kind(),
-            local: backend.kind().is_local(),
+            local: backend.is_local(),
             enabled: backend.config.enabled,
             health: health.status,
             detail: health.detail,

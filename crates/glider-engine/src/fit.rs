@@ -557,6 +557,29 @@ mod tests {
     }
 
     #[test]
+    fn an_anthropic_wire_local_backend_is_fitted_and_its_wire_stays_anthropic() {
+        // `type: anthropic, local: true` (llama-server or Ollama serving /v1/messages).
+        let fit = FitConfig::default();
+        let backend = BackendFit::default();
+        let target = FitTarget {
+            dialect: Dialect::Anthropic,
+            kind: BackendKind::Anthropic,
+            ..target(&fit, &backend, None)
+        };
+        let mut request = claude_code_like();
+        let notes = fit_request(&mut request, &target).notes;
+        assert!(notes[0].starts_with("tools 14 -> 8"), "{notes:?}");
+        let wire = codec(Dialect::Anthropic).encode_request(&request);
+        assert_eq!(wire["tools"].as_array().map(Vec::len), Some(8));
+        assert_eq!(wire["max_tokens"], 4096);
+        assert!(wire.get("context_management").is_none(), "{wire}");
+        assert!(!wire.to_string().contains("cache_control"), "{wire}");
+        // A model not marked `thinking: false` keeps it: the Anthropic wire carries it
+        // and llama-server maps it to its own budget.
+        assert!(wire.get("thinking").is_some(), "{wire}");
+    }
+
+    #[test]
     fn a_request_within_every_limit_is_left_as_it_came() {
         let fit = FitConfig::default();
         let backend = BackendFit::default();

@@ -49,10 +49,11 @@ fn invalid(message: &str) -> Response {
     error(400, message)
 }
 
-/// Authentication and version headers, checked before the body.
-fn check_headers(inc: &Incoming) -> Result<(), Refusal> {
+/// Authentication (unless the mock is `anthropic_keyless`) and version headers,
+/// checked before the body.
+fn check_headers(state: &MockState, inc: &Incoming) -> Result<(), Refusal> {
     let present = |name: &str| inc.header(name).is_some_and(|v| !v.trim().is_empty());
-    if !present("x-api-key") && !present("authorization") {
+    if !state.config.anthropic_keyless && !present("x-api-key") && !present("authorization") {
         return Err(Box::new(error(401, "x-api-key header is required")));
     }
     if !present("anthropic-version") {
@@ -209,7 +210,7 @@ pub(crate) async fn handle(ctx: Ctx<'_>) -> Response {
         stream,
         close_after,
     } = ctx;
-    if let Err(resp) = check_headers(inc) {
+    if let Err(resp) = check_headers(state, inc) {
         return *resp;
     }
     let body = match check_body(inc) {
@@ -394,7 +395,7 @@ fn stream_frames(id: &str, model: &str, reply: &Reply, input: u64, deltas: usize
 
 /// `POST /v1/messages/count_tokens`: `{"input_tokens": body bytes / 4}`.
 pub(crate) async fn count_tokens(State(state): State<Arc<MockState>>, inc: Incoming) -> Response {
-    if let Err(resp) = check_headers(&inc) {
+    if let Err(resp) = check_headers(&state, &inc) {
         return *resp;
     }
     let body = match check_body(&inc) {

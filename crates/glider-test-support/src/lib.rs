@@ -57,6 +57,10 @@ pub struct MockConfig {
     /// Record every request for [`MockVendor::requests`]. On by default; the
     /// `glider-mock` binary turns it off so long benchmarks do not grow memory.
     pub record: bool,
+    /// The Anthropic surface takes requests without a key, as a local server speaking
+    /// `/v1/messages` does (llama-server without `--api-key`, Ollama); off, it answers
+    /// a keyless request with Anthropic's 401.
+    pub anthropic_keyless: bool,
 }
 
 impl Default for MockConfig {
@@ -71,6 +75,7 @@ impl Default for MockConfig {
             context_window: None,
             tool_less_models: Vec::new(),
             record: true,
+            anthropic_keyless: false,
         }
     }
 }

@@ -107,7 +107,7 @@ fn explain_body(
         .candidates
         .iter()
         .map(|c| {
-            let place = if c.backend.kind().is_local() {
+            let place = if c.backend.is_local() {
                 "local"
             } else {
                 "cloud"

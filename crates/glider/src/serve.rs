@@ -472,7 +472,7 @@ pub async fn report_backends(engine: &Arc<Engine>) {
                 }
             }
         }
-        if !backend.kind().is_local() && backend.unavailable.is_none() {
+        if !backend.is_local() && backend.unavailable.is_none() {
             tracing::info!(
                 "backend {} ({kind}) authenticates with {}",
                 backend.name(),

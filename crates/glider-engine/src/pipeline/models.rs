@@ -44,7 +44,7 @@ impl Engine {
                     backend: backend.name().to_owned(),
                     alias_of: None,
                     unavailable: unavailable.clone(),
-                    warm: (backend.kind().is_local() && health.status != HealthStatus::Unknown)
+                    warm: (backend.is_local() && health.status != HealthStatus::Unknown)
                         .then(|| backend.is_warm(&id)),
                     capabilities: backend.discovered(&id),
                     id,

@@ -24,7 +24,7 @@ use crate::tokenizer::estimate_text;
 /// is the backend's own, stop handling included).
 pub(crate) fn applied_by_glider(front: Dialect, request: &Request, backend: &Backend) -> bool {
     request.stop.iter().any(|s| !s.is_empty())
-        && backend.kind().is_local()
+        && backend.is_local()
         && backend.dialect_for(front) != front
 }
 

@@ -31,7 +31,7 @@ pub(crate) fn for_candidate(
         (adapted, _) => {
             let mut adapted = adapted.unwrap_or_else(|| request.clone());
             adapted.model = candidate.model.clone();
-            if backend.kind().is_local() {
+            if backend.is_local() {
                 hoist_system_turns(&mut adapted.turns);
             }
             if glider_stops {

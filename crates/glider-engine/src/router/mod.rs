@@ -258,7 +258,7 @@ impl Router<'_> {
         model: &str,
         candidates: &mut Vec<Candidate>,
     ) -> Option<usize> {
-        if candidates.iter().any(|c| c.backend.kind().is_local()) {
+        if candidates.iter().any(|c| c.backend.is_local()) {
             return None;
         }
         let start = candidates.len();
@@ -266,7 +266,7 @@ impl Router<'_> {
         let local = self
             .backends
             .iter()
-            .filter(|b| b.config.enabled && b.kind().is_local());
+            .filter(|b| b.config.enabled && b.is_local());
         for backend in local {
             let Some(model) = Self::model_on(backend, &preferred) else {
                 continue;
@@ -377,7 +377,7 @@ impl Router<'_> {
             let enabled = || {
                 self.backends
                     .iter()
-                    .filter(|b| b.config.enabled && b.kind().is_local() == local)
+                    .filter(|b| b.config.enabled && b.is_local() == local)
             };
             // Backends serving the model first, then the others with their own model.
             let serving =
@@ -405,9 +405,7 @@ impl Router<'_> {
                 }]
             }
         };
-        if candidates
-            .first()
-            .is_some_and(|c| c.backend.kind().is_local())
+        if candidates.first().is_some_and(|c| c.backend.is_local())
             && self.config.routing.cloud_fallback
         {
             self.push_cloud_fallbacks(request, &mut candidates);
@@ -445,9 +443,7 @@ impl Router<'_> {
             )
             .with_param("model"));
         }
-        if candidates.iter().any(|c| c.backend.kind().is_local())
-            && self.config.routing.cloud_fallback
-        {
+        if candidates.iter().any(|c| c.backend.is_local()) && self.config.routing.cloud_fallback {
             self.push_cloud_fallbacks(request, &mut candidates);
         }
         Ok(candidates)
@@ -459,7 +455,7 @@ impl Router<'_> {
         let cloud = || {
             self.backends
                 .iter()
-                .filter(|b| b.config.enabled && !b.kind().is_local())
+                .filter(|b| b.config.enabled && !b.is_local())
         };
         let contains = |candidates: &[Candidate], b: &Arc<Backend>| {
             candidates.iter().any(|c| Arc::ptr_eq(&c.backend, b))
@@ -500,7 +496,7 @@ impl Router<'_> {
         let mut too_long = Vec::new();
         let mut fitted_in = Vec::new();
         candidates.retain(|c| {
-            if !c.backend.kind().is_local() {
+            if !c.backend.is_local() {
                 return true;
             }
             let window = self.local_window(c);
@@ -543,10 +539,7 @@ impl Router<'_> {
             };
             return Err(ApiError::invalid(format!("{why}, {hint}")));
         }
-        if candidates
-            .first()
-            .is_some_and(|c| c.backend.kind().is_local())
-        {
+        if candidates.first().is_some_and(|c| c.backend.is_local()) {
             // A local backend with a larger window still takes it.
             return Ok((rule, format!("{reason}; {why}")));
         }

@@ -226,10 +226,7 @@ impl Mitm {
             }
         };
         let decision = prepared.decision();
-        let is_local = decision
-            .candidates
-            .iter()
-            .any(|c| c.backend.kind().is_local());
+        let is_local = decision.candidates.iter().any(|c| c.backend.is_local());
         let flag = decision.flag.as_ref().map(|f| f.target.clone());
         // `/cloud` is the origin's even when the router, finding no cloud backend of its
         // own, fell through to the conversation's sticky-local choice: the cloud here

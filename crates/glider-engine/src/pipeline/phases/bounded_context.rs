@@ -24,12 +24,7 @@ impl Phase for BoundedContext {
             return ready(Flow::Fail(not_routed()));
         };
         let context = &job.runtime.config.context;
-        if !context.bound_local
-            || !decision
-                .candidates
-                .iter()
-                .any(|c| c.backend.kind().is_local())
-        {
+        if !context.bound_local || !decision.candidates.iter().any(|c| c.backend.is_local()) {
             return ready(Flow::Continue);
         }
         // Read once, from memory (never the database): the writer keeps it current.
@@ -39,7 +34,7 @@ impl Phase for BoundedContext {
         };
         job.adapted.resize_with(decision.candidates.len(), || None);
         for (candidate, adapted) in decision.candidates.iter().zip(&mut job.adapted) {
-            if !candidate.backend.kind().is_local() {
+            if !candidate.backend.is_local() {
                 continue;
             }
             let window = local_window(&job.runtime.config, candidate);

@@ -53,7 +53,7 @@ impl Phase for Compaction {
             let cloud = decision
                 .candidates
                 .drain(..)
-                .filter(|c| !c.backend.kind().is_local());
+                .filter(|c| !c.backend.is_local());
             decision.candidates = local.into_iter().chain(cloud).collect();
             decision.reason = format!(
                 "a compaction request, answered locally (context.compaction: local); {}",

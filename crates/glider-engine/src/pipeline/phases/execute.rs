@@ -53,7 +53,7 @@ impl Phase for Execute {
                     });
                     if let Some(candidate) = last {
                         job.tracker.record.backend = Some(candidate.backend.name().to_owned());
-                        job.tracker.record.local = Some(candidate.backend.kind().is_local());
+                        job.tracker.record.local = Some(candidate.backend.is_local());
                     }
                     Flow::Fail(summarise(&failures))
                 }

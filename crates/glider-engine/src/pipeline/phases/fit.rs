@@ -30,7 +30,7 @@ impl Phase for Fit {
             .zip(&mut job.output_caps)
         {
             let backend = &candidate.backend;
-            if !backend.kind().is_local() {
+            if !backend.is_local() {
                 continue;
             }
             // Configured capabilities, filled in with what the server says.

@@ -22,7 +22,7 @@ impl Phase for OriginGate {
         if let Some(reserve) = decision.local_reserve.take() {
             decision.candidates.truncate(reserve);
         }
-        decision.candidates.retain(|c| c.backend.kind().is_local());
+        decision.candidates.retain(|c| c.backend.is_local());
         if decision.candidates.is_empty() {
             return ready(Flow::Origin(Box::new(decision)));
         }

@@ -43,7 +43,7 @@ impl Phase for Record {
             let tracker = &mut job.tracker;
             tracker.record.backend = Some(candidate.backend.name().to_owned());
             tracker.record.model_used = Some(candidate.model.clone());
-            tracker.record.local = Some(candidate.backend.kind().is_local());
+            tracker.record.local = Some(candidate.backend.is_local());
             tracker.first_byte();
             let backend_dialect = candidate.backend.dialect_for(front);
             tracing::info!(

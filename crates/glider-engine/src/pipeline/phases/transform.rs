@@ -21,7 +21,7 @@ impl Phase for Transform {
         };
         job.adapted.resize_with(decision.candidates.len(), || None);
         for (candidate, adapted) in decision.candidates.iter().zip(&mut job.adapted) {
-            if !candidate.backend.kind().is_local() {
+            if !candidate.backend.is_local() {
                 continue;
             }
             let bounded = adapted.is_some();
