@@ -28,8 +28,11 @@ def glider_on_backend(context_enabled):
             f"backends:\n  - {{name: local, type: vllm, base_url: '{backend.url}', models: [m-local]}}\n"
             "routing: {cloud_fallback: false, classifier: {enabled: false}}\n"
             # The summarizer would ask this backend too (off the request path): off, so
-            # its log holds the SDK's requests alone.
-            f"context: {{enabled: {'true' if context_enabled else 'false'}, summarizer: {{enabled: false}}}}\n")
+            # its log holds the SDK's requests alone. Bounding off: with it, this local
+            # backend would get the continuity record and the current episode instead of
+            # the expanded chain (docs/responses.md), and the chain is what is checked.
+            f"context: {{enabled: {'true' if context_enabled else 'false'}, bound_local: false, "
+            "summarizer: {enabled: false}}\n")
         glider = start_glider(config, pathlib.Path(tmp) / "home")
         try:
             client = openai.OpenAI(base_url=f"{glider.match.group(1)}/v1", api_key="sk-test", max_retries=0,
