@@ -86,6 +86,14 @@ pub fn bound_to_episode(
     let Some(root) = episode_root(&request.turns[..before_instruction]) else {
         return bound_local_context(request, config, window);
     };
+    // Nothing from before this episode: the record would only restate what the model
+    // sees anyway (a new session's first turn), and a small model reads the extra
+    // system text as instructions (a forced tool call went unanswered). A compaction
+    // keeps it: the record is what it is answered from.
+    let earlier = request.turns[..root].iter().any(|t| t.role != Role::System);
+    if !earlier && !compaction {
+        return bound_local_context(request, config, window);
+    }
     let mut cut = Bounded::default();
     let mut index = 0;
     request.turns.retain(|turn| {
