@@ -156,16 +156,7 @@ pub fn newest_turns(request: &Request) -> (Option<&Turn>, &[Turn]) {
 
 /// The tool calls of `turn` (none for no turn) as (id, name, arguments), in order.
 pub fn tool_calls_of(turn: Option<&Turn>) -> impl Iterator<Item = (&str, &str, &Value)> {
-    turn.map_or(&[][..], |t| &t.parts)
-        .iter()
-        .filter_map(|part| match part {
-            Part::ToolCall {
-                id,
-                name,
-                arguments,
-            } => Some((id.as_str(), name.as_str(), arguments)),
-            _ => None,
-        })
+    glider_ngl::tool_calls(turn.map_or(&[][..], |t| &t.parts))
 }
 
 /// Collects a reply's tool calls and stop reason for the sink and for the session's

@@ -57,6 +57,18 @@ impl Turn {
     }
 }
 
+/// The tool calls among `parts` as (id, name, arguments), in order.
+pub fn tool_calls(parts: &[Part]) -> impl Iterator<Item = (&str, &str, &Value)> {
+    parts.iter().filter_map(|part| match part {
+        Part::ToolCall {
+            id,
+            name,
+            arguments,
+        } => Some((id.as_str(), name.as_str(), arguments)),
+        _ => None,
+    })
+}
+
 /// Append a tool result to the conversation: consecutive results share one
 /// [`Role::Tool`] turn, as every dialect's parallel tool calls expect.
 pub fn push_tool_result(turns: &mut Vec<Turn>, result: Part) {

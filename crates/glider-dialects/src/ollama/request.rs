@@ -363,17 +363,8 @@ fn encode_messages(turns: &[Turn]) -> Vec<Value> {
                 if !thinking.is_empty() {
                     message["thinking"] = Value::String(thinking);
                 }
-                let calls: Vec<Value> = turn
-                    .parts
-                    .iter()
-                    .filter_map(|part| match part {
-                        Part::ToolCall {
-                            id,
-                            name,
-                            arguments,
-                        } => Some(tool_call_value(id, name, arguments, None)),
-                        _ => None,
-                    })
+                let calls: Vec<Value> = glider_ngl::tool_calls(&turn.parts)
+                    .map(|(id, name, arguments)| tool_call_value(id, name, arguments, None))
                     .collect();
                 if !calls.is_empty() {
                     message["tool_calls"] = Value::Array(calls);

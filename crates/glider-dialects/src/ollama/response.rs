@@ -208,17 +208,7 @@ pub(super) fn encode_response(resp: &Response) -> Value {
     if !thinking.is_empty() {
         message["thinking"] = Value::String(thinking);
     }
-    let calls: Vec<Value> = resp
-        .parts
-        .iter()
-        .filter_map(|part| match part {
-            Part::ToolCall {
-                id,
-                name,
-                arguments,
-            } => Some((id, name, arguments)),
-            _ => None,
-        })
+    let calls: Vec<Value> = glider_ngl::tool_calls(&resp.parts)
         .enumerate()
         .map(|(n, (id, name, arguments))| tool_call_value(id, name, arguments, Some(n)))
         .collect();
