@@ -265,7 +265,8 @@ impl ReplyCapture {
                     call.arguments.push_str(json);
                 }
             }
-            StreamEvent::TextDelta { text, .. } => self.text.push(text),
+            // The text is only for the sink's record; the budget kit alone needs none.
+            StreamEvent::TextDelta { text, .. } if self.sink.is_some() => self.text.push(text),
             StreamEvent::Finish { stop_reason, .. } => self.stop_reason = Some(*stop_reason),
             _ => {}
         }
@@ -284,7 +285,7 @@ impl ReplyCapture {
                     name: name.clone(),
                     arguments: arguments.to_string(),
                 }),
-                Part::Text { text, .. } => self.text.push(text),
+                Part::Text { text, .. } if self.sink.is_some() => self.text.push(text),
                 _ => {}
             }
         }
