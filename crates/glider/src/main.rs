@@ -57,7 +57,8 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// Start a CLI with the MITM proxy and Glider's CA set for that one process:
-    /// `glider run claude -p "hi"`. Its exit status is the CLI's.
+    /// `glider run claude -p "hi"`. Its exit status is the CLI's. Claude Code also gets
+    /// Glider's flag commands (/local, /cloud…) for that process, via `--add-dir`.
     Run {
         /// Config file whose mitm.port and CA to use. Default: the embedded profile.
         #[arg(short, long, env = "GLIDER_CONFIG")]

@@ -1,5 +1,6 @@
 //! The MITM proxy's commands: `glider ca path|print|install` (Glider's CA and how to
-//! trust it), `glider run <cli>` (one CLI started with the proxy and the CA set) and
+//! trust it), `glider run <cli>` (one CLI started with the proxy and the CA set, and for
+//! Claude Code Glider's flag commands for that one process) and
 //! `glider transparent cleanup` (remove redirect rules a killed run left).
 
 use anyhow::Context;
@@ -146,6 +147,15 @@ fn run_cli_inner(
         anyhow::bail!("glider run needs a command");
     };
     let mut child = std::process::Command::new(program);
+    if crate::setup_commands::is_claude(program) {
+        // `--add-dir=DIR`, not `--add-dir DIR`: the option takes several directories, and
+        // in its two-word form would swallow a prompt that follows it.
+        let overlay = crate::setup_commands::run_overlay(
+            &glider_home(),
+            crate::setup_commands::commands_dir().ok().as_deref(),
+        )?;
+        child.arg(format!("--add-dir={}", overlay.display()));
+    }
     child.args(args).envs(env);
     #[cfg(unix)]
     {

@@ -4,6 +4,12 @@
 //! `~/.claude/commands/<flag>.md` holding `/<flag> $ARGUMENTS`. Each file Glider writes
 //! carries a marker line in its front matter; a file without it is the user's own and
 //! is never overwritten nor removed.
+//!
+//! `glider run claude` gives that one Claude Code the same commands without writing to
+//! `~/.claude`: the files go under Glider's home (`<GLIDER_HOME>/claude-run/.claude/commands`)
+//! and the child gets `--add-dir=<GLIDER_HOME>/claude-run`, whose `.claude/commands`
+//! Claude Code reads like a project's. Its login, settings and own commands stay as they
+//! are.
 
 use std::path::{Path, PathBuf};
 
@@ -73,12 +79,51 @@ pub fn setup_claude(dir: &Path, remove: bool) -> anyhow::Result<Vec<String>> {
             }
             (true, false, _) => continue,
             (false, _, _) => {
-                std::fs::write(&path, text)
-                    .with_context(|| format!("writing {}", path.display()))?;
+                write_command(&path, &text)?;
                 format!("{flag}: {}", path.display())
             }
         };
         report.push(line);
     }
     Ok(report)
+}
+
+/// Write one command file whole: a Claude Code starting meanwhile (another `glider run
+/// claude`) reads the old file or the new one, never half of one.
+fn write_command(path: &Path, text: &str) -> anyhow::Result<()> {
+    glider_sys::atomicfile::write(path, text.as_bytes(), 0o644)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// The directory `glider run claude` passes as `--add-dir` (under `glider_home`), with
+/// Glider's command files written in its `.claude/commands`. A flag whose name is taken
+/// in `user_commands` (the user's own file, or Glider's from `glider setup claude`) gets
+/// no file here: the user-level one already decides what that command does, and Claude
+/// Code would otherwise list the name twice.
+pub fn run_overlay(glider_home: &Path, user_commands: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let root = glider_home.join("claude-run");
+    let dir = root.join(".claude").join("commands");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for flag in ROUTING_FLAGS.iter().chain(DELEGATION_FLAGS) {
+        let (name, text) = command_file(flag);
+        let path = dir.join(&name);
+        if user_commands.is_some_and(|user| user.join(&name).exists()) {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(e).with_context(|| format!("removing {}", path.display()));
+                }
+                _ => {}
+            }
+        } else {
+            write_command(&path, &text)?;
+        }
+    }
+    Ok(root)
+}
+
+/// Whether `program` (as `glider run` was given it) is Claude Code.
+pub fn is_claude(program: &str) -> bool {
+    Path::new(program)
+        .file_name()
+        .is_some_and(|name| name == "claude")
 }

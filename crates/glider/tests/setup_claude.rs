@@ -1,6 +1,7 @@
 //! `glider setup claude` as a user runs it, against a throwaway HOME: a command file
 //! per routing and delegation flag, a user's own file of the same name untouched, and
-//! `--remove` deleting only Glider's (issue 21, item 2).
+//! `--remove` deleting only Glider's; and `glider run claude` handing one Claude Code the
+//! same commands through `--add-dir` without writing to `~/.claude` (issue 21, item 2).
 
 use std::path::Path;
 use std::process::Command;
@@ -63,4 +64,95 @@ fn setup_claude_installs_a_command_per_flag_and_never_touches_a_users_own() {
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(left, ["cloud.md"], "{said}");
+}
+
+/// The names of the files in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn glider_run_claude_adds_the_commands_for_that_child_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (home, glider_home, bin) = (
+        dir.path().join("home"),
+        dir.path().join("glider-home"),
+        dir.path().join("bin"),
+    );
+    let user_commands = home.join(".claude").join("commands");
+    std::fs::create_dir_all(&user_commands).expect("mkdir");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let own = "Summarise the cloud costs of this repo\n";
+    std::fs::write(user_commands.join("cloud.md"), own).expect("write");
+    // A stand-in `claude` that prints the argv it was given, one word a line.
+    let claude = bin.join("claude");
+    std::fs::write(
+        &claude,
+        "#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done\n",
+    )
+    .expect("write");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_glider"))
+        .arg("run")
+        .arg(&claude)
+        .args(["-p", "/local say hi"])
+        .env("HOME", &home)
+        .env("GLIDER_HOME", &glider_home)
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .env_remove("GLIDER_CONFIG")
+        .output()
+        .expect("glider runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let argv = String::from_utf8_lossy(&output.stdout).into_owned();
+    let overlay = glider_home.join("claude-run");
+    assert_eq!(
+        argv,
+        format!("--add-dir={}\n-p\n/local say hi\n", overlay.display())
+    );
+    let commands = overlay.join(".claude").join("commands");
+    // Every flag but `/cloud`, which the user's own file already names.
+    assert_eq!(
+        names(&commands),
+        [
+            "agy.md",
+            "claude.md",
+            "cursor-agent.md",
+            "local.md",
+            "via.md"
+        ]
+    );
+    let local = std::fs::read_to_string(commands.join("local.md")).expect("local.md");
+    assert_eq!(local.lines().last(), Some("/local $ARGUMENTS"), "{local}");
+    // The user's own directory is as it was.
+    assert_eq!(names(&user_commands), ["cloud.md"]);
+    assert_eq!(
+        std::fs::read_to_string(user_commands.join("cloud.md")).expect("own"),
+        own
+    );
+
+    // Another program is started with its arguments alone.
+    let echo = bin.join("echo-args");
+    std::fs::copy(&claude, &echo).expect("copy");
+    let output = Command::new(env!("CARGO_BIN_EXE_glider"))
+        .arg("run")
+        .arg(&echo)
+        .arg("hi")
+        .env("HOME", &home)
+        .env("GLIDER_HOME", &glider_home)
+        .env_remove("GLIDER_CONFIG")
+        .output()
+        .expect("glider runs");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "hi\n");
 }
