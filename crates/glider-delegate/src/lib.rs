@@ -88,9 +88,16 @@ pub struct Flagged {
 }
 
 /// The delegation flag of `request`: the first word of a text part of its last turn,
-/// when that turn is the user's. An unknown `/word` is not a delegation.
+/// when that turn is the user's. System turns after it do not count: Claude Code ends
+/// its messages with a `role: system` entry (its agent and skill listing). An unknown
+/// `/word` is not a delegation.
 pub fn find_flag(request: &Request) -> Option<Flagged> {
-    let turn = request.turns.last().filter(|t| t.role == Role::User)?;
+    let turn = request
+        .turns
+        .iter()
+        .rev()
+        .find(|t| t.role != Role::System)
+        .filter(|t| t.role == Role::User)?;
     turn.parts.iter().find_map(|part| {
         let Part::Text { text, .. } = part else {
             return None;
@@ -498,6 +505,15 @@ mod tests {
         assert_eq!(
             find_flag(&request(vec![(Role::User, "/claudex fix")])),
             None
+        );
+        // A system entry after the user's message (as Claude Code sends) is not a turn.
+        assert_eq!(
+            find_flag(&request(vec![
+                (Role::User, "/agy look"),
+                (Role::System, "Available agent types")
+            ]))
+            .map(|f| f.vendor),
+            Some(Vendor::Agy)
         );
     }
 }
