@@ -39,17 +39,34 @@ def seed_first_run(home, work):
 
 
 class Tmux:
-    """A tmux server of this test's own (its socket under `directory`)."""
+    """One session on a tmux server of this test's own (its socket under `directory`)."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, session="cli"):
+        self.session = session
         self.env = dict(os.environ, TMUX_TMPDIR=str(directory))
         self.env.pop("TMUX", None)
 
     def __call__(self, *args):
         return subprocess.run(["tmux", *args], env=self.env, capture_output=True, text=True, timeout=30, check=True)
 
+    def start(self, program, env, cwd, width=200, height=50):
+        """Run `program` in the session with exactly `env` (not tmux's own environment)."""
+        command = "exec env -i " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + \
+            shlex.quote(program)
+        self("new-session", "-d", "-s", self.session, "-x", str(width), "-y", str(height), "-c", str(cwd), command)
+
+    def type(self, text):
+        """Type `text` literally and, once the screen shows it, Enter (an Enter that
+        arrives with the keys can be read as part of a paste, a new line)."""
+        self("send-keys", "-t", self.session, "-l", text)
+        assert poll(lambda: text.strip() in self.screen(), timeout=30), self.screen()
+        self("send-keys", "-t", self.session, "Enter")
+
+    def key(self, name):
+        self("send-keys", "-t", self.session, name)
+
     def screen(self):
-        return self("capture-pane", "-p", "-t", "claude").stdout
+        return self("capture-pane", "-p", "-t", self.session).stdout
 
     def kill(self):
         subprocess.run(["tmux", "kill-server"], env=self.env, capture_output=True, timeout=30)
@@ -82,14 +99,10 @@ def test_local_typed_at_claude_codes_interactive_prompt_reaches_the_local_model(
             setup = subprocess.run([_binary("glider"), "setup", "claude"], env=env, capture_output=True,
                                    text=True, timeout=30)
             assert setup.returncode == 0, setup.stderr
-            # The pane's shell gets exactly this environment, whatever tmux's own is.
-            command = "exec env -i " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + \
-                shlex.quote(cli("claude"))
-            tmux("new-session", "-d", "-s", "claude", "-x", "200", "-y", "50", "-c", str(work), command)
+            tmux.start(cli("claude"), env, work)
             ready = poll(lambda: "for shortcuts" in tmux.screen(), timeout=90)
             assert ready, f"Claude Code's prompt did not appear:\n{tmux.screen()}"
-            tmux("send-keys", "-t", "claude", "-l", "/local say hi")
-            tmux("send-keys", "-t", "claude", "Enter")
+            tmux.type("/local say hi")
             answered = poll(lambda: local.bodies and "reply 1" in tmux.screen(), timeout=120)
             assert answered, f"no local answer on screen:\n{tmux.screen()}\nbackend got: {local.bodies}"
             assert "Unknown command" not in tmux.screen()
