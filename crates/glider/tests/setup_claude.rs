@@ -6,12 +6,15 @@
 use std::path::Path;
 use std::process::Command;
 
-fn setup(home: &Path, args: &[&str]) -> String {
+/// Run `glider args…` with `HOME` = `home` (and `GLIDER_HOME` = `home/.glider`), no
+/// `CLAUDE_CONFIG_DIR` nor `GLIDER_CONFIG`; its stdout, once it succeeded.
+fn glider(home: &Path, args: &[&std::ffi::OsStr]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_glider"))
-        .args(["setup", "claude"])
         .args(args)
         .env("HOME", home)
+        .env("GLIDER_HOME", home.join(".glider"))
         .env_remove("CLAUDE_CONFIG_DIR")
+        .env_remove("GLIDER_CONFIG")
         .output()
         .expect("glider runs");
     assert!(
@@ -20,6 +23,12 @@ fn setup(home: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn setup(home: &Path, args: &[&str]) -> String {
+    let mut all: Vec<&std::ffi::OsStr> = vec!["setup".as_ref(), "claude".as_ref()];
+    all.extend(args.iter().map(std::ffi::OsStr::new));
+    glider(home, &all)
 }
 
 #[test]
@@ -59,11 +68,7 @@ fn setup_claude_installs_a_command_per_flag_and_never_touches_a_users_own() {
     );
 
     let said = setup(home.path(), &["--remove"]);
-    let left: Vec<String> = std::fs::read_dir(&commands)
-        .expect("dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(left, ["cloud.md"], "{said}");
+    assert_eq!(names(&commands), ["cloud.md"], "{said}");
 }
 
 /// The names of the files in `dir`, sorted.
@@ -79,11 +84,8 @@ fn names(dir: &Path) -> Vec<String> {
 #[test]
 fn glider_run_claude_adds_the_commands_for_that_child_only() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (home, glider_home, bin) = (
-        dir.path().join("home"),
-        dir.path().join("glider-home"),
-        dir.path().join("bin"),
-    );
+    let (home, bin) = (dir.path().join("home"), dir.path().join("bin"));
+    let glider_home = home.join(".glider");
     let user_commands = home.join(".claude").join("commands");
     std::fs::create_dir_all(&user_commands).expect("mkdir");
     std::fs::create_dir_all(&bin).expect("mkdir");
@@ -100,22 +102,15 @@ fn glider_run_claude_adds_the_commands_for_that_child_only() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
-    let output = Command::new(env!("CARGO_BIN_EXE_glider"))
-        .arg("run")
-        .arg(&claude)
-        .args(["-p", "/local say hi"])
-        .env("HOME", &home)
-        .env("GLIDER_HOME", &glider_home)
-        .env_remove("CLAUDE_CONFIG_DIR")
-        .env_remove("GLIDER_CONFIG")
-        .output()
-        .expect("glider runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let argv = glider(
+        &home,
+        &[
+            "run".as_ref(),
+            claude.as_os_str(),
+            "-p".as_ref(),
+            "/local say hi".as_ref(),
+        ],
     );
-    let argv = String::from_utf8_lossy(&output.stdout).into_owned();
     let overlay = glider_home.join("claude-run");
     assert_eq!(
         argv,
@@ -145,14 +140,6 @@ fn glider_run_claude_adds_the_commands_for_that_child_only() {
     // Another program is started with its arguments alone.
     let echo = bin.join("echo-args");
     std::fs::copy(&claude, &echo).expect("copy");
-    let output = Command::new(env!("CARGO_BIN_EXE_glider"))
-        .arg("run")
-        .arg(&echo)
-        .arg("hi")
-        .env("HOME", &home)
-        .env("GLIDER_HOME", &glider_home)
-        .env_remove("GLIDER_CONFIG")
-        .output()
-        .expect("glider runs");
-    assert_eq!(String::from_utf8_lossy(&output.stdout), "hi\n");
+    let argv = glider(&home, &["run".as_ref(), echo.as_os_str(), "hi".as_ref()]);
+    assert_eq!(argv, "hi\n");
 }
