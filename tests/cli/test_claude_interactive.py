@@ -49,10 +49,10 @@ class Tmux:
     def __call__(self, *args):
         return subprocess.run(["tmux", *args], env=self.env, capture_output=True, text=True, timeout=30, check=True)
 
-    def start(self, program, env, cwd, width=200, height=50):
-        """Run `program` in the session with exactly `env` (not tmux's own environment)."""
+    def start(self, argv, env, cwd, width=200, height=50):
+        """Run `argv` in the session with exactly `env` (not tmux's own environment)."""
         command = "exec env -i " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + \
-            shlex.quote(program)
+            " ".join(shlex.quote(arg) for arg in argv)
         self("new-session", "-d", "-s", self.session, "-x", str(width), "-y", str(height), "-c", str(cwd), command)
 
     def type(self, text):
@@ -99,7 +99,7 @@ def test_local_typed_at_claude_codes_interactive_prompt_reaches_the_local_model(
             setup = subprocess.run([_binary("glider"), "setup", "claude"], env=env, capture_output=True,
                                    text=True, timeout=30)
             assert setup.returncode == 0, setup.stderr
-            tmux.start(cli("claude"), env, work)
+            tmux.start([cli("claude")], env, work)
             ready = poll(lambda: "for shortcuts" in tmux.screen(), timeout=90)
             assert ready, f"Claude Code's prompt did not appear:\n{tmux.screen()}"
             tmux.type("/local say hi")

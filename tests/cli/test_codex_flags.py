@@ -82,7 +82,8 @@ def test_codex_interactive_refuses_a_slash_flag_but_sends_one_after_a_space(flag
     tmux = Tmux(tmux_dir)
     local = flag_stack["backends"]["local"]
     try:
-        tmux.start(cli("codex"), env, work, width=160, height=45)
+        # `--no-daemon`: else the TUI starts a shared app-server that outlives it.
+        tmux.start([cli("codex"), "--no-daemon"], env, work, width=160, height=45)
         assert poll(lambda: "for shortcuts" in tmux.screen(), timeout=90), tmux.screen()
         tmux.type("/local say hi")
         refused = poll(lambda: "Unrecognized command '/local'" in tmux.screen(), timeout=60)
