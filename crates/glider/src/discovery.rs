@@ -243,3 +243,82 @@ fn openai_ids(models: &Value) -> Vec<String> {
         .map(glider_backend::health::readable_model_id)
         .collect()
 }
+
+/// `glider serve` with no config file: the model servers found on the usual ports
+/// replace the embedded profile's local backend (its fixed Ollama address), the first
+/// one under its name `local`, the others under their server's id; each is named at
+/// start. Nothing found: the embedded profile stays as it is, and that is said too. A
+/// server on Glider's own gateway port is an error that says which port to move.
+pub async fn use_found_servers(config: &mut glider_config::Config) -> anyhow::Result<()> {
+    let ports = ports().map_err(anyhow::Error::msg)?;
+    let found: Vec<Found> = scan(&ports)
+        .await
+        .into_iter()
+        .filter(|f| f.kind.is_model_server())
+        .collect();
+    if let Some(clash) = found.iter().find(|f| f.port == config.server.proxy_port) {
+        anyhow::bail!(
+            "{} is listening on port {}, Glider's gateway port (server.proxy_port; llama.cpp's default is also 8080): start Glider on another port, e.g. `glider serve --port 8090`, and it uses that server as its local backend",
+            clash.kind.label(),
+            clash.port
+        );
+    }
+    let embedded: Vec<String> = config
+        .backends
+        .iter()
+        .filter(|b| b.is_local())
+        .map(|b| format!("{} at {}", b.name, b.base_url))
+        .collect();
+    let mut backends = Vec::new();
+    for server in &found {
+        if server.models.is_empty() {
+            tracing::warn!(
+                "{} on port {} serves no model yet, so it is not used (Ollama: `ollama pull MODEL`)",
+                server.kind.label(),
+                server.port
+            );
+            continue;
+        }
+        let name = if backends.is_empty() {
+            "local".to_owned()
+        } else {
+            let taken = |name: &str| backends.iter().any(|b: &BackendConfig| b.name == name);
+            let id = server.kind.id();
+            if taken(id) {
+                format!("{id}-{}", server.port)
+            } else {
+                id.to_owned()
+            }
+        };
+        let backend = server.backend(&name).map_err(anyhow::Error::msg)?;
+        tracing::info!(
+            "no config file: local model server found: {} on port {} (by {}), backend {name} at {} with models {}",
+            server.kind.label(),
+            server.port,
+            server.identified_by,
+            server.base_url(),
+            server.models.join(", ")
+        );
+        backends.push(backend);
+    }
+    if backends.is_empty() {
+        tracing::info!(
+            "no config file and no local model server found on ports {ports:?} ({PORTS_ENV}); the embedded profile's {} stays",
+            embedded.join(", ")
+        );
+        return Ok(());
+    }
+    config.backends.retain(|b| !b.is_local());
+    // Local first, as in the embedded profile: the routing rules send local-worthy
+    // requests to the first local backend that serves the model.
+    backends.append(&mut config.backends);
+    config.backends = backends;
+    let problems = config.problems();
+    if !problems.is_empty() {
+        anyhow::bail!(
+            "the backends made from the servers found do not validate: {}",
+            problems.join("; ")
+        );
+    }
+    Ok(())
+}

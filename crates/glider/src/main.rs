@@ -301,6 +301,9 @@ async fn serve(
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout())),
         )
         .init();
+    if config_path.is_none() {
+        discovery::use_found_servers(&mut config).await?;
+    }
 
     let home = glider_home();
     glider_sys::fileacl::private_home(&home)

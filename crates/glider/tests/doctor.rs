@@ -363,3 +363,138 @@ fn serve_without_config(home: &Path, ports: &[u16]) -> (std::process::Child, Out
     let lines = OutputLines::of(&mut child);
     (child, lines)
 }
+
+/// The URL in a `... on http://ADDR` line.
+fn url_in(line: &str) -> String {
+    let at = line.find("http://").expect("a URL");
+    line[at..]
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_without_a_config_uses_the_local_servers_it_finds_and_names_them() {
+    let ollama = MockVendor::start(MockConfig {
+        models: vec!["m-found".into()],
+        ..MockConfig::default()
+    })
+    .await;
+    let llama = llama_cpp_standin().await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let (child, mut lines) =
+        serve_without_config(home.path(), &[closed_port(), ollama.addr.port(), llama]);
+    let mut child = ChildGuard(child);
+    let ollama_line = lines.wait_for(&format!("Ollama on port {}", ollama.addr.port()));
+    assert!(ollama_line.contains("backend local"), "{ollama_line}");
+    assert!(ollama_line.contains("m-found"), "{ollama_line}");
+    let llama_line = lines.wait_for(&format!("llama.cpp on port {llama}"));
+    assert!(
+        llama_line.contains(&format!("backend llamacpp at http://127.0.0.1:{llama}/v1")),
+        "{llama_line}"
+    );
+    let gateway = url_in(&lines.wait_for("glider gateway listening on http://"));
+    let dashboard = url_in(&lines.wait_for("glider dashboard on http://"));
+
+    let backends: Value = reqwest::get(format!("{dashboard}/api/backends"))
+        .await
+        .expect("dashboard answers")
+        .json()
+        .await
+        .expect("json");
+    let listed: Vec<(String, String)> = backends["backends"]
+        .as_array()
+        .expect("backends")
+        .iter()
+        .filter(|b| b["local"] == true)
+        .map(|b| {
+            (
+                b["backend"].as_str().unwrap_or_default().to_owned(),
+                b["base_url"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            ("local".to_owned(), ollama.base_url()),
+            (
+                "llamacpp".to_owned(),
+                format!("http://127.0.0.1:{llama}/v1")
+            ),
+        ],
+        "the servers found replace the fixed Ollama address: {backends:#}"
+    );
+
+    // And the one found answers a local request.
+    let reply = reqwest::Client::new()
+        .post(format!("{gateway}/api/chat"))
+        .header("x-glider-route", "local")
+        .json(&json!({"model": "m-found", "stream": false,
+                      "messages": [{"role": "user", "content": "hello"}]}))
+        .send()
+        .await
+        .expect("gateway answers");
+    assert_eq!(reply.status(), 200);
+    assert!(
+        ollama.requests().iter().any(|r| r.path == "/api/chat"),
+        "the found Ollama was asked"
+    );
+    stop(&mut child.0);
+}
+
+/// The embedded profile's 8080 taken by a llama.cpp server: the start fails saying which
+/// port to move.
+#[test]
+fn serve_without_a_config_names_a_server_on_its_own_port() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let llama = runtime.block_on(llama_cpp_standin());
+    let home = tempfile::tempdir().expect("tempdir");
+    let output = Command::new(GLIDER)
+        .args([
+            "serve",
+            "--port",
+            &llama.to_string(),
+            "--dashboard-port",
+            "0",
+            "--mitm-port",
+            "0",
+        ])
+        .env("GLIDER_HOME", home.path())
+        .env("GLIDER_DISCOVER_PORTS", llama.to_string())
+        .env_remove("GLIDER_CONFIG")
+        .env_remove("GLIDER_LOG")
+        .output()
+        .expect("glider serve runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "llama.cpp is listening on port {llama}, Glider's gateway port"
+        )) && stderr.contains("glider serve --port 8090"),
+        "{stderr}"
+    );
+}
+
+/// Kills the child if the test fails before stopping it.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// SIGTERM, and the drained exit must succeed.
+fn stop(child: &mut std::process::Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    assert!(child.wait().expect("reaped").success());
+}
