@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 mod common;
 
 use common::output::OutputLines;
+use common::serve::url_in;
 use glider_test_support::{MockConfig, MockVendor};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -362,16 +363,6 @@ fn serve_without_config(home: &Path, ports: &[u16]) -> (std::process::Child, Out
         .expect("glider serve starts");
     let lines = OutputLines::of(&mut child);
     (child, lines)
-}
-
-/// The URL in a `... on http://ADDR` line.
-fn url_in(line: &str) -> String {
-    let at = line.find("http://").expect("a URL");
-    line[at..]
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
