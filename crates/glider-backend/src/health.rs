@@ -1,8 +1,11 @@
 //! Health and warm state of a backend. Local backends are probed (Ollama: `/api/tags`,
 //! `/api/ps` for the models loaded in memory and `/api/show` once per model;
 //! OpenAI-compatible: `/models`, and llama.cpp's `/props`), which also reads what their
-//! models can do ([`crate::capabilities`]); cloud backends are not probed (that would
-//! spend the user's quota) and are judged by their breaker alone. A llama.cpp model
+//! models can do ([`crate::capabilities`]). A cloud backend is probed with its model
+//! list (`GET /v1/models`: no tokens spent), with its key when it has one, so a wrong
+//! key or an unreachable host shows at start; without a key any HTTP answer (a 401)
+//! proves the connection and TLS. It is probed again only every
+//! [`CLOUD_PROBE_INTERVAL`]; between probes its breaker judges it. A llama.cpp model
 //! listed as a file path is recorded by its file stem ([`readable_model_id`]).
 
 use std::collections::BTreeMap;
@@ -21,11 +24,16 @@ use crate::client::Backend;
 /// How long one probe request may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How often a cloud backend's model list is asked for again (the local ones are
+/// probed at every health tick): often enough to notice a key that was fixed, rarely
+/// enough not to be traffic of its own.
+pub const CLOUD_PROBE_INTERVAL: Duration = Duration::from_secs(300);
+
 /// Whether a backend answered its last probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum HealthStatus {
-    /// Not probed yet, or a cloud backend (never probed).
+    /// Not probed yet.
     #[default]
     Unknown,
     Up,
@@ -38,6 +46,8 @@ pub struct Health {
     pub status: HealthStatus,
     /// Why it is down, when it is.
     pub detail: Option<String>,
+    /// What the probe of an up cloud backend found (which credential it checked).
+    pub note: Option<String>,
     /// Models loaded in memory (Ollama's `/api/ps`): a warm model answers without a load.
     pub warm_models: Vec<String>,
     /// Models the server says it has (Ollama's `/api/tags`, OpenAI-compatible `/models`).
@@ -86,11 +96,56 @@ impl Backend {
             },
             (None, BackendKind::Ollama) => self.probe_ollama().await,
             (None, BackendKind::Vllm) => self.probe_openai_compatible().await,
+            (None, BackendKind::Openai | BackendKind::Anthropic) if !self.is_local() => {
+                let kept = self.health.get();
+                let recent = kept.checked_at.zip(now).is_some_and(|(then, now)| {
+                    now.saturating_sub(then) < CLOUD_PROBE_INTERVAL.as_secs()
+                });
+                if recent {
+                    return kept;
+                }
+                self.probe_cloud().await
+            }
             (None, BackendKind::Openai | BackendKind::Anthropic) => Health::default(),
         };
         health.checked_at = now;
         self.health.set(health.clone());
         health
+    }
+
+    /// A cloud backend's model list: with its key, a 2xx proves the key; without one,
+    /// any answer below 500 proves the host, TCP and TLS (the client's credentials are
+    /// checked by the vendor per request).
+    async fn probe_cloud(&self) -> Health {
+        let path = match self.kind() {
+            BackendKind::Anthropic => "/v1/models",
+            _ => "/models",
+        };
+        let url = self.url(path);
+        let response = match self.get(path).timeout(PROBE_TIMEOUT).send().await {
+            Ok(response) => response,
+            Err(e) => return down(format!("{url} unreachable: {}", error_chain(&e))),
+        };
+        let status = response.status();
+        let keyed = self.credentials() == &crate::Credentials::Configured;
+        let note = match (keyed, status.as_u16()) {
+            (_, 500..) => return down(format!("{url} answered HTTP {status}")),
+            (true, 200..=299) => format!("GET {path} accepted the configured key"),
+            (true, 401 | 403) => {
+                return down(format!(
+                    "{url} rejected the configured key (HTTP {status}): fix api_key (or the variable it names)"
+                ));
+            }
+            (true, _) => format!("reachable; GET {path} answered HTTP {status}"),
+            (false, _) => format!(
+                "reachable (GET {path} without a key answered HTTP {status}); requests carry the client's own credentials"
+            ),
+        };
+        Health {
+            status: HealthStatus::Up,
+            note: Some(note),
+            ..Health::default()
+        }
     }
 
     async fn fetch_json(&self, path: &str) -> Result<Value, String> {
@@ -238,7 +293,7 @@ async fn read_json(request: reqwest::RequestBuilder, url: &str) -> Result<Value,
         .timeout(PROBE_TIMEOUT)
         .send()
         .await
-        .map_err(|e| format!("{url} unreachable: {e}"))?;
+        .map_err(|e| format!("{url} unreachable: {}", error_chain(&e)))?;
     let status = response.status();
     if !status.is_success() {
         return Err(format!("{url} answered HTTP {status}"));
@@ -247,6 +302,22 @@ async fn read_json(request: reqwest::RequestBuilder, url: &str) -> Result<Value,
         .json()
         .await
         .map_err(|e| format!("{url} answered non-JSON: {e}"))
+}
+
+/// An error and its causes, `: `-joined: reqwest's own text ("error sending request")
+/// hides whether the connection was refused, timed out or failed TLS.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 fn down(detail: String) -> Health {

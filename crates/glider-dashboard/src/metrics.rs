@@ -266,8 +266,8 @@ impl Metrics {
         if was_in_flight {
             self.in_flight.dec();
         }
-        let backend = record.backend.clone().unwrap_or_else(|| "none".into());
-        let rule = record.rule.clone().unwrap_or_else(|| "none".into());
+        let backend = record.backend.clone().unwrap_or_else(|| UNROUTED.into());
+        let rule = record.rule.clone().unwrap_or_else(|| UNROUTED.into());
         let status = record.status.unwrap_or(0);
         self.requests
             .get_or_create(&RequestLabels {
@@ -543,8 +543,27 @@ struct Stats {
     since_ms: u64,
     totals: Aggregate,
     backends: BTreeMap<String, Aggregate>,
+    unrouted: BTreeMap<String, Aggregate>,
     routes: BTreeMap<String, Aggregate>,
     ledger: Ledger,
+}
+
+/// The backend (and rule) label of a request that never reached one: rejected before
+/// routing (malformed, too large, a model no backend serves) or routed nowhere.
+pub const UNROUTED: &str = "unrouted";
+
+/// The `/api/stats` `unrouted` bucket of a request with no backend: the kind of error
+/// its status says (`not_found`: no backend serves the model, `invalid_request`,
+/// `request_too_large`, …; `client_closed` for 499).
+pub fn unrouted_reason(status: Option<u16>) -> String {
+    match status {
+        Some(499) => "client_closed".to_owned(),
+        Some(status) => serde_json::to_value(glider_ngl::ErrorKind::from_status(status))
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_else(|| status.to_string()),
+        None => "unknown".to_owned(),
+    }
 }
 
 /// `/api/stats`: since this process started.
@@ -552,9 +571,12 @@ struct Stats {
 pub struct StatsView {
     pub since_ms: u64,
     pub totals: AggregateView,
-    /// By the backend that answered (`none`: the request failed before one did).
+    /// By the backend that answered, or whose failure ended the request.
     pub backends: BTreeMap<String, AggregateView>,
-    /// By the route rule that decided (`none`: it failed before routing).
+    /// Requests no backend was chosen for, by what they failed with
+    /// ([`unrouted_reason`]).
+    pub unrouted: BTreeMap<String, AggregateView>,
+    /// By the route rule that decided (`unrouted`: it failed before routing).
     pub routes: BTreeMap<String, AggregateView>,
     /// By UTC day (`YYYY-MM-DD`), the last 35 days, including the history from before
     /// this process started.
@@ -569,6 +591,7 @@ impl Stats {
             since_ms,
             totals: Aggregate::default(),
             backends: BTreeMap::new(),
+            unrouted: BTreeMap::new(),
             routes: BTreeMap::new(),
             ledger: Ledger::default(),
         }
@@ -576,12 +599,12 @@ impl Stats {
 
     fn record(&mut self, row: &Row, saved: &Saved) {
         self.totals.record(row, saved);
-        let backend = row.backend.as_deref().unwrap_or("none");
-        self.backends
-            .entry(backend.to_owned())
-            .or_default()
-            .record(row, saved);
-        let rule = row.rule.as_deref().unwrap_or("none");
+        let bucket = match &row.backend {
+            Some(backend) => self.backends.entry(backend.clone()),
+            None => self.unrouted.entry(unrouted_reason(row.status)),
+        };
+        bucket.or_default().record(row, saved);
+        let rule = row.rule.as_deref().unwrap_or(UNROUTED);
         self.routes
             .entry(rule.to_owned())
             .or_default()
@@ -594,6 +617,11 @@ impl Stats {
             totals: self.totals.view(),
             backends: self
                 .backends
+                .iter()
+                .map(|(k, v)| (k.clone(), v.view()))
+                .collect(),
+            unrouted: self
+                .unrouted
                 .iter()
                 .map(|(k, v)| (k.clone(), v.view()))
                 .collect(),

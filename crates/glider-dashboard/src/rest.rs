@@ -102,6 +102,7 @@ pub async fn backends(State(shared): State<Arc<Shared>>) -> Response {
                 map.insert("default_model".into(), json!(config.default_model));
                 map.insert("served_models".into(), json!(health.served_models));
                 map.insert("checked_at".into(), json!(health.checked_at));
+                map.insert("probe".into(), json!(health.note));
                 map.insert(
                     "usable".into(),
                     json!(

@@ -87,10 +87,19 @@ async fn requests_stats_and_status_describe_what_happened() {
     assert_eq!(stats["backends"]["local"]["requests"], 1);
     assert_eq!(stats["backends"]["local"]["local_share"], 1.0);
     assert_eq!(stats["backends"]["cloud"]["local_share"], 0.0);
-    assert_eq!(stats["backends"]["none"]["errors"], 1);
+    // The unknown model never reached a backend: filed under what it was, not under a
+    // backend called "none".
+    assert!(stats["backends"].get("none").is_none(), "{stats:#}");
+    assert_eq!(
+        stats["backends"].as_object().map(|b| b.len()),
+        Some(2),
+        "{stats:#}"
+    );
+    assert_eq!(stats["unrouted"]["not_found"]["requests"], 1, "{stats:#}");
+    assert_eq!(stats["unrouted"]["not_found"]["errors"], 1);
     assert_eq!(stats["routes"]["model"]["requests"], 2);
     assert_eq!(stats["routes"]["model"]["local_share"], 0.5);
-    assert_eq!(stats["routes"]["none"]["requests"], 1);
+    assert_eq!(stats["routes"]["unrouted"]["requests"], 1);
     assert!(stats["backends"]["local"]["ttft_ms"]["p50"].is_u64());
 }
 
@@ -107,10 +116,19 @@ async fn backends_show_health_breaker_and_the_operator_can_reset_a_breaker() {
     assert_eq!(local["usable"], true);
     assert!(local["warm_models"].is_array());
     let cloud = &listed["backends"][1];
+    // A cloud backend is probed too (its model list, with its key), not left unknown.
     assert_eq!(
         (cloud["local"].as_bool(), cloud["health"].as_str()),
-        (Some(false), Some("unknown"))
+        (Some(false), Some("up")),
+        "{listed:#}"
     );
+    assert!(
+        cloud["probe"]
+            .as_str()
+            .is_some_and(|p| p.contains("accepted the configured key")),
+        "{listed:#}"
+    );
+    assert!(local["probe"].is_null());
 
     let mut socket = stack.ws().await;
     stack.mock.set_failure(Failure::Status(500));
@@ -251,6 +269,15 @@ async fn metrics_are_prometheus_text_with_the_promised_families() {
         3.0
     );
     assert_eq!(sum("glider_request_errors_total", &all), 1.0);
+    assert_eq!(
+        sum("glider_requests_total", &|l| l
+            .contains("backend=\"unrouted\"")),
+        1.0
+    );
+    assert_eq!(
+        sum("glider_requests_total", &|l| l.contains("\"none\"")),
+        0.0
+    );
     assert_eq!(sum("glider_request_duration_seconds_count", &all), 5.0);
     assert_eq!(sum("glider_time_to_first_token_seconds_count", &all), 4.0);
     assert!(

@@ -359,7 +359,7 @@ impl RedirectLog {
 
 /// Each recorded delegate whose process group still has members, with those members
 /// as `pid (command)` read from `/proc`.
-fn leftover_delegates(delegates: &[DelegateProcess]) -> Vec<(&DelegateProcess, Vec<String>)> {
+pub fn leftover_delegates(delegates: &[DelegateProcess]) -> Vec<(&DelegateProcess, Vec<String>)> {
     if delegates.is_empty() {
         return Vec::new();
     }

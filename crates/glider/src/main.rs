@@ -14,6 +14,8 @@ use glider_engine::Engine;
 use glider_sys::listen::Drain;
 
 mod context_commands;
+mod discovery;
+mod doctor_commands;
 mod mitm_commands;
 mod serve;
 mod setup_commands;
@@ -93,6 +95,16 @@ enum Command {
         #[command(subcommand)]
         target: SetupTarget,
     },
+    /// Check backends, local model servers, the CA, leftovers of a killed run, ports
+    /// and GLIDER_HOME; each problem with the command that fixes it (exit 1 if any).
+    Doctor {
+        /// Config file. Default: the embedded configs/glider.yaml.
+        #[arg(short, long, env = "GLIDER_CONFIG")]
+        config: Option<PathBuf>,
+        /// Print JSON (the shape is in docs/doctor.md).
+        #[arg(long)]
+        json: bool,
+    },
     /// Routing tools.
     Route {
         #[command(subcommand)]
@@ -134,6 +146,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => check(&config),
+        Command::Doctor { config, json } => doctor_commands::doctor(config.as_deref(), json),
         Command::Setup {
             target: SetupTarget::Claude { remove },
         } => match setup_commands::commands_dir()
@@ -289,6 +302,9 @@ async fn serve(
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout())),
         )
         .init();
+    if config_path.is_none() {
+        discovery::use_found_servers(&mut config).await?;
+    }
 
     let home = glider_home();
     glider_sys::fileacl::private_home(&home)

@@ -441,7 +441,8 @@ pub fn context_surface(context: &glider_context::Context) -> glider_dashboard::C
     }
 }
 
-/// Say plainly, at start, which backends can answer and what is missing for the others.
+/// Say plainly, at start, which backends can answer and what is missing for the others
+/// (after a probe of each: a cloud one's model list, see `glider_backend::health`).
 pub async fn report_backends(engine: &Arc<Engine>) {
     engine.probe_all().await;
     let runtime = engine.runtime();
@@ -458,10 +459,12 @@ pub async fn report_backends(engine: &Arc<Engine>) {
             }
             (None, None) => {
                 usable += 1;
+                // A cloud backend's probe says what it proved (the key, or only TLS).
                 tracing::info!(
-                    "backend {} ({kind}) at {}: ready",
+                    "backend {} ({kind}) at {}: {}",
                     backend.name(),
-                    backend.config.base_url
+                    backend.config.base_url,
+                    health.note.as_deref().unwrap_or("ready")
                 );
                 for (model, caps) in &health.capabilities {
                     tracing::info!(

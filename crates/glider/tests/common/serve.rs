@@ -32,22 +32,24 @@ pub fn serve(home: &Path, config: &Path) -> Served {
         .spawn()
         .expect("glider serve starts");
     let mut lines = OutputLines::of(&mut child);
-    let url = |line: String| -> String {
-        let at = line.find("http://").expect("a URL");
-        line[at..]
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let gateway = url(lines.wait_for("glider gateway listening on http://"));
-    let dashboard = url(lines.wait_for("glider dashboard on http://"));
+    let gateway = url_in(&lines.wait_for("glider gateway listening on http://"));
+    let dashboard = url_in(&lines.wait_for("glider dashboard on http://"));
     Served {
         child,
         lines,
         gateway,
         dashboard,
     }
+}
+
+/// The URL in a `... on http://ADDR ...` start line.
+pub fn url_in(line: &str) -> String {
+    let at = line.find("http://").expect("a URL");
+    line[at..]
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 impl Served {

@@ -1,0 +1,324 @@
+//! Finding local model servers on this machine's usual ports (Ollama 11434, LM Studio
+//! 1234, vLLM 8000, llama.cpp 8080), each identified by its own endpoints: Ollama's
+//! `/api/version`, llama.cpp's `/props`, an OpenAI-compatible `/v1/models` (vLLM says
+//! `owned_by: vllm`). A Glider gateway (its `/api/version` says `glider-…`) is told
+//! apart, so a running Glider is never taken for a model server. `glider doctor` reports
+//! what it finds; `glider serve` without a config uses it as its local backends.
+
+use std::time::Duration;
+
+use glider_config::BackendConfig;
+use serde_json::{Value, json};
+
+/// The ports scanned, and the server each usually is.
+pub const USUAL_PORTS: [(u16, &str); 4] = [
+    (11434, "Ollama"),
+    (1234, "LM Studio"),
+    (8000, "vLLM"),
+    (8080, "llama.cpp"),
+];
+
+/// Replaces [`USUAL_PORTS`] with a comma-separated list (`GLIDER_DISCOVER_PORTS=11434,8080`;
+/// empty: scan nothing).
+pub const PORTS_ENV: &str = "GLIDER_DISCOVER_PORTS";
+
+/// How long one identifying request may take: a local server answers at once, and a
+/// port where something hangs must not hold up a start.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What answers on a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    Ollama,
+    LlamaCpp,
+    Vllm,
+    LmStudio,
+    /// `/v1/models` answers, nothing else says which server it is.
+    OpenAiCompatible,
+    /// Another Glider's gateway.
+    Glider,
+    /// Something speaks HTTP there, but none of the endpoints above.
+    Unknown,
+}
+
+impl ServerKind {
+    /// The server's name, for people.
+    pub fn label(self) -> &'static str {
+        match self {
+            ServerKind::Ollama => "Ollama",
+            ServerKind::LlamaCpp => "llama.cpp",
+            ServerKind::Vllm => "vLLM",
+            ServerKind::LmStudio => "LM Studio",
+            ServerKind::OpenAiCompatible => "an OpenAI-compatible server",
+            ServerKind::Glider => "Glider",
+            ServerKind::Unknown => "an unknown HTTP server",
+        }
+    }
+
+    /// A short identifier (JSON output, backend names).
+    pub fn id(self) -> &'static str {
+        match self {
+            ServerKind::Ollama => "ollama",
+            ServerKind::LlamaCpp => "llamacpp",
+            ServerKind::Vllm => "vllm",
+            ServerKind::LmStudio => "lmstudio",
+            ServerKind::OpenAiCompatible => "openai-compatible",
+            ServerKind::Glider => "glider",
+            ServerKind::Unknown => "unknown",
+        }
+    }
+
+    /// Whether it serves models Glider can use as a backend.
+    pub fn is_model_server(self) -> bool {
+        !matches!(self, ServerKind::Glider | ServerKind::Unknown)
+    }
+}
+
+/// One server found.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub port: u16,
+    pub kind: ServerKind,
+    /// The endpoint that identified it (`/api/version`, `/props`, `/v1/models`).
+    pub identified_by: &'static str,
+    /// The models it lists (file stems for llama.cpp's GGUF paths).
+    pub models: Vec<String>,
+}
+
+impl Found {
+    /// The base URL a backend uses for it (Ollama's root; `/v1` for the OpenAI wire).
+    pub fn base_url(&self) -> String {
+        match self.kind {
+            ServerKind::Ollama => format!("http://127.0.0.1:{}", self.port),
+            _ => format!("http://127.0.0.1:{}/v1", self.port),
+        }
+    }
+
+    /// A backend for it, named `name`: Ollama's own wire for Ollama, the
+    /// OpenAI-compatible (`vllm` type) wire for the others; its listed models, the first
+    /// one answering for a request that names none of them.
+    pub fn backend(&self, name: &str) -> Result<BackendConfig, String> {
+        let kind = match self.kind {
+            ServerKind::Ollama => "ollama",
+            _ => "vllm",
+        };
+        serde_json::from_value(json!({
+            "name": name,
+            "type": kind,
+            "base_url": self.base_url(),
+            "models": self.models,
+            "default_model": self.models.first(),
+        }))
+        .map_err(|e| {
+            format!(
+                "backend for {} on port {}: {e}",
+                self.kind.label(),
+                self.port
+            )
+        })
+    }
+}
+
+/// The ports to scan: [`PORTS_ENV`] when set, else [`USUAL_PORTS`].
+pub fn ports() -> Result<Vec<u16>, String> {
+    match std::env::var(PORTS_ENV) {
+        Ok(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                p.parse::<u16>()
+                    .map_err(|_| format!("{PORTS_ENV}: {p:?} is not a port number"))
+            })
+            .collect(),
+        Err(_) => Ok(USUAL_PORTS.iter().map(|(port, _)| *port).collect()),
+    }
+}
+
+/// The server usually found on `port`, if it is one of [`USUAL_PORTS`].
+pub fn usual_server(port: u16) -> Option<&'static str> {
+    USUAL_PORTS
+        .iter()
+        .find(|(usual, _)| *usual == port)
+        .map(|(_, name)| *name)
+}
+
+/// Scan `ports` on 127.0.0.1, all at once; what answers, in the order of `ports`.
+pub async fn scan(ports: &[u16]) -> Vec<Found> {
+    let client = match reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(REQUEST_TIMEOUT)
+        .timeout(REQUEST_TIMEOUT)
+        .build()
+    {
+        Ok(client) => client,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot build the HTTP client for local server discovery");
+            return Vec::new();
+        }
+    };
+    let client = &client;
+    futures_util::future::join_all(ports.iter().map(|&port| identify(client, port)))
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// What answers on `port`, by its own endpoints; `None` when nothing listens.
+async fn identify(client: &reqwest::Client, port: u16) -> Option<Found> {
+    let get = |path: &'static str| async move {
+        let response = client
+            .get(format!("http://127.0.0.1:{port}{path}"))
+            .send()
+            .await;
+        match response {
+            Err(e) if e.is_connect() => Err(()),
+            Err(_) => Ok(None),
+            Ok(response) if response.status().is_success() => {
+                Ok(response.json::<Value>().await.ok())
+            }
+            Ok(_) => Ok(None),
+        }
+    };
+    let found = |kind, identified_by, models| Found {
+        port,
+        kind,
+        identified_by,
+        models,
+    };
+    // Nothing listening: the first request says so and the others are not sent.
+    let version = get("/api/version").await.ok()?;
+    if let Some(version) = version.as_ref().and_then(|v| v["version"].as_str()) {
+        if version.starts_with("glider-") {
+            return Some(found(ServerKind::Glider, "/api/version", Vec::new()));
+        }
+        let tags = get("/api/tags").await.ok().flatten().unwrap_or_default();
+        return Some(found(ServerKind::Ollama, "/api/version", names(&tags)));
+    }
+    let models = get("/v1/models").await.ok().flatten();
+    let listed = models.as_ref().map(openai_ids).unwrap_or_default();
+    if get("/props")
+        .await
+        .ok()
+        .flatten()
+        .is_some_and(|p| p.is_object())
+    {
+        return Some(found(ServerKind::LlamaCpp, "/props", listed));
+    }
+    let Some(models) = models.filter(|m| m["data"].is_array()) else {
+        return Some(found(ServerKind::Unknown, "", Vec::new()));
+    };
+    let owned_by_vllm = models["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|m| m["owned_by"] == "vllm");
+    let kind = match (owned_by_vllm, usual_server(port)) {
+        (true, _) | (false, Some("vLLM")) => ServerKind::Vllm,
+        (false, Some("LM Studio")) => ServerKind::LmStudio,
+        _ => ServerKind::OpenAiCompatible,
+    };
+    Some(found(kind, "/v1/models", listed))
+}
+
+/// Model names in an Ollama `/api/tags` answer.
+fn names(tags: &Value) -> Vec<String> {
+    tags["models"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["name"].as_str().or(m["model"].as_str()))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Model ids in an OpenAI `/v1/models` answer, as a config would name them.
+fn openai_ids(models: &Value) -> Vec<String> {
+    models["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["id"].as_str())
+        .map(glider_backend::health::readable_model_id)
+        .collect()
+}
+
+/// `glider serve` with no config file: the model servers found on the usual ports
+/// replace the embedded profile's local backend (its fixed Ollama address), the first
+/// one under its name `local`, the others under their server's id; each is named at
+/// start. Nothing found: the embedded profile stays as it is, and that is said too. A
+/// server on Glider's own gateway port is an error that says which port to move.
+pub async fn use_found_servers(config: &mut glider_config::Config) -> anyhow::Result<()> {
+    let ports = ports().map_err(anyhow::Error::msg)?;
+    let found: Vec<Found> = scan(&ports)
+        .await
+        .into_iter()
+        .filter(|f| f.kind.is_model_server())
+        .collect();
+    if let Some(clash) = found.iter().find(|f| f.port == config.server.proxy_port) {
+        anyhow::bail!(
+            "{} is listening on port {}, Glider's gateway port (server.proxy_port; llama.cpp's default is also 8080): start Glider on another port, e.g. `glider serve --port 8090`, and it uses that server as its local backend",
+            clash.kind.label(),
+            clash.port
+        );
+    }
+    let embedded: Vec<String> = config
+        .backends
+        .iter()
+        .filter(|b| b.is_local())
+        .map(|b| format!("{} at {}", b.name, b.base_url))
+        .collect();
+    let mut backends = Vec::new();
+    for server in &found {
+        if server.models.is_empty() {
+            tracing::warn!(
+                "{} on port {} serves no model yet, so it is not used (Ollama: `ollama pull MODEL`)",
+                server.kind.label(),
+                server.port
+            );
+            continue;
+        }
+        let name = if backends.is_empty() {
+            "local".to_owned()
+        } else {
+            let taken = |name: &str| backends.iter().any(|b: &BackendConfig| b.name == name);
+            let id = server.kind.id();
+            if taken(id) {
+                format!("{id}-{}", server.port)
+            } else {
+                id.to_owned()
+            }
+        };
+        let backend = server.backend(&name).map_err(anyhow::Error::msg)?;
+        tracing::info!(
+            "no config file: local model server found: {} on port {} (by {}), backend {name} at {} with models {}",
+            server.kind.label(),
+            server.port,
+            server.identified_by,
+            server.base_url(),
+            server.models.join(", ")
+        );
+        backends.push(backend);
+    }
+    if backends.is_empty() {
+        tracing::info!(
+            "no config file and no local model server found on ports {ports:?} ({PORTS_ENV}); the embedded profile's {} stays",
+            embedded.join(", ")
+        );
+        return Ok(());
+    }
+    config.backends.retain(|b| !b.is_local());
+    // Local first, as in the embedded profile: the routing rules send local-worthy
+    // requests to the first local backend that serves the model.
+    backends.append(&mut config.backends);
+    config.backends = backends;
+    let problems = config.problems();
+    if !problems.is_empty() {
+        anyhow::bail!(
+            "the backends made from the servers found do not validate: {}",
+            problems.join("; ")
+        );
+    }
+    Ok(())
+}
