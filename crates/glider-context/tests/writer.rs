@@ -147,3 +147,37 @@ fn events_dropped_while_the_writer_is_blocked_are_logged_as_a_gap() {
         "every event is either written or counted"
     );
 }
+
+#[test]
+fn a_restarted_log_holds_its_recent_sessions_records_before_any_new_event() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let before = {
+        let log = ContextLog::start(options(home.path(), 64)).expect("starts");
+        log.append(request("a", true, &[]));
+        log.append(reply("a", &[]));
+        log.flush();
+        log.records().get("s").expect("the writer holds the record")
+    };
+    // A new start on the same file, and no event for the session since.
+    let log = ContextLog::start(options(home.path(), 64)).expect("restarts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        if let Some(record) = log.records().get("s") {
+            break record;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the record was never loaded at start"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(after, before, "the same record as before the restart");
+    assert!(after.contains("do it"), "{after}");
+    assert_eq!(
+        log.counters()
+            .written
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "loaded, not written"
+    );
+}

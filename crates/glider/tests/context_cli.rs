@@ -256,3 +256,87 @@ async fn with_context_disabled_serve_makes_no_context_directory() {
     assert!(ok);
     assert!(out.starts_with("no sessions in "), "{out}");
 }
+
+#[tokio::test]
+async fn after_a_restart_the_first_local_request_of_a_session_gets_its_record() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let served = serve(home.path(), &mock, "");
+    let client = reqwest::Client::new();
+    let tools = json!([{"name": "Edit", "input_schema": {"type": "object"}}]);
+    let args = json!({"file_path": "/w/main.rs", "old_string": "a", "new_string": "b"});
+    let prompt = format!("rename it [[call:Edit {args}]]");
+    let history = json!([
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Edit", "input": args}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "updated"}]}
+    ]);
+    post(
+        &client,
+        &served.gateway,
+        json!({"model": "qwen", "max_tokens": 50, "tools": tools,
+        "messages": [{"role": "user", "content": prompt}]}),
+    )
+    .await;
+    post(
+        &client,
+        &served.gateway,
+        json!({"model": "qwen", "max_tokens": 50, "tools": tools,
+        "messages": history}),
+    )
+    .await;
+    served.stop();
+
+    // A new server on the same GLIDER_HOME: it holds the session's record once its
+    // start-up load is done, before any request of the session.
+    let served = serve(home.path(), &mock, "");
+    let view = served
+        .poll_json("/api/context/sessions/claude-code:cli-session", |view| {
+            view["record"]["live"].is_string()
+        })
+        .await;
+    assert!(
+        view["record"]["live"]
+            .as_str()
+            .is_some_and(|live| live.contains("- /w/main.rs: edited")),
+        "{view}"
+    );
+    let chats_before = mock.requests().len();
+    let mut messages = history.as_array().cloned().unwrap_or_default();
+    messages.push(json!({"role": "assistant", "content": "Renamed."}));
+    messages.push(json!({"role": "user", "content": "what did we change?"}));
+    post(
+        &client,
+        &served.gateway,
+        json!({"model": "qwen", "max_tokens": 50, "tools": tools,
+        "messages": messages}),
+    )
+    .await;
+    let asked: Vec<Value> = mock.requests()[chats_before..]
+        .iter()
+        .filter(|r| r.path == "/api/chat")
+        .map(|r| r.body.clone())
+        .collect();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let sent = asked[0]["messages"].as_array().cloned().unwrap_or_default();
+    let system: Vec<&str> = sent
+        .iter()
+        .filter(|m| m["role"] == "system")
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        system.iter().any(|text| {
+            text.contains("<continuity-record session=\"claude-code:cli-session\">")
+                && text.contains("- /w/main.rs: edited")
+        }),
+        "the first request after the restart carries the record: {sent:?}"
+    );
+    let conversation: Vec<&Value> = sent.iter().filter(|m| m["role"] != "system").collect();
+    assert_eq!(
+        conversation.len(),
+        1,
+        "the current episode alone, none of the turns before it: {sent:?}"
+    );
+    assert_eq!(conversation[0]["content"], "what did we change?");
+    served.stop();
+}
