@@ -164,9 +164,7 @@ impl BudgetView {
             } else {
                 local as f64 / answered as f64
             },
-            stops: steps()
-                .filter(|s| s.backend.as_deref() == Some(glider_engine::BUDGET_BACKEND))
-                .count() as u64,
+            stops: steps().filter(|s| s.budget_stop.is_some()).count() as u64,
             live: None,
         }
     }

@@ -97,6 +97,29 @@ fn show(view: &SessionView) -> String {
             "  {goal}  [{} requests, {local} local]",
             episode.steps.len()
         );
+        for stop in episode.steps.iter().filter_map(|s| s.budget_stop.as_ref()) {
+            let repeated = match (&stop.tool, stop.repeats) {
+                (Some(tool), Some(repeats)) => format!(", {tool} called alike {repeats} times"),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                out,
+                "    loop stopped by Glider: {} at turn {}{repeated}",
+                stop.limit, stop.turns
+            );
+        }
+        for run in &episode.delegate_runs {
+            let ended = match (run.exit_code, &run.error) {
+                (Some(code), _) => format!("exit {code}"),
+                (None, Some(error)) => error.clone(),
+                (None, None) => "did not exit".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "    delegate run: {}, {ended}, {} ms",
+                run.vendor, run.duration_ms
+            );
+        }
     }
     let _ = writeln!(out, "files:");
     for file in &graph.files {

@@ -220,6 +220,14 @@ async fn a_loop_guard_stop_is_a_budget_stop_event_and_counted_on_metrics() {
         .unwrap_or_default();
     assert_eq!(stops.len(), 1, "{export}");
     assert_eq!(export["budget"]["stops"], 1, "{export}");
+    let (ok, show, err) = context(home.path(), &["show", "claude-code:cli-session"]);
+    assert!(ok, "{err}");
+    assert!(
+        show.contains(
+            "requests, 3 local]\n    loop stopped by Glider: loop_guard at turn 3, Edit called alike 2 times"
+        ),
+        "the stop on the episode's timeline: {show}"
+    );
     assert_eq!(
         export["budget"]["live"],
         Value::Null,
