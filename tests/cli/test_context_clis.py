@@ -367,3 +367,64 @@ def test_compact_with_local_compaction_reaches_the_local_model_with_the_record(t
     calls = [c["id"] for m in conversation for c in (m.get("tool_calls") or [])]
     results = [m["tool_call_id"] for m in conversation if m["role"] == "tool"]
     assert calls and calls == results, conversation
+
+
+def test_codex_local_turn_gets_the_record_and_the_episode_not_the_history(tmp_path):
+    """Codex through the gateway: one `codex exec` turn whose scripted cloud model (every
+    gpt name) makes it run an `exec_command`; then `codex exec resume --last "/local
+    …"`, the same session. Codex sends the `/local` text as the user's own words (exec
+    mode runs no slash command), which is what Glider's flag detector reads: the
+    recording local backend gets the record (the earlier goal and exchange) as system
+    text, and of the conversation only the `/local` turn. (The scripted `apply_patch`
+    of the gateway test above does not survive a cloud backend's wire yet: Codex then
+    gets the patch without its `*** Begin Patch` line.)"""
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    command = "echo codex-was-here"
+    prompt = 'show the notes [[call:exec_command {"cmd":"%s"}]]' % command
+    local = ChatBackend(models=["m-local"], window=131072)
+    threading.Thread(target=local.serve_forever, daemon=True).start()
+    config = f"""
+backends:
+  - {{{{name: cloud, type: anthropic, base_url: '{{url}}', api_key: k, models: ['gpt-*']}}}}
+  - {{{{name: local, type: vllm, base_url: '{local.url}', models: [m-local]}}}}
+routing: {{{{cloud_fallback: false, local_fallback: false, classifier: {{{{enabled: false}}}}}}}}
+context: {{{{summarizer: {{{{enabled: false}}}}}}}}
+"""
+    codex = [cli("codex"), "exec", "--skip-git-repo-check", "--color", "never",
+             "--dangerously-bypass-approvals-and-sandbox", "--json"]
+    try:
+        with running_glider(config) as glider:
+            env = codex_config(home, glider.match.group(1))
+            code, out, err = run([*codex, prompt], env, work)
+            assert code == 0, f"codex failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+            key, _ = session_with(glider.home, command)
+            assert not local.bodies, "the scripted turn went to the cloud mock"
+
+            def held():
+                text = get_json(f"{glider.dashboard}/api/context/sessions/{key}")["record"]["live"]
+                return text if text and "show the notes" in text and "codex-was-here" in text else None
+            assert poll(held, timeout=20), get_json(f"{glider.dashboard}/api/context/sessions/{key}")
+            question = "what did we change so far and why?"
+            resume = [cli("codex"), "exec", "resume", "--last", "--skip-git-repo-check",
+                      "--dangerously-bypass-approvals-and-sandbox", "--json", f"/local {question}"]
+            code, out, err = run(resume, env, work)
+            assert code == 0, f"codex resume failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+            steps = [s for e in get_json(f"{glider.dashboard}/api/context/sessions/{key}")["graph"]["episodes"]
+                     for s in e["steps"]]
+    finally:
+        local.shutdown()
+        local.server_close()
+
+    assert local.bodies, "the /local turn reached the local backend"
+    assert any(s["rule"] == "explicit" and s["local"] for s in steps), steps
+    assert_never_sent(local.bodies, ("show the notes", "codex-was-here", "[[call:"), tools=True)
+    main = [b for b in local.bodies if system_record(b)]
+    assert main, [[(m["role"], text_of(m)[:200]) for m in b["messages"]] for b in local.bodies]
+    record = system_record(main[-1])
+    assert f'<continuity-record session="{key}">' in record, record
+    assert "show the notes" in record and "codex-was-here" in record, "the goal and the exchange"
+    conversation = [m for m in main[-1]["messages"] if m["role"] != "system"]
+    assert [m["role"] for m in conversation] == ["user"], conversation
+    assert question in text_of(conversation[0]) and "/local" not in text_of(conversation[0]), conversation
