@@ -324,29 +324,56 @@ async fn a_local_turn_gets_the_record_and_only_its_own_episode() {
     );
 }
 
-#[tokio::test]
-async fn a_session_over_the_local_budget_arrives_cut_to_it_with_no_call_split_from_its_result() {
+/// A gateway whose local model has a 4k window with 1k kept for the reply (3072 tokens
+/// for the request), and a session whose first episode read conf/app.toml.
+struct OneRead {
+    mock: MockVendor,
+    _home: tempfile::TempDir,
+    gateway: common::Gateway,
+    context: Arc<Context>,
+    chat: Conversation,
+}
+
+/// [`OneRead`] for session `name` asking for `model`, with `extra` config; once its
+/// record is held.
+async fn after_one_read(name: &str, model: &str, extra: &str) -> OneRead {
     let mock = MockVendor::start(MockConfig::default()).await;
     let home = tempfile::tempdir().expect("tempdir");
-    // A 4k window with 1k kept for the reply: 3072 tokens for the request.
     let (gateway, context) = gateway(
         &mock,
         home.path(),
-        "context: {output_reserve_tokens: 1024}\n",
+        &format!("{extra}context: {{output_reserve_tokens: 1024}}\n"),
     )
     .await;
-    let session = "claude-code:long";
-    let mut chat = Conversation::new("qwen");
+    let mut chat = Conversation::new(model);
     chat.episode(
         &gateway,
-        "long",
+        name,
         "read the config",
         "Read",
         json!({"file_path": "conf/app.toml"}),
         "port = 80",
     )
     .await;
-    record_until(&context, session, 1).await;
+    record_until(&context, &format!("claude-code:{name}"), 1).await;
+    OneRead {
+        mock,
+        _home: home,
+        gateway,
+        context,
+        chat,
+    }
+}
+
+#[tokio::test]
+async fn a_session_over_the_local_budget_arrives_cut_to_it_with_no_call_split_from_its_result() {
+    let OneRead {
+        mock,
+        _home,
+        gateway,
+        context: _context,
+        mut chat,
+    } = after_one_read("long", "qwen", "").await;
 
     // The current episode reads eight large files: ~3,700 tokens of results, more than
     // the budget by itself, yet under the window the router checks.
@@ -402,29 +429,21 @@ async fn a_session_over_the_local_budget_arrives_cut_to_it_with_no_call_split_fr
 
 #[tokio::test]
 async fn a_session_over_the_local_window_goes_to_the_cloud_unless_the_user_chose_local() {
-    let mock = MockVendor::start(MockConfig::default()).await;
-    let home = tempfile::tempdir().expect("tempdir");
-    // A 4k window with 1k kept for the reply: 3072 tokens for the request. The CLI
-    // asks for a Claude model, aliased to the local one: the cloud serves the name it
-    // asked for, so it is the fallback.
-    let (gateway, context) = gateway(
-        &mock,
-        home.path(),
-        "model_aliases: {claude-sonnet-4: qwen}\ncontext: {output_reserve_tokens: 1024}\n",
+    // The CLI asks for a Claude model, aliased to the local one: the cloud serves the
+    // name it asked for, so it is the fallback.
+    let OneRead {
+        mock,
+        _home,
+        gateway,
+        context,
+        mut chat,
+    } = after_one_read(
+        "over",
+        "claude-sonnet-4",
+        "model_aliases: {claude-sonnet-4: qwen}\n",
     )
     .await;
     let session = "claude-code:over";
-    let mut chat = Conversation::new("claude-sonnet-4");
-    chat.episode(
-        &gateway,
-        "over",
-        "read the config",
-        "Read",
-        json!({"file_path": "conf/app.toml"}),
-        "port = 80",
-    )
-    .await;
-    record_until(&context, session, 1).await;
     let chunk = "let value = compute(input);\n".repeat(60); // 1,680 bytes, ~480 tokens
     let mut events = gateway.engine.bus().subscribe();
 
@@ -467,17 +486,7 @@ async fn a_session_over_the_local_window_goes_to_the_cloud_unless_the_user_chose
     let args = json!({"file_path": "src/part3.rs"});
     chat.messages.push(json!({"role": "user",
         "content": format!("/local what did part3 say? [[call:Read {args}]]")}));
-    let call = ask(&gateway, "over", &chat.body()).await;
-    let route = finished(&mut events).await;
-    assert_eq!(
-        (route.backend.as_deref(), route.rule.as_deref()),
-        (Some("local"), Some("explicit")),
-        "{:?}",
-        route.reason
-    );
-    let request = last_local_request(&mock);
-    let estimate = sent_tokens(&request);
-    assert!(estimate <= 3072, "~{estimate} tokens sent");
+    let (call, _, request) = ask_local_explicit(&gateway, &mock, &mut events, &chat).await;
     let sent = messages(&request);
     assert!(
         text_of(&sent[0]).contains("- src/part11.rs: read"),
@@ -507,17 +516,7 @@ async fn a_session_over_the_local_window_goes_to_the_cloud_unless_the_user_chose
             &chunk,
         );
     }
-    ask(&gateway, "over", &chat.body()).await;
-    let route = finished(&mut events).await;
-    assert_eq!(
-        (route.backend.as_deref(), route.rule.as_deref()),
-        (Some("local"), Some("explicit")),
-        "{:?}",
-        route.reason
-    );
-    let request = last_local_request(&mock);
-    let estimate = sent_tokens(&request);
-    assert!(estimate <= 3072, "~{estimate} tokens sent");
+    let (_, route, request) = ask_local_explicit(&gateway, &mock, &mut events, &chat).await;
     let calls = calls_with_their_results(&messages(&request));
     assert_eq!(calls.last().map(String::as_str), Some("toolu_24"));
     assert!(
@@ -525,6 +524,29 @@ async fn a_session_over_the_local_window_goes_to_the_cloud_unless_the_user_chose
         "{:?}",
         route.context_left_out
     );
+}
+
+/// Send `chat` for session `over`: the local backend must answer it under the user's
+/// `/local` (rule `explicit`) within the 3072-token budget. The reply, its route and
+/// what the local backend got.
+async fn ask_local_explicit(
+    gateway: &common::Gateway,
+    mock: &MockVendor,
+    events: &mut tokio::sync::broadcast::Receiver<Arc<PipelineEvent>>,
+    chat: &Conversation,
+) -> (Value, RequestRecord, RecordedRequest) {
+    let reply = ask(gateway, "over", &chat.body()).await;
+    let route = finished(events).await;
+    assert_eq!(
+        (route.backend.as_deref(), route.rule.as_deref()),
+        (Some("local"), Some("explicit")),
+        "{:?}",
+        route.reason
+    );
+    let request = last_local_request(mock);
+    let estimate = sent_tokens(&request);
+    assert!(estimate <= 3072, "~{estimate} tokens sent");
+    (reply, route, request)
 }
 
 /// The opening of Claude Code's compaction instruction, as Claude Code 2.1.197 sends it
