@@ -8,13 +8,19 @@ same for Codex, whose `apply_patch` and `exec_command` the mock makes it run. Th
 the continuity record and the bounded episode, never a turn from before it."""
 
 import contextlib
+import http.server
 import json
+import socket
+import ssl
 import subprocess
 import threading
+import urllib.error
 import urllib.request
 
+import pytest
+
 from conftest import ChatBackend, _binary, poll, running_glider
-from test_mitm_clis import claude_env, mitm_stack  # noqa: F401  (a fixture)
+from test_mitm_clis import claude_env, free_port, make_origin_certs, mitm_stack  # noqa: F401  (a fixture)
 from test_real_clis import CONFIG, claude_gateway_env, claude_quiet_env, clean_env, cli, codex_config, run
 
 
@@ -148,15 +154,100 @@ def get_json(url):
         return json.load(reply)
 
 
+class ScriptedOrigin:
+    """api.anthropic.com as the MITM door sees it: TLS on 127.0.0.1 (a test CA), every
+    request relayed to glider-mock's scripted Anthropic model at `upstream` (set once it
+    runs) and its reply returned whole, so a request Glider forwards to the CLI's own
+    cloud is answered by the same script as through the gateway."""
+
+    def __init__(self, cert, key):
+        self.upstream = None
+        self.paths = []
+        origin = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def relay(self):
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else None
+                origin.paths.append((self.command, self.path))
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() in ("content-type", "anthropic-version", "x-api-key", "authorization")}
+                request = urllib.request.Request(origin.upstream + self.path, data=body, headers=headers,
+                                                 method=self.command)
+                try:
+                    with urllib.request.urlopen(request, timeout=60) as reply:
+                        status, content_type, data = reply.status, reply.headers.get("content-type"), reply.read()
+                except urllib.error.HTTPError as error:
+                    status, content_type, data = error.code, error.headers.get("content-type"), error.read()
+                self.send_response(status)
+                self.send_header("content-type", content_type or "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_POST = do_HEAD = relay
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        context.set_alpn_protocols(["http/1.1"])
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def mitm_door(tmp_path):
+    """What Claude Code needs to reach Glider's MITM proxy as a user runs it (only
+    HTTPS_PROXY and the CA trust): the config's `mitm` block, with the CLI's own host
+    sent to the scripted origin, and a function giving the CLI's environment once
+    Glider runs."""
+    ca, cert, key = make_origin_certs(tmp_path)
+    origin = ScriptedOrigin(str(cert), str(key))
+    port = free_port()
+    block = f"""
+mitm:
+  enabled: true
+  port: {port}
+  hosts: [api.anthropic.com]
+  upstream_overrides: {{{{api.anthropic.com: '127.0.0.1:{origin.port}'}}}}
+  upstream_ca_file: '{ca}'
+"""
+
+    def env_for(home, glider):
+        def listening():
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+            return False
+        assert poll(listening, timeout=20), "the MITM proxy listens"
+        origin.upstream = f"http://{glider.mock}"
+        env = claude_env(home, HTTPS_PROXY=f"http://127.0.0.1:{port}",
+                         NODE_EXTRA_CA_CERTS=str(glider.home / "mitm" / "ca.crt"))
+        env.pop("CLAUDE_CONFIG_DIR", None)
+        return env
+    return block, env_for, origin
+
+
 @contextlib.contextmanager
-def turns_then_local(tmp_path, context="{}"):
+def turns_then_local(tmp_path, context="{}", mitm=False):
     """The three scripted turns (Read, Edit, Bash) answered by the cloud mock (every
     Claude model name) in front of a recording local backend, `glider setup claude`'s
     command files installed first. Yields once the server holds the session's record
     naming the edit: (run, local backend, record text held); `run(prompt)` runs one
     more `claude -p` turn of the session and returns its JSON result. `context` is
     merged into the config's `context`; the summarizer is off (it would use the local
-    backend too, off the request path), so the local log is the later turns' alone."""
+    backend too, off the request path), so the local log is the later turns' alone.
+    With `mitm`, the CLI goes through Glider's MITM proxy (HTTPS_PROXY) instead of the
+    gateway (its base URL)."""
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
@@ -167,6 +258,7 @@ def turns_then_local(tmp_path, context="{}"):
     assert setup.returncode == 0, setup.stderr
     local = ChatBackend(models=["m-local"], window=131072)
     threading.Thread(target=local.serve_forever, daemon=True).start()
+    block, env_for, origin = mitm_door(tmp_path) if mitm else ("", None, None)
     settings = {"summarizer": {"enabled": False}, **json.loads(context)}
     config = f"""
 backends:
@@ -174,10 +266,13 @@ backends:
   - {{{{name: local, type: vllm, base_url: '{local.url}', models: [m-local]}}}}
 routing: {{{{cloud_fallback: false, local_fallback: false, classifier: {{{{enabled: false}}}}}}}}
 context: {json.dumps(settings).replace("{", "{{").replace("}", "}}")}
-"""
+{block}"""
     try:
         with running_glider(config) as glider:
-            env["ANTHROPIC_BASE_URL"] = glider.match.group(1)
+            if mitm:
+                env = env_for(home, glider)
+            else:
+                env["ANTHROPIC_BASE_URL"] = glider.match.group(1)
             session, path, command = claude_turns(env, work)
             key, _ = session_with(glider.home, command)
             assert not local.bodies, "the scripted turns went to the cloud mock"
@@ -200,6 +295,8 @@ context: {json.dumps(settings).replace("{", "{{").replace("}", "}}")}
     finally:
         local.shutdown()
         local.server_close()
+        if origin:
+            origin.stop()
 
 
 def system_record(body):
@@ -219,15 +316,20 @@ def assert_never_sent(bodies, earlier, tools=False):
             assert not any(words in text_of(message) for words in earlier), (message, body["messages"])
 
 
-def test_a_local_turn_gets_the_record_and_the_episode_not_the_history(tmp_path):
+@pytest.mark.parametrize("door", ["gateway", "mitm"])
+def test_a_local_turn_gets_the_record_and_the_episode_not_the_history(tmp_path, door):
     """After the scripted turns, `/local what did we change…` in the same session: the
     local backend receives the record, which names the file edited earlier, as system
     text, and of the conversation only the `/local` episode: none of the earlier turns,
-    in any request it got."""
+    in any request it got. Through the gateway (base URL) and through the MITM proxy
+    (HTTPS_PROXY, the CLI's own host)."""
     question = "what did we change so far and why?"
-    with turns_then_local(tmp_path) as (turn, local, _):
+    with turns_then_local(tmp_path, mitm=door == "mitm") as (turn, local, _):
         assert "reply" in turn(f"/local {question}")["result"]
         records = get_json(f"{turn.glider.dashboard}/api/requests?limit=50")["requests"]
+        doors = {s["door"] for e in get_json(f"{turn.glider.dashboard}/api/context/sessions/{turn.key}")["graph"]
+                 ["episodes"] for s in e["steps"]}
+    assert doors == {door}, doors
 
     assert local.bodies, "the /local turn reached the local backend"
     assert_never_sent(local.bodies, ("look at the notes", "fix the notes", "show the notes", "tool result", "[[call:"),
@@ -265,3 +367,64 @@ def test_compact_with_local_compaction_reaches_the_local_model_with_the_record(t
     calls = [c["id"] for m in conversation for c in (m.get("tool_calls") or [])]
     results = [m["tool_call_id"] for m in conversation if m["role"] == "tool"]
     assert calls and calls == results, conversation
+
+
+def test_codex_local_turn_gets_the_record_and_the_episode_not_the_history(tmp_path):
+    """Codex through the gateway: one `codex exec` turn whose scripted cloud model (every
+    gpt name) makes it run an `exec_command`; then `codex exec resume --last "/local
+    …"`, the same session. Codex sends the `/local` text as the user's own words (exec
+    mode runs no slash command), which is what Glider's flag detector reads: the
+    recording local backend gets the record (the earlier goal and exchange) as system
+    text, and of the conversation only the `/local` turn. (The scripted `apply_patch`
+    of the gateway test above does not survive a cloud backend's wire yet: Codex then
+    gets the patch without its `*** Begin Patch` line.)"""
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    command = "echo codex-was-here"
+    prompt = 'show the notes [[call:exec_command {"cmd":"%s"}]]' % command
+    local = ChatBackend(models=["m-local"], window=131072)
+    threading.Thread(target=local.serve_forever, daemon=True).start()
+    config = f"""
+backends:
+  - {{{{name: cloud, type: anthropic, base_url: '{{url}}', api_key: k, models: ['gpt-*']}}}}
+  - {{{{name: local, type: vllm, base_url: '{local.url}', models: [m-local]}}}}
+routing: {{{{cloud_fallback: false, local_fallback: false, classifier: {{{{enabled: false}}}}}}}}
+context: {{{{summarizer: {{{{enabled: false}}}}}}}}
+"""
+    codex = [cli("codex"), "exec", "--skip-git-repo-check", "--color", "never",
+             "--dangerously-bypass-approvals-and-sandbox", "--json"]
+    try:
+        with running_glider(config) as glider:
+            env = codex_config(home, glider.match.group(1))
+            code, out, err = run([*codex, prompt], env, work)
+            assert code == 0, f"codex failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+            key, _ = session_with(glider.home, command)
+            assert not local.bodies, "the scripted turn went to the cloud mock"
+
+            def held():
+                text = get_json(f"{glider.dashboard}/api/context/sessions/{key}")["record"]["live"]
+                return text if text and "show the notes" in text and "codex-was-here" in text else None
+            assert poll(held, timeout=20), get_json(f"{glider.dashboard}/api/context/sessions/{key}")
+            question = "what did we change so far and why?"
+            resume = [cli("codex"), "exec", "resume", "--last", "--skip-git-repo-check",
+                      "--dangerously-bypass-approvals-and-sandbox", "--json", f"/local {question}"]
+            code, out, err = run(resume, env, work)
+            assert code == 0, f"codex resume failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+            steps = [s for e in get_json(f"{glider.dashboard}/api/context/sessions/{key}")["graph"]["episodes"]
+                     for s in e["steps"]]
+    finally:
+        local.shutdown()
+        local.server_close()
+
+    assert local.bodies, "the /local turn reached the local backend"
+    assert any(s["rule"] == "explicit" and s["local"] for s in steps), steps
+    assert_never_sent(local.bodies, ("show the notes", "codex-was-here", "[[call:"), tools=True)
+    main = [b for b in local.bodies if system_record(b)]
+    assert main, [[(m["role"], text_of(m)[:200]) for m in b["messages"]] for b in local.bodies]
+    record = system_record(main[-1])
+    assert f'<continuity-record session="{key}">' in record, record
+    assert "show the notes" in record and "codex-was-here" in record, "the goal and the exchange"
+    conversation = [m for m in main[-1]["messages"] if m["role"] != "system"]
+    assert [m["role"] for m in conversation] == ["user"], conversation
+    assert question in text_of(conversation[0]) and "/local" not in text_of(conversation[0]), conversation

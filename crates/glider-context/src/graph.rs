@@ -2,7 +2,9 @@
 //! it exactly. Episodes (a root user turn and its follow-ons) with their requests;
 //! files read, edited, created or deleted; commands with their exit status; errors,
 //! closed by a later success of the same command or on the same file; and the models
-//! and backends that answered; the newest accepted compaction's narrative. Facts carry
+//! and backends that answered; the newest accepted compaction's narrative; the agent
+//! loops Glider stopped (on their request's step) and the delegate runs (in the episode
+//! they came during). Facts carry
 //! validity: each file change records when a later one superseded it. The fold is
 //! incremental ([`Folder`]): the log's writer keeps one per live session and feeds it
 //! each committed event, so the continuity record is rebuilt without a query.
@@ -11,7 +13,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::event::{CompactionEvent, EventBody, ReplyEvent, RequestEvent, ToolCall, ToolResult};
+use crate::event::{
+    BudgetStopEvent, CompactionEvent, DelegateEvent, EventBody, ReplyEvent, RequestEvent, ToolCall,
+    ToolResult,
+};
 use crate::store::Stored;
 use crate::tools::{self, Action, FileOp};
 
@@ -56,6 +61,30 @@ pub struct Episode {
     /// The user's words that began it (up to 4 KiB).
     pub goal: Option<String>,
     pub steps: Vec<Step>,
+    /// Headless delegate runs (`/claude …`) that ended while this episode was current.
+    pub delegate_runs: Vec<DelegateRun>,
+}
+
+/// A delegate run, as its `delegate` event told it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DelegateRun {
+    pub vendor: String,
+    pub at_ms: u64,
+    /// `None`: killed at the timeout or the output limit, or its client went away.
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub duration_ms: u64,
+}
+
+/// The limit that ended an agent loop at this step ([`crate::event::BudgetStopEvent`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LoopStop {
+    /// `turn_budget` or `loop_guard`.
+    pub limit: String,
+    /// The episode's turns, the stopped one included.
+    pub turns: u32,
+    pub tool: Option<String>,
+    pub repeats: Option<u32>,
 }
 
 /// One request of an episode.
@@ -82,6 +111,9 @@ pub struct Step {
     /// A CLI's compaction request (its reply is a summary, not the episode's answer).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub compaction: bool,
+    /// Glider answered it itself, ending the agent loop (its reply's backend is
+    /// `glider-budget`).
+    pub budget_stop: Option<LoopStop>,
 }
 
 /// What is known of one file; `changes` oldest first, the last one current.
@@ -204,13 +236,9 @@ impl Folder {
             EventBody::Request(request) => self.request(request, at_ms, family.cloned()),
             EventBody::Reply(reply) => self.reply(reply, at_ms),
             EventBody::Compaction(compaction) => self.compaction(compaction),
-            // Not folded yet: a budget stop shows as the request's reply (backend
-            // `glider-budget`), a delegate run only in the log and its export.
-            EventBody::Gap { .. }
-            | EventBody::Retention { .. }
-            | EventBody::Forgotten { .. }
-            | EventBody::BudgetStop(_)
-            | EventBody::Delegate(_) => {}
+            EventBody::BudgetStop(stop) => self.budget_stop(stop),
+            EventBody::Delegate(run) => self.delegate(run, at_ms, family),
+            EventBody::Gap { .. } | EventBody::Retention { .. } | EventBody::Forgotten { .. } => {}
         }
     }
 
@@ -246,6 +274,51 @@ impl Folder {
         }
     }
 
+    /// On its request's step (the request is folded before it; its reply follows).
+    fn budget_stop(&mut self, stop: &BudgetStopEvent) {
+        if let Some(&(episode, step)) = self.steps.get(&stop.request) {
+            self.graph.episodes[episode].steps[step].budget_stop = Some(LoopStop {
+                limit: stop.limit.clone(),
+                turns: stop.turns,
+                tool: stop.tool.clone(),
+                repeats: stop.repeats,
+            });
+        }
+    }
+
+    /// In the episode current when it ended (its family); a run before any request of
+    /// the session is an episode of its own, with no goal and no steps.
+    fn delegate(&mut self, run: &DelegateEvent, at_ms: u64, family: Option<&String>) {
+        let key = family
+            .cloned()
+            .unwrap_or_else(|| format!("delegate-{at_ms}"));
+        let episode = self.episode(key, at_ms);
+        self.graph.episodes[episode]
+            .delegate_runs
+            .push(DelegateRun {
+                vendor: run.vendor.clone(),
+                at_ms,
+                exit_code: run.exit_code,
+                error: run.error.clone(),
+                duration_ms: run.duration_ms,
+            });
+    }
+
+    /// The index of the episode `family`, opened at `at_ms` if it is new.
+    fn episode(&mut self, family: String, at_ms: u64) -> usize {
+        match self.graph.episodes.iter().position(|e| e.family == family) {
+            Some(index) => index,
+            None => {
+                self.graph.episodes.push(Episode {
+                    family,
+                    started_ms: at_ms,
+                    ..Episode::default()
+                });
+                self.graph.episodes.len() - 1
+            }
+        }
+    }
+
     fn request(&mut self, request: &RequestEvent, at_ms: u64, family: Option<String>) {
         for call in &request.tool_calls {
             self.calls
@@ -256,23 +329,7 @@ impl Folder {
             self.result(result, at_ms, family.clone());
         }
         let family_key = family.clone().unwrap_or_else(|| request.request.clone());
-        let episode = match self
-            .graph
-            .episodes
-            .iter()
-            .position(|e| e.family == family_key)
-        {
-            Some(index) => index,
-            None => {
-                self.graph.episodes.push(Episode {
-                    family: family_key,
-                    started_ms: at_ms,
-                    goal: None,
-                    steps: Vec::new(),
-                });
-                self.graph.episodes.len() - 1
-            }
-        };
+        let episode = self.episode(family_key, at_ms);
         let episode_ref = &mut self.graph.episodes[episode];
         if episode_ref.goal.is_none() && request.root {
             episode_ref.goal = request.user_text.clone();
@@ -637,6 +694,96 @@ mod tests {
             (graph.models[0].requests, graph.models[0].input_tokens),
             (5, 50)
         );
+    }
+
+    #[test]
+    fn a_budget_stop_marks_its_step_and_a_delegate_run_its_episode() {
+        let delegate = |vendor: &str, exit_code, error: Option<&str>| {
+            EventBody::Delegate(DelegateEvent {
+                vendor: vendor.into(),
+                exit_code,
+                error: error.map(str::to_owned),
+                duration_ms: 1200,
+            })
+        };
+        let mut s = Script::default();
+        // Before any request of the session: an episode of its own.
+        s.push(delegate("claude", Some(0), None));
+        let edit = json!({"file_path": "f.rs", "old_string": "a", "new_string": "b"});
+        s.user("loop on it", vec![call("e1", "Edit", edit.clone())]);
+        s.push(delegate("cursor-agent", None, Some("timed out")));
+        let stopped = format!("r{}", s.n);
+        s.push(EventBody::Request(RequestEvent {
+            request: stopped.clone(),
+            tool_results: vec![ok("e1", "updated")],
+            ..RequestEvent::default()
+        }));
+        s.push(EventBody::BudgetStop(BudgetStopEvent {
+            request: stopped.clone(),
+            limit: "loop_guard".into(),
+            turns: 2,
+            tool: Some("Edit".into()),
+            repeats: Some(5),
+            message: "Glider stopped this agent loop".into(),
+        }));
+        s.push(EventBody::Reply(ReplyEvent {
+            request: stopped,
+            backend: Some("glider-budget".into()),
+            local: Some(true),
+            status: Some(200),
+            ..ReplyEvent::default()
+        }));
+        let graph = s.fold();
+        assert_eq!(graph.episodes.len(), 2);
+        let first = &graph.episodes[0];
+        assert_eq!(
+            (
+                first.family.as_str(),
+                first.goal.as_deref(),
+                first.steps.len()
+            ),
+            ("delegate-1000", None, 0)
+        );
+        assert_eq!(
+            first.delegate_runs,
+            [DelegateRun {
+                vendor: "claude".into(),
+                at_ms: 1000,
+                exit_code: Some(0),
+                error: None,
+                duration_ms: 1200
+            }]
+        );
+        let second = &graph.episodes[1];
+        assert_eq!(second.goal.as_deref(), Some("loop on it"));
+        let runs: Vec<_> = second
+            .delegate_runs
+            .iter()
+            .map(|r| (r.vendor.as_str(), r.exit_code, r.error.as_deref()))
+            .collect();
+        assert_eq!(runs, [("cursor-agent", None, Some("timed out"))]);
+        assert_eq!(second.steps[0].budget_stop, None);
+        assert_eq!(
+            second.steps[1].budget_stop,
+            Some(LoopStop {
+                limit: "loop_guard".into(),
+                turns: 2,
+                tool: Some("Edit".into()),
+                repeats: Some(5)
+            })
+        );
+        assert_eq!(
+            second.steps[1].backend.as_deref(),
+            Some("glider-budget"),
+            "its reply is folded onto the same step"
+        );
+        assert_eq!(crate::BudgetView::of_graph(&graph).stops, 1);
+        // Fed one event at a time, the fold is the same as over the whole log.
+        let mut folder = Folder::new("s");
+        for stored in &s.events {
+            folder.feed_event(&stored.event, stored.family.as_ref());
+        }
+        assert_eq!(folder.into_graph(), graph);
     }
 
     #[test]

@@ -127,6 +127,47 @@ pub struct SessionView {
     pub summary: SessionRow,
     pub graph: SessionGraph,
     pub record: RecordView,
+    pub budget: BudgetView,
+}
+
+/// What a session spent, as its log shows it, and the running engine's own budget
+/// state (contextkit's, which the turn budget and the loop guard are applied to).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct BudgetView {
+    /// Requests the log holds for the session, and for its newest episode.
+    pub requests: u64,
+    pub episode: Option<String>,
+    pub episode_requests: u64,
+    /// Of the requests that ended with a backend, the share a local one answered.
+    pub local_share: f64,
+    /// Agent loops Glider ended (turn budget or loop guard).
+    pub stops: u64,
+    /// The running engine's in-memory spend (`None` when read from the file by the
+    /// CLI, or when the engine does not remember the session: it starts empty at each
+    /// start and keeps the 4096 most recently active sessions).
+    pub live: Option<glider_engine::SessionBudget>,
+}
+
+impl BudgetView {
+    /// The spend `graph` shows (no live state).
+    pub fn of_graph(graph: &SessionGraph) -> BudgetView {
+        let steps = || graph.episodes.iter().flat_map(|e| &e.steps);
+        let answered = steps().filter(|s| s.backend.is_some()).count();
+        let local = steps().filter(|s| s.local == Some(true)).count();
+        let newest = graph.episodes.last();
+        BudgetView {
+            requests: steps().count() as u64,
+            episode: newest.map(|e| e.family.clone()),
+            episode_requests: newest.map_or(0, |e| e.steps.len() as u64),
+            local_share: if answered == 0 {
+                0.0
+            } else {
+                local as f64 / answered as f64
+            },
+            stops: steps().filter(|s| s.budget_stop.is_some()).count() as u64,
+            live: None,
+        }
+    }
 }
 
 /// The continuity record as the dashboard and CLI show it: its parts, and the text a
@@ -201,8 +242,10 @@ impl Reader {
         let graph = graph::fold(session, &events);
         let record = ContinuityRecord::of_graph(&graph);
         let text = record.render(self.record_max_tokens);
+        let budget = BudgetView::of_graph(&graph);
         Ok(Some(SessionView {
             summary,
+            budget,
             graph,
             record: RecordView {
                 record,

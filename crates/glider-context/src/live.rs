@@ -3,13 +3,18 @@
 //! after each commit it feeds it the committed events, rebuilds the touched sessions'
 //! records and publishes them in a [`RecordCache`], which a request reads without a
 //! lock or a query (an `ArcSwap` of the map). A session the writer has not seen since
-//! start is loaded from the database once, on its first new event. A forget (by the
-//! dashboard or by `glider context forget` from another process, seen within a second
-//! as a commit by another connection) and retention make the writer reload or drop
-//! what it holds.
+//! start is loaded from the database once, on its first new event; at start, the
+//! records of the most recently active sessions are loaded on a thread of their own
+//! ([`preload`]) and handed to the writer, so the first request of a session after a
+//! restart carries its record. A forget (by the dashboard or by `glider context forget`
+//! from another process, seen within a second as a commit by another connection) and
+//! retention make the writer reload or drop what it holds.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use rusqlite::Connection;
@@ -53,7 +58,8 @@ impl RecordCache {
     }
 }
 
-struct Live {
+/// One session's fold, as the writer holds it.
+pub(crate) struct Live {
     folder: Folder,
     /// The newest event id folded.
     last_id: i64,
@@ -166,6 +172,33 @@ impl LiveSessions {
         self.publish(&touched, &gone);
     }
 
+    /// `live` was folded from the database at start by [`preload`]. Held already (an
+    /// event of the session came first, and the writer loaded it whole), or no room
+    /// left: nothing to do. Events deleted since it was read (a forget, retention)
+    /// make it read again; none left, it is dropped.
+    pub(crate) fn preloaded(&mut self, conn: &Connection, session: String, live: Live) {
+        if self.sessions.contains_key(&session) || self.sessions.len() >= MAX_LIVE_SESSIONS {
+            return;
+        }
+        let live = match store::last_id(conn, &session) {
+            Ok(Some(id)) if id == live.last_id => live,
+            Ok(Some(_)) => match load(conn, &session) {
+                Ok(live) => live,
+                Err(error) => {
+                    tracing::warn!(%error, "context: cannot load a session's record");
+                    return;
+                }
+            },
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(%error, "context: cannot check a preloaded session");
+                return;
+            }
+        };
+        self.admit(&session, live);
+        self.publish(&[session], &[]);
+    }
+
     fn admit(&mut self, session: &str, live: Live) {
         if self.sessions.len() >= MAX_LIVE_SESSIONS
             && let Some(oldest) = self
@@ -216,4 +249,45 @@ fn load(conn: &Connection, session: &str) -> Result<Live, StoreError> {
         last_id: events.last().map_or(0, |e| e.id),
         used: 0,
     })
+}
+
+/// At start: fold the `limit` most recently active sessions of the database in `dir`
+/// (its own connection, off the writer's thread and the request path) and hand each
+/// to `deliver`, newest first, until it refuses one or `closing` is set.
+pub(crate) fn preload(
+    dir: &Path,
+    limit: usize,
+    closing: &AtomicBool,
+    mut deliver: impl FnMut(String, Live) -> bool,
+) {
+    let began = Instant::now();
+    let loaded = (|| -> Result<usize, StoreError> {
+        let Some(conn) = store::open_existing(dir)? else {
+            return Ok(0);
+        };
+        let mut loaded = 0;
+        for session in store::recent_sessions(&conn, limit)? {
+            if closing.load(Ordering::Relaxed) {
+                break;
+            }
+            let live = load(&conn, &session)?;
+            if !deliver(session, live) {
+                break;
+            }
+            loaded += 1;
+        }
+        Ok(loaded)
+    })();
+    match loaded {
+        Ok(0) => {}
+        Ok(sessions) => tracing::info!(
+            sessions,
+            took_ms = began.elapsed().as_millis() as u64,
+            "context: the records of recent sessions are loaded"
+        ),
+        Err(error) => tracing::warn!(
+            %error,
+            "context: cannot load recent sessions' records; each is loaded on its next event"
+        ),
+    }
 }

@@ -3,11 +3,12 @@
 //! queue is full the event is dropped and counted, and the count is written as a `gap`
 //! event once the writer catches up: a loss is never silent. Retention runs on the
 //! same thread, at start and then periodically. After each commit the writer also
-//! updates the live sessions' continuity records ([`crate::live`]).
+//! updates the live sessions' continuity records ([`crate::live`]); at start a thread
+//! of its own loads the recent sessions' records and sends them through the same queue.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::event::{Event, EventBody};
-use crate::live::{LiveSessions, RecordCache};
+use crate::live::{self, Live, LiveSessions, MAX_LIVE_SESSIONS, RecordCache};
 use crate::store::{self, Retention, StoreError};
 
 /// Most events written in one transaction.
@@ -81,6 +82,8 @@ enum Message {
     Event(Box<Event>),
     /// Answered once everything sent before it is committed.
     Flush(mpsc::Sender<()>),
+    /// A session's fold read at start by [`live::preload`].
+    Preloaded(String, Box<Live>),
 }
 
 /// The handle requests append through. Dropping it drains the queue and stops the
@@ -92,6 +95,8 @@ pub struct ContextLog {
     writer: Option<JoinHandle<()>>,
     dir: PathBuf,
     observer: ObserverSlot,
+    /// Tells the preload at start to stop (the log is being dropped).
+    closing: Arc<AtomicBool>,
 }
 
 impl ContextLog {
@@ -119,6 +124,23 @@ impl ContextLog {
                 path: options.dir.clone(),
                 source,
             })?;
+        let closing = Arc::new(AtomicBool::new(false));
+        let preload = (sender.clone(), options.dir.clone(), closing.clone());
+        // Off the request path and the writer's thread; if it cannot start, each
+        // session's record is loaded on its next event as before.
+        let spawned = std::thread::Builder::new()
+            .name("glider-context-preload".into())
+            .spawn(move || {
+                let (sender, dir, closing) = preload;
+                live::preload(&dir, MAX_LIVE_SESSIONS, &closing, |session, live| {
+                    sender
+                        .send(Message::Preloaded(session, Box::new(live)))
+                        .is_ok()
+                });
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "context: cannot start loading recent sessions' records");
+        }
         Ok(ContextLog {
             sender: Some(sender),
             counters,
@@ -126,6 +148,7 @@ impl ContextLog {
             writer: Some(thread),
             dir: options.dir,
             observer,
+            closing,
         })
     }
 
@@ -181,7 +204,9 @@ impl ContextLog {
 
 impl Drop for ContextLog {
     fn drop(&mut self) {
-        // Closing the queue lets the writer drain it and stop.
+        // Closing the queue lets the writer drain it and stop (once the preload, which
+        // holds a sender too, has seen `closing`).
+        self.closing.store(true, Ordering::Relaxed);
         self.sender.take();
         if let Some(writer) = self.writer.take() {
             let _ = writer.join();
@@ -243,6 +268,7 @@ impl Writer {
     fn write(&mut self, batch: Vec<Message>) {
         let mut rows = Vec::with_capacity(batch.len() + 1);
         let mut flushes = Vec::new();
+        let mut preloaded = Vec::new();
         let observed = self.observer.get().is_some();
         let mut activity: Vec<Activity> = Vec::new();
         for message in batch {
@@ -255,6 +281,7 @@ impl Writer {
                     rows.push((family, *event));
                 }
                 Message::Flush(done) => flushes.push(done),
+                Message::Preloaded(session, live) => preloaded.push((session, live)),
             }
         }
         let unreported = self.counters.unreported.swap(0, Ordering::Relaxed);
@@ -301,6 +328,10 @@ impl Writer {
                     tracing::warn!(%error, lost, "context log write failed");
                 }
             }
+        }
+        // After this batch's events: a session they touched is held whole already.
+        for (session, live) in preloaded {
+            self.live.preloaded(&self.conn, session, *live);
         }
         for done in flushes {
             let _ = done.send(());

@@ -249,6 +249,16 @@ pub fn last_family(conn: &Connection, session: &str) -> Result<Option<String>, S
         .flatten())
 }
 
+/// The `limit` sessions with the newest events, newest first.
+pub fn recent_sessions(conn: &Connection, limit: usize) -> Result<Vec<String>, StoreError> {
+    let mut query = conn.prepare(
+        "SELECT session FROM events WHERE session IS NOT NULL
+         GROUP BY session ORDER BY MAX(id) DESC LIMIT ?1",
+    )?;
+    let rows = query.query_map([limit as i64], |row| row.get::<_, String>(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// The id of `session`'s newest event (`None` when the log holds none of it).
 pub fn last_id(conn: &Connection, session: &str) -> Result<Option<i64>, StoreError> {
     Ok(conn.query_row(

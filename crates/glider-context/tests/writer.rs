@@ -147,3 +147,110 @@ fn events_dropped_while_the_writer_is_blocked_are_logged_as_a_gap() {
         "every event is either written or counted"
     );
 }
+
+#[test]
+fn a_restarted_log_holds_its_recent_sessions_records_before_any_new_event() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let before = {
+        let log = ContextLog::start(options(home.path(), 64)).expect("starts");
+        log.append(request("a", true, &[]));
+        log.append(reply("a", &[]));
+        log.flush();
+        log.records().get("s").expect("the writer holds the record")
+    };
+    // A new start on the same file, and no event for the session since.
+    let log = ContextLog::start(options(home.path(), 64)).expect("restarts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        if let Some(record) = log.records().get("s") {
+            break record;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the record was never loaded at start"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(after, before, "the same record as before the restart");
+    assert!(after.contains("do it"), "{after}");
+    assert_eq!(
+        log.counters()
+            .written
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "loaded, not written"
+    );
+}
+
+#[test]
+fn delegate_runs_and_budget_stops_fold_into_the_timeline_and_replay_to_the_same_graph() {
+    use glider_context::event::{BudgetStopEvent, DelegateEvent};
+    let home = tempfile::tempdir().expect("tempdir");
+    let delegate = |vendor: &str, exit_code| {
+        event(EventBody::Delegate(DelegateEvent {
+            vendor: vendor.into(),
+            exit_code,
+            error: exit_code.is_none().then(|| "timed out".to_owned()),
+            duration_ms: 40,
+        }))
+    };
+    let stop = event(EventBody::BudgetStop(BudgetStopEvent {
+        request: "b".into(),
+        limit: "turn_budget".into(),
+        turns: 2,
+        message: "Glider stopped this agent loop".into(),
+        ..BudgetStopEvent::default()
+    }));
+    let mut stopped_reply = reply("b", &[]);
+    if let EventBody::Reply(body) = &mut stopped_reply.body {
+        body.backend = Some("glider-budget".into());
+    }
+    let reader = glider_context::Reader::new(home.path().to_path_buf());
+    let replayed = {
+        let log = ContextLog::start(options(home.path(), 64)).expect("starts");
+        for e in [
+            delegate("claude", Some(0)),
+            request("a", true, &[]),
+            reply("a", &["task-1"]),
+            delegate("cursor-agent", None),
+            request("b", false, &["task-1"]),
+            stop,
+            stopped_reply,
+        ] {
+            log.append(e);
+        }
+        log.flush();
+        let view = reader.session("s").expect("reads").expect("the session");
+        // The record the writer folded as the events came equals the replay's.
+        assert_eq!(
+            log.records().get("s").as_deref(),
+            Some(view.record.text.as_str())
+        );
+        view.graph
+    };
+    let episodes = &replayed.episodes;
+    assert_eq!(episodes.len(), 2, "{episodes:?}");
+    assert!(episodes[0].family.starts_with("delegate-"), "{episodes:?}");
+    assert_eq!(episodes[0].delegate_runs[0].vendor, "claude");
+    assert_eq!(episodes[0].delegate_runs[0].exit_code, Some(0));
+    // The writer gave the run during the episode that episode's family.
+    assert_eq!(episodes[1].family, "a");
+    let during: Vec<_> = episodes[1]
+        .delegate_runs
+        .iter()
+        .map(|r| (r.vendor.as_str(), r.exit_code, r.error.as_deref()))
+        .collect();
+    assert_eq!(during, [("cursor-agent", None, Some("timed out"))]);
+    let steps = &episodes[1].steps;
+    assert_eq!(steps.len(), 2);
+    let limit = steps[1].budget_stop.as_ref().map(|s| s.limit.as_str());
+    assert_eq!(limit, Some("turn_budget"));
+    assert_eq!(steps[1].backend.as_deref(), Some("glider-budget"));
+
+    // After a restart the log replays to the same graph.
+    let log = ContextLog::start(options(home.path(), 64)).expect("restarts");
+    log.flush();
+    let again = reader.session("s").expect("reads").expect("the session");
+    assert_eq!(again.graph, replayed);
+    assert_eq!(again.budget.stops, 1);
+}

@@ -389,7 +389,8 @@ function stepRow(step) {
     el("td", { title: step.reason || "" }, step.rule),
     el("td", { class: "num" }, fmt.int(step.input_tokens)),
     el("td", { class: "num" }, fmt.int(step.output_tokens)),
-    el("td", { class: "small" }, step.tool_calls.length ? step.tool_calls.join(", ") : el("span", { class: "muted" }, step.stop_reason || "")),
+    el("td", { class: "small" }, step.budget_stop ? el("span", { class: "pill pill-err", title: step.budget_stop.tool ? `${step.budget_stop.tool} ×${step.budget_stop.repeats}` : "" }, `loop stopped: ${step.budget_stop.limit}`)
+      : step.tool_calls.length ? step.tool_calls.join(", ") : el("span", { class: "muted" }, step.stop_reason || "")),
     el("td", {}, status),
   );
 }
@@ -407,6 +408,8 @@ function renderEpisodes(episodes) {
     el("table", { class: "grid" },
       el("thead", {}, el("tr", {}, ["Time", "Model", "Answered by", "Rule", "Tokens in", "Tokens out", "Tools called", "Status"].map((h, j) => el("th", { class: j === 4 || j === 5 ? "num" : "" }, h)))),
       el("tbody", {}, ep.steps.map(stepRow))),
+    (ep.delegate_runs || []).length ? el("ul", { class: "delegate-runs small" }, ep.delegate_runs.map((r) =>
+      el("li", {}, `${fmt.time(r.at_ms)} delegate run: ${r.vendor}, ${r.exit_code === null ? (r.error || "did not exit") : `exit ${r.exit_code}`}, ${fmt.int(r.duration_ms)} ms`))) : null,
   )));
 }
 

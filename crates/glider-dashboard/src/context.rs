@@ -24,12 +24,17 @@ pub async fn sessions(State(shared): State<Arc<Shared>>) -> Response {
     .await
 }
 
-/// `GET /api/context/sessions/{id}`: the session's timeline of episodes and its
-/// entities (files, commands, errors, models).
+/// `GET /api/context/sessions/{id}`: the session's timeline of episodes, its entities
+/// (files, commands, errors, models), its continuity record and its budget (the
+/// log's count, and what the running engine holds for the turn budget and loop guard).
 pub async fn session(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    let engine = shared.engine.clone();
     with_reader(&shared, move |reader| {
         Ok(match reader.session(&id)? {
-            Some(view) => Json(view).into_response(),
+            Some(mut view) => {
+                view.budget.live = engine.session_budget(&id);
+                Json(view).into_response()
+            }
             None => unknown(&id),
         })
     })

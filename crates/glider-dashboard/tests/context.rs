@@ -11,7 +11,7 @@ use common::{Setup, send, start};
 use glider_config::schema::ContextConfig;
 use glider_context::{Context, Reader};
 use glider_dashboard::ContextSurface;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 async fn with_context() -> (common::Stack, Arc<Context>, tempfile::TempDir) {
     let home = tempfile::tempdir().expect("tempdir");
@@ -76,6 +76,30 @@ async fn a_gateway_request_becomes_a_session_that_can_be_read_and_forgotten() {
         (Some("local"), Some(true), Some(200))
     );
     assert_eq!(view["graph"]["models"][0]["backend"], "local");
+    // Its budget: what the log counts, and the engine's in-memory spend beside it.
+    let budget = &view["budget"];
+    assert_eq!(
+        (
+            &budget["requests"],
+            &budget["episode_requests"],
+            &budget["local_share"],
+            &budget["stops"]
+        ),
+        (&json!(1), &json!(1), &json!(1.0), &json!(0)),
+        "{budget}"
+    );
+    assert_eq!(budget["episode"], episodes[0]["family"], "{budget}");
+    let live = &budget["live"];
+    assert_eq!(
+        (
+            &live["session"],
+            &live["total"]["turns"],
+            &live["episode_spend"]["turns"],
+            &live["local_share"]
+        ),
+        (&json!(id), &json!(1), &json!(1), &json!(1.0)),
+        "{budget}"
+    );
 
     // Another site's page: neither reads nor forgets.
     let url = format!("{}{path}", stack.base);

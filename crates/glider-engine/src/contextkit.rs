@@ -17,6 +17,10 @@ use serde_json::Value;
 use crate::context::{ReplyToolCall, newest_turns, tool_calls_of};
 use crate::events::RequestRecord;
 
+/// What the reply of a stopped loop says answered it (`x-glider-route`, the request
+/// record, the context log's `reply` event).
+pub const BUDGET_BACKEND: &str = "glider-budget";
+
 /// Sessions kept in memory; past this the least recently used one is forgotten.
 const MAX_SESSIONS: usize = 4096;
 /// Tool call ids remembered per session (awaited) and per episode (counted).

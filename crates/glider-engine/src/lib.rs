@@ -16,7 +16,7 @@ pub use context::{
     CompactionPrompt, CompactionSource, ContextSink, DecidedTurn, DelegatedRun, RecordedTurn,
     ReplyToolCall, compaction_prompt, newest_turns, tool_calls_of,
 };
-pub use contextkit::{BudgetStop, ContextKit, SessionBudget, StopLimit};
+pub use contextkit::{BUDGET_BACKEND, BudgetStop, ContextKit, SessionBudget, StopLimit};
 pub use events::{
     BackendState, Bus, ContextLeftOut, PipelineEvent, RequestRecord, Tracker, unix_ms,
 };

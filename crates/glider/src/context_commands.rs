@@ -14,7 +14,8 @@ use glider_context::{Reader, SessionView};
 pub enum ContextAction {
     /// The sessions in the log, most recently active first.
     Sessions,
-    /// One session: its episodes, files, commands, open errors and models.
+    /// One session: its episodes, files, commands, open errors, models, budget and
+    /// continuity record.
     Show { id: String },
     /// One session's events as stored: JSON Lines, or with --json one document with
     /// the events and the graph folded from them.
@@ -55,8 +56,10 @@ pub fn run(action: ContextAction, home: &Path) -> anyhow::Result<String> {
             if json {
                 let graph = glider_context::graph::fold(&id, &events);
                 let record = glider_context::ContinuityRecord::of_graph(&graph);
+                let budget = glider_context::BudgetView::of_graph(&graph);
                 return Ok(serde_json::to_string_pretty(&serde_json::json!({
                     "session": id, "events": events, "graph": graph, "record": record,
+                    "budget": budget,
                 }))?);
             }
             let lines: Result<Vec<String>, _> = events.iter().map(serde_json::to_string).collect();
@@ -94,6 +97,29 @@ fn show(view: &SessionView) -> String {
             "  {goal}  [{} requests, {local} local]",
             episode.steps.len()
         );
+        for stop in episode.steps.iter().filter_map(|s| s.budget_stop.as_ref()) {
+            let repeated = match (&stop.tool, stop.repeats) {
+                (Some(tool), Some(repeats)) => format!(", {tool} called alike {repeats} times"),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                out,
+                "    loop stopped by Glider: {} at turn {}{repeated}",
+                stop.limit, stop.turns
+            );
+        }
+        for run in &episode.delegate_runs {
+            let ended = match (run.exit_code, &run.error) {
+                (Some(code), _) => format!("exit {code}"),
+                (None, Some(error)) => error.clone(),
+                (None, None) => "did not exit".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "    delegate run: {}, {ended}, {} ms",
+                run.vendor, run.duration_ms
+            );
+        }
     }
     let _ = writeln!(out, "files:");
     for file in &graph.files {
@@ -125,6 +151,15 @@ fn show(view: &SessionView) -> String {
             model.backend, model.model, model.requests, model.input_tokens, model.output_tokens
         );
     }
+    let budget = &view.budget;
+    let _ = writeln!(
+        out,
+        "budget (from the log):\n  {} requests, {} in the newest episode, {:.0}% answered locally, {} loops stopped",
+        budget.requests,
+        budget.episode_requests,
+        budget.local_share * 100.0,
+        budget.stops
+    );
     // The text a local model is given for this session.
     let _ = writeln!(out, "continuity record:");
     let _ = writeln!(out, "{}", view.record.text);

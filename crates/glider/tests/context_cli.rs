@@ -3,10 +3,12 @@
 //! sessions | show | export --json | forget` read the file it left; with
 //! `context.enabled: false` no context directory is made.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+mod common;
 
+use std::path::Path;
+use std::process::Command;
+
+use common::serve::{Served, serve_yaml};
 use glider_test_support::{MockConfig, MockVendor};
 use serde_json::{Value, json};
 
@@ -21,62 +23,16 @@ fn glider(home: &Path) -> Command {
     command
 }
 
-/// Start `glider serve` on free ports and return it with its gateway URL.
-fn serve(home: &Path, mock: &MockVendor, extra: &str) -> (Child, String) {
-    let (child, gateway, _) = serve_with_dashboard(home, mock, extra);
-    (child, gateway)
-}
-
-/// [`serve`], with the dashboard's URL too.
-fn serve_with_dashboard(home: &Path, mock: &MockVendor, extra: &str) -> (Child, String, String) {
-    let config = home.join("glider.yaml");
-    std::fs::write(
-        &config,
-        format!(
+/// `glider serve` on free ports with one local Ollama-type backend, `mock`, and
+/// `extra` config.
+fn serve(home: &Path, mock: &MockVendor, extra: &str) -> Served {
+    serve_yaml(
+        home,
+        &format!(
             "backends:\n  - {{name: local, type: ollama, base_url: '{}', models: [qwen]}}\n{extra}",
             mock.base_url()
         ),
     )
-    .expect("config");
-    let mut child = glider(home)
-        .args(["serve", "--port", "0", "--dashboard-port", "0", "-c"])
-        .arg(&config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("glider serve starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let (mut gateway, mut dashboard) = (None, None);
-    while gateway.is_none() || dashboard.is_none() {
-        let line = lines
-            .next()
-            .expect("glider printed its gateway and dashboard")
-            .expect("utf8");
-        if let Some(url) = line.strip_prefix("glider gateway listening on ") {
-            gateway = Some(url.to_owned());
-        }
-        if let Some(rest) = line.strip_prefix("glider dashboard on ") {
-            dashboard = rest.split_whitespace().next().map(str::to_owned);
-        }
-    }
-    // Keep reading so the child never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    (
-        child,
-        gateway.unwrap_or_default(),
-        dashboard.unwrap_or_default(),
-    )
-}
-
-fn stop(mut child: Child) {
-    let pid = child.id().to_string();
-    let status = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    assert!(child.wait().expect("reaped").success());
 }
 
 fn context(home: &Path, args: &[&str]) -> (bool, String, String) {
@@ -108,7 +64,8 @@ async fn post(client: &reqwest::Client, gateway: &str, body: Value) -> String {
 async fn serve_records_a_session_and_the_cli_shows_exports_and_forgets_it() {
     let mock = MockVendor::start(MockConfig::default()).await;
     let home = tempfile::tempdir().expect("tempdir");
-    let (child, gateway) = serve(home.path(), &mock, "");
+    let served = serve(home.path(), &mock, "");
+    let gateway = served.gateway.clone();
     let client = reqwest::Client::new();
     let tools = json!([{"name": "Edit", "input_schema": {"type": "object"}}]);
     let args = json!({"file_path": "/w/main.rs", "old_string": "a", "new_string": "b"});
@@ -126,7 +83,7 @@ async fn serve_records_a_session_and_the_cli_shows_exports_and_forgets_it() {
             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Edit", "input": args}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "updated"}]}
         ]})).await;
-    stop(child);
+    served.stop();
 
     let (ok, sessions, err) = context(home.path(), &["sessions"]);
     assert!(ok, "{err}");
@@ -147,6 +104,12 @@ async fn serve_records_a_session_and_the_cli_shows_exports_and_forgets_it() {
         "{show}"
     );
     assert!(show.contains("- /w/main.rs: edited"), "{show}");
+    assert!(
+        show.contains(
+            "budget (from the log):\n  2 requests, 2 in the newest episode, 100% answered locally, 0 loops stopped"
+        ),
+        "{show}"
+    );
     let (ok, export, err) = context(
         home.path(),
         &["export", "claude-code:cli-session", "--json"],
@@ -175,8 +138,8 @@ async fn serve_records_a_session_and_the_cli_shows_exports_and_forgets_it() {
 async fn a_loop_guard_stop_is_a_budget_stop_event_and_counted_on_metrics() {
     let mock = MockVendor::start(MockConfig::default()).await;
     let home = tempfile::tempdir().expect("tempdir");
-    let (child, gateway, dashboard) =
-        serve_with_dashboard(home.path(), &mock, "context: {loop_guard: {repeats: 2}}\n");
+    let served = serve(home.path(), &mock, "context: {loop_guard: {repeats: 2}}\n");
+    let gateway = served.gateway.clone();
     let client = reqwest::Client::new();
     let tools = json!([{"name": "Edit", "input_schema": {"type": "object"}}]);
     let args = json!({"file_path": "/w/main.rs", "old_string": "a", "new_string": "b"});
@@ -207,19 +170,38 @@ async fn a_loop_guard_stop_is_a_budget_stop_event_and_counted_on_metrics() {
         chats, 2,
         "the stopped turn was not sent (health probes aside)"
     );
-    let metrics = client
-        .get(format!("{dashboard}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    // The session's budget on the dashboard: the log's count and the engine's own.
+    let view = served
+        .poll_json("/api/context/sessions/claude-code:cli-session", |view| {
+            view["budget"]["stops"] == 1
+        })
+        .await;
+    let budget = &view["budget"];
+    assert_eq!(
+        (&budget["requests"], &budget["episode_requests"]),
+        (&json!(3), &json!(3)),
+        "{budget}"
+    );
+    let live = &budget["live"];
+    assert_eq!(
+        (
+            &live["total"]["turns"],
+            &live["episode_spend"]["turns"],
+            &live["stops"]
+        ),
+        (&json!(3), &json!(3), &json!(1)),
+        "the engine's in-memory spend: {budget}"
+    );
+    assert_eq!(
+        live["total"]["backends"]["local"]["requests"], 2,
+        "{budget}"
+    );
+    let metrics = served.metrics().await;
     assert!(
         metrics.contains("glider_budget_stops_total{limit=\"loop_guard\"} 1"),
         "{metrics}"
     );
-    stop(child);
+    served.stop();
 
     let (ok, export, err) = context(
         home.path(),
@@ -237,6 +219,20 @@ async fn a_loop_guard_stop_is_a_budget_stop_event_and_counted_on_metrics() {
         })
         .unwrap_or_default();
     assert_eq!(stops.len(), 1, "{export}");
+    assert_eq!(export["budget"]["stops"], 1, "{export}");
+    let (ok, show, err) = context(home.path(), &["show", "claude-code:cli-session"]);
+    assert!(ok, "{err}");
+    assert!(
+        show.contains(
+            "requests, 3 local]\n    loop stopped by Glider: loop_guard at turn 3, Edit called alike 2 times"
+        ),
+        "the stop on the episode's timeline: {show}"
+    );
+    assert_eq!(
+        export["budget"]["live"],
+        Value::Null,
+        "no live state in the CLI"
+    );
     let stop = &stops[0]["event"]["body"];
     assert_eq!(
         (
@@ -253,7 +249,8 @@ async fn a_loop_guard_stop_is_a_budget_stop_event_and_counted_on_metrics() {
 async fn with_context_disabled_serve_makes_no_context_directory() {
     let mock = MockVendor::start(MockConfig::default()).await;
     let home = tempfile::tempdir().expect("tempdir");
-    let (child, gateway) = serve(home.path(), &mock, "context: {enabled: false}\n");
+    let served = serve(home.path(), &mock, "context: {enabled: false}\n");
+    let gateway = served.gateway.clone();
     post(
         &reqwest::Client::new(),
         &gateway,
@@ -261,9 +258,93 @@ async fn with_context_disabled_serve_makes_no_context_directory() {
         "messages": [{"role": "user", "content": "hi"}]}),
     )
     .await;
-    stop(child);
+    served.stop();
     assert!(!home.path().join("context").exists());
     let (ok, out, _) = context(home.path(), &["sessions"]);
     assert!(ok);
     assert!(out.starts_with("no sessions in "), "{out}");
+}
+
+#[tokio::test]
+async fn after_a_restart_the_first_local_request_of_a_session_gets_its_record() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let served = serve(home.path(), &mock, "");
+    let client = reqwest::Client::new();
+    let tools = json!([{"name": "Edit", "input_schema": {"type": "object"}}]);
+    let args = json!({"file_path": "/w/main.rs", "old_string": "a", "new_string": "b"});
+    let prompt = format!("rename it [[call:Edit {args}]]");
+    let history = json!([
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Edit", "input": args}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "updated"}]}
+    ]);
+    post(
+        &client,
+        &served.gateway,
+        json!({"model": "qwen", "max_tokens": 50, "tools": tools,
+        "messages": [{"role": "user", "content": prompt}]}),
+    )
+    .await;
+    post(
+        &client,
+        &served.gateway,
+        json!({"model": "qwen", "max_tokens": 50, "tools": tools,
+        "messages": history}),
+    )
+    .await;
+    served.stop();
+
+    // A new server on the same GLIDER_HOME: it holds the session's record once its
+    // start-up load is done, before any request of the session.
+    let served = serve(home.path(), &mock, "");
+    let view = served
+        .poll_json("/api/context/sessions/claude-code:cli-session", |view| {
+            view["record"]["live"].is_string()
+        })
+        .await;
+    assert!(
+        view["record"]["live"]
+            .as_str()
+            .is_some_and(|live| live.contains("- /w/main.rs: edited")),
+        "{view}"
+    );
+    let chats_before = mock.requests().len();
+    let mut messages = history.as_array().cloned().unwrap_or_default();
+    messages.push(json!({"role": "assistant", "content": "Renamed."}));
+    messages.push(json!({"role": "user", "content": "what did we change?"}));
+    post(
+        &client,
+        &served.gateway,
+        json!({"model": "qwen", "max_tokens": 50, "tools": tools,
+        "messages": messages}),
+    )
+    .await;
+    let asked: Vec<Value> = mock.requests()[chats_before..]
+        .iter()
+        .filter(|r| r.path == "/api/chat")
+        .map(|r| r.body.clone())
+        .collect();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let sent = asked[0]["messages"].as_array().cloned().unwrap_or_default();
+    let system: Vec<&str> = sent
+        .iter()
+        .filter(|m| m["role"] == "system")
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        system.iter().any(|text| {
+            text.contains("<continuity-record session=\"claude-code:cli-session\">")
+                && text.contains("- /w/main.rs: edited")
+        }),
+        "the first request after the restart carries the record: {sent:?}"
+    );
+    let conversation: Vec<&Value> = sent.iter().filter(|m| m["role"] != "system").collect();
+    assert_eq!(
+        conversation.len(),
+        1,
+        "the current episode alone, none of the turns before it: {sent:?}"
+    );
+    assert_eq!(conversation[0]["content"], "what did we change?");
+    served.stop();
 }

@@ -190,6 +190,42 @@ fn text_of(message: &Value) -> String {
     }
 }
 
+/// A local request's tokens as the engine estimates them for a local model: text at
+/// 3.5 bytes a token, 4 a message, and the tool definitions' text.
+fn sent_tokens(request: &RecordedRequest) -> u64 {
+    let sent = messages(request);
+    let text_bytes: usize = sent
+        .iter()
+        .map(|m| {
+            let calls: usize = m["tool_calls"]
+                .as_array()
+                .map(|calls| calls.iter().map(|c| c["function"].to_string().len()).sum())
+                .unwrap_or(0);
+            text_of(m).len() + calls
+        })
+        .sum::<usize>()
+        + request.body["tools"].to_string().len();
+    (text_bytes as f64 / 3.5) as u64 + 4 * sent.len() as u64
+}
+
+/// The ids of the tool calls in `sent` (Chat Completions messages), asserting that
+/// there are some and that each has its result and no result is without its call.
+fn calls_with_their_results(sent: &[Value]) -> Vec<String> {
+    let calls: Vec<String> = sent
+        .iter()
+        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["id"].as_str().map(str::to_owned))
+        .collect();
+    let results: Vec<String> = sent
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["tool_call_id"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!calls.is_empty(), "the newest exchange stays");
+    assert_eq!(calls, results, "every call with its result, none without");
+    calls
+}
+
 /// The finished record of the next request on the bus.
 async fn finished(
     events: &mut tokio::sync::broadcast::Receiver<Arc<PipelineEvent>>,
@@ -288,29 +324,56 @@ async fn a_local_turn_gets_the_record_and_only_its_own_episode() {
     );
 }
 
-#[tokio::test]
-async fn a_session_over_the_local_budget_arrives_cut_to_it_with_no_call_split_from_its_result() {
+/// A gateway whose local model has a 4k window with 1k kept for the reply (3072 tokens
+/// for the request), and a session whose first episode read conf/app.toml.
+struct OneRead {
+    mock: MockVendor,
+    _home: tempfile::TempDir,
+    gateway: common::Gateway,
+    context: Arc<Context>,
+    chat: Conversation,
+}
+
+/// [`OneRead`] for session `name` asking for `model`, with `extra` config; once its
+/// record is held.
+async fn after_one_read(name: &str, model: &str, extra: &str) -> OneRead {
     let mock = MockVendor::start(MockConfig::default()).await;
     let home = tempfile::tempdir().expect("tempdir");
-    // A 4k window with 1k kept for the reply: 3072 tokens for the request.
     let (gateway, context) = gateway(
         &mock,
         home.path(),
-        "context: {output_reserve_tokens: 1024}\n",
+        &format!("{extra}context: {{output_reserve_tokens: 1024}}\n"),
     )
     .await;
-    let session = "claude-code:long";
-    let mut chat = Conversation::new("qwen");
+    let mut chat = Conversation::new(model);
     chat.episode(
         &gateway,
-        "long",
+        name,
         "read the config",
         "Read",
         json!({"file_path": "conf/app.toml"}),
         "port = 80",
     )
     .await;
-    record_until(&context, session, 1).await;
+    record_until(&context, &format!("claude-code:{name}"), 1).await;
+    OneRead {
+        mock,
+        _home: home,
+        gateway,
+        context,
+        chat,
+    }
+}
+
+#[tokio::test]
+async fn a_session_over_the_local_budget_arrives_cut_to_it_with_no_call_split_from_its_result() {
+    let OneRead {
+        mock,
+        _home,
+        gateway,
+        context: _context,
+        mut chat,
+    } = after_one_read("long", "qwen", "").await;
 
     // The current episode reads eight large files: ~3,700 tokens of results, more than
     // the budget by itself, yet under the window the router checks.
@@ -334,22 +397,9 @@ async fn a_session_over_the_local_budget_arrives_cut_to_it_with_no_call_split_fr
         route.reason
     );
 
-    // Counted as the engine estimates a local model's tokens: text at 3.5 bytes a
-    // token, 4 a message, and the tool definitions' text.
     let request = last_local_request(&mock);
     let sent = messages(&request);
-    let text_bytes: usize = sent
-        .iter()
-        .map(|m| {
-            let calls: usize = m["tool_calls"]
-                .as_array()
-                .map(|calls| calls.iter().map(|c| c["function"].to_string().len()).sum())
-                .unwrap_or(0);
-            text_of(m).len() + calls
-        })
-        .sum::<usize>()
-        + request.body["tools"].to_string().len();
-    let estimate = (text_bytes as f64 / 3.5) as u64 + 4 * sent.len() as u64;
+    let estimate = sent_tokens(&request);
     assert!(estimate <= 3072, "~{estimate} tokens sent");
     let first_user = sent
         .iter()
@@ -368,24 +418,135 @@ async fn a_session_over_the_local_budget_arrives_cut_to_it_with_no_call_split_fr
             .any(|m| text_of(m).contains("port = 80") || text_of(m).contains("read the config")),
         "no turn from before the episode (the record, a system part, may quote it)"
     );
-    let calls: Vec<String> = sent
-        .iter()
-        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
-        .filter_map(|c| c["id"].as_str().map(str::to_owned))
-        .collect();
-    let results: Vec<String> = sent
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .filter_map(|m| m["tool_call_id"].as_str().map(str::to_owned))
-        .collect();
-    assert!(!calls.is_empty(), "the newest exchange stays");
-    assert_eq!(calls, results, "every call with its result, none without");
+    let calls = calls_with_their_results(&sent);
     assert_eq!(calls.last().map(String::as_str), Some("toolu_7"));
     let left_out = &route.context_left_out[0];
     assert!(
         left_out.turns > 4,
         "older reads were left out: {left_out:?}"
     );
+}
+
+#[tokio::test]
+async fn a_session_over_the_local_window_goes_to_the_cloud_unless_the_user_chose_local() {
+    // The CLI asks for a Claude model, aliased to the local one: the cloud serves the
+    // name it asked for, so it is the fallback.
+    let OneRead {
+        mock,
+        _home,
+        gateway,
+        context,
+        mut chat,
+    } = after_one_read(
+        "over",
+        "claude-sonnet-4",
+        "model_aliases: {claude-sonnet-4: qwen}\n",
+    )
+    .await;
+    let session = "claude-code:over";
+    let chunk = "let value = compute(input);\n".repeat(60); // 1,680 bytes, ~480 tokens
+    let mut events = gateway.engine.bus().subscribe();
+
+    // Automatic routing judges the whole request: over the 4k window, it goes to the
+    // cloud.
+    chat.messages
+        .push(json!({"role": "user", "content": "summarise the sources"}));
+    for i in 0..12 {
+        chat.tool_round(
+            "Read",
+            json!({"file_path": format!("src/part{i}.rs")}),
+            &chunk,
+        );
+    }
+    let answer = ask(&gateway, "over", &chat.body()).await;
+    let route = finished(&mut events).await;
+    assert_eq!(
+        (route.backend.as_deref(), route.rule.as_deref()),
+        (Some("claude"), Some("token_limit")),
+        "{:?}",
+        route.reason
+    );
+    chat.messages
+        .push(json!({"role": "assistant", "content": answer["content"].clone()}));
+    // The loop's reads (in the same episode: it had no new root turn) are in the
+    // record the server holds.
+    for _ in 0..500 {
+        context.log().flush();
+        if context
+            .record(session)
+            .is_some_and(|held| held.contains("- src/part11.rs: read"))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // `/local` with that history behind it: the user chose the local model, and
+    // bounding makes the request fit its window.
+    let args = json!({"file_path": "src/part3.rs"});
+    chat.messages.push(json!({"role": "user",
+        "content": format!("/local what did part3 say? [[call:Read {args}]]")}));
+    let (call, _, request) = ask_local_explicit(&gateway, &mock, &mut events, &chat).await;
+    let sent = messages(&request);
+    assert!(
+        text_of(&sent[0]).contains("- src/part11.rs: read"),
+        "the record stands for the earlier episodes: {:?}",
+        sent[0]
+    );
+    let conversation: Vec<&Value> = sent.iter().filter(|m| m["role"] != "system").collect();
+    assert_eq!(conversation.len(), 1, "the /local turn alone: {sent:?}");
+
+    // Its tool loop, long enough to overflow the window by itself: still the user's
+    // `/local` episode, bounded, no call split from its result.
+    let id = call["content"]
+        .as_array()
+        .and_then(|parts| parts.iter().find(|p| p["type"] == "tool_use"))
+        .and_then(|p| p["id"].as_str())
+        .expect("the local model called Read")
+        .to_owned();
+    chat.messages
+        .push(json!({"role": "assistant", "content": call["content"].clone()}));
+    chat.messages.push(json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": id, "content": chunk}
+    ]}));
+    for i in 12..24 {
+        chat.tool_round(
+            "Read",
+            json!({"file_path": format!("src/part{i}.rs")}),
+            &chunk,
+        );
+    }
+    let (_, route, request) = ask_local_explicit(&gateway, &mock, &mut events, &chat).await;
+    let calls = calls_with_their_results(&messages(&request));
+    assert_eq!(calls.last().map(String::as_str), Some("toolu_24"));
+    assert!(
+        route.context_left_out[0].turns > 4,
+        "{:?}",
+        route.context_left_out
+    );
+}
+
+/// Send `chat` for session `over`: the local backend must answer it under the user's
+/// `/local` (rule `explicit`) within the 3072-token budget. The reply, its route and
+/// what the local backend got.
+async fn ask_local_explicit(
+    gateway: &common::Gateway,
+    mock: &MockVendor,
+    events: &mut tokio::sync::broadcast::Receiver<Arc<PipelineEvent>>,
+    chat: &Conversation,
+) -> (Value, RequestRecord, RecordedRequest) {
+    let reply = ask(gateway, "over", &chat.body()).await;
+    let route = finished(events).await;
+    assert_eq!(
+        (route.backend.as_deref(), route.rule.as_deref()),
+        (Some("local"), Some("explicit")),
+        "{:?}",
+        route.reason
+    );
+    let request = last_local_request(mock);
+    let estimate = sent_tokens(&request);
+    assert!(estimate <= 3072, "~{estimate} tokens sent");
+    (reply, route, request)
 }
 
 /// The opening of Claude Code's compaction instruction, as Claude Code 2.1.197 sends it

@@ -52,7 +52,7 @@ async fn requests_complete_while_a_compaction_is_held_open() {
     let config = home.path().join("glider.yaml");
     std::fs::write(&config, yaml).expect("config");
     let served = serve(home.path(), &config);
-    let (gateway, dashboard) = (served.gateway.clone(), served.dashboard.clone());
+    let gateway = served.gateway.clone();
     let client = reqwest::Client::new();
     let tools = json!([{"name": "Edit", "input_schema": {"type": "object"}}]);
     let args = json!({"file_path": "/w/main.rs", "old_string": "a", "new_string": "b"});
@@ -113,14 +113,7 @@ async fn requests_complete_while_a_compaction_is_held_open() {
     );
     assert_eq!(compactions().len(), 1, "one compaction at a time");
 
-    let metrics = client
-        .get(format!("{dashboard}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = served.metrics().await;
     assert!(
         metrics.contains("glider_context_compactions_total{outcome=\"rejected\"} 0"),
         "{metrics}"

@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use crate::fit::{FitTarget, fit_request};
 use crate::tokenizer::estimate_request_tokens;
+use crate::transform::bound_local_context;
 use classifier::Classifier;
 use explicit::Flag;
 pub use rules::RuleName;
@@ -484,7 +485,10 @@ impl Router<'_> {
     /// Drop local candidates whose context window the request exceeds, as it will be
     /// sent: a request over the window is fitted to the candidate (what the fit phase
     /// will do, only on this rare path) and counted again, so one that fits once its
-    /// tools are reduced stays local.
+    /// tools are reduced stays local. When the user chose local themselves (`/local`,
+    /// or a session sticky to it), a request that fits once bounded to the candidate's
+    /// budget (what the bounded-context phase will do) stays local too: the user asked
+    /// for the local model, and bounding exists to make the long history fit.
     fn token_limit(
         &self,
         input: &RouteInput,
@@ -493,6 +497,7 @@ impl Router<'_> {
         reason: String,
     ) -> Result<(RuleName, String), ApiError> {
         let tokens = input.estimated_tokens;
+        let chosen_by_user = matches!(rule, RuleName::Explicit | RuleName::Sticky);
         let mut too_long = Vec::new();
         let mut fitted_in = Vec::new();
         candidates.retain(|c| {
@@ -503,19 +508,27 @@ impl Router<'_> {
             if tokens <= window {
                 return true;
             }
-            match self.fitted_tokens(input, c) {
-                Some(fitted) if fitted <= window => {
-                    fitted_in.push(format!(
-                        "{} holds {window} after fitting (~{fitted} tokens)",
-                        c.backend.name()
-                    ));
-                    true
-                }
-                _ => {
-                    too_long.push(format!("{} holds {window}", c.backend.name()));
-                    false
-                }
+            if let Some(fitted) = self.fitted_tokens(input, c)
+                && fitted <= window
+            {
+                fitted_in.push(format!(
+                    "{} holds {window} after fitting (~{fitted} tokens)",
+                    c.backend.name()
+                ));
+                return true;
             }
+            if chosen_by_user
+                && let Some(bounded) = self.bounded_tokens(input, c, window)
+                && bounded <= window
+            {
+                fitted_in.push(format!(
+                    "{} holds {window} once bounded to its budget (~{bounded} tokens, context.bound_local)",
+                    c.backend.name()
+                ));
+                return true;
+            }
+            too_long.push(format!("{} holds {window}", c.backend.name()));
+            false
         });
         let reason = match fitted_in.is_empty() {
             true => reason,
@@ -559,11 +572,40 @@ impl Router<'_> {
         if !self.config.fit.enabled {
             return None;
         }
-        let spec = candidate.backend.effective_spec(&candidate.model);
-        let target = FitTarget::for_candidate(self.config, candidate, spec.as_ref(), input.front);
-        let mut request = input.request.clone();
-        fit_request(&mut request, &target);
+        let request = self.fitted(input, candidate);
         Some(estimate_request_tokens(&request, input.model).0)
+    }
+
+    /// The request's estimated tokens once fitted (when on) and bounded to
+    /// `candidate`'s budget by its history's tail, as a local model counts them (`None`
+    /// with `context.bound_local` off). The bounded-context phase gives it the record
+    /// and the current episode instead when it holds one, within the same budget.
+    fn bounded_tokens(
+        &self,
+        input: &RouteInput,
+        candidate: &Candidate,
+        window: u64,
+    ) -> Option<u64> {
+        let context = &self.config.context;
+        if !context.bound_local {
+            return None;
+        }
+        let mut request = self.fitted(input, candidate);
+        bound_local_context(&mut request, context, window);
+        Some(estimate_request_tokens(&request, "").0)
+    }
+
+    /// The request as the fit phase sends it to `candidate` (as it came with fitting
+    /// off).
+    fn fitted(&self, input: &RouteInput, candidate: &Candidate) -> Request {
+        let mut request = input.request.clone();
+        if self.config.fit.enabled {
+            let spec = candidate.backend.effective_spec(&candidate.model);
+            let target =
+                FitTarget::for_candidate(self.config, candidate, spec.as_ref(), input.front);
+            fit_request(&mut request, &target);
+        }
+        request
     }
 }
 

@@ -1,10 +1,14 @@
 //! `glider serve` as a child process on free ports: started with a config file and its
 //! own `GLIDER_HOME`, ready once it has printed its gateway and dashboard addresses,
 //! stopped with SIGTERM (a drained, successful exit), and killed if a failing test
-//! drops it still running.
+//! drops it still running; and what a test reads of its dashboard (`/metrics`, JSON
+//! polled until it says what the test waits for).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 use super::output::OutputLines;
 
@@ -17,6 +21,16 @@ pub struct Served {
     /// `http://127.0.0.1:PORT` of the gateway and of the dashboard.
     pub gateway: String,
     pub dashboard: String,
+}
+
+/// Guards a poll against a hang; never a timing assertion.
+const POLL_GUARD: Duration = Duration::from_secs(30);
+
+/// Write `yaml` as `home/glider.yaml` and serve it.
+pub fn serve_yaml(home: &Path, yaml: &str) -> Served {
+    let config = home.join("glider.yaml");
+    std::fs::write(&config, yaml).expect("config written");
+    serve(home, &config)
 }
 
 /// Start `glider serve -c config` under `home` on free ports.
@@ -53,6 +67,35 @@ pub fn url_in(line: &str) -> String {
 }
 
 impl Served {
+    /// The dashboard's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let reply = reqwest::get(format!("{}/metrics", self.dashboard))
+            .await
+            .expect("/metrics answered");
+        assert_eq!(reply.status(), 200, "/metrics");
+        reply.text().await.expect("/metrics text")
+    }
+
+    /// GET the dashboard's `path` until its JSON satisfies `ready` (the server writes
+    /// some state off the request path); panics with the last answer if it never does.
+    pub async fn poll_json(&self, path: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        let url = format!("{}{path}", self.dashboard);
+        let deadline = Instant::now() + POLL_GUARD;
+        loop {
+            let reply = reqwest::get(&url).await.expect("the dashboard answered");
+            let status = reply.status().as_u16();
+            let body: Value = reply.json().await.unwrap_or(Value::Null);
+            if status == 200 && ready(&body) {
+                return body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{path} never got there: {status} {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
     /// SIGTERM, and the drained exit must succeed.
     pub fn stop(mut self) {
         let status = Command::new("kill")

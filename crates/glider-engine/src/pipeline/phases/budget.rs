@@ -10,11 +10,8 @@
 use glider_ngl::{Role, Turn};
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
-use crate::contextkit::{BudgetStop, Verdict};
+use crate::contextkit::{BUDGET_BACKEND, BudgetStop, Verdict};
 use crate::pipeline::reply::Answered;
-
-/// What the reply of a stopped loop says answered it (`x-glider-route`, the record).
-pub(crate) const BUDGET_BACKEND: &str = "glider-budget";
 
 pub(crate) struct Budget;
 
