@@ -136,6 +136,16 @@ fn loaded_on(backend: &Backend, model: &str) -> bool {
             .any(|m| same_model(m, model))
 }
 
+/// `vram.models` settings of `model`, whether the config names it with its tag or not.
+fn settings(config: &VramConfig, model: &str) -> glider_config::VramModel {
+    config
+        .models
+        .iter()
+        .find(|(name, _)| same_model(name, model))
+        .map(|(_, settings)| settings.clone())
+        .unwrap_or_default()
+}
+
 /// GPU memory state and control, one per Glider process.
 pub struct Vram {
     monitor: Box<dyn Monitor>,
@@ -259,7 +269,7 @@ impl Vram {
         memory_mib: u64,
     ) -> LoadedModel {
         let key = key(backend, name);
-        let settings = config.model(name);
+        let settings = settings(config, name);
         let cost = lock(&self.measured).get(&key);
         LoadedModel {
             name: name.to_owned(),
@@ -328,7 +338,7 @@ impl Vram {
         let need = Need {
             name: model.to_owned(),
             memory_mib: cost.memory_mib.unwrap_or(0),
-            priority: config.model(model).priority,
+            priority: settings(config, model).priority,
         };
         let plan = planner::plan(&need, &loaded, &self.room(config, name, &loaded));
         Some(ColdWait {
@@ -395,11 +405,13 @@ impl Vram {
         let need = Need {
             name: model.to_owned(),
             memory_mib: need_mib,
-            priority: config.model(model).priority,
+            priority: settings(config, model).priority,
         };
         let room = self.room(config, name, &loaded);
         let plan = planner::plan(&need, &loaded, &room);
         let outcome = self.carry_out(&ollama, name, model, &plan).await;
+        // The backup sequence reads warm state from the backend's last probe.
+        backend.probe().await;
         Some(self.publish(record(need_mib, room.free_mib, plan, outcome)))
     }
 
@@ -477,7 +489,7 @@ impl Vram {
                     .map(|model| {
                         let key = key(backend.name(), &model);
                         let cost = measured.get(&key);
-                        let settings = config.model(&model);
+                        let settings = settings(config, &model);
                         ModelView {
                             backend: backend.name().to_owned(),
                             loaded: loaded_on(backend, &model),

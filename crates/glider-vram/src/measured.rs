@@ -26,9 +26,10 @@ pub struct Measured {
     models: BTreeMap<String, ModelCost>,
 }
 
-/// The key a model's measurements are kept under.
+/// The key a model's measurements (and reservations) are kept under: Ollama's name
+/// with its tag, so `qwen` and `qwen:latest` are one model.
 pub fn key(backend: &str, model: &str) -> String {
-    format!("{backend}/{model}")
+    format!("{backend}/{}", crate::ollama::canonical(model))
 }
 
 impl Measured {
@@ -105,11 +106,11 @@ mod tests {
     fn measurements_survive_a_reopen_and_a_corrupt_file_starts_afresh() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut measured = Measured::open(Some(dir.path()));
-        measured.saw_memory("ollama/a", 4445);
-        measured.loaded("ollama/a", 2.5);
+        measured.saw_memory(&key("ollama", "a"), 4445);
+        measured.loaded(&key("ollama", "a:latest"), 2.5);
         let again = Measured::open(Some(dir.path()));
         assert_eq!(
-            again.get("ollama/a"),
+            again.get("ollama/a:latest"),
             ModelCost {
                 memory_mib: Some(4445),
                 load_secs: Some(2.5),

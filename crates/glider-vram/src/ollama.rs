@@ -15,15 +15,17 @@ const UNLOAD_SETTLE: Duration = Duration::from_secs(10);
 /// Whether two Ollama model names are the same model (a name without a tag means
 /// `:latest`).
 pub fn same_model(a: &str, b: &str) -> bool {
-    let tagged = |name: &str| -> String {
-        let last = name.rsplit('/').next().unwrap_or(name);
-        if last.contains(':') {
-            name.to_owned()
-        } else {
-            format!("{name}:latest")
-        }
-    };
-    a == b || tagged(a) == tagged(b)
+    a == b || canonical(a) == canonical(b)
+}
+
+/// A model name with its tag (`:latest` when it has none).
+pub fn canonical(name: &str) -> String {
+    let last = name.rsplit('/').next().unwrap_or(name);
+    if last.contains(':') {
+        name.to_owned()
+    } else {
+        format!("{name}:latest")
+    }
 }
 
 /// A model loaded on an Ollama server.
