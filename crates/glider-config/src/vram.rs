@@ -85,11 +85,6 @@ impl Default for VramConfig {
 }
 
 impl VramConfig {
-    /// The settings of `model` (defaults when it has none).
-    pub fn model(&self, model: &str) -> VramModel {
-        self.models.get(model).cloned().unwrap_or_default()
-    }
-
     /// What is wrong with these values, one line each.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
