@@ -64,13 +64,17 @@ pub fn pass_over_cold(
         return Vec::new();
     }
     let tail = decision.candidates.split_off(end);
-    let (moved, kept): (Vec<(usize, Candidate)>, Vec<(usize, Candidate)>) =
-        std::mem::take(&mut decision.candidates)
-            .into_iter()
-            .enumerate()
-            .partition(|(i, _)| cold[*i]);
-    let moved: Vec<Candidate> = moved.into_iter().map(|(_, c)| c).collect();
-    decision.candidates = kept.into_iter().map(|(_, c)| c).collect();
+    let mut moved = Vec::new();
+    for (candidate, passed_over) in std::mem::take(&mut decision.candidates)
+        .into_iter()
+        .zip(cold)
+    {
+        if passed_over {
+            moved.push(candidate);
+        } else {
+            decision.candidates.push(candidate);
+        }
+    }
     let next = decision
         .candidates
         .first()
