@@ -111,20 +111,8 @@ fn covers(models: &[&LoadedModel], chosen: &[usize], short_mib: u64, short_count
         && chosen.iter().map(|&i| models[i].memory_mib).sum::<u64>() >= short_mib
 }
 
-/// The order of two plans: least reload cost, then fewest models, then the least
-/// recently used.
-fn plan_key(models: &[&LoadedModel], chosen: &[usize]) -> (f64, usize, u64) {
-    (
-        chosen.iter().map(|&i| models[i].reload_secs).sum(),
-        chosen.len(),
-        chosen
-            .iter()
-            .map(|&i| models[i].last_used_ms)
-            .max()
-            .unwrap_or(0),
-    )
-}
-
+/// The order of two plans `(reload cost, models, latest use)`: least reload cost, then
+/// fewest models, then the least recently used.
 fn better(a: (f64, usize, u64), b: (f64, usize, u64)) -> bool {
     a.0.total_cmp(&b.0)
         .then(a.1.cmp(&b.1))
@@ -132,29 +120,37 @@ fn better(a: (f64, usize, u64), b: (f64, usize, u64)) -> bool {
         .is_lt()
 }
 
-/// Every subset, the cheapest that covers.
+/// Every subset, the cheapest that covers: each set is a bit mask, its sums taken over
+/// its bits (no allocation per set).
 fn cheapest_exact(
     models: &[&LoadedModel],
     short_mib: u64,
     short_count: usize,
 ) -> Option<Vec<usize>> {
-    let mut best: Option<(Vec<usize>, (f64, usize, u64))> = None;
-    let mut chosen = Vec::with_capacity(models.len());
+    let mut best: Option<(u32, (f64, usize, u64))> = None;
     for mask in 1u32..(1u32 << models.len()) {
-        chosen.clear();
-        chosen.extend((0..models.len()).filter(|i| mask & (1 << i) != 0));
-        if !covers(models, &chosen, short_mib, short_count) {
+        let count = mask.count_ones() as usize;
+        if count < short_count {
             continue;
         }
-        let key = plan_key(models, &chosen);
-        if best
-            .as_ref()
-            .is_none_or(|(_, best_key)| better(key, *best_key))
-        {
-            best = Some((chosen.clone(), key));
+        let (mut memory, mut cost, mut last_used) = (0u64, 0f64, 0u64);
+        let mut bits = mask;
+        while bits != 0 {
+            let model = models[bits.trailing_zeros() as usize];
+            bits &= bits - 1;
+            memory += model.memory_mib;
+            cost += model.reload_secs;
+            last_used = last_used.max(model.last_used_ms);
+        }
+        if memory < short_mib {
+            continue;
+        }
+        let key = (cost, count, last_used);
+        if best.is_none_or(|(_, best_key)| better(key, best_key)) {
+            best = Some((mask, key));
         }
     }
-    best.map(|(chosen, _)| chosen)
+    best.map(|(mask, _)| (0..models.len()).filter(|i| mask & (1 << i) != 0).collect())
 }
 
 /// Cheapest reload cost per MiB first, until both shortfalls are covered.
