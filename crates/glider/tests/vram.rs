@@ -84,6 +84,28 @@ fn unloads(mock: &MockVendor) -> Vec<String> {
         .collect()
 }
 
+/// A streamed chat request for `model`, its headers read and its body not yet.
+async fn open_stream(gw: &Gateway, model: &str) -> reqwest::Response {
+    let body = wire(Dialect::OpenAiChat, &text_request(model, "hello", true));
+    reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", gw.base))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("stream starts")
+}
+
+/// What an earlier run measured: big takes two minutes to load.
+fn seed_slow_big(home: &Path) {
+    std::fs::create_dir_all(home.join("vram")).expect("dir");
+    std::fs::write(
+        home.join("vram/measured.json"),
+        r#"{"local/big:latest": {"memory_mib": 6000, "load_secs": 120.0, "loads": 1}}"#,
+    )
+    .expect("seed");
+}
+
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
     for _ in 0..400 {
         if done() {
@@ -171,14 +193,7 @@ async fn a_model_with_a_stream_open_is_never_evicted_and_the_competing_request_g
     assert_eq!(local.loaded_models(), ["small:latest"]);
 
     // A stream on small, held open.
-    let body = wire(Dialect::OpenAiChat, &text_request("small", "hello", true));
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", gw.base))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("stream starts");
+    let response = open_stream(&gw, "small").await;
     assert_eq!(response.status(), 200);
     until("the stream's reservation", || {
         vram.in_flight("local", "small") == 1
@@ -228,14 +243,7 @@ async fn a_dropped_stream_releases_its_reservation() {
     let vram_yaml = format!("nvidia_smi: '{}'", smi.display());
     let gw = gateway(&config(&local, &cloud, &vram_yaml, 30.0)).await;
     let vram = attach(&gw, home.path()).await;
-    let body = wire(Dialect::OpenAiChat, &text_request("small", "hello", true));
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", gw.base))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("stream starts");
+    let response = open_stream(&gw, "small").await;
     until("the reservation", || vram.in_flight("local", "small") == 1).await;
     drop(response);
     until("the release on disconnect", || {
@@ -249,13 +257,7 @@ async fn a_cold_model_whose_measured_load_is_too_slow_is_passed_over_and_loaded_
 {
     let home = tempfile::tempdir().expect("home");
     let smi = fake_nvidia_smi(home.path(), 10_000, 0);
-    // What an earlier run measured: big takes two minutes to load.
-    std::fs::create_dir_all(home.path().join("vram")).expect("dir");
-    std::fs::write(
-        home.path().join("vram/measured.json"),
-        r#"{"local/big:latest": {"memory_mib": 6000, "load_secs": 120.0, "loads": 1}}"#,
-    )
-    .expect("seed");
+    seed_slow_big(home.path());
     let (local, cloud) = (
         ollama(Duration::ZERO).await,
         MockVendor::start(Default::default()).await,
@@ -294,12 +296,7 @@ async fn a_cold_model_whose_measured_load_is_too_slow_is_passed_over_and_loaded_
 #[tokio::test]
 async fn without_a_gpu_every_vram_rule_steps_aside() {
     let home = tempfile::tempdir().expect("home");
-    std::fs::create_dir_all(home.path().join("vram")).expect("dir");
-    std::fs::write(
-        home.path().join("vram/measured.json"),
-        r#"{"local/big:latest": {"memory_mib": 6000, "load_secs": 120.0, "loads": 1}}"#,
-    )
-    .expect("seed");
+    seed_slow_big(home.path());
     let (local, cloud) = (
         ollama(Duration::ZERO).await,
         MockVendor::start(Default::default()).await,
