@@ -39,7 +39,7 @@ pub struct Executed {
 /// down ones, and, among backends of the same locality, warm before cold. The router's
 /// order is kept otherwise (it already put the preferred side first). The reserve
 /// follows, in its own order.
-fn attempt_order(candidates: &[Candidate], reserve: usize) -> Vec<usize> {
+pub fn attempt_order(candidates: &[Candidate], reserve: usize) -> Vec<usize> {
     let reserve = reserve.min(candidates.len());
     let mut order: Vec<usize> = (0..reserve).collect();
     let first_local = candidates.first().map(|c| c.backend.is_local());

@@ -4,11 +4,13 @@
 
 pub mod pricing;
 pub mod schema;
+pub mod vram;
 pub mod watch;
 
 pub use notify::RecommendedWatcher as FileWatcher;
 pub use pricing::{ModelPrice, PricingConfig};
 pub use schema::*;
+pub use vram::{MonitorKind, Strategy, VramConfig, VramModel};
 pub use watch::{ConfigHandle, ReloadOutcome, watch_path};
 
 /// What can be wrong with a config file.

@@ -41,6 +41,8 @@ pub struct Config {
     /// Cloud list prices, for the cost that answering locally avoided (hot; see
     /// docs/dashboard.md).
     pub pricing: crate::pricing::PricingConfig,
+    /// GPU memory: the monitor and how local models share it (hot; docs/vram.md).
+    pub vram: crate::vram::VramConfig,
 }
 
 /// Listeners. Changing any of these needs a restart.
@@ -494,6 +496,9 @@ pub struct RoutingConfig {
     pub classifier: ClassifierConfig,
     /// User rules in Starlark.
     pub starlark: StarlarkConfig,
+    /// Seconds a request may wait for a cold local model to load (its measured load
+    /// time, evictions included) before the next candidate is tried instead.
+    pub max_cold_wait_secs: f64,
 }
 
 impl Default for RoutingConfig {
@@ -506,6 +511,7 @@ impl Default for RoutingConfig {
             sticky: StickyConfig::default(),
             classifier: ClassifierConfig::default(),
             starlark: StarlarkConfig::default(),
+            max_cold_wait_secs: 30.0,
         }
     }
 }
@@ -1153,6 +1159,11 @@ impl Config {
             if value == 0 {
                 problems.push(format!("{key} must be at least 1"));
             }
+        }
+        problems.extend(self.vram.problems());
+        let wait = self.routing.max_cold_wait_secs;
+        if !(wait.is_finite() && wait >= 0.0) {
+            problems.push("routing.max_cold_wait_secs must be a non-negative number".into());
         }
         if self.routing.starlark.max_steps == Some(0) {
             problems.push("routing.starlark.max_steps must be at least 1".into());

@@ -97,6 +97,34 @@ async function loadBackends() {
   renderBackends();
 }
 
+// ---- GPU memory (/api/vram) ------------------------------------------------------
+
+function renderVram(v) {
+  const gpus = (v.gpu && v.gpu.gpus) || [];
+  $("vram-gpus").textContent = gpus.length
+    ? gpus.map((g) => `GPU ${g.index}: ${g.used_mib} / ${g.total_mib} MiB used, ${g.total_mib - g.used_mib} free` + (g.utilization_pct === null ? "" : `, ${g.utilization_pct}% busy`)).join(" · ") + ` (${v.gpu.source})`
+    : `no GPU (${(v.gpu && v.gpu.detected) || "none"}): VRAM rules step aside`;
+  const body = $("vram").tBodies[0];
+  body.replaceChildren();
+  for (const m of v.models || []) {
+    body.append(el("tr", {},
+      el("td", {}, m.backend),
+      el("td", {}, m.model),
+      el("td", {}, m.loaded ? "yes" : el("span", { class: "muted" }, "no")),
+      el("td", { class: "num" }, m.memory_mib === null ? "–" : `${m.memory_mib} MiB`),
+      el("td", { class: "num" }, m.load_secs === null ? "–" : `${m.load_secs.toFixed(1)} s`),
+      el("td", { class: "num" }, String(m.in_flight)),
+      el("td", {}, m.reserve ? "reserved" : ""),
+    ));
+  }
+  const p = v.last_plan;
+  $("vram-plan").textContent = p ? `Last plan (${fmt.when(p.at_ms)}): ${p.model} on ${p.backend}, ${p.plan.plan.replace("_", " ")}` + (p.plan.victims ? ` (${p.plan.victims.join(", ")})` : "") + ` — ${p.outcome}` : "";
+}
+
+async function loadVram() {
+  renderVram(await api("/api/vram"));
+}
+
 async function resetBreaker(name) {
   try {
     await api(`/api/backends/${encodeURIComponent(name)}/reset`, { method: "POST" });
@@ -649,6 +677,9 @@ function onEvent(event) {
       renderBackends();
       break;
     }
+    case "vram":
+      if (event.event !== "sample" || state.view === "overview") loadVram().catch(showError);
+      break;
     case "config_reloaded":
       loadConfig().catch(showError);
       loadBackends().catch(showError);
@@ -679,7 +710,7 @@ function connect() {
     setConn("ok", "live");
     $("notice").hidden = true;
     // Read everything after the socket is open, so nothing falls between the two.
-    Promise.all([loadStatus(), loadBackends(), loadVendors(), loadRequests(), loadStats(), loadConfig(), loadCharts()]).catch(showError);
+    Promise.all([loadStatus(), loadBackends(), loadVram(), loadVendors(), loadRequests(), loadStats(), loadConfig(), loadCharts()]).catch(showError);
     if (state.view === "sessions") {
       loadSessions().catch(showError);
       if (state.selected) loadSession(state.selected).catch(showError);

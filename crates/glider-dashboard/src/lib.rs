@@ -14,6 +14,7 @@ mod redact;
 mod rest;
 mod security;
 mod ui;
+mod vram;
 mod ws;
 
 use std::path::PathBuf;
@@ -182,6 +183,7 @@ impl Dashboard {
             collector::spawn_ledger_seed(&shared, last_seq),
         ];
         tasks.extend(collector::spawn_session_watch(&shared));
+        tasks.extend(vram::spawn_forward(&shared));
         *shared.tasks.lock().unwrap_or_else(|p| p.into_inner()) = tasks;
         Ok(Dashboard { shared })
     }
@@ -212,6 +214,7 @@ impl Dashboard {
                 "/api/context/sessions/{id}",
                 get(context::session).delete(context::forget),
             )
+            .route("/api/vram", get(vram::view))
             .route("/metrics", get(rest::metrics))
             .route("/ws", get(ws::upgrade))
             .fallback(rest::not_found)

@@ -61,7 +61,20 @@ pub struct MockConfig {
     /// `/v1/messages` does (llama-server without `--api-key`, Ollama); off, it answers
     /// a keyless request with Anthropic's 401.
     pub anthropic_keyless: bool,
+    /// Ollama: the fake GPU's memory in MiB. Set, a load that does not fit evicts the
+    /// least recently used idle models first (Ollama's own policy) and fails with
+    /// Ollama's "requires more system memory" when only busy ones are left; unset,
+    /// every model fits.
+    pub gpu_total_mib: Option<u64>,
+    /// Ollama: MiB each model takes loaded (`size_vram` in `/api/ps`); a model not
+    /// listed takes [`DEFAULT_MODEL_MIB`].
+    pub model_memory_mib: Vec<(String, u64)>,
+    /// Ollama: how long loading a cold model takes (an explicit load or a chat).
+    pub load_delay: Duration,
 }
+
+/// MiB a mock Ollama model takes loaded unless [`MockConfig::model_memory_mib`] says.
+pub const DEFAULT_MODEL_MIB: u64 = 4445;
 
 impl Default for MockConfig {
     fn default() -> Self {
@@ -76,6 +89,9 @@ impl Default for MockConfig {
             tool_less_models: Vec::new(),
             record: true,
             anthropic_keyless: false,
+            gpu_total_mib: None,
+            model_memory_mib: Vec::new(),
+            load_delay: Duration::ZERO,
         }
     }
 }
@@ -189,6 +205,11 @@ impl MockVendor {
     /// Apply `failure` to subsequent generation requests.
     pub fn set_failure(&self, failure: Failure) {
         self.state.set_failure(failure);
+    }
+
+    /// Ollama: the models loaded now, least recently used first.
+    pub fn loaded_models(&self) -> Vec<String> {
+        self.state.warm_models()
     }
 
     /// Response streams (and hanging requests) currently open.

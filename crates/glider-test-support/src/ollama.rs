@@ -1,6 +1,8 @@
 //! Ollama native API: `/api/chat` (NDJSON stream by default, one JSON object with
 //! `stream:false`) with Go-decoder-style refusals, plus `/api/tags`, `/api/ps`,
-//! `/api/version` and `GET /`.
+//! `/api/version` and `GET /`. Models load and unload as Ollama's do (a request with no
+//! messages loads, one with `keep_alive: 0` unloads), with memory accounted on a fake
+//! GPU and a load time ([`crate::MockConfig::gpu_total_mib`]).
 
 use std::sync::Arc;
 
@@ -14,6 +16,8 @@ use crate::script::{self, Conversation, Reply};
 use crate::server::{Ctx, Incoming};
 use crate::state::MockState;
 use crate::stream::{self, Frame, NDJSON_CONTENT_TYPE};
+
+const MIB: u64 = 1024 * 1024;
 
 /// The version `/api/version` reports.
 pub(crate) const VERSION: &str = "0.12.6";
@@ -229,7 +233,9 @@ pub(crate) async fn handle(ctx: Ctx<'_>) -> Response {
             state.unload(model, normalize);
             "unload"
         } else {
-            state.mark_warm(model);
+            if let Err(e) = state.load(model, normalize).await {
+                return error(500, &e);
+            }
             "load"
         };
         let out = json!({
@@ -257,14 +263,24 @@ pub(crate) async fn handle(ctx: Ctx<'_>) -> Response {
         }
     }
     let conv = conversation(body, messages);
+    let busy = state.busy(model, normalize);
+    if let Err(e) = state.load(model, normalize).await {
+        return error(500, &e);
+    }
     let reply = state.plan(&conv, thinking);
-    state.mark_warm(model);
     let input = script::input_tokens(inc.body_len);
     let output = reply.output_tokens();
     let deltas = state.config.deltas;
     if stream {
         let frames = stream_frames(model, &reply, input, output, deltas);
-        stream::streamed(state, NDJSON_CONTENT_TYPE, frames, close_after, &[])
+        stream::streamed_busy(
+            state,
+            NDJSON_CONTENT_TYPE,
+            frames,
+            close_after,
+            &[],
+            Some(busy),
+        )
     } else {
         let mut message = Map::new();
         message.insert("role".into(), json!("assistant"));
@@ -283,7 +299,9 @@ pub(crate) async fn handle(ctx: Ctx<'_>) -> Response {
         }
         let out = done_object(model, Value::Object(message), input, output);
         let n = script::split(&reply.text, deltas).len();
-        stream::complete(state, &out, n, close_after.is_some(), &[]).await
+        let response = stream::complete(state, &out, n, close_after.is_some(), &[]).await;
+        drop(busy);
+        response
     }
 }
 
@@ -324,13 +342,13 @@ fn stream_frames(model: &str, reply: &Reply, input: u64, output: u64, deltas: us
     frames
 }
 
-fn model_entry(name: &str) -> Value {
+fn model_entry(state: &MockState, name: &str) -> Value {
     let name = normalize(name);
     json!({
         "name": name,
         "model": name,
         "modified_at": "2025-01-01T00:00:00Z",
-        "size": 4_661_224_676u64,
+        "size": state.memory_mib(&name, normalize) * MIB,
         "digest": digest(&name),
         "details": {
             "parent_model": "",
@@ -359,22 +377,29 @@ fn digest(name: &str) -> String {
 
 /// `GET /api/tags`.
 pub(crate) async fn tags(State(state): State<Arc<MockState>>, _inc: Incoming) -> Response {
-    let models: Vec<Value> = state.all_models().iter().map(|m| model_entry(m)).collect();
+    let models: Vec<Value> = state
+        .all_models()
+        .iter()
+        .map(|m| model_entry(&state, m))
+        .collect();
     stream::json_response(200, &json!({"models": models}), &[])
 }
 
-/// `GET /api/ps`: the models that have served a request.
+/// `GET /api/ps`: the models loaded now (by a request or a load), with their memory.
 pub(crate) async fn ps(State(state): State<Arc<MockState>>, _inc: Incoming) -> Response {
     let expires = clock::rfc3339(clock::unix_secs() + 300, 0);
     let models: Vec<Value> = state
         .warm_models()
         .iter()
         .map(|m| {
-            let mut entry = model_entry(m);
+            let mut entry = model_entry(&state, m);
             if let Some(obj) = entry.as_object_mut() {
                 obj.remove("modified_at");
                 obj.insert("expires_at".into(), json!(expires));
-                obj.insert("size_vram".into(), json!(4_661_224_676u64));
+                obj.insert(
+                    "size_vram".into(),
+                    json!(state.memory_mib(m, normalize) * MIB),
+                );
                 obj.insert(
                     "context_length".into(),
                     json!(state.config.context_window.unwrap_or(4096)),
@@ -415,7 +440,7 @@ pub(crate) async fn show(State(state): State<Arc<MockState>>, inc: Incoming) -> 
     if let Some(window) = state.config.context_window {
         parameters.push(format!("num_ctx {window}"));
     }
-    let entry = model_entry(model);
+    let entry = model_entry(&state, model);
     let body = json!({
         "modelfile": format!("FROM {wanted}\n"),
         "parameters": parameters.join("\n"),

@@ -1,6 +1,8 @@
 //! Shared mutable state of one mock server: configuration, recorded requests, the
-//! current failure mode, open-stream accounting, warm (loaded) models and id counters.
+//! current failure mode, open-stream accounting, warm (loaded) models with their memory
+//! on a fake GPU, and id counters.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -17,7 +19,10 @@ pub(crate) struct MockState {
     requests: Mutex<Vec<RecordedRequest>>,
     failure: Mutex<Failure>,
     open_streams: AtomicUsize,
+    /// Loaded models, least recently used first.
     warm: Mutex<Vec<String>>,
+    /// Requests and streams running on each model: never evicted while they run.
+    busy: Mutex<BTreeMap<String, usize>>,
     ids: AtomicU64,
     call_ids: AtomicU64,
     shutdown: watch::Receiver<bool>,
@@ -35,6 +40,7 @@ impl MockState {
             failure: Mutex::new(Failure::None),
             open_streams: AtomicUsize::new(0),
             warm: Mutex::new(Vec::new()),
+            busy: Mutex::new(BTreeMap::new()),
             ids: AtomicU64::new(0),
             call_ids: AtomicU64::new(0),
             shutdown,
@@ -150,6 +156,69 @@ impl MockState {
         }
     }
 
+    /// MiB `model` takes once loaded (Ollama's `size_vram`).
+    pub fn memory_mib(&self, model: &str, normalize: fn(&str) -> String) -> u64 {
+        let wanted = normalize(model);
+        self.config
+            .model_memory_mib
+            .iter()
+            .find(|(m, _)| normalize(m) == wanted)
+            .map_or(crate::DEFAULT_MODEL_MIB, |(_, mib)| *mib)
+    }
+
+    /// Load `model` as Ollama does: already loaded, it becomes the most recently used;
+    /// otherwise, on a GPU of `gpu_total_mib`, the least recently used idle models are
+    /// evicted until it fits (a busy one never is), and the load takes `load_delay`.
+    /// Whether it was loaded now, or why it cannot be.
+    pub async fn load(&self, model: &str, normalize: fn(&str) -> String) -> Result<bool, String> {
+        let wanted = normalize(model);
+        {
+            let mut warm = lock(&self.warm);
+            if let Some(at) = warm.iter().position(|m| normalize(m) == wanted) {
+                let name = warm.remove(at);
+                warm.push(name);
+                return Ok(false);
+            }
+            if let Some(total) = self.config.gpu_total_mib {
+                let need = self.memory_mib(model, normalize);
+                let busy = lock(&self.busy);
+                loop {
+                    let used: u64 = warm.iter().map(|m| self.memory_mib(m, normalize)).sum();
+                    if used + need <= total {
+                        break;
+                    }
+                    let idle = warm.iter().position(|m| !busy.contains_key(&normalize(m)));
+                    match idle {
+                        Some(at) => {
+                            warm.remove(at);
+                        }
+                        None => {
+                            return Err(format!(
+                                "model requires more system memory ({need} MiB) than is available ({} MiB)",
+                                total.saturating_sub(used)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if !self.sleep(self.config.load_delay).await {
+            return Err("shutting down".into());
+        }
+        self.mark_warm(&wanted);
+        Ok(true)
+    }
+
+    /// Keep `model` busy until the guard is dropped.
+    pub fn busy(self: &Arc<Self>, model: &str, normalize: fn(&str) -> String) -> ModelBusy {
+        let model = normalize(model);
+        *lock(&self.busy).entry(model.clone()).or_default() += 1;
+        ModelBusy {
+            state: self.clone(),
+            model,
+        }
+    }
+
     pub fn unload(&self, model: &str, normalize: fn(&str) -> String) {
         let wanted = normalize(model);
         lock(&self.warm).retain(|m| normalize(m) != wanted);
@@ -179,6 +248,24 @@ impl MockState {
 
     fn is_shutting_down(&self) -> bool {
         *self.shutdown.borrow()
+    }
+}
+
+/// A model running a request; dropped, it may be evicted again.
+pub(crate) struct ModelBusy {
+    state: Arc<MockState>,
+    model: String,
+}
+
+impl Drop for ModelBusy {
+    fn drop(&mut self) {
+        let mut busy = lock(&self.state.busy);
+        if let Some(count) = busy.get_mut(&self.model) {
+            *count -= 1;
+            if *count == 0 {
+                busy.remove(&self.model);
+            }
+        }
     }
 }
 

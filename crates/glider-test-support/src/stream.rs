@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use crate::server::Cut;
-use crate::state::{MockState, OpenStream};
+use crate::state::{MockState, ModelBusy, OpenStream};
 
 /// One chunk of a streamed body. `delta` marks content deltas (text, thinking, tool
 /// arguments): the ones `delta_delay` and `CloseMidStream` count.
@@ -71,6 +71,8 @@ struct Streaming {
     deltas_sent: usize,
     close_after: Option<Cut>,
     done: bool,
+    /// The model this stream keeps busy (Ollama will not evict it meanwhile).
+    _busy: Option<ModelBusy>,
 }
 
 fn cut() -> io::Error {
@@ -85,7 +87,27 @@ pub(crate) fn streamed(
     close_after: Option<Cut>,
     extra_headers: &[(&'static str, String)],
 ) -> Response {
+    streamed_busy(
+        state,
+        content_type,
+        frames,
+        close_after,
+        extra_headers,
+        None,
+    )
+}
+
+/// [`streamed`], keeping a model busy until the stream ends.
+pub(crate) fn streamed_busy(
+    state: &Arc<MockState>,
+    content_type: &'static str,
+    frames: Vec<Frame>,
+    close_after: Option<Cut>,
+    extra_headers: &[(&'static str, String)],
+    busy: Option<ModelBusy>,
+) -> Response {
     let st = Streaming {
+        _busy: busy,
         frames: frames.into_iter(),
         guard: OpenStream::new(state.clone()),
         first: true,

@@ -57,6 +57,31 @@ pub fn parse_dialect(name: &str) -> anyhow::Result<Dialect> {
     })
 }
 
+/// The warm condition needs what is loaded and what loads cost: with a GPU and a local
+/// Ollama backend, probe the local backends once (read-only) and plan with the
+/// measurements `glider serve` kept under `GLIDER_HOME`.
+fn see_warm_state(engine: &std::sync::Arc<Engine>) -> anyhow::Result<()> {
+    let runtime = engine.runtime();
+    let ollama = runtime
+        .backends
+        .iter()
+        .any(|b| b.is_local() && b.kind() == glider_config::BackendKind::Ollama);
+    if !runtime.config.vram.enabled || !ollama {
+        return Ok(());
+    }
+    let vram = glider_vram::Vram::new(&runtime.config.vram, Some(&crate::glider_home()));
+    if vram.steps_aside(&runtime.config.vram) {
+        return Ok(());
+    }
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the probe runtime")?
+        .block_on(engine.probe_all());
+    let _ = engine.attach_vram(vram);
+    Ok(())
+}
+
 /// Run the command; returns the text to print.
 pub fn explain(
     config: Option<PathBuf>,
@@ -100,6 +125,7 @@ fn explain_body(
         );
     }
     let engine = Engine::new(ConfigHandle::new(loaded, config));
+    see_warm_state(&engine)?;
     let decision = engine
         .explain(front, body, &header_map)
         .map_err(|e| anyhow::anyhow!("{} ({:?}, HTTP {})", e.message, e.kind, e.kind.status()))?;

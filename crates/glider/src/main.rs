@@ -354,6 +354,7 @@ async fn serve_recorded(
     let (delegator, vendors) = serve::start_delegation(runstate, &config.delegate);
     let handle = ConfigHandle::new(config, config_path.clone());
     let engine = Engine::new(handle.clone());
+    serve::start_vram(&engine, &handle, &home);
     let context = serve::start_context(&engine, &home, &handle.snapshot())?;
     let _summarizer = serve::start_summarizer(&engine, context.as_ref())?;
     let _background = serve::start_background(&handle, &engine, filter_handle)?;

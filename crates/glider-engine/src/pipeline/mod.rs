@@ -50,6 +50,8 @@ pub struct Engine {
     context: OnceLock<Arc<dyn ContextSink>>,
     /// Each session's and episode's spend, for the turn budget and the loop guard.
     kit: Arc<ContextKit>,
+    /// GPU memory for local models (docs/vram.md), when attached.
+    vram: OnceLock<Arc<glider_vram::Vram>>,
 }
 
 /// A request decoded, aliased, estimated and routed: the decision is made once, and
@@ -133,7 +135,18 @@ impl Engine {
             sticky: Arc::default(),
             context: OnceLock::new(),
             kit: Arc::default(),
+            vram: OnceLock::new(),
         })
+    }
+
+    /// Plan GPU memory with `vram` from now on (once: a second is handed back).
+    pub fn attach_vram(&self, vram: Arc<glider_vram::Vram>) -> Result<(), Arc<glider_vram::Vram>> {
+        self.vram.set(vram)
+    }
+
+    /// The VRAM state attached, if any (the dashboard shows it).
+    pub fn vram(&self) -> Option<&Arc<glider_vram::Vram>> {
+        self.vram.get()
     }
 
     /// The backends and config a request should use.
@@ -205,7 +218,11 @@ impl Engine {
             model,
             estimated_tokens: tokens,
         };
-        runtime.router(&self.sticky).decide(&input, explain)
+        let mut decision = runtime.router(&self.sticky).decide(&input, explain)?;
+        if let Some(vram) = self.vram.get() {
+            crate::router::warm::pass_over_cold(&mut decision, vram, &runtime.config);
+        }
+        Ok(decision)
     }
 
     /// `glider route explain`: decode, alias, estimate and route a body without sending
@@ -330,6 +347,7 @@ impl Engine {
             executed: None,
             context: self.context.get().cloned(),
             compaction: false,
+            vram: self.vram.get().cloned(),
         }
     }
 }

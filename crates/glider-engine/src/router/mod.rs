@@ -10,6 +10,7 @@ pub mod classifier;
 pub mod explicit;
 pub mod rules;
 pub mod sticky;
+pub mod warm;
 
 use std::sync::Arc;
 use std::time::Duration;

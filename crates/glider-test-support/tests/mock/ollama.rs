@@ -274,3 +274,67 @@ async fn unknown_route_is_recorded_404() {
     assert_eq!(resp.status(), 404);
     assert_eq!(mock.requests()[0].path, "/api/nothing");
 }
+
+/// Names `/api/ps` lists, least recently used first.
+async fn loaded(mock: &MockVendor) -> Vec<String> {
+    get_json(mock, "/api/ps").await["models"]
+        .as_array()
+        .expect("models")
+        .iter()
+        .filter_map(|m| m["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn loads_account_memory_on_the_fake_gpu_and_evict_the_least_recently_used_idle_model() {
+    let mock = MockVendor::start(MockConfig {
+        models: vec!["a".into(), "b".into(), "c".into()],
+        gpu_total_mib: Some(10_000),
+        model_memory_mib: vec![("a".into(), 4000), ("b".into(), 4000), ("c".into(), 4000)],
+        delta_delay: std::time::Duration::from_millis(1000),
+        ..MockConfig::default()
+    })
+    .await;
+    for model in ["a", "b"] {
+        let (s, out) = post_json(&mock, "/api/chat", &json!({"model": model})).await;
+        assert_eq!((s, out["done_reason"].as_str()), (200, Some("load")));
+    }
+    let ps = get_json(&mock, "/api/ps").await;
+    assert_eq!(ps["models"][0]["size_vram"], 4000u64 * 1024 * 1024);
+    assert_eq!(loaded(&mock).await, ["a:latest", "b:latest"]);
+    // c does not fit beside both: a, the least recently used, goes.
+    let (s, _) = post_json(&mock, "/api/chat", &json!({"model": "c"})).await;
+    assert_eq!(s, 200);
+    assert_eq!(loaded(&mock).await, ["b:latest", "c:latest"]);
+    // With streams open on both, nothing may go: Ollama's memory error.
+    let stream = |model: &'static str| {
+        let mock_url = mock.base_url();
+        async move {
+            client()
+                .post(format!("{mock_url}/api/chat"))
+                .json(&json!({"model": model, "messages": [{"role": "user", "content": "x"}]}))
+                .send()
+                .await
+                .expect("sent")
+        }
+    };
+    let (held_b, held_c) = (stream("b").await, stream("c").await);
+    let (s, out) = post_json(&mock, "/api/chat", &json!({"model": "a"})).await;
+    assert_eq!(s, 500, "{out}");
+    assert!(
+        out["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("requires more system memory")),
+        "{out}"
+    );
+    drop((held_b, held_c));
+    assert!(
+        mock.wait_open_streams(0, std::time::Duration::from_secs(5))
+            .await
+    );
+    // Unloading frees the memory at once.
+    let (s, out) = post_json(&mock, "/api/chat", &json!({"model": "b", "keep_alive": 0})).await;
+    assert_eq!((s, out["done_reason"].as_str()), (200, Some("unload")));
+    assert_eq!(loaded(&mock).await, ["c:latest"]);
+    assert_eq!(mock.loaded_models(), ["c:latest"]);
+}

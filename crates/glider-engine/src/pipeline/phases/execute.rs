@@ -1,10 +1,14 @@
 //! Execute: the backup sequence over the prepared requests (breaker, health, warm
 //! first, a local reserve last); the attempt that answered, or the one error every
 //! failure adds up to. When the reserve answered, the decision is re-stated as
-//! `local_fallback` with why, for the route header, the record and the history.
+//! `local_fallback` with why, for the route header, the record and the history. With
+//! VRAM attached, the local model tried first is reserved and made room for (a planned
+//! eviction and load) before it is sent; the one that answered stays reserved until its
+//! body ends or is dropped (docs/vram.md).
 
-use glider_backend::executor::summarise;
-use glider_backend::{AttemptFailure, execute_prepared};
+use glider_backend::executor::{attempt_order, summarise};
+use glider_backend::{AttemptFailure, Executed, execute_prepared};
+use glider_vram::{Reservation, ReservedStream};
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed};
 use crate::router::{RouteDecision, RuleName};
@@ -22,8 +26,15 @@ impl Phase for Execute {
                 return Flow::Fail(not_routed());
             };
             job.tracker.announce();
-            let executed =
+            let first = match &job.vram {
+                Some(vram) => make_room_first(vram, &job.runtime.config, decision).await,
+                None => None,
+            };
+            let mut executed =
                 execute_prepared(&decision.candidates, &job.upstream, decision.local_reserve).await;
+            if let (Some(vram), Ok(executed)) = (&job.vram, &mut executed) {
+                hold_while_streaming(vram, decision, executed, first);
+            }
             let failures = match &executed {
                 Ok(executed) => &executed.failures,
                 Err(failures) => failures,
@@ -60,6 +71,47 @@ impl Phase for Execute {
             }
         })
     }
+}
+
+/// Reserve the local model the backup sequence tries first and make room for it;
+/// its index and the reservation.
+async fn make_room_first(
+    vram: &std::sync::Arc<glider_vram::Vram>,
+    config: &glider_config::Config,
+    decision: &RouteDecision,
+) -> Option<(usize, Reservation)> {
+    let reserve = decision.local_reserve.unwrap_or(decision.candidates.len());
+    let index = *attempt_order(&decision.candidates, reserve).first()?;
+    let candidate = &decision.candidates[index];
+    if !candidate.backend.is_local() {
+        return None;
+    }
+    let reservation = vram.reserve(candidate.backend.name(), &candidate.model);
+    vram.make_room(&config.vram, &candidate.backend, &candidate.model)
+        .await;
+    Some((index, reservation))
+}
+
+/// The local model that answered stays reserved for as long as its body lives.
+fn hold_while_streaming(
+    vram: &glider_vram::Vram,
+    decision: &RouteDecision,
+    executed: &mut Executed,
+    first: Option<(usize, Reservation)>,
+) {
+    let candidate = &decision.candidates[executed.index];
+    if !candidate.backend.is_local() {
+        return;
+    }
+    let reservation = match first {
+        Some((index, reservation)) if index == executed.index => reservation,
+        _ => vram.reserve(candidate.backend.name(), &candidate.model),
+    };
+    let rest = std::mem::replace(
+        &mut executed.response.rest,
+        Box::pin(futures_util::stream::empty()),
+    );
+    executed.response.rest = Box::pin(ReservedStream::new(rest, reservation));
 }
 
 /// A local model of the reserve answered: the decision says so, with what the cloud

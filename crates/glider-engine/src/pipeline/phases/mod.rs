@@ -162,6 +162,9 @@ pub(crate) struct Job {
     /// Compaction: a CLI's compaction request sent to the local candidates (its
     /// instruction is the last turn; the episode it summarises is the one before).
     pub compaction: bool,
+    /// GPU memory for local models, when attached: route passes over a cold model
+    /// that would wait too long; execute makes room and reserves the model.
+    pub vram: Option<Arc<glider_vram::Vram>>,
 }
 
 pub(crate) fn not_routed() -> ApiError {

@@ -1,10 +1,12 @@
-//! Route: the router's decision over the runtime's backends and rules; a routing flag
-//! it found is stripped, since it is the user's instruction to Glider, not the model.
+//! Route: the router's decision over the runtime's backends and rules, then the warm
+//! condition (a cold local model that would wait too long is passed over); a routing
+//! flag it found is stripped, since it is the user's instruction to Glider, not the
+//! model.
 
 use glider_ngl::ErrorKind;
 
 use super::{Flow, Job, Phase, PhaseFuture, ready};
-use crate::router::{RouteDecision, RouteInput, RuleName, explicit};
+use crate::router::{RouteDecision, RouteInput, RuleName, explicit, warm};
 
 pub(crate) struct Route;
 
@@ -21,7 +23,7 @@ impl Phase for Route {
             model: &job.model,
             estimated_tokens: job.tokens,
         };
-        let decision = match job.runtime.router(&job.sticky).decide(&input, false) {
+        let mut decision = match job.runtime.router(&job.sticky).decide(&input, false) {
             Ok(decision) => decision,
             // No backend serves the model: for MITM that is not a local request, so it
             // belongs to the CLI's origin, which knows every model it offers.
@@ -42,6 +44,15 @@ impl Phase for Route {
             }
             Err(error) => return ready(Flow::Fail(error)),
         };
+        if let Some(vram) = &job.vram {
+            let config = &job.runtime.config;
+            let passed_over = warm::pass_over_cold(&mut decision, vram, config);
+            if config.vram.background_load {
+                for candidate in passed_over {
+                    warm::load_in_background(vram.clone(), config.clone(), candidate);
+                }
+            }
+        }
         if let Some(flag) = &decision.flag {
             explicit::strip_from_request(&mut job.request, flag);
             if let Some(stripped) = job

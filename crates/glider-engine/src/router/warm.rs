@@ -1,0 +1,100 @@
+//! The warm condition of the backup sequence: a local candidate whose model is cold and
+//! whose planned load (measured, evictions included) exceeds `routing.max_cold_wait_secs`,
+//! or that cannot fit without evicting a model in use, is passed over for the next
+//! candidate; the decision's reason says so (the route record, `glider route explain`).
+//! With nothing else to go to it stays, and the request waits; so does a request the
+//! user sent there (explicit or sticky), whose model the execute phase then loads. The
+//! breaker and health rules are the executor's, unchanged. Steps aside without a GPU
+//! (docs/vram.md).
+
+use std::sync::Arc;
+
+use glider_backend::Candidate;
+use glider_config::Config;
+use glider_vram::Vram;
+use glider_vram::planner::Plan;
+
+use super::{RouteDecision, RuleName};
+
+/// Move the cold candidates that would wait too long behind the others (ahead of any
+/// local reserve); the ones moved, for a background load.
+pub fn pass_over_cold(
+    decision: &mut RouteDecision,
+    vram: &Vram,
+    config: &Config,
+) -> Vec<Candidate> {
+    let end = decision
+        .local_reserve
+        .unwrap_or(decision.candidates.len())
+        .min(decision.candidates.len());
+    if matches!(decision.rule, RuleName::Explicit | RuleName::Sticky) {
+        return Vec::new();
+    }
+    let limit = config.routing.max_cold_wait_secs;
+    let mut notes = Vec::new();
+    let mut cold = vec![false; end];
+    for (i, candidate) in decision.candidates[..end].iter().enumerate() {
+        if !candidate.backend.is_local() {
+            continue;
+        }
+        let Some(wait) = vram.cold_wait(&config.vram, &candidate.backend, &candidate.model) else {
+            continue;
+        };
+        let why = match &wait.plan {
+            Plan::CannotFit { reason } => format!("cannot fit: {reason}"),
+            _ if wait.wait_secs > limit => format!(
+                "planned load ~{:.1}s ({}) exceeds routing.max_cold_wait_secs {limit}s",
+                wait.wait_secs,
+                if wait.measured {
+                    "measured"
+                } else {
+                    "vram.unmeasured_load_secs"
+                }
+            ),
+            _ => continue,
+        };
+        cold[i] = true;
+        notes.push(format!(
+            "{} model {} is cold, {why}",
+            candidate.backend.name(),
+            candidate.model
+        ));
+    }
+    if notes.is_empty() || cold.iter().all(|&c| c) {
+        return Vec::new();
+    }
+    let tail = decision.candidates.split_off(end);
+    let mut moved = Vec::new();
+    for (candidate, passed_over) in std::mem::take(&mut decision.candidates)
+        .into_iter()
+        .zip(cold)
+    {
+        if passed_over {
+            moved.push(candidate);
+        } else {
+            decision.candidates.push(candidate);
+        }
+    }
+    let next = decision
+        .candidates
+        .first()
+        .map(|c| c.backend.name().to_owned())
+        .unwrap_or_default();
+    decision.candidates.extend(moved.iter().cloned());
+    decision.candidates.extend(tail);
+    decision.reason = format!(
+        "{}; {}: passed over for {next} (warm condition)",
+        decision.reason,
+        notes.join("; ")
+    );
+    moved
+}
+
+/// Load a passed-over model while the request goes elsewhere, so the next finds it warm
+/// (`vram.background_load`).
+pub fn load_in_background(vram: Arc<Vram>, config: Arc<Config>, candidate: Candidate) {
+    tokio::spawn(async move {
+        vram.make_room(&config.vram, &candidate.backend, &candidate.model)
+            .await;
+    });
+}

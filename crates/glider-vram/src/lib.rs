@@ -1,0 +1,517 @@
+//! GPU memory for local models (spec package `vram`): the monitor that samples the GPUs
+//! ([`monitor`]), the eviction planner ([`planner`]), reservations a request holds on
+//! its model ([`reserve`]), the measured cost of each model's load kept across restarts
+//! ([`measured`]), and Ollama's load and unload ([`ollama`]). [`Vram`] ties them
+//! together for the engine (plan and make room before a cold model is sent a request;
+//! the warm condition of the backup sequence) and the dashboard (`/api/vram`, `/ws`,
+//! the Prometheus gauges). With no GPU, or `vram.enabled: false`, every rule here steps
+//! aside: nothing is planned, nothing is unloaded, nothing fails.
+
+pub mod measured;
+pub mod monitor;
+pub mod ollama;
+pub mod planner;
+pub mod reserve;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use glider_backend::Backend;
+use glider_config::{BackendKind, Strategy, VramConfig};
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use measured::{Measured, key};
+use monitor::{GpuSample, Monitor};
+use ollama::{Ollama, same_model};
+use planner::{LoadedModel, Need, Plan, Room};
+pub use reserve::{Reservation, ReservedStream};
+
+/// The last GPU sample.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GpuState {
+    /// `nvml`, `nvidia-smi` or `none`.
+    pub source: &'static str,
+    /// How the monitor was chosen (what was tried, and why it is "no GPU").
+    pub detected: String,
+    pub gpus: Vec<GpuSample>,
+    /// Why the last sample failed, when it did (the one before is kept).
+    pub error: Option<String>,
+    pub sampled_at_ms: u64,
+}
+
+/// One planning decision, as the dashboard shows it and `/ws` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanRecord {
+    pub at_ms: u64,
+    pub backend: String,
+    pub model: String,
+    pub need_mib: u64,
+    pub free_mib: u64,
+    pub plan: Plan,
+    /// What was done: `loaded in 2.1s`, `not loaded: …`, an unload's error.
+    pub outcome: String,
+}
+
+/// What `/ws` is told.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum VramEvent {
+    Sample(GpuState),
+    Plan(PlanRecord),
+    Loaded {
+        backend: String,
+        model: String,
+        secs: f64,
+        memory_mib: Option<u64>,
+    },
+    Unloaded {
+        backend: String,
+        model: String,
+    },
+}
+
+/// What waiting for a cold model would cost, as planned from what is known now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColdWait {
+    /// Seconds its load is expected to take.
+    pub wait_secs: f64,
+    /// Whether that is a measurement (else `vram.unmeasured_load_secs`).
+    pub measured: bool,
+    pub plan: Plan,
+}
+
+/// One local model on `/api/vram`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelView {
+    pub backend: String,
+    pub model: String,
+    pub loaded: bool,
+    pub memory_mib: Option<u64>,
+    pub load_secs: Option<f64>,
+    pub loads: u64,
+    /// Requests and streams holding it now.
+    pub in_flight: usize,
+    pub reserve: bool,
+    pub priority: i32,
+}
+
+/// `/api/vram`.
+#[derive(Debug, Clone, Serialize)]
+pub struct VramView {
+    pub enabled: bool,
+    pub strategy: Strategy,
+    pub headroom_mib: u64,
+    /// The GPU sample; `gpus` is empty on a machine without one.
+    pub gpu: GpuState,
+    pub models: Vec<ModelView>,
+    pub last_plan: Option<PlanRecord>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Whether Glider plans memory for this backend's models: Ollama loads and unloads on
+/// request; an OpenAI-compatible server (vLLM, llama.cpp) keeps its one model loaded.
+fn managed(backend: &Backend) -> bool {
+    backend.is_local() && backend.kind() == BackendKind::Ollama
+}
+
+/// Whether the backend's last probe saw `model` loaded.
+fn loaded_on(backend: &Backend, model: &str) -> bool {
+    !managed(backend)
+        || backend
+            .health()
+            .warm_models
+            .iter()
+            .any(|m| same_model(m, model))
+}
+
+/// `vram.models` settings of `model`, whether the config names it with its tag or not.
+fn settings(config: &VramConfig, model: &str) -> glider_config::VramModel {
+    config
+        .models
+        .iter()
+        .find(|(name, _)| same_model(name, model))
+        .map(|(_, settings)| settings.clone())
+        .unwrap_or_default()
+}
+
+/// GPU memory state and control, one per Glider process.
+pub struct Vram {
+    monitor: Box<dyn Monitor>,
+    gpu: Mutex<GpuState>,
+    measured: Mutex<Measured>,
+    reservations: Arc<reserve::Reservations>,
+    last_used: Mutex<BTreeMap<String, u64>>,
+    last_plan: Mutex<Option<PlanRecord>>,
+    /// One plan at a time: two plans at once would each count the same free memory.
+    planning: tokio::sync::Mutex<()>,
+    events: broadcast::Sender<VramEvent>,
+    http: reqwest::Client,
+}
+
+impl Vram {
+    /// Find the GPUs as `config.monitor` says, and read the measurements kept under
+    /// `home/vram` (none kept without a home). Samples once before returning.
+    pub fn new(config: &VramConfig, home: Option<&Path>) -> Arc<Vram> {
+        let (monitor, detected) = monitor::detect(config.monitor, &config.nvidia_smi);
+        tracing::info!(monitor = monitor.source(), detected = %detected, "VRAM monitor");
+        Vram::with_monitor(monitor, detected, home)
+    }
+
+    /// Over a given monitor (a fake one in tests).
+    pub fn with_monitor(
+        monitor: Box<dyn Monitor>,
+        detected: String,
+        home: Option<&Path>,
+    ) -> Arc<Vram> {
+        let vram = Vram {
+            gpu: Mutex::new(GpuState {
+                source: monitor.source(),
+                detected,
+                ..GpuState::default()
+            }),
+            monitor,
+            measured: Mutex::new(Measured::open(home.map(|h| h.join("vram")).as_deref())),
+            reservations: Arc::default(),
+            last_used: Mutex::default(),
+            last_plan: Mutex::default(),
+            planning: tokio::sync::Mutex::new(()),
+            events: broadcast::channel(64).0,
+            http: reqwest::Client::new(),
+        };
+        vram.take_sample();
+        Arc::new(vram)
+    }
+
+    fn take_sample(&self) -> GpuState {
+        let sampled = self.monitor.sample();
+        let mut gpu = lock(&self.gpu);
+        match sampled {
+            Ok(gpus) => {
+                gpu.gpus = gpus;
+                gpu.error = None;
+            }
+            Err(e) => gpu.error = Some(e),
+        }
+        gpu.sampled_at_ms = now_ms();
+        gpu.clone()
+    }
+
+    /// Sample now, off the async runtime (a sample may run a subprocess).
+    pub async fn sample(self: &Arc<Self>) -> GpuState {
+        let vram = self.clone();
+        let state = tokio::task::spawn_blocking(move || vram.take_sample())
+            .await
+            .unwrap_or_else(|_| lock(&self.gpu).clone());
+        let _ = self.events.send(VramEvent::Sample(state.clone()));
+        state
+    }
+
+    /// Sample every `interval()` until the last other handle is dropped; a machine with
+    /// no GPU is not sampled again.
+    pub fn spawn_sampler(self: &Arc<Self>, interval: impl Fn() -> Duration + Send + 'static) {
+        if self.monitor.source() == "none" {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval()).await;
+                let Some(vram) = weak.upgrade() else { return };
+                vram.sample().await;
+            }
+        });
+    }
+
+    /// The last sample.
+    pub fn gpu(&self) -> GpuState {
+        lock(&self.gpu).clone()
+    }
+
+    /// Whether every VRAM rule steps aside now: turned off, or no GPU seen.
+    pub fn steps_aside(&self, config: &VramConfig) -> bool {
+        !config.enabled || lock(&self.gpu).gpus.is_empty()
+    }
+
+    /// What `/ws` hears from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<VramEvent> {
+        self.events.subscribe()
+    }
+
+    /// Hold `model` on `backend` until the reservation is dropped.
+    pub fn reserve(&self, backend: &str, model: &str) -> Reservation {
+        let key = key(backend, model);
+        lock(&self.last_used).insert(key.clone(), now_ms());
+        self.reservations.reserve(key)
+    }
+
+    /// Reservations on `model` now.
+    pub fn in_flight(&self, backend: &str, model: &str) -> usize {
+        self.reservations.count(&key(backend, model))
+    }
+
+    fn loaded_model(
+        &self,
+        config: &VramConfig,
+        backend: &str,
+        name: &str,
+        memory_mib: u64,
+    ) -> LoadedModel {
+        let key = key(backend, name);
+        let settings = settings(config, name);
+        let cost = lock(&self.measured).get(&key);
+        LoadedModel {
+            name: name.to_owned(),
+            memory_mib,
+            reload_secs: cost.load_secs.unwrap_or(config.unmeasured_load_secs),
+            in_use: self.reservations.count(&key) > 0,
+            reserved: settings.reserve,
+            priority: settings.priority,
+            last_used_ms: lock(&self.last_used).get(&key).copied().unwrap_or(0),
+        }
+    }
+
+    /// Memory held for reserved models of `backend` that are not loaded (`pinned`).
+    fn held_mib(&self, config: &VramConfig, backend: &str, loaded: &[LoadedModel]) -> u64 {
+        if config.strategy != Strategy::Pinned {
+            return 0;
+        }
+        let measured = lock(&self.measured);
+        config
+            .models
+            .iter()
+            .filter(|(name, m)| m.reserve && !loaded.iter().any(|l| same_model(&l.name, name)))
+            .filter_map(|(name, _)| measured.get(&key(backend, name)).memory_mib)
+            .sum()
+    }
+
+    /// Free memory for planning: the GPUs' total less what the loaded models take and
+    /// what anything else uses (the sampled use beyond the models). The loaded models
+    /// are read fresh, so a sample taken before a load or an unload does not mislead.
+    fn room(&self, config: &VramConfig, backend: &str, loaded: &[LoadedModel]) -> Room {
+        let gpus = lock(&self.gpu).gpus.clone();
+        let total: u64 = gpus.iter().map(|g| g.total_mib).sum();
+        let used: u64 = gpus.iter().map(|g| g.used_mib).sum();
+        let models: u64 = loaded.iter().map(|m| m.memory_mib).sum();
+        let others = used.saturating_sub(models);
+        Room {
+            free_mib: total.saturating_sub(others).saturating_sub(models),
+            headroom_mib: config.headroom_mib,
+            held_mib: self.held_mib(config, backend, loaded),
+            max_loaded: config.max_loaded,
+        }
+    }
+
+    /// What a request for cold `model` would wait, planned from the last probe and the
+    /// measurements; `None` when VRAM steps aside or the model is loaded.
+    pub fn cold_wait(
+        &self,
+        config: &VramConfig,
+        backend: &Backend,
+        model: &str,
+    ) -> Option<ColdWait> {
+        if self.steps_aside(config) || loaded_on(backend, model) {
+            return None;
+        }
+        let name = backend.name();
+        let loaded: Vec<LoadedModel> = backend
+            .health()
+            .warm_models
+            .iter()
+            .map(|m| {
+                let memory = lock(&self.measured).get(&key(name, m)).memory_mib;
+                self.loaded_model(config, name, m, memory.unwrap_or(0))
+            })
+            .collect();
+        let cost = lock(&self.measured).get(&key(name, model));
+        let need = Need {
+            name: model.to_owned(),
+            memory_mib: cost.memory_mib.unwrap_or(0),
+            priority: settings(config, model).priority,
+        };
+        let plan = planner::plan(&need, &loaded, &self.room(config, name, &loaded));
+        Some(ColdWait {
+            wait_secs: cost.load_secs.unwrap_or(config.unmeasured_load_secs),
+            measured: cost.load_secs.is_some(),
+            plan,
+        })
+    }
+
+    /// Before a request is sent to `model`: if it is not loaded, plan room for it,
+    /// unload the plan's victims and load it, measuring the load. The caller holds a
+    /// reservation on `model` so no other plan evicts it meanwhile. `None` when VRAM
+    /// steps aside or the model was already loaded.
+    pub async fn make_room(
+        self: &Arc<Self>,
+        config: &VramConfig,
+        backend: &Backend,
+        model: &str,
+    ) -> Option<PlanRecord> {
+        if self.steps_aside(config) || !managed(backend) {
+            return None;
+        }
+        let _one_at_a_time = self.planning.lock().await;
+        let name = backend.name();
+        let ollama = Ollama {
+            http: &self.http,
+            base_url: &backend.config.base_url,
+        };
+        let record = |need_mib, free_mib, plan, outcome: String| PlanRecord {
+            at_ms: now_ms(),
+            backend: name.to_owned(),
+            model: model.to_owned(),
+            need_mib,
+            free_mib,
+            plan,
+            outcome,
+        };
+        let running = match ollama.running().await {
+            Ok(running) => running,
+            Err(e) => {
+                let reason = format!("cannot read what is loaded: {e}");
+                let plan = Plan::CannotFit {
+                    reason: reason.clone(),
+                };
+                return Some(self.publish(record(0, 0, plan, reason)));
+            }
+        };
+        if running.iter().any(|r| same_model(&r.name, model)) {
+            return None;
+        }
+        for r in &running {
+            lock(&self.measured).saw_memory(&key(name, &r.name), r.vram_mib);
+        }
+        self.sample().await;
+        let loaded: Vec<LoadedModel> = running
+            .iter()
+            .map(|r| self.loaded_model(config, name, &r.name, r.vram_mib))
+            .collect();
+        let measured_mib = lock(&self.measured).get(&key(name, model)).memory_mib;
+        let need_mib = match measured_mib {
+            Some(mib) => mib,
+            None => ollama.file_mib(model).await.unwrap_or(0),
+        };
+        let need = Need {
+            name: model.to_owned(),
+            memory_mib: need_mib,
+            priority: settings(config, model).priority,
+        };
+        let room = self.room(config, name, &loaded);
+        let plan = planner::plan(&need, &loaded, &room);
+        let outcome = self.carry_out(&ollama, name, model, &plan).await;
+        // The backup sequence reads warm state from the backend's last probe.
+        backend.probe().await;
+        Some(self.publish(record(need_mib, room.free_mib, plan, outcome)))
+    }
+
+    /// Unload the plan's victims, then load the model; what happened, in words.
+    async fn carry_out(
+        &self,
+        ollama: &Ollama<'_>,
+        backend: &str,
+        model: &str,
+        plan: &Plan,
+    ) -> String {
+        let victims: &[String] = match plan {
+            Plan::Loaded => return "already loaded".into(),
+            Plan::CannotFit { reason } => return format!("not loaded: {reason}"),
+            Plan::Fits => &[],
+            Plan::Evict { victims, .. } => victims,
+        };
+        for victim in victims {
+            if let Err(e) = ollama.unload(victim).await {
+                return format!("unloading {victim} failed: {e}");
+            }
+            let _ = self.events.send(VramEvent::Unloaded {
+                backend: backend.to_owned(),
+                model: victim.clone(),
+            });
+        }
+        let took = match ollama.load(model).await {
+            Ok(took) => took.as_secs_f64(),
+            Err(e) => return format!("loading failed: {e}"),
+        };
+        let key = key(backend, model);
+        lock(&self.measured).loaded(&key, took);
+        let memory_mib = match ollama.running().await {
+            Ok(running) => running
+                .iter()
+                .find(|r| same_model(&r.name, model))
+                .map(|r| r.vram_mib),
+            Err(_) => None,
+        };
+        if let Some(mib) = memory_mib {
+            lock(&self.measured).saw_memory(&key, mib);
+        }
+        let _ = self.events.send(VramEvent::Loaded {
+            backend: backend.to_owned(),
+            model: model.to_owned(),
+            secs: took,
+            memory_mib,
+        });
+        let evicted = if victims.is_empty() {
+            String::new()
+        } else {
+            format!(" after unloading {}", victims.join(", "))
+        };
+        format!("loaded in {took:.2}s{evicted}")
+    }
+
+    fn publish(&self, record: PlanRecord) -> PlanRecord {
+        tracing::info!(backend = %record.backend, model = %record.model, plan = ?record.plan, outcome = %record.outcome, "VRAM plan");
+        *lock(&self.last_plan) = Some(record.clone());
+        let _ = self.events.send(VramEvent::Plan(record.clone()));
+        record
+    }
+
+    /// Everything `/api/vram` shows, for the local models of `backends`.
+    pub fn view(&self, config: &VramConfig, backends: &[Arc<Backend>]) -> VramView {
+        let measured = lock(&self.measured);
+        let models = backends
+            .iter()
+            .filter(|b| b.config.enabled && b.is_local())
+            .flat_map(|backend| {
+                backend
+                    .config
+                    .concrete_models()
+                    .into_iter()
+                    .map(|model| {
+                        let key = key(backend.name(), &model);
+                        let cost = measured.get(&key);
+                        let settings = settings(config, &model);
+                        ModelView {
+                            backend: backend.name().to_owned(),
+                            loaded: loaded_on(backend, &model),
+                            memory_mib: cost.memory_mib,
+                            load_secs: cost.load_secs,
+                            loads: cost.loads,
+                            in_flight: self.reservations.count(&key),
+                            reserve: settings.reserve,
+                            priority: settings.priority,
+                            model,
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        VramView {
+            enabled: config.enabled,
+            strategy: config.strategy,
+            headroom_mib: config.headroom_mib,
+            gpu: self.gpu(),
+            models,
+            last_plan: lock(&self.last_plan).clone(),
+        }
+    }
+}

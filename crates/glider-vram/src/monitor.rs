@@ -1,0 +1,311 @@
+//! The GPU monitor: memory and utilisation per device behind one [`Monitor`] trait,
+//! read through NVML ([`NvmlMonitor`], NVIDIA's library loaded at run time, so a
+//! machine without it still runs Glider) or by running `nvidia-smi`
+//! ([`NvidiaSmiMonitor`]); [`detect`] picks what works, and a machine where neither
+//! does gets [`NoGpu`]: an empty sample, never an error.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use glider_config::MonitorKind;
+use serde::Serialize;
+
+/// One GPU as sampled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuSample {
+    pub index: u32,
+    pub total_mib: u64,
+    pub used_mib: u64,
+    /// Percent busy over the last sample period (`None`: the device does not say).
+    pub utilization_pct: Option<u32>,
+}
+
+impl GpuSample {
+    pub fn free_mib(&self) -> u64 {
+        self.total_mib.saturating_sub(self.used_mib)
+    }
+}
+
+/// Reads the GPUs. Sampling may block (a subprocess, a driver call): call it off the
+/// async runtime.
+pub trait Monitor: Send + Sync {
+    /// `nvml`, `nvidia-smi` or `none`.
+    fn source(&self) -> &'static str;
+    /// Every GPU now; empty when there is none.
+    fn sample(&self) -> Result<Vec<GpuSample>, String>;
+}
+
+/// No GPU: every VRAM rule steps aside.
+pub struct NoGpu;
+
+impl Monitor for NoGpu {
+    fn source(&self) -> &'static str {
+        "none"
+    }
+    fn sample(&self) -> Result<Vec<GpuSample>, String> {
+        Ok(Vec::new())
+    }
+}
+
+/// What NVML answers, per device: the seam a fake NVML stands in for in tests.
+pub trait NvmlDevices: Send + Sync {
+    fn count(&self) -> Result<u32, String>;
+    /// (total, used) in bytes.
+    fn memory(&self, index: u32) -> Result<(u64, u64), String>;
+    /// GPU utilisation in percent; `Err` where the device does not report it.
+    fn utilization(&self, index: u32) -> Result<u32, String>;
+}
+
+/// NVIDIA's own library, opened with `dlopen` by `nvml-wrapper`.
+struct RealNvml(nvml_wrapper::Nvml);
+
+impl NvmlDevices for RealNvml {
+    fn count(&self) -> Result<u32, String> {
+        self.0.device_count().map_err(|e| e.to_string())
+    }
+    fn memory(&self, index: u32) -> Result<(u64, u64), String> {
+        let device = self.0.device_by_index(index).map_err(|e| e.to_string())?;
+        let memory = device.memory_info().map_err(|e| e.to_string())?;
+        Ok((memory.total, memory.used))
+    }
+    fn utilization(&self, index: u32) -> Result<u32, String> {
+        let device = self.0.device_by_index(index).map_err(|e| e.to_string())?;
+        device
+            .utilization_rates()
+            .map(|u| u.gpu)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// GPUs through NVML.
+pub struct NvmlMonitor {
+    devices: Box<dyn NvmlDevices>,
+}
+
+const MIB: u64 = 1024 * 1024;
+
+impl NvmlMonitor {
+    /// Load `libnvidia-ml`; an error where the library or the driver is missing.
+    pub fn load() -> Result<NvmlMonitor, String> {
+        let nvml = nvml_wrapper::Nvml::init().map_err(|e| format!("NVML: {e}"))?;
+        Ok(NvmlMonitor::over(Box::new(RealNvml(nvml))))
+    }
+
+    /// A monitor over any NVML answers (a fake one in tests).
+    pub fn over(devices: Box<dyn NvmlDevices>) -> NvmlMonitor {
+        NvmlMonitor { devices }
+    }
+}
+
+impl Monitor for NvmlMonitor {
+    fn source(&self) -> &'static str {
+        "nvml"
+    }
+    fn sample(&self) -> Result<Vec<GpuSample>, String> {
+        (0..self.devices.count()?)
+            .map(|index| {
+                let (total, used) = self.devices.memory(index)?;
+                Ok(GpuSample {
+                    index,
+                    total_mib: total / MIB,
+                    used_mib: used / MIB,
+                    utilization_pct: self.devices.utilization(index).ok(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// The arguments Glider runs `nvidia-smi` with: one CSV line per GPU, in MiB and %.
+pub const NVIDIA_SMI_ARGS: &[&str] = &[
+    "--query-gpu=index,memory.total,memory.used,utilization.gpu",
+    "--format=csv,noheader,nounits",
+];
+
+/// GPUs by running `nvidia-smi`.
+pub struct NvidiaSmiMonitor {
+    program: PathBuf,
+}
+
+impl NvidiaSmiMonitor {
+    pub fn new(program: impl Into<PathBuf>) -> NvidiaSmiMonitor {
+        NvidiaSmiMonitor {
+            program: program.into(),
+        }
+    }
+}
+
+impl Monitor for NvidiaSmiMonitor {
+    fn source(&self) -> &'static str {
+        "nvidia-smi"
+    }
+    fn sample(&self) -> Result<Vec<GpuSample>, String> {
+        let output = Command::new(&self.program)
+            .args(NVIDIA_SMI_ARGS)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let said = [stdout.trim(), stderr.trim()]
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(format!(
+                "{} exited with {}: {said}",
+                self.program.display(),
+                output.status
+            ));
+        }
+        parse_nvidia_smi(&stdout)
+    }
+}
+
+/// Parse `index, memory.total, memory.used, utilization.gpu` lines. Blank lines are
+/// skipped; a field of `[N/A]` (or any other bracketed note) is unknown: a GPU without
+/// its memory figures is left out, one without utilisation keeps `None`. Output with
+/// lines but not one readable GPU is an error (the format changed under us).
+pub fn parse_nvidia_smi(text: &str) -> Result<Vec<GpuSample>, String> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let field = |raw: Option<&str>| -> Option<u64> { raw?.trim().parse().ok() };
+    let gpus: Vec<GpuSample> = lines
+        .iter()
+        .filter_map(|line| {
+            let mut fields = line.split(',');
+            let index = field(fields.next())?;
+            let total_mib = field(fields.next())?;
+            let used_mib = field(fields.next())?;
+            let utilization_pct = field(fields.next()).and_then(|u| u32::try_from(u).ok());
+            Some(GpuSample {
+                index: u32::try_from(index).ok()?,
+                total_mib,
+                used_mib,
+                utilization_pct,
+            })
+        })
+        .collect();
+    if gpus.is_empty() && !lines.is_empty() {
+        return Err(format!(
+            "nvidia-smi printed no readable GPU line (first line: {:?})",
+            lines[0]
+        ));
+    }
+    Ok(gpus)
+}
+
+/// The monitor `kind` asks for. `auto` tries NVML, then `nvidia-smi`, and settles for
+/// [`NoGpu`] when neither finds a GPU; the second value says what was tried.
+pub fn detect(kind: MonitorKind, nvidia_smi: &str) -> (Box<dyn Monitor>, String) {
+    let smi = || NvidiaSmiMonitor::new(nvidia_smi);
+    let found = |monitor: &dyn Monitor| monitor.sample().map(|gpus| !gpus.is_empty());
+    match kind {
+        MonitorKind::None => (Box::new(NoGpu), "vram.monitor: none".into()),
+        MonitorKind::Nvml => match NvmlMonitor::load() {
+            Ok(nvml) => (Box::new(nvml), "NVML".into()),
+            Err(e) => (Box::new(NoGpu), format!("no GPU: {e}")),
+        },
+        MonitorKind::NvidiaSmi => (Box::new(smi()), "nvidia-smi".into()),
+        MonitorKind::Auto => {
+            let nvml = NvmlMonitor::load();
+            let nvml_said = match nvml {
+                Ok(nvml) => match found(&nvml) {
+                    Ok(true) => return (Box::new(nvml), "NVML".into()),
+                    Ok(false) => "NVML sees no GPU".to_owned(),
+                    Err(e) => e,
+                },
+                Err(e) => e,
+            };
+            let smi = smi();
+            match found(&smi) {
+                Ok(true) => (Box::new(smi), format!("nvidia-smi ({nvml_said})")),
+                Ok(false) => (
+                    Box::new(NoGpu),
+                    format!("no GPU ({nvml_said}; nvidia-smi lists none)"),
+                ),
+                Err(e) => (Box::new(NoGpu), format!("no GPU ({nvml_said}; {e})")),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvidia_smi_lines_parse_with_blank_lines_and_unknown_fields() {
+        let text = "\n0, 24576, 1024, 7\n\n1, 16384, [N/A], 3\n2, 8192, 512, [N/A]\n";
+        let gpus = parse_nvidia_smi(text).expect("parses");
+        assert_eq!(
+            gpus,
+            vec![
+                GpuSample {
+                    index: 0,
+                    total_mib: 24576,
+                    used_mib: 1024,
+                    utilization_pct: Some(7)
+                },
+                GpuSample {
+                    index: 2,
+                    total_mib: 8192,
+                    used_mib: 512,
+                    utilization_pct: None
+                },
+            ]
+        );
+        assert_eq!(gpus[0].free_mib(), 23552);
+    }
+
+    #[test]
+    fn nvidia_smi_output_without_a_readable_line_is_an_error_and_empty_output_is_no_gpu() {
+        let err = parse_nvidia_smi("index, memory.total [MiB]\n").expect_err("header only");
+        assert!(err.contains("no readable GPU line"), "{err}");
+        assert_eq!(parse_nvidia_smi("\n  \n"), Ok(Vec::new()));
+    }
+
+    struct FakeNvml;
+
+    impl NvmlDevices for FakeNvml {
+        fn count(&self) -> Result<u32, String> {
+            Ok(2)
+        }
+        fn memory(&self, index: u32) -> Result<(u64, u64), String> {
+            Ok((u64::from(index + 1) * 8192 * MIB, 100 * MIB))
+        }
+        fn utilization(&self, index: u32) -> Result<u32, String> {
+            match index {
+                0 => Ok(42),
+                _ => Err("Not Supported".into()),
+            }
+        }
+    }
+
+    #[test]
+    fn nvml_answers_become_samples_in_mib() {
+        let gpus = NvmlMonitor::over(Box::new(FakeNvml))
+            .sample()
+            .expect("sample");
+        assert_eq!(gpus.len(), 2);
+        assert_eq!((gpus[1].total_mib, gpus[1].used_mib), (16384, 100));
+        assert_eq!(gpus[0].utilization_pct, Some(42));
+        assert_eq!(gpus[1].utilization_pct, None);
+    }
+
+    #[test]
+    fn without_nvml_or_nvidia_smi_auto_finds_no_gpu_and_samples_nothing() {
+        let (monitor, why) = detect(MonitorKind::Auto, "/nonexistent/nvidia-smi");
+        if NvmlMonitor::load().is_ok_and(|nvml| nvml.sample().is_ok_and(|g| !g.is_empty())) {
+            // A machine with a real GPU: auto must have found it.
+            assert_eq!(monitor.source(), "nvml", "{why}");
+            return;
+        }
+        assert_eq!(monitor.source(), "none", "{why}");
+        assert!(why.starts_with("no GPU"), "{why}");
+        assert_eq!(monitor.sample(), Ok(Vec::new()));
+    }
+}
