@@ -6,7 +6,10 @@
 # total and per-request instruction count; the profile stays in bench/.run/callgrind/
 # for `callgrind_annotate --inclusive=yes bench/.run/callgrind/cg.out`.
 #
-#   bench/callgrind.sh [openai|anthropic|anthropic-ollama] [small|large] [N]
+#   bench/callgrind.sh [openai|anthropic|anthropic-ollama|responses] [small|large] [N]
+#
+# `responses` is a Codex turn: an OpenAI Responses body with a `gpt-*` model name,
+# forwarded to an `openai` backend.
 #
 # Needs valgrind (apt-get install valgrind) and the release binaries (bench/run.sh
 # builds them, or: cargo build --release -p glider -p glider-test-support -p glider-bench --bins).
@@ -29,6 +32,7 @@ case "$front" in
   openai) dialect=openai; model=bench-chat; path=/v1/chat/completions ;;
   anthropic) dialect=anthropic; model=bench-claude; path=/v1/messages ;;
   anthropic-ollama) dialect=anthropic; model=bench-ollama; path=/v1/messages ;;
+  responses) dialect=responses; model=gpt-4.1; path=/v1/responses ;;
   *) echo "unknown front $front" >&2; exit 2 ;;
 esac
 python3 -c "
@@ -48,6 +52,7 @@ backends:
   - { name: vllm, type: vllm, base_url: "http://$mock/v1", models: [{ name: bench-chat, context_window: 131072 }] }
   - { name: ollama, type: ollama, base_url: "http://$mock", models: [{ name: bench-ollama, context_window: 131072 }] }
   - { name: claude, type: anthropic, base_url: "http://$mock", api_key: bench, models: ["bench-claude"] }
+  - { name: openai, type: openai, base_url: "http://$mock/v1", api_key: bench, models: ["gpt-4.1"] }
 routing: { cloud_fallback: false }
 YAML
 GLIDER_HOME="$dir/home" valgrind --tool=callgrind --instr-atstart=no \
