@@ -5,6 +5,7 @@
 //! forwarded as bytes.
 
 mod count_tokens;
+mod json_scan;
 mod models;
 mod phases;
 mod probes;
