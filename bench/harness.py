@@ -54,6 +54,11 @@ STAMP = datetime.datetime.now(datetime.timezone.utc)
 # The Responses case's model: a `gpt-*` name, as every Codex turn carries (it is what
 # selects tiktoken in the token estimate).
 GPT_MODEL = "gpt-4.1"
+# The fronts the mock is reached on directly and through nginx: (dialect, path, model,
+# what the label calls it).
+FRONTS = [("openai", "/v1/chat/completions", "bench-chat", "OpenAI Chat"),
+          ("anthropic", "/v1/messages", "bench-claude", "Anthropic Messages"),
+          ("responses", "/v1/responses", GPT_MODEL, "OpenAI Responses")]
 
 
 def log(msg):
@@ -580,14 +585,10 @@ def run_all(res):
     def add(name, proc, url, dialect, model, label, key="bench"):
         T[name] = Target(name, proc, url, dialect, model, label, key)
 
-    add("direct-openai", mock, m + "/v1/chat/completions", "openai", "bench-chat",
-        "direct to the mock (OpenAI Chat)")
-    add("direct-anthropic", mock, m + "/v1/messages", "anthropic", "bench-claude",
-        "direct to the mock (Anthropic Messages)")
+    for dialect, path, model, what in FRONTS:
+        add(f"direct-{dialect}", mock, m + path, dialect, model, f"direct to the mock ({what})")
     add("direct-ollama", mock, m + "/api/chat", "ollama", "bench-ollama",
         "direct to the mock (Ollama)")
-    add("direct-responses", mock, m + "/v1/responses", "responses", GPT_MODEL,
-        "direct to the mock (OpenAI Responses)")
     add("glider-responses", glider, g + "/v1/responses", "responses", GPT_MODEL,
         f"Glider, OpenAI Responses ({GPT_MODEL}) -> openai backend (same dialect: bytes forwarded)")
     add("glider-openai", glider, g + "/v1/chat/completions", "openai", "bench-chat",
@@ -621,12 +622,9 @@ def run_all(res):
         try:
             proc, port = start_nginx(mock_port)
             n = f"http://127.0.0.1:{port}"
-            add("nginx-openai", proc, n + "/v1/chat/completions", "openai", "bench-chat",
-                "nginx reverse proxy to the mock (OpenAI Chat)")
-            add("nginx-anthropic", proc, n + "/v1/messages", "anthropic", "bench-claude",
-                "nginx reverse proxy to the mock (Anthropic Messages)")
-            add("nginx-responses", proc, n + "/v1/responses", "responses", GPT_MODEL,
-                "nginx reverse proxy to the mock (OpenAI Responses)")
+            for dialect, path, model, what in FRONTS:
+                add(f"nginx-{dialect}", proc, n + path, dialect, model,
+                    f"nginx reverse proxy to the mock ({what})")
         except Exception as e:  # noqa: BLE001
             log(f"nginx did not start: {e}")
             res["targets"]["nginx-openai"] = {"failed": f"did not start: {e}"[:500]}
