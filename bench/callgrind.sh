@@ -6,7 +6,13 @@
 # total and per-request instruction count; the profile stays in bench/.run/callgrind/
 # for `callgrind_annotate --inclusive=yes bench/.run/callgrind/cg.out`.
 #
-#   bench/callgrind.sh [openai|anthropic|anthropic-ollama] [small|large] [N]
+#   bench/callgrind.sh [openai|anthropic|anthropic-ollama|responses] [small|large] [N]
+#
+# `responses` is a Codex turn: an OpenAI Responses body with a `gpt-*` model name,
+# forwarded to an `openai` backend. BENCH_LOCAL_WINDOW (default 131072) sets the local
+# backends' context windows: one near the request's estimate (e.g. 24000 for the large
+# body) makes the estimate phase count a `gpt-*` request with tiktoken, as it always did
+# before issue 20 — the A/B of counting only near a limit, in one binary.
 #
 # Needs valgrind (apt-get install valgrind) and the release binaries (bench/run.sh
 # builds them, or: cargo build --release -p glider -p glider-test-support -p glider-bench --bins).
@@ -14,10 +20,11 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-bin="$root/target/release"
+bin="${BENCH_BIN:-$root/target/release}"
 front="${1:-openai}"
 size="${2:-small}"
 n="${3:-1000}"
+window="${BENCH_LOCAL_WINDOW:-131072}"
 dir="$here/.run/callgrind"
 rm -rf "$dir" && mkdir -p "$dir"
 
@@ -29,6 +36,7 @@ case "$front" in
   openai) dialect=openai; model=bench-chat; path=/v1/chat/completions ;;
   anthropic) dialect=anthropic; model=bench-claude; path=/v1/messages ;;
   anthropic-ollama) dialect=anthropic; model=bench-ollama; path=/v1/messages ;;
+  responses) dialect=responses; model=gpt-4.1; path=/v1/responses ;;
   *) echo "unknown front $front" >&2; exit 2 ;;
 esac
 python3 -c "
@@ -45,9 +53,10 @@ mock=$(grep -o '127.0.0.1:[0-9]*' "$dir/mock.log" | head -1)
 cat >"$dir/glider.yaml" <<YAML
 server: { bind: 127.0.0.1, proxy_port: 0 }
 backends:
-  - { name: vllm, type: vllm, base_url: "http://$mock/v1", models: [{ name: bench-chat, context_window: 131072 }] }
-  - { name: ollama, type: ollama, base_url: "http://$mock", models: [{ name: bench-ollama, context_window: 131072 }] }
+  - { name: vllm, type: vllm, base_url: "http://$mock/v1", models: [{ name: bench-chat, context_window: $window }] }
+  - { name: ollama, type: ollama, base_url: "http://$mock", models: [{ name: bench-ollama, context_window: $window }] }
   - { name: claude, type: anthropic, base_url: "http://$mock", api_key: bench, models: ["bench-claude"] }
+  - { name: openai, type: openai, base_url: "http://$mock/v1", api_key: bench, models: ["gpt-4.1"] }
 routing: { cloud_fallback: false }
 YAML
 GLIDER_HOME="$dir/home" valgrind --tool=callgrind --instr-atstart=no \

@@ -5,11 +5,12 @@ memory, stops every process it started, and writes bench/results/<date>-<sha>.md
 a raw .json. Stdlib only. See bench/README.md for the cases and how to read them.
 
 Environment: BENCH_SECONDS (per measured run, default 10), BENCH_WARMUP (default 1),
-BENCH_CASES (comma list of a,b,c,d,e,f,hotpath,context; default all), BENCH_NAME (the
+BENCH_CASES (comma list of a,b,c,d,e,f,n,hotpath,context; default all), BENCH_NAME (the
 report's name after the date; default the short commit), BENCH_CONTEXT_ROUNDS (default 3), BENCH_PEERS (comma list of
 litellm,ccr,mitmproxy; default all), BENCH_SAT_CONNS (default 32), BENCH_STREAMS
 (concurrent streams for the memory case, default 1000), BENCH_CPU_MOCK / _PROXY / _LOAD
-(taskset lists; default 0 / 1 / 0 on two or more cores, no pinning on one).
+(taskset lists; default 0 / 1 / 0 on two or more cores, no pinning on one),
+BENCH_NGINX_CONNS (connections for the nginx case's throughput runs, default 50).
 """
 
 import datetime
@@ -29,12 +30,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import bodies  # noqa: E402
+import report  # noqa: E402
 
 SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 WARMUP = int(os.environ.get("BENCH_WARMUP", "1"))
-CASES = set(os.environ.get("BENCH_CASES", "a,b,c,d,e,f,hotpath,context").split(","))
+CASES = set(os.environ.get("BENCH_CASES", "a,b,c,d,e,f,n,hotpath,context").split(","))
 PEERS = set(os.environ.get("BENCH_PEERS", "litellm,ccr,mitmproxy").split(","))
 SAT_CONNS = int(os.environ.get("BENCH_SAT_CONNS", "32"))
+NGINX_CONNS = int(os.environ.get("BENCH_NGINX_CONNS", "50"))
 STREAMS = int(os.environ.get("BENCH_STREAMS", "1000"))
 BIN = os.environ.get("BENCH_BIN", os.path.join(ROOT, "target", "release"))
 VENV = os.path.join(HERE, ".venv")
@@ -48,6 +51,14 @@ CPU_LOAD = os.environ.get("BENCH_CPU_LOAD", "0")
 # LiteLLM refuses to start without a master key; clients then present it.
 LITELLM_KEY = "sk-bench-0123456789abcdef"
 STAMP = datetime.datetime.now(datetime.timezone.utc)
+# The Responses case's model: a `gpt-*` name, as every Codex turn carries (it is what
+# selects tiktoken in the token estimate).
+GPT_MODEL = "gpt-4.1"
+# The fronts the mock is reached on directly and through nginx: (dialect, path, model,
+# what the label calls it).
+FRONTS = [("openai", "/v1/chat/completions", "bench-chat", "OpenAI Chat"),
+          ("anthropic", "/v1/messages", "bench-claude", "Anthropic Messages"),
+          ("responses", "/v1/responses", GPT_MODEL, "OpenAI Responses")]
 
 
 def log(msg):
@@ -347,6 +358,7 @@ backends:
   - {{ name: ollama, type: ollama, base_url: "http://127.0.0.1:{mock}", models: [{{ name: bench-ollama, context_window: 131072 }}] }}
   - {{ name: claude, type: anthropic, base_url: "http://127.0.0.1:{mock}", api_key: bench, models: ["bench-claude"] }}
   - {{ name: slow, type: vllm, base_url: "http://127.0.0.1:{slow}/v1", models: [{{ name: bench-slow, context_window: 131072 }}] }}
+  - {{ name: openai, type: openai, base_url: "http://127.0.0.1:{mock}/v1", api_key: bench, models: ["{GPT_MODEL}"] }}
 routing: {{ cloud_fallback: false }}
 {mitm}
 {extra}
@@ -422,6 +434,52 @@ def start_mitmdump(mock):
     return proc, port, ca
 
 
+def start_nginx(mock):
+    """nginx as a plain reverse proxy to the mock (no logic at all: what any HTTP proxy
+    costs at least), one worker on the proxy core, its own config and temp paths under
+    RUN_DIR. Keep-alive to the upstream as Glider's pool does, and no response
+    buffering, so a stream reaches the client as it arrives."""
+    port = free_port()
+    prefix = os.path.join(RUN_DIR, "nginx")
+    os.makedirs(prefix, exist_ok=True)
+    config = os.path.join(prefix, "nginx.conf")
+    with open(config, "w") as f:
+        f.write(f"""# Written by bench/harness.py: nginx in front of the mock, nothing else.
+daemon off;
+master_process off;
+worker_processes 1;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {prefix}/body;
+  proxy_temp_path {prefix}/proxy;
+  fastcgi_temp_path {prefix}/fastcgi;
+  uwsgi_temp_path {prefix}/uwsgi;
+  scgi_temp_path {prefix}/scgi;
+  client_max_body_size 32m;
+  client_body_buffer_size 1m;
+  keepalive_requests 1000000;
+  upstream mock {{ server 127.0.0.1:{mock}; keepalive 256; keepalive_requests 1000000; }}
+  server {{
+    listen 127.0.0.1:{port} backlog=4096;
+    location / {{
+      proxy_pass http://mock;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }}
+  }}
+}}
+""")
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    proc = Proc("nginx", pinned([nginx, "-p", prefix, "-c", config, "-e", os.path.join(prefix, "error.log")],
+                                CPU_PROXY))
+    proc.wait_port(port, 30)
+    return proc, port
+
+
 def settle_idle(proc):
     """Idle memory: after start and one checked request, 2 s of quiet."""
     time.sleep(2)
@@ -489,7 +547,8 @@ def main():
     res = {"machine": machine(), "seconds": SECONDS, "warmup": WARMUP, "pinning": {
         "enabled": PIN, "mock": CPU_MOCK, "proxy": CPU_PROXY, "load": CPU_LOAD},
         "sat_conns": SAT_CONNS, "streams": STREAMS,
-        "targets": {}, "a": {}, "b": {}, "c": {}, "d": {}, "e": {}, "f": {}, "context": {},
+        "targets": {}, "a": {}, "b": {}, "c": {}, "d": {}, "e": {}, "f": {}, "n": {}, "context": {},
+        "nginx_conns": NGINX_CONNS,
         "cases": sorted(CASES)}
     SAMPLER.start()
     try:
@@ -503,7 +562,6 @@ def main():
     base = os.path.join(out_dir, f"{STAMP.strftime('%Y-%m-%d')}-{os.environ.get('BENCH_NAME') or sha}")
     with open(base + ".json", "w") as f:
         json.dump(res, f, indent=1)
-    import report
     with open(base + ".md", "w") as f:
         f.write(report.render(res))
     log(f"wrote {base}.md and {base}.json ({res['wall_s']} s)")
@@ -527,12 +585,12 @@ def run_all(res):
     def add(name, proc, url, dialect, model, label, key="bench"):
         T[name] = Target(name, proc, url, dialect, model, label, key)
 
-    add("direct-openai", mock, m + "/v1/chat/completions", "openai", "bench-chat",
-        "direct to the mock (OpenAI Chat)")
-    add("direct-anthropic", mock, m + "/v1/messages", "anthropic", "bench-claude",
-        "direct to the mock (Anthropic Messages)")
+    for dialect, path, model, what in FRONTS:
+        add(f"direct-{dialect}", mock, m + path, dialect, model, f"direct to the mock ({what})")
     add("direct-ollama", mock, m + "/api/chat", "ollama", "bench-ollama",
         "direct to the mock (Ollama)")
+    add("glider-responses", glider, g + "/v1/responses", "responses", GPT_MODEL,
+        f"Glider, OpenAI Responses ({GPT_MODEL}) -> openai backend (same dialect: bytes forwarded)")
     add("glider-openai", glider, g + "/v1/chat/completions", "openai", "bench-chat",
         "Glider, OpenAI Chat -> vllm backend (same dialect: bytes forwarded)")
     add("glider-anthropic", glider, g + "/v1/messages", "anthropic", "bench-claude",
@@ -560,6 +618,16 @@ def run_all(res):
         except Exception as e:  # noqa: BLE001
             log(f"claude-code-router did not start: {e}")
             res["targets"]["ccr-anthropic-openai"] = {"failed": f"did not start: {e}"[:500]}
+    if "n" in CASES:
+        try:
+            proc, port = start_nginx(mock_port)
+            n = f"http://127.0.0.1:{port}"
+            for dialect, path, model, what in FRONTS:
+                add(f"nginx-{dialect}", proc, n + path, dialect, model,
+                    f"nginx reverse proxy to the mock ({what})")
+        except Exception as e:  # noqa: BLE001
+            log(f"nginx did not start: {e}")
+            res["targets"]["nginx-openai"] = {"failed": f"did not start: {e}"[:500]}
     mitm = None
     if "mitmproxy" in PEERS:
         try:
@@ -630,6 +698,8 @@ def run_all(res):
                     if r:
                         log(f"  {key}: p50 {r['latency_us']['p50']} us p99 {r['latency_us']['p99']} us"
                             f" {r['rps']:.0f} req/s errors {r['error_count']}")
+    if "n" in CASES:
+        run_nginx(res, T)
     if "e" in CASES:
         run_mitm(res, T, mitm, mitm_port, glider)
     if "d" in CASES:
@@ -665,6 +735,28 @@ def run_all(res):
         bodies.write_all(bdir, model="bench-model")
         attempt(res, "hotpath", lambda: parse_bench_json(run_cmd(pinned(
             [os.path.join(BIN, "glider-hotpath"), "--bodies", bdir], CPU_PROXY), timeout=600)))
+
+
+def run_nginx(res, T):
+    """nginx vs Glider side by side in one run: p50 at 1 connection (small body),
+    requests/s at NGINX_CONNS connections (small and ~80 KB bodies) and the streaming
+    TTFB at 1 connection, for every row of NGINX_ROWS (one target loaded at a time)."""
+    log(f"(n) nginx vs Glider: 1 connection, {NGINX_CONNS} connections small and large, stream TTFB")
+    out = res["n"]
+    for name in report.NGINX_ROWS:
+        t = T.get(name)
+        if t is None:
+            continue
+        for key, fn in ((f"{name}|small|1", lambda: wrk(t, t.body("small"), 1)),
+                        (f"{name}|small|{NGINX_CONNS}", lambda: wrk(t, t.body("small"), NGINX_CONNS)),
+                        (f"{name}|large|{NGINX_CONNS}", lambda: wrk(t, t.body("large"), NGINX_CONNS)),
+                        (f"{name}|stream", lambda: load(t, t.body("small", True), 1,
+                                                         seconds=max(3, SECONDS // 2)))):
+            r = attempt(out, key, fn)
+            if r:
+                log(f"  {key}: p50 {r['latency_us']['p50']} us {r['rps']:.0f} req/s"
+                    + (f" ttfb p50 {r['ttfb_us']['p50']} us" if r.get("ttfb_us") else "")
+                    + f" errors {r.get('error_count', r.get('errors'))}")
 
 
 # The three ways the context case runs Glider: the log off, the log on with its

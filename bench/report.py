@@ -15,6 +15,26 @@ BASELINE = {
     "glider-anthropic-ollama": "direct-anthropic",
     "ccr-anthropic-openai": "direct-anthropic",
     "litellm-anthropic-openai": "direct-anthropic",
+    "nginx-openai": "direct-openai",
+    "nginx-anthropic": "direct-anthropic",
+    "nginx-responses": "direct-responses",
+    "glider-responses": "direct-responses",
+}
+
+# The nginx case's rows, in order (bench/harness.py runs them so): per front dialect, the
+# direct run, nginx and Glider's same-dialect path, then Glider's translated paths.
+NGINX_ROWS = ["direct-openai", "nginx-openai", "glider-openai",
+              "direct-anthropic", "nginx-anthropic", "glider-anthropic",
+              "direct-responses", "nginx-responses", "glider-responses",
+              "glider-anthropic-openai", "glider-anthropic-ollama"]
+
+# The nginx row each Glider row of the nginx case is compared with (issue 20).
+NGINX_PEER = {
+    "glider-openai": "nginx-openai",
+    "glider-anthropic": "nginx-anthropic",
+    "glider-responses": "nginx-responses",
+    "glider-anthropic-openai": "nginx-anthropic",
+    "glider-anthropic-ollama": "nginx-anthropic",
 }
 
 MB = 1e6
@@ -172,6 +192,8 @@ def render(res):
     for name, t in res["targets"].items():
         L.append(f"| {name} | {t.get('label', '')}{' — **failed**: ' + t['failed'][:200] if 'failed' in t else ''} |")
 
+    L.extend(nginx_section(res))
+
     L.append("\n## (a) Non-streaming latency (wrk, closed loop)\n")
     L.append(latency_table(res, "a", ["direct-openai", "glider-openai", "litellm-openai",
                                       "direct-anthropic", "glider-anthropic",
@@ -290,6 +312,87 @@ def render(res):
         L.append(f"\n## Glider's own hot path\n\nfailed: {hp.get('failed')}")
     L.extend(context_section(res))
     return "\n".join(L) + "\n"
+
+
+def nginx_section(res):
+    """The issue 20 table: nginx and Glider side by side (added p50 at 1 connection,
+    req/s at the nginx case's connections with the small and the ~80 KB body, added
+    streaming TTFB), each Glider figure also as a share of nginx's, then the targets."""
+    n = res.get("n") or {}
+    if not n:
+        return []
+    conns = res.get("nginx_conns", 50)
+    L = [f"\n## (n) nginx vs Glider (issue 20; wrk closed loop; streams with glider-load)\n"]
+    L.append(f"| target | added p50 ms, 1 conn | req/s, {conns} conns | 80 KB req/s, {conns} conns | "
+             "added stream TTFB p50 ms |")
+    L.append("|---|---:|---:|---:|---:|")
+
+    def get(name, key):
+        r = n.get(f"{name}|{key}")
+        return None if failed(r) else r
+
+    def added(name, key, block):
+        r, base = get(name, key), get(BASELINE.get(name, ""), key)
+        if r is None or base is None or not r.get(block) or not base.get(block):
+            return None
+        return r[block]["p50"] - base[block]["p50"]
+
+    def rps(name, key):
+        r = get(name, key)
+        return None if r is None else r["rps"]
+
+    def share(name, key):
+        mine, peer = rps(name, key), rps(NGINX_PEER.get(name, ""), key)
+        if mine is None or not peer:
+            return ""
+        return f" ({mine / peer * 100:.0f} %)"
+
+    def cell(x, f):
+        return "—" if x is None else format(x, f)
+
+    seen = {k.split("|")[0] for k in n}
+    for name in [row for row in NGINX_ROWS if row in seen]:
+        if name.startswith("direct-"):
+            small, large = rps(name, f"small|{conns}"), rps(name, f"large|{conns}")
+            L.append(f"| {name} (baseline) | — | {cell(small, ',.0f')} | {cell(large, ',.0f')} | — |")
+            continue
+        a = added(name, "small|1", "latency_us")
+        t = added(name, "stream", "ttfb_us")
+        L.append(f"| {name} | {cell(None if a is None else a / 1000, '+.3f')} | "
+                 f"{cell(rps(name, f'small|{conns}'), ',.0f')}{share(name, f'small|{conns}')} | "
+                 f"{cell(rps(name, f'large|{conns}'), ',.0f')}{share(name, f'large|{conns}')} | "
+                 f"{cell(None if t is None else t / 1000, '+.3f')} |")
+    for key, r in n.items():
+        if failed(r):
+            L.append(f"\n- {key}: failed: {str(r.get('failed'))[:200]}")
+
+    L.append("\nTargets (issue 20), Glider against nginx in this run:\n")
+
+    def ratio_line(name, key, goal, what):
+        mine, peer = rps(name, key), rps(NGINX_PEER[name], key)
+        if mine is None or not peer:
+            L.append(f"- {what}: not measured")
+            return
+        r = mine / peer
+        L.append(f"- {what}: {r * 100:.0f} % ({mine:,.0f} vs {peer:,.0f} req/s) — {ok(r >= goal)}")
+
+    for name in ("glider-openai", "glider-anthropic", "glider-responses"):
+        ratio_line(name, f"small|{conns}", 0.5, f"{name}, small body, {conns} conns ≥ 50 % of nginx")
+        ratio_line(name, f"large|{conns}", 0.5, f"{name}, 80 KB body, {conns} conns ≥ 50 % of nginx")
+    for name in ("glider-anthropic-openai", "glider-anthropic-ollama"):
+        ratio_line(name, f"small|{conns}", 0.35, f"{name} (translated), small body ≥ 35 % of nginx")
+        ratio_line(name, f"large|{conns}", 0.25, f"{name} (translated), 80 KB body ≥ 25 % of nginx")
+    for name in ("glider-openai", "glider-anthropic", "glider-responses"):
+        peer = NGINX_PEER[name]
+        for key, block, slack, what in (("small|1", "latency_us", 60, "added p50 at 1 conn"),
+                                        ("stream", "ttfb_us", 100, "added stream TTFB p50")):
+            mine, theirs = added(name, key, block), added(peer, key, block)
+            if mine is None or theirs is None:
+                L.append(f"- {name}, {what} ≤ nginx's + {slack} µs: not measured")
+                continue
+            L.append(f"- {name}, {what} ≤ nginx's + {slack} µs: {mine:+,.0f} µs vs nginx {theirs:+,.0f} µs "
+                     f"— {ok(mine <= theirs + slack)}")
+    return L
 
 
 def targets(res):

@@ -2,7 +2,7 @@
 # bench/run.sh — the one command for Glider's side-by-side benchmarks (see
 # bench/README.md). Installs the peers if missing (LiteLLM and mitmproxy from PyPI into
 # venvs under bench/.venv, claude-code-router from npm into bench/node_modules, wrk from
-# Debian), builds glider, glider-mock and the bench helpers in release, then runs
+# Debian, nginx-light from Debian), builds glider, glider-mock and the bench helpers in release, then runs
 # bench/harness.py, which starts every process on loopback, measures, and writes
 # bench/results/<date>-<short-sha>.md and .json. Every process started is stopped on
 # exit (each runs in its own process group; the EXIT trap kills the groups).
@@ -45,6 +45,10 @@ if [[ "${BENCH_SKIP_INSTALL:-0}" != 1 ]]; then
   if ! command -v wrk >/dev/null; then
     say "installing wrk (apt-get)"
     apt-get update -qq && apt-get install -y -qq wrk >/dev/null
+  fi
+  if ! command -v nginx >/dev/null && [[ ! -x /usr/sbin/nginx ]]; then
+    say "installing nginx-light (apt-get): the no-logic reverse proxy Glider is measured against"
+    apt-get install -y -qq nginx-light >/dev/null || { apt-get update -qq && apt-get install -y -qq nginx-light >/dev/null; }
   fi
   if ! command -v taskset >/dev/null; then
     say "installing util-linux (taskset)"

@@ -1,8 +1,9 @@
-//! Token estimates (spec: `Tokenizer.EstimateRequestTokens`). OpenAI models are counted
-//! with tiktoken (their real vocabularies, embedded). Every other model is estimated as
-//! one token per 3.5 bytes of text plus 4 tokens per message: no public tokenizer exists
-//! for Claude, and local models differ; real counts from upstream `usage` replace the
-//! estimate where they arrive.
+//! Token estimates (spec: `Tokenizer.EstimateRequestTokens`). Every model is estimated
+//! as one token per 3.5 bytes of text plus 4 tokens per message: no public tokenizer
+//! exists for Claude, and local models differ; real counts from upstream `usage` replace
+//! the estimate where they arrive. OpenAI models can be counted exactly with tiktoken
+//! (their real vocabularies, embedded), which costs milliseconds over a coding CLI's
+//! 80 KB turn: routing asks for it only near a limit ([`estimate_for_routing`]).
 
 use glider_ngl::{Part, Request};
 
@@ -24,23 +25,41 @@ pub enum Method {
     ByteRatio,
 }
 
-/// Estimate the input tokens of `request` for `model`.
+/// Estimate the input tokens of `request` for `model`, as exactly as Glider can: tiktoken
+/// for OpenAI models, the byte ratio otherwise.
 pub fn estimate_request_tokens(request: &Request, model: &str) -> (u64, Method) {
+    estimate_for_routing(request, model, |_| true)
+}
+
+/// The estimate a routing decision reads: the byte ratio, counted again with the
+/// model's own tokenizer (tiktoken, for OpenAI models) only when `near_limit` says the
+/// byte ratio's error could change the decision. A request far from every limit is
+/// decided the same either way, and tiktoken over an 80 KB body costs milliseconds.
+pub fn estimate_for_routing(
+    request: &Request,
+    model: &str,
+    near_limit: impl FnOnce(u64) -> bool,
+) -> (u64, Method) {
     let framing = TOKENS_PER_MESSAGE * request.turns.len() as u64;
+    // The byte ratio needs only the text's length: counting it without building the
+    // text saves copying (and re-serialising) every tool schema on each request.
+    let rough = estimate_len(request_text_len(request)) + framing;
     match tiktoken_rs::tokenizer::get_tokenizer(model)
         .and_then(|t| tiktoken_rs::bpe_for_tokenizer(t).ok())
     {
-        Some(bpe) => (
+        Some(bpe) if near_limit(rough) => (
             bpe.encode_ordinary(&request_text(request)).len() as u64 + framing,
             Method::Tiktoken,
         ),
-        // The byte ratio needs only the text's length: counting it without building the
-        // text saves copying (and re-serialising) every tool schema on each request.
-        None => (
-            estimate_len(request_text_len(request)) + framing,
-            Method::ByteRatio,
-        ),
+        _ => (rough, Method::ByteRatio),
     }
+}
+
+/// Whether `estimate` is within [`NEAR_LIMIT_MARGIN`] of `limit`, either side: close
+/// enough for an estimate's error to put the request on the wrong side of it.
+pub fn within_margin(estimate: u64, limit: u64) -> bool {
+    let limit = limit as f64;
+    (estimate as f64 - limit).abs() <= limit * NEAR_LIMIT_MARGIN
 }
 
 /// The byte-ratio estimate of one turn (its text plus the per-message framing).
@@ -233,6 +252,37 @@ mod tests {
             ..Request::default()
         };
         assert_eq!(request_text_len(&request), request_text(&request).len());
+    }
+
+    #[test]
+    fn routing_counts_an_openai_model_exactly_only_near_a_limit() {
+        let text = "hello world ".repeat(50);
+        let rough = estimate_len(text.len() + 1) + TOKENS_PER_MESSAGE;
+        let mut asked = None;
+        let far = estimate_for_routing(&request(&text), "gpt-4.1", |estimate| {
+            asked = Some(estimate);
+            false
+        });
+        assert_eq!(
+            asked,
+            Some(rough),
+            "the limit is asked about the byte ratio"
+        );
+        assert_eq!(far, (rough, Method::ByteRatio));
+        let near = estimate_for_routing(&request(&text), "gpt-4.1", |_| true);
+        assert_eq!(near, estimate_request_tokens(&request(&text), "gpt-4.1"));
+        assert_eq!(near.1, Method::Tiktoken);
+        // "hello world " is 2 tokens in o200k; the byte ratio says ~3.4.
+        assert!(near.0 < far.0, "{near:?} vs {far:?}");
+    }
+
+    #[test]
+    fn a_limit_is_near_within_the_margin_either_side() {
+        assert!(within_margin(100_000, 100_000));
+        assert!(within_margin(81_000, 100_000));
+        assert!(within_margin(119_000, 100_000));
+        assert!(!within_margin(79_000, 100_000));
+        assert!(!within_margin(121_000, 100_000));
     }
 
     #[test]

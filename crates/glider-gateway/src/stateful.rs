@@ -41,13 +41,13 @@ pub(crate) fn prepare(
     store: Option<&Arc<ResponseStore>>,
     body: Bytes,
 ) -> Result<Prepared, ApiError> {
-    let Ok(mut request) = serde_json::from_slice::<Map<String, Value>>(&body) else {
+    let Some(head) = head_of(&body) else {
         return Ok(Prepared { body, store: None });
     };
-    let wants_store = request.get("store") != Some(&Value::Bool(false));
-    let previous = match request.get("previous_response_id") {
+    let wants_store = head.store != Some(Value::Bool(false));
+    let previous = match head.previous_response_id {
         None | Some(Value::Null) => None,
-        Some(Value::String(id)) => Some(id.clone()),
+        Some(Value::String(id)) => Some(id),
         Some(_) => {
             return Err(ApiError::new(
                 ErrorKind::InvalidRequest,
@@ -56,15 +56,18 @@ pub(crate) fn prepare(
             .with_param("previous_response_id"));
         }
     };
-    let own_input = input_items(request.get("input"));
     if previous.is_none() && !(wants_store && store.is_some()) {
         return Ok(Prepared { body, store: None });
     }
+    let own_input = input_items(head.input);
     let body = match &previous {
         Some(id) => {
             let store = store.ok_or_else(|| storage_off("previous_response_id"))?;
             let mut items = store.history(id).map_err(|error| chain_error(id, error))?;
             items.extend(own_input.iter().cloned());
+            // The head was read from a JSON object, so the whole one parses too.
+            let mut request = serde_json::from_slice::<Map<String, Value>>(&body)
+                .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?;
             request.remove("previous_response_id");
             request.insert("input".into(), Value::Array(items));
             Bytes::from(Value::Object(request).to_string())
@@ -81,11 +84,40 @@ pub(crate) fn prepare(
     })
 }
 
+/// The members of a Responses body this module reads. The rest — the tools and the
+/// instructions, most of a Codex turn's bytes — is skipped unparsed.
+#[derive(serde::Deserialize)]
+struct Head {
+    #[serde(default)]
+    store: Option<Value>,
+    #[serde(default)]
+    previous_response_id: Option<Value>,
+    #[serde(default)]
+    input: Option<Value>,
+}
+
+/// `body`'s [`Head`], if it is a JSON object. One with a member twice (the last one
+/// counts, as the codecs read it) is read whole.
+fn head_of(body: &[u8]) -> Option<Head> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return None;
+    }
+    serde_json::from_slice::<Head>(body).ok().or_else(|| {
+        let mut whole = serde_json::from_slice::<Map<String, Value>>(body).ok()?;
+        Some(Head {
+            store: whole.remove("store"),
+            previous_response_id: whole.remove("previous_response_id"),
+            input: whole.remove("input"),
+        })
+    })
+}
+
 /// A request's `input` as items (a plain string is one user message).
-fn input_items(input: Option<&Value>) -> Vec<Value> {
+fn input_items(input: Option<Value>) -> Vec<Value> {
     match input {
         Some(Value::String(text)) => vec![json!({"role": "user", "content": text})],
-        Some(Value::Array(items)) => items.clone(),
+        Some(Value::Array(items)) => items,
         _ => Vec::new(),
     }
 }
@@ -242,4 +274,47 @@ fn store_failed(message: String) -> Response {
         Dialect::OpenAiResponses,
         &ApiError::new(ErrorKind::Internal, format!("stored responses: {message}")),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_head_is_read_without_the_rest_and_the_last_duplicate_counts() {
+        let head =
+            head_of(br#" {"tools": [{"x": 1}], "input": "hi", "store": false}"#).expect("object");
+        assert_eq!(head.store, Some(Value::Bool(false)));
+        assert_eq!(head.previous_response_id, None);
+        assert_eq!(
+            input_items(head.input),
+            vec![json!({"role": "user", "content": "hi"})]
+        );
+        let twice =
+            head_of(br#"{"input": "a", "previous_response_id": null, "input": [{"k": 2}]}"#)
+                .expect("object");
+        assert_eq!(input_items(twice.input), vec![json!({"k": 2})]);
+        assert!(matches!(
+            twice.previous_response_id,
+            None | Some(Value::Null)
+        ));
+        assert!(head_of(br#"["store", null, "input"]"#).is_none());
+        assert!(head_of(b"{not json").is_none());
+    }
+
+    #[test]
+    fn a_body_with_nothing_to_expand_or_store_goes_on_untouched() {
+        let body = Bytes::from_static(br#"{"model": "gpt-4.1",  "input": "hi"}"#);
+        let prepared = prepare(None, body.clone()).expect("prepared");
+        assert_eq!(prepared.body, body);
+        assert!(prepared.store.is_none());
+        let error = match prepare(
+            None,
+            Bytes::from_static(br#"{"previous_response_id": "r1"}"#),
+        ) {
+            Err(error) => error,
+            Ok(_) => panic!("no store to continue from"),
+        };
+        assert_eq!(error.param.as_deref(), Some("previous_response_id"));
+    }
 }

@@ -14,10 +14,11 @@ use glider_ngl::{ApiError, Dialect, ErrorKind, Request};
 use http::HeaderMap;
 
 use super::Engine;
+use super::runtime::Runtime;
 use super::upstream::{forward_headers, hoist_system_turns};
 use crate::fit::{FitTarget, fit_request};
 use crate::router::local_window;
-use crate::tokenizer::NEAR_LIMIT_MARGIN;
+use crate::tokenizer::within_margin;
 
 impl Engine {
     /// Count input tokens: exactly where a backend can (Anthropic's endpoint for a
@@ -112,7 +113,7 @@ async fn exact_count(
 }
 
 /// The llama.cpp backend serving `model` whose window `estimate` is within
-/// [`NEAR_LIMIT_MARGIN`] of (either side), if any: there the estimate's error could
+/// [`NEAR_LIMIT_MARGIN`](crate::tokenizer::NEAR_LIMIT_MARGIN) of (either side), if any: there the estimate's error could
 /// decide the token limit wrongly, so the exact count is worth its two requests.
 pub(crate) fn near_limit(
     config: &Config,
@@ -127,10 +128,27 @@ pub(crate) fn near_limit(
             backend: b.clone(),
             model: model.to_owned(),
         })
-        .find(|c| {
-            let window = local_window(config, c) as f64;
-            (estimate as f64 - window).abs() <= window * NEAR_LIMIT_MARGIN
-        })
+        .find(|c| within_margin(estimate, local_window(config, c)))
+}
+
+/// Whether the router could decide `model`'s request differently for an estimate near
+/// `estimate`: a Starlark rule is configured (it may compare `tokens` with anything),
+/// or `estimate` is within [`NEAR_LIMIT_MARGIN`](crate::tokenizer::NEAR_LIMIT_MARGIN) of an enabled local backend's window
+/// (the token limit and the local reserve read those). Only then is the exact count
+/// worth what it costs.
+pub(crate) fn near_a_routing_limit(runtime: &Runtime, model: &str, estimate: u64) -> bool {
+    runtime.starlark.is_some()
+        || runtime
+            .backends
+            .iter()
+            .filter(|b| b.config.enabled && b.is_local())
+            .any(|b| {
+                let candidate = Candidate {
+                    backend: b.clone(),
+                    model: model.to_owned(),
+                };
+                within_margin(estimate, local_window(&runtime.config, &candidate))
+            })
 }
 
 /// The exact count on `candidate` of the request as the client sent it, for the token

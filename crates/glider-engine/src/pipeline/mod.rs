@@ -5,6 +5,7 @@
 //! forwarded as bytes.
 
 mod count_tokens;
+mod json_scan;
 mod models;
 mod phases;
 mod probes;
@@ -504,6 +505,41 @@ mod tests {
         };
         assert_eq!(decision.rule, RuleName::Model);
         assert!(mock.requests().is_empty(), "nothing was sent");
+    }
+
+    #[tokio::test]
+    async fn an_openai_model_is_counted_with_tiktoken_only_near_a_local_window() {
+        use crate::tokenizer::{Method, estimate_for_routing};
+        let mock = MockVendor::start(MockConfig::default()).await;
+        // ~4,800 bytes: ~1,376 tokens by the byte ratio, about 800 by tiktoken.
+        let text = "hello world ".repeat(400);
+        let body = serde_json::json!({"model": "gpt-4.1",
+            "messages": [{"role": "user", "content": text}]})
+        .to_string();
+        for (window, near) in [(1_000_000, false), (1_400, true)] {
+            let yaml = format!(
+                "backends:\n\
+                 \x20 - {{name: local, type: vllm, base_url: '{}/v1', models: [{{name: gpt-4.1, context_window: {window}}}]}}\n",
+                mock.base_url()
+            );
+            let config = Config::parse(&yaml, "t").expect("valid");
+            let engine = Engine::new(ConfigHandle::new(config, None));
+            let prepared = engine
+                .prepare_completion(CompletionRequest::gateway(
+                    Dialect::OpenAiChat,
+                    Bytes::from(body.clone()),
+                    HeaderMap::new(),
+                ))
+                .await
+                .expect("routes");
+            let exact = estimate_request_tokens(prepared.request(), "gpt-4.1");
+            let rough = estimate_for_routing(prepared.request(), "gpt-4.1", |_| false);
+            assert_eq!((exact.1, rough.1), (Method::Tiktoken, Method::ByteRatio));
+            assert!(exact.0 < rough.0, "{exact:?} {rough:?}");
+            let expected = if near { exact.0 } else { rough.0 };
+            assert_eq!(prepared.estimated_tokens(), expected, "window {window}");
+            prepared.discard();
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ use glider_dialects::codec;
 use glider_ngl::{Dialect, Request, Role, Turn};
 use http::HeaderMap;
 
+use super::json_scan::top_level_string;
 use super::stops;
 
 /// The request for `candidate`. `body` is the client's body (routing flag stripped),
@@ -77,9 +78,20 @@ pub(crate) fn forward_headers(front: Dialect, client: &HeaderMap, backend: &Back
 }
 
 /// The body with its top-level `model` replaced; untouched bytes when it is unchanged.
+/// The new name is spliced over the old one's bytes, so the rest of the body is the
+/// client's own, byte for byte; a body the scan cannot place the model in (see
+/// [`top_level_string`]) is parsed and re-serialised.
 fn rewrite_model(body: &Bytes, from: &str, to: &str) -> Bytes {
     if from == to {
         return body.clone();
+    }
+    if let Some(span) = top_level_string(body, "model") {
+        let name = serde_json::Value::from(to).to_string();
+        let mut out = Vec::with_capacity(body.len() - span.len() + name.len());
+        out.extend_from_slice(&body[..span.start]);
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&body[span.end..]);
+        return Bytes::from(out);
     }
     match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body) {
         Ok(mut map) => {
@@ -117,5 +129,19 @@ mod tests {
         let rewritten: serde_json::Value =
             serde_json::from_slice(&rewrite_model(&body, "a", "b")).expect("json");
         assert_eq!(rewritten, serde_json::json!({"model": "b", "x": 1}));
+    }
+
+    #[test]
+    fn model_rewrite_changes_only_the_model_bytes() {
+        let body = Bytes::from_static(b"{\"x\": 1.50, \"model\":\"a\",  \"y\":[\"model\"]}");
+        assert_eq!(
+            rewrite_model(&body, "a", "q\"wen"),
+            Bytes::from_static(b"{\"x\": 1.50, \"model\":\"q\\\"wen\",  \"y\":[\"model\"]}")
+        );
+        // Twice at the top level: the full parse decides (the last one wins, as in decoding).
+        let twice = Bytes::from_static(b"{\"model\":\"a\",\"model\":\"a\"}");
+        let rewritten: serde_json::Value =
+            serde_json::from_slice(&rewrite_model(&twice, "a", "b")).expect("json");
+        assert_eq!(rewritten, serde_json::json!({"model": "b"}));
     }
 }

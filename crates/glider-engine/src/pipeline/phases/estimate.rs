@@ -1,9 +1,10 @@
-//! Estimate: the request's input tokens, which routing and the token limit read. Near a
+//! Estimate: the request's input tokens, which routing and the token limit read. The
+//! byte ratio, counted with tiktoken (OpenAI models) only near a routing limit; near a
 //! llama.cpp backend's window the estimate is replaced by that server's exact count.
 
 use super::{Flow, Job, Phase, PhaseFuture, ready};
-use crate::pipeline::count_tokens::{exact_near_limit, near_limit};
-use crate::tokenizer::estimate_request_tokens;
+use crate::pipeline::count_tokens::{exact_near_limit, near_a_routing_limit, near_limit};
+use crate::tokenizer::estimate_for_routing;
 
 pub(crate) struct Estimate;
 
@@ -13,9 +14,11 @@ impl Phase for Estimate {
     }
 
     fn run<'a>(&'a self, job: &'a mut Job) -> PhaseFuture<'a> {
-        (job.tokens, _) = estimate_request_tokens(&job.request, &job.model);
-        job.tracker.record.estimated_tokens = job.tokens;
         let runtime = &job.runtime;
+        (job.tokens, _) = estimate_for_routing(&job.request, &job.model, |rough| {
+            near_a_routing_limit(runtime, &job.model, rough)
+        });
+        job.tracker.record.estimated_tokens = job.tokens;
         let Some(near) = near_limit(&runtime.config, &runtime.backends, &job.model, job.tokens)
         else {
             return ready(Flow::Continue);
