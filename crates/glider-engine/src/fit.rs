@@ -671,11 +671,17 @@ mod tests {
         let mut request = decode(title.clone());
         let fitted = fit_request(&mut request, &anthropic_wire);
         assert!(fitted.schema_tool, "{fitted:?}");
-        assert!(fitted.notes[0].contains("forced tool glider_json_answer"), "{fitted:?}");
+        assert!(
+            fitted.notes[0].contains("forced tool glider_json_answer"),
+            "{fitted:?}"
+        );
         let wire = codec(Dialect::Anthropic).encode_request(&request);
         assert_eq!(wire["tools"][0]["name"], SCHEMA_TOOL);
         assert_eq!(wire["tools"][0]["input_schema"], schema);
-        assert_eq!(wire["tool_choice"], json!({"type": "tool", "name": SCHEMA_TOOL}));
+        assert_eq!(
+            wire["tool_choice"],
+            json!({"type": "tool", "name": SCHEMA_TOOL})
+        );
         assert!(wire.get("output_config").is_none(), "{wire}");
         // With the client's own tools the model must call one of them or the schema's.
         let mut with_tools = title.clone();

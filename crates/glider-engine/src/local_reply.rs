@@ -48,7 +48,10 @@ pub fn cap_record(cap: OutputCap) -> String {
 /// Where a reply was cut, in the words of a note or a record line.
 fn cut_at(cap: Option<OutputCap>) -> String {
     match cap {
-        Some(cap) => format!("the local output cap of {} tokens ({})", cap.tokens, cap.setting),
+        Some(cap) => format!(
+            "the local output cap of {} tokens ({})",
+            cap.tokens, cap.setting
+        ),
         None => "max_tokens".to_owned(),
     }
 }
@@ -95,9 +98,10 @@ pub fn end_whole(response: &mut Response, ending: LocalEnding) -> Vec<String> {
     let answer = ending
         .schema_tool
         .then(|| {
-            response.parts.iter().position(
-                |part| matches!(part, Part::ToolCall { name, .. } if name == SCHEMA_TOOL),
-            )
+            response
+                .parts
+                .iter()
+                .position(|part| matches!(part, Part::ToolCall { name, .. } if name == SCHEMA_TOOL))
         })
         .flatten();
     if let Some(at) = answer {
@@ -573,7 +577,10 @@ mod tests {
         );
         let mut finished = response(vec![Part::text("Once upon")], StopReason::EndTurn);
         let before = finished.clone();
-        assert!(end_whole(&mut finished, capped()).is_empty(), "only a cut reply changes");
+        assert!(
+            end_whole(&mut finished, capped()).is_empty(),
+            "only a cut reply changes"
+        );
         assert_eq!(finished, before);
     }
 
@@ -610,17 +617,24 @@ mod tests {
         );
         assert_eq!(lines, [cap_record(CAP)]);
         let (ended, lines) = run(capped(), vec![finish(StopReason::EndTurn)]);
-        assert_eq!(ended, [finish(StopReason::EndTurn)], "a reply that ended by itself passes unchanged");
+        assert_eq!(
+            ended,
+            [finish(StopReason::EndTurn)],
+            "a reply that ended by itself passes unchanged"
+        );
         assert!(lines.is_empty());
     }
 
     #[test]
     fn a_stream_cut_inside_a_call_drops_it_and_ends_at_max_tokens_with_a_note() {
         for ending in [capped(), LocalEnding::default()] {
-            let (out, lines) =
-                run(ending, text_then_call(&["{\"path\": ", "\"/tm"], StopReason::MaxTokens));
+            let (out, lines) = run(
+                ending,
+                text_then_call(&["{\"path\": ", "\"/tm"], StopReason::MaxTokens),
+            );
             assert!(
-                !out.iter().any(|e| matches!(e, StreamEvent::ToolArgsDelta { .. })),
+                !out.iter()
+                    .any(|e| matches!(e, StreamEvent::ToolArgsDelta { .. })),
                 "the partial call never reaches the client: {out:?}"
             );
             let reply = built(&out);
@@ -640,8 +654,15 @@ mod tests {
             assert_eq!(lines.len(), 1, "{lines:?}");
             assert!(lines[0].contains("reported as max_tokens"), "{lines:?}");
         }
-        let (out, _) = run(LocalEnding::default(), text_then_call(&["{\"path\": ", "\"/tm"], StopReason::MaxTokens));
-        assert!(built(&out).plain_text().contains("reply cut at max_tokens inside"));
+        let (out, _) = run(
+            LocalEnding::default(),
+            text_then_call(&["{\"path\": ", "\"/tm"], StopReason::MaxTokens),
+        );
+        assert!(
+            built(&out)
+                .plain_text()
+                .contains("reply cut at max_tokens inside")
+        );
     }
 
     #[test]
@@ -652,7 +673,11 @@ mod tests {
         );
         let reply = built(&out);
         assert_eq!(glider_ngl::tool_calls(&reply.parts).count(), 1, "{out:?}");
-        assert_eq!(reply.stop_reason, StopReason::EndTurn, "cut after the call: Glider's cap");
+        assert_eq!(
+            reply.stop_reason,
+            StopReason::EndTurn,
+            "cut after the call: Glider's cap"
+        );
         assert_eq!(lines, [cap_record(CAP)]);
         let mut events = text_then_call(&["{\"pa"], StopReason::ToolUse);
         events.truncate(events.len() - 2);
@@ -661,7 +686,13 @@ mod tests {
         });
         let (out, _) = run(LocalEnding::default(), events);
         assert!(
-            !out.iter().any(|e| matches!(e, StreamEvent::PartStart { kind: PartKind::ToolCall { .. }, .. })),
+            !out.iter().any(|e| matches!(
+                e,
+                StreamEvent::PartStart {
+                    kind: PartKind::ToolCall { .. },
+                    ..
+                }
+            )),
             "{out:?}"
         );
         assert!(matches!(out.last(), Some(StreamEvent::Error { .. })));
@@ -680,9 +711,15 @@ mod tests {
         let lines = end_whole(&mut reply, capped());
         assert!(lines[0].contains("inside a call to `Read`"), "{lines:?}");
         assert_eq!(reply.stop_reason, StopReason::MaxTokens);
-        let names: Vec<&str> = glider_ngl::tool_calls(&reply.parts).map(|(_, n, _)| n).collect();
+        let names: Vec<&str> = glider_ngl::tool_calls(&reply.parts)
+            .map(|(_, n, _)| n)
+            .collect();
         assert_eq!(names, ["Glob"], "the whole call before the cut is kept");
-        assert!(reply.plain_text().contains("the incomplete call was dropped"));
+        assert!(
+            reply
+                .plain_text()
+                .contains("the incomplete call was dropped")
+        );
     }
 
     #[test]
@@ -735,7 +772,13 @@ mod tests {
         ];
         let (out, lines) = run(schema, events);
         assert_eq!(lines, [TEXT_BESIDE_ANSWER]);
-        assert!(out.contains(&StreamEvent::PartStart { index: 0, kind: PartKind::Text }), "{out:?}");
+        assert!(
+            out.contains(&StreamEvent::PartStart {
+                index: 0,
+                kind: PartKind::Text
+            }),
+            "{out:?}"
+        );
         let streamed = built(&out);
         assert_eq!(streamed.stop_reason, StopReason::EndTurn);
         assert_eq!(streamed.plain_text(), "{\"title\": \"Sorting lists\"}");

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use glider_config::{Config, ConfigHandle};
 use glider_backend::health::HealthStatus;
+use glider_config::{Config, ConfigHandle};
 use glider_engine::{CompletionRequest, Engine};
 use glider_ngl::Dialect;
 use glider_test_support::{MockConfig, MockVendor};
@@ -225,7 +225,11 @@ async fn local_anthropic_and_openai_wire_backends_are_probed_and_cloud_ones_are_
         assert_eq!(health.status, HealthStatus::Up, "{name}: {health:?}");
         assert_eq!(health.served_models, ["gemma3-270m"], "{name}");
         let caps = backend(name).discovered("gemma3-270m").expect("discovered");
-        assert_eq!(caps.context_window, Some(4096), "{name}: the window the server says");
+        assert_eq!(
+            caps.context_window,
+            Some(4096),
+            "{name}: the window the server says"
+        );
     }
     let gone = backend("gone").health();
     assert_eq!(gone.status, HealthStatus::Down, "{gone:?}");

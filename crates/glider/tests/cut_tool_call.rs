@@ -29,16 +29,16 @@ fn scripted_reply(stream: bool) -> (&'static str, String) {
         "{{\"id\":\"call_1\",\"type\":\"function\",\"function\":{{\"name\":\"get_weather\",\"arguments\":\"{CUT_ARGUMENTS}\"}}}}"
     );
     if !stream {
-        return ("application/json", format!(
-            "{{\"id\":\"c1\",\"object\":\"chat.completion\",\"model\":\"m-local\",\"choices\":[{{\"index\":0,\
+        return (
+            "application/json",
+            format!(
+                "{{\"id\":\"c1\",\"object\":\"chat.completion\",\"model\":\"m-local\",\"choices\":[{{\"index\":0,\
              \"message\":{{\"role\":\"assistant\",\"content\":\"Let me look.\",\"tool_calls\":[{call}]}},\
              \"finish_reason\":\"length\"}}],\"usage\":{{\"prompt_tokens\":10,\"completion_tokens\":20,\"total_tokens\":30}}}}"
-        ));
+            ),
+        );
     }
-    let mut body = chunk(
-        r#"{"role":"assistant","content":"Let me look."}"#,
-        "null",
-    );
+    let mut body = chunk(r#"{"role":"assistant","content":"Let me look."}"#, "null");
     let with_index = call.replacen('{', "{\"index\":0,", 1);
     body += &chunk(&format!("{{\"tool_calls\":[{with_index}]}}"), "null");
     body += &chunk("{}", "\"length\"");
@@ -114,7 +114,10 @@ async fn a_local_reply_cut_inside_a_tool_call_drops_the_call_with_a_note_in_ever
     let mut events = gw.engine.bus().subscribe();
     // 32000 asks for more than Glider's cap (4096), 100 is the client's own limit.
     for (max_tokens, cut_at) in [
-        (32000, "the local output cap of 4096 tokens (fit.max_output_tokens)"),
+        (
+            32000,
+            "the local output cap of 4096 tokens (fit.max_output_tokens)",
+        ),
         (100, "max_tokens"),
     ] {
         for front in FRONTS {
@@ -128,7 +131,10 @@ async fn a_local_reply_cut_inside_a_tool_call_drops_the_call_with_a_note_in_ever
                 if front == Dialect::OpenAiChat && max_tokens == 100 {
                     // Same dialect and the client's own limit: the backend's bytes go
                     // back untouched, with the ending OpenAI's own API sends.
-                    assert!(reply.text().contains("\"finish_reason\":\"length\""), "{case}");
+                    assert!(
+                        reply.text().contains("\"finish_reason\":\"length\""),
+                        "{case}"
+                    );
                     continue;
                 }
                 assert!(
@@ -152,11 +158,16 @@ async fn a_local_reply_cut_inside_a_tool_call_drops_the_call_with_a_note_in_ever
                     "{case}: {text}"
                 );
                 assert!(
-                    record.fitted.iter().any(|line| line.starts_with(
+                    record
+                        .fitted
+                        .iter()
+                        .any(|line| {
+                            line.starts_with(
                         "local: reply cut at"
                     ) && line.ends_with(
                         "the incomplete call was dropped, reported as max_tokens with a note"
-                    )),
+                    )
+                        }),
                     "{case}: {:?}",
                     record.fitted
                 );

@@ -195,7 +195,10 @@ impl Answered {
             CompletionBody::Whole(mut response) => {
                 if let Some(ending) = self.ending {
                     for line in end_whole(&mut response, ending) {
-                        tracker.record.fitted.push(format!("{}: {line}", self.backend));
+                        tracker
+                            .record
+                            .fitted
+                            .push(format!("{}: {line}", self.backend));
                     }
                 }
                 tracker.response(&response);
