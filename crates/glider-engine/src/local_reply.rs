@@ -361,7 +361,7 @@ impl EndingStream {
             Ended::Event(StreamEvent::Finish {
                 stop_reason,
                 stop_sequence: None,
-                usage: usage.clone(),
+                usage,
             })
         };
         let cut = if stop_reason == StopReason::MaxTokens {
@@ -387,7 +387,7 @@ impl EndingStream {
             out.push(Ended::Event(StreamEvent::Finish {
                 stop_reason,
                 stop_sequence,
-                usage: usage.clone(),
+                usage,
             }));
             return;
         }
@@ -539,16 +539,23 @@ mod tests {
         builder.finish().expect("a complete stream")
     }
 
-    fn text_then_call(args: &[&str], stop: StopReason) -> Vec<StreamEvent> {
-        let mut events = vec![
+    /// A text part's start and its one delta.
+    fn text_part(index: usize, text: &str) -> [StreamEvent; 2] {
+        [
             StreamEvent::PartStart {
-                index: 0,
+                index,
                 kind: PartKind::Text,
             },
             StreamEvent::TextDelta {
-                index: 0,
-                text: "Looking.".into(),
+                index,
+                text: text.into(),
             },
+        ]
+    }
+
+    fn text_then_call(args: &[&str], stop: StopReason) -> Vec<StreamEvent> {
+        let mut events = text_part(0, "Looking.").to_vec();
+        events.extend([
             StreamEvent::PartStop { index: 0 },
             StreamEvent::PartStart {
                 index: 1,
@@ -557,7 +564,7 @@ mod tests {
                     name: "Read".into(),
                 },
             },
-        ];
+        ]);
         events.extend(args.iter().map(|json| StreamEvent::ToolArgsDelta {
             index: 1,
             json: (*json).into(),
@@ -586,18 +593,9 @@ mod tests {
 
     #[test]
     fn a_streamed_reply_cut_at_glider_s_cap_gets_the_note_as_its_own_last_part() {
-        let events = vec![
-            StreamEvent::PartStart {
-                index: 0,
-                kind: PartKind::Text,
-            },
-            StreamEvent::TextDelta {
-                index: 0,
-                text: "Once".into(),
-            },
-            // The part is left open: the cut can come before the backend closes it.
-            finish(StopReason::MaxTokens),
-        ];
+        let mut events = text_part(0, "Once").to_vec();
+        // The part is left open: the cut can come before the backend closes it.
+        events.push(finish(StopReason::MaxTokens));
         let (out, lines) = run(capped(), events);
         let reply = built(&out);
         assert_eq!(reply.stop_reason, StopReason::EndTurn);
@@ -742,15 +740,8 @@ mod tests {
             serde_json::from_str::<serde_json::Value>(&whole.plain_text()).expect("JSON text"),
             json!({"title": "Sorting lists"})
         );
-        let events = vec![
-            StreamEvent::PartStart {
-                index: 0,
-                kind: PartKind::Text,
-            },
-            StreamEvent::TextDelta {
-                index: 0,
-                text: "You may call these tools.".into(),
-            },
+        let mut events = text_part(0, "You may call these tools.").to_vec();
+        events.extend([
             StreamEvent::PartStop { index: 0 },
             StreamEvent::PartStart {
                 index: 1,
@@ -769,7 +760,7 @@ mod tests {
             },
             StreamEvent::PartStop { index: 1 },
             finish(StopReason::ToolUse),
-        ];
+        ]);
         let (out, lines) = run(schema, events);
         assert_eq!(lines, [TEXT_BESIDE_ANSWER]);
         assert!(

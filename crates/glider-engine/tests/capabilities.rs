@@ -43,6 +43,16 @@ fn engine(ollama: &MockVendor, extra: &str) -> Arc<Engine> {
     ))
 }
 
+/// An engine on `yaml`, its backends probed once.
+async fn probed(yaml: &str) -> Arc<Engine> {
+    let engine = Engine::new(ConfigHandle::new(
+        Config::parse(yaml, "t").expect("valid"),
+        None,
+    ));
+    engine.probe_all().await;
+    engine
+}
+
 /// An Anthropic Messages body for `model` of about `tokens` estimated tokens.
 fn body(model: &str, tokens: usize, tools: bool) -> Bytes {
     let mut body = json!({
@@ -162,11 +172,7 @@ async fn vllm_s_max_model_len_is_the_window() {
          routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}\n",
         mock.base_url()
     );
-    let engine = Engine::new(ConfigHandle::new(
-        Config::parse(&yaml, "t").expect("valid"),
-        None,
-    ));
-    engine.probe_all().await;
+    let engine = probed(&yaml).await;
     let backend = engine.runtime().backends[0].clone();
     let caps = backend
         .discovered("qwen")
@@ -206,11 +212,7 @@ async fn local_anthropic_and_openai_wire_backends_are_probed_and_cloud_ones_are_
          routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}\n",
         mock.base_url()
     );
-    let engine = Engine::new(ConfigHandle::new(
-        Config::parse(&yaml, "t").expect("valid"),
-        None,
-    ));
-    engine.probe_all().await;
+    let engine = probed(&yaml).await;
     let runtime = engine.runtime();
     let backend = |name: &str| {
         runtime

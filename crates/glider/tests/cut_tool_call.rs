@@ -158,16 +158,13 @@ async fn a_local_reply_cut_inside_a_tool_call_drops_the_call_with_a_note_in_ever
                     "{case}: {text}"
                 );
                 assert!(
-                    record
-                        .fitted
-                        .iter()
-                        .any(|line| {
-                            line.starts_with(
+                    record.fitted.iter().any(|line| {
+                        line.starts_with(
                         "local: reply cut at"
                     ) && line.ends_with(
                         "the incomplete call was dropped, reported as max_tokens with a note"
                     )
-                        }),
+                    }),
                     "{case}: {:?}",
                     record.fitted
                 );
@@ -177,28 +174,18 @@ async fn a_local_reply_cut_inside_a_tool_call_drops_the_call_with_a_note_in_ever
     // The dialects' own words for that ending.
     let mut request = tool_request("m-local", false);
     request.max_tokens = Some(32000);
-    let chat = post_json(
-        &gw.base,
-        front_path(Dialect::OpenAiChat),
-        &wire(Dialect::OpenAiChat, &request),
-    )
-    .await
-    .json();
-    assert_eq!(chat["choices"][0]["finish_reason"], "length", "{chat}");
-    let responses = post_json(
-        &gw.base,
-        front_path(Dialect::OpenAiResponses),
-        &wire(Dialect::OpenAiResponses, &request),
-    )
-    .await
-    .json();
-    assert_eq!(responses["status"], "incomplete", "{responses}");
-    let ollama = post_json(
-        &gw.base,
-        front_path(Dialect::Ollama),
-        &wire(Dialect::Ollama, &request),
-    )
-    .await
-    .json();
-    assert_eq!(ollama["done_reason"], "length", "{ollama}");
+    for (front, field, cut) in [
+        (Dialect::OpenAiChat, "/choices/0/finish_reason", "length"),
+        (Dialect::OpenAiResponses, "/status", "incomplete"),
+        (Dialect::Ollama, "/done_reason", "length"),
+    ] {
+        let reply = post_json(&gw.base, front_path(front), &wire(front, &request))
+            .await
+            .json();
+        assert_eq!(
+            reply.pointer(field),
+            Some(&cut.into()),
+            "{front:?}: {reply}"
+        );
+    }
 }
