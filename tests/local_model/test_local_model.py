@@ -194,21 +194,30 @@ def assert_title_json(text):
     assert set(title) == {"title"} and isinstance(title["title"], str), title
 
 
-# Over the OpenAI-compatible wire only: llama-server's /v1/messages builds its request
-# from a fixed set of fields (messages, tools, tool_choice, stop_sequences, max_tokens,
-# sampling, thinking, metadata) and takes no schema in any form, so over that wire the
-# schema cannot reach its grammar (docs/local-models.md, "Not yet").
-@pytest.mark.parametrize("model", [VIA_OPENAI])
-def test_title_request_answers_json_of_the_schema(claude, model):
+# Over the OpenAI-compatible wire the schema reaches llama.cpp's grammar as
+# response_format; llama-server's /v1/messages takes no schema in any form, so there
+# Glider sends it as a forced tool whose input schema it is, and turns the call back
+# into the text reply (docs/local-models.md, "Structured output").
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("model", BOTH)
+def test_title_request_answers_json_of_the_schema(claude, model, stream):
     # The shape of Claude Code's title call: a schema in output_config.format.
-    reply = claude.messages.create(
+    args = dict(
         model=model, max_tokens=64,
         system="Write a 3-7 word title for the conversation. Answer with JSON.",
         messages=[{"role": "user", "content": "How do I sort a list in Python?"}],
         extra_body={"output_config": {"format": {"type": "json_schema", "schema": TITLE_SCHEMA}}, **GREEDY},
     )
-    assert reply.content[0].type == "text"
+    if stream:
+        with claude.messages.stream(**args) as s:
+            reply = s.get_final_message()
+    else:
+        reply = claude.messages.create(**args)
+    assert [block.type for block in reply.content] == ["text"], reply
     assert_title_json(reply.content[0].text)
+    if model == VIA_ANTHROPIC:
+        # The forced call is the whole answer: a finished turn, not a tool_use stop.
+        assert reply.stop_reason == "end_turn", reply
 
 
 @pytest.mark.parametrize("model", [VIA_OPENAI])

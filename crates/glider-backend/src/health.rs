@@ -1,9 +1,11 @@
 //! Health and warm state of a backend. Local backends are probed (Ollama: `/api/tags`,
 //! `/api/ps` for the models loaded in memory and `/api/show` once per model;
-//! OpenAI-compatible: `/models`, and llama.cpp's `/props`), which also reads what their
-//! models can do ([`crate::capabilities`]). A cloud backend is probed with its model
-//! list (`GET /v1/models`: no tokens spent), with its key when it has one, so a wrong
-//! key or an unreachable host shows at start; without a key any HTTP answer (a 401)
+//! OpenAI-compatible: `/models`, and llama.cpp's `/props`; an `openai` or `anthropic`
+//! backend marked `local: true` the same way as an OpenAI-compatible one, since
+//! llama-server and Ollama list their models there on either wire), which also reads
+//! what their models can do ([`crate::capabilities`]). A cloud backend is probed with its
+//! model list (`GET /v1/models`: no tokens spent), with its key when it has one, so a
+//! wrong key or an unreachable host shows at start; without a key any HTTP answer (a 401)
 //! proves the connection and TLS. It is probed again only every
 //! [`CLOUD_PROBE_INTERVAL`]; between probes its breaker judges it. A llama.cpp model
 //! listed as a file path is recorded by its file stem ([`readable_model_id`]).
@@ -95,8 +97,15 @@ impl Backend {
                 ..Health::default()
             },
             (None, BackendKind::Ollama) => self.probe_ollama().await,
-            (None, BackendKind::Vllm) => self.probe_openai_compatible().await,
-            (None, BackendKind::Openai | BackendKind::Anthropic) if !self.is_local() => {
+            (None, BackendKind::Vllm) => self.probe_openai_compatible("/models").await,
+            (None, BackendKind::Openai) if self.is_local() => {
+                self.probe_openai_compatible("/models").await
+            }
+            // Its base URL has no `/v1` (the Anthropic wire's paths carry it).
+            (None, BackendKind::Anthropic) if self.is_local() => {
+                self.probe_openai_compatible("/v1/models").await
+            }
+            (None, BackendKind::Openai | BackendKind::Anthropic) => {
                 let kept = self.health.get();
                 let recent = kept.checked_at.zip(now).is_some_and(|(then, now)| {
                     now.saturating_sub(then) < CLOUD_PROBE_INTERVAL.as_secs()
@@ -106,7 +115,6 @@ impl Backend {
                 }
                 self.probe_cloud().await
             }
-            (None, BackendKind::Openai | BackendKind::Anthropic) => Health::default(),
         };
         health.checked_at = now;
         self.health.set(health.clone());
@@ -227,8 +235,10 @@ impl Backend {
         }
     }
 
-    async fn probe_openai_compatible(&self) -> Health {
-        match self.fetch_json("/models").await {
+    /// An OpenAI-style model list at `models_path` under the base URL, and llama.cpp's
+    /// `/props` at the server's root.
+    async fn probe_openai_compatible(&self, models_path: &str) -> Health {
+        match self.fetch_json(models_path).await {
             Ok(models) => {
                 let entries: Vec<(String, Capabilities)> = models["data"]
                     .as_array()

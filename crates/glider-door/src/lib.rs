@@ -4,12 +4,13 @@
 //! first, the pipeline, the `mitm.origin_on_local_error` rule), the rendering of a
 //! completion, a delegation or an error in the caller's dialect ([`render`]), and the
 //! one body wrapper that watches a reply's bytes and finishes its record at the end
-//! ([`observed`]). The doors keep only their transport: routes for the gateway,
+//! ([`observed`]), and stored Responses ([`stateful`]). The doors keep only their transport: routes for the gateway,
 //! CONNECT/TLS/forwarding for the MITM.
 
 pub mod observed;
 pub mod render;
 pub mod sequence;
+pub mod stateful;
 
 pub use observed::{ObservedBody, Observer};
 pub use render::error_response;

@@ -7,8 +7,7 @@ use std::collections::BTreeSet;
 
 use glider_backend::Candidate;
 use glider_config::{BackendFit, BackendKind, Config, FitConfig, ModelSpec};
-use glider_ngl::stream::PartKind;
-use glider_ngl::{Dialect, Part, Request, Response, StopReason, StreamEvent, ToolChoice, ToolDef};
+use glider_ngl::{Dialect, Part, Request, ToolChoice, ToolDef};
 use serde_json::Value;
 
 use crate::tokenizer::estimate_tools;
@@ -67,6 +66,8 @@ pub struct Fitted {
     /// The output cap Glider set in place of the client's higher (or missing) one: a
     /// reply that stops there stopped at Glider's limit, not the client's.
     pub output_cap: Option<OutputCap>,
+    /// The JSON schema went out as the forced tool [`SCHEMA_TOOL`]: its call is the reply.
+    pub schema_tool: bool,
 }
 
 /// An output cap Glider set on a local request, and the setting it came from.
@@ -81,6 +82,7 @@ pub struct OutputCap {
 pub fn fit_request(request: &mut Request, target: &FitTarget) -> Fitted {
     let mut notes = Vec::new();
     fit_tools(request, target, &mut notes);
+    let schema_tool = schema_as_tool(request, target, &mut notes);
     let output_cap = cap_output(request, target, &mut notes);
     notes.extend(drop_thinking(request, target));
     drop_unsupported_fields(request, target.dialect, &mut notes);
@@ -93,7 +95,58 @@ pub fn fit_request(request: &mut Request, target: &FitTarget) -> Fitted {
             "{images} images replaced by a text note (the model is not marked `vision: true`)"
         ));
     }
-    Fitted { notes, output_cap }
+    Fitted {
+        notes,
+        output_cap,
+        schema_tool,
+    }
+}
+
+/// The tool a JSON schema is sent as where the wire to a local server has no schema
+/// field: its input schema is the client's schema, and its call is turned back into
+/// the text reply ([`crate::local_reply`]).
+pub const SCHEMA_TOOL: &str = "glider_json_answer";
+
+/// A JSON schema for a local server spoken to over the Anthropic wire (llama-server's
+/// or Ollama's `/v1/messages`), which builds its request from a fixed set of fields and
+/// takes no schema in any form: sent instead as a forced tool whose input schema is the
+/// client's, so the server's tool-call grammar holds the model to it. With tools of
+/// the client's own, the model must call one of them or this one. Returns whether it
+/// was done.
+fn schema_as_tool(request: &mut Request, target: &FitTarget, notes: &mut Vec<String>) -> bool {
+    if target.dialect != Dialect::Anthropic {
+        return false;
+    }
+    let Some(schema) = request.output_schema.take() else {
+        return false;
+    };
+    if target.model.and_then(|m| m.tools) == Some(false) {
+        notes.push(
+            "output schema not enforced (the Anthropic wire carries none to a local server, and the model has no tool support)"
+                .into(),
+        );
+        request.output_schema = Some(schema);
+        return false;
+    }
+    request.tool_choice = match request.tool_choice.take() {
+        Some(forced @ (ToolChoice::Tool { .. } | ToolChoice::Required)) => Some(forced),
+        Some(ToolChoice::Auto) if !request.tools.is_empty() => Some(ToolChoice::Required),
+        None if !request.tools.is_empty() => Some(ToolChoice::Required),
+        // No tools of the client's, or none it lets the model call: only this one.
+        _ => Some(ToolChoice::Tool {
+            name: SCHEMA_TOOL.into(),
+        }),
+    };
+    request.tools.push(ToolDef {
+        name: SCHEMA_TOOL.into(),
+        description: Some("Give your answer as this tool's input.".into()),
+        parameters: schema.schema,
+        native: None,
+    });
+    notes.push(format!(
+        "output schema sent as the forced tool {SCHEMA_TOOL} (the Anthropic wire carries none to a local server); its call is returned as the JSON text"
+    ));
+    true
 }
 
 /// Whether `request` asks for thinking the target model cannot do. Ollama refuses
@@ -265,103 +318,6 @@ fn cap_output(
             notes.push(format!("max_tokens {was} -> {}", cap.tokens));
             request.max_tokens = Some(cap.tokens);
             Some(cap)
-        }
-    }
-}
-
-/// The visible note a reply cut at Glider's cap ends with.
-pub fn cap_note(cap: OutputCap) -> String {
-    format!(
-        "\n\n[glider: reply cut at the local output cap of {} tokens ({})]",
-        cap.tokens, cap.setting
-    )
-}
-
-/// The record's line for a reply cut at Glider's cap.
-pub fn cap_record(cap: OutputCap) -> String {
-    format!(
-        "reply cut at the output cap of {} tokens: reported as a finished turn with a note",
-        cap.tokens
-    )
-}
-
-/// A whole reply that stopped at Glider's own cap: reported as a finished turn, the note
-/// appended to its text, since the client did not ask for the limit and would otherwise
-/// read `max_tokens` as its own (Claude Code then retries with a larger one). Returns
-/// whether it was rewritten.
-pub fn end_at_cap(response: &mut Response, cap: OutputCap) -> bool {
-    if response.stop_reason != StopReason::MaxTokens {
-        return false;
-    }
-    response.stop_reason = StopReason::EndTurn;
-    let note = cap_note(cap);
-    match response.parts.last_mut() {
-        Some(Part::Text { text, .. }) => text.push_str(&note),
-        _ => response.parts.push(Part::text(note.trim_start())),
-    }
-    true
-}
-
-/// [`end_at_cap`] for a stream, one event at a time: parts are passed through, and a
-/// `Finish` at `MaxTokens` becomes the note (a text part of its own, after any part
-/// still open is closed) and a `Finish` at `EndTurn`.
-#[derive(Debug)]
-pub struct CapStop {
-    cap: OutputCap,
-    next_index: usize,
-    open: BTreeSet<usize>,
-}
-
-impl CapStop {
-    pub fn new(cap: OutputCap) -> Self {
-        CapStop {
-            cap,
-            next_index: 0,
-            open: BTreeSet::new(),
-        }
-    }
-
-    /// The events to send in place of `event`.
-    pub fn event(&mut self, event: StreamEvent) -> Vec<StreamEvent> {
-        match event {
-            StreamEvent::PartStart { index, kind } => {
-                self.open.insert(index);
-                self.next_index = self.next_index.max(index + 1);
-                vec![StreamEvent::PartStart { index, kind }]
-            }
-            StreamEvent::PartStop { index } => {
-                self.open.remove(&index);
-                vec![StreamEvent::PartStop { index }]
-            }
-            StreamEvent::Finish {
-                stop_reason: StopReason::MaxTokens,
-                usage,
-                ..
-            } => {
-                let mut out: Vec<StreamEvent> = std::mem::take(&mut self.open)
-                    .into_iter()
-                    .map(|index| StreamEvent::PartStop { index })
-                    .collect();
-                let index = self.next_index;
-                out.extend([
-                    StreamEvent::PartStart {
-                        index,
-                        kind: PartKind::Text,
-                    },
-                    StreamEvent::TextDelta {
-                        index,
-                        text: cap_note(self.cap),
-                    },
-                    StreamEvent::PartStop { index },
-                    StreamEvent::Finish {
-                        stop_reason: StopReason::EndTurn,
-                        stop_sequence: None,
-                        usage,
-                    },
-                ]);
-                out
-            }
-            other => vec![other],
         }
     }
 }
@@ -667,6 +623,7 @@ mod tests {
                     tokens: 4096,
                     setting: "fit.max_output_tokens"
                 }),
+                schema_tool: false,
             }
         );
         assert_eq!(unset.max_tokens, Some(4096));
@@ -696,83 +653,46 @@ mod tests {
         );
     }
 
-    const CAP: OutputCap = OutputCap {
-        tokens: 8,
-        setting: "fit.max_output_tokens",
-    };
-
-    fn finish(stop_reason: StopReason) -> StreamEvent {
-        StreamEvent::Finish {
-            stop_reason,
-            stop_sequence: None,
-            usage: Default::default(),
-        }
-    }
-
     #[test]
-    fn a_whole_reply_cut_at_glider_s_cap_ends_the_turn_with_a_note() {
-        let mut response = Response {
-            id: "r".into(),
-            model: "m".into(),
-            parts: vec![Part::text("Once upon")],
-            stop_reason: StopReason::MaxTokens,
-            stop_sequence: None,
-            usage: Default::default(),
+    fn a_schema_for_an_anthropic_wire_local_server_is_sent_as_a_forced_tool() {
+        let fit = FitConfig::default();
+        let backend = BackendFit::default();
+        let anthropic_wire = FitTarget {
+            dialect: Dialect::Anthropic,
+            kind: BackendKind::Anthropic,
+            ..target(&fit, &backend, None)
         };
-        assert!(end_at_cap(&mut response, CAP));
-        assert_eq!(response.stop_reason, StopReason::EndTurn);
-        assert_eq!(
-            response.plain_text(),
-            "Once upon\n\n[glider: reply cut at the local output cap of 8 tokens (fit.max_output_tokens)]"
-        );
-        let mut finished = Response {
-            stop_reason: StopReason::EndTurn,
-            ..response.clone()
-        };
-        let before = finished.clone();
-        assert!(!end_at_cap(&mut finished, CAP), "only a cut reply changes");
-        assert_eq!(finished, before);
-    }
-
-    #[test]
-    fn a_streamed_reply_cut_at_glider_s_cap_gets_the_note_as_its_own_last_part() {
-        let mut stop = CapStop::new(CAP);
-        let events = [
-            StreamEvent::PartStart {
-                index: 0,
-                kind: PartKind::Text,
-            },
-            StreamEvent::TextDelta {
-                index: 0,
-                text: "Once".into(),
-            },
-            // The part is left open: the cut can come before the backend closes it.
-            finish(StopReason::MaxTokens),
-        ];
-        let out: Vec<StreamEvent> = events.into_iter().flat_map(|e| stop.event(e)).collect();
-        let mut builder = glider_ngl::ResponseBuilder::new();
-        out.iter().for_each(|e| builder.push(e));
-        let response = builder.finish().expect("a complete stream");
-        assert_eq!(response.stop_reason, StopReason::EndTurn);
+        let schema = json!({"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]});
+        let title = json!({
+            "model": "m", "max_tokens": 64,
+            "messages": [{"role": "user", "content": "How do I sort a list?"}],
+            "output_config": {"format": {"type": "json_schema", "schema": schema}},
+        });
+        let mut request = decode(title.clone());
+        let fitted = fit_request(&mut request, &anthropic_wire);
+        assert!(fitted.schema_tool, "{fitted:?}");
         assert!(
-            response.plain_text().starts_with("Once")
-                && response
-                    .plain_text()
-                    .ends_with("[glider: reply cut at the local output cap of 8 tokens (fit.max_output_tokens)]"),
-            "{out:?}"
+            fitted.notes[0].contains("forced tool glider_json_answer"),
+            "{fitted:?}"
         );
+        let wire = codec(Dialect::Anthropic).encode_request(&request);
+        assert_eq!(wire["tools"][0]["name"], SCHEMA_TOOL);
+        assert_eq!(wire["tools"][0]["input_schema"], schema);
         assert_eq!(
-            out.iter()
-                .filter(|e| matches!(e, StreamEvent::PartStop { .. }))
-                .count(),
-            2,
-            "the open part is closed before the note's own part: {out:?}"
+            wire["tool_choice"],
+            json!({"type": "tool", "name": SCHEMA_TOOL})
         );
-        let mut ended = CapStop::new(CAP);
-        assert_eq!(
-            ended.event(finish(StopReason::EndTurn)),
-            [finish(StopReason::EndTurn)],
-            "a reply that ended by itself passes unchanged"
-        );
+        assert!(wire.get("output_config").is_none(), "{wire}");
+        // With the client's own tools the model must call one of them or the schema's.
+        let mut with_tools = title.clone();
+        with_tools["tools"] = json!([tool("Read")]);
+        let mut request = decode(with_tools);
+        fit_request(&mut request, &anthropic_wire);
+        assert_eq!(request.tool_choice, Some(ToolChoice::Required));
+        assert_eq!(request.tools.len(), 2);
+        // Ollama's wire has a schema field of its own: left as it is.
+        let mut ollama = decode(title);
+        let fitted = fit_request(&mut ollama, &target(&fit, &backend, None));
+        assert!(!fitted.schema_tool && ollama.output_schema.is_some() && ollama.tools.is_empty());
     }
 }

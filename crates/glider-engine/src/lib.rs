@@ -7,6 +7,7 @@ pub mod contextkit;
 pub mod events;
 pub mod fit;
 pub mod hotswap;
+pub mod local_reply;
 pub mod pipeline;
 pub mod router;
 pub mod tokenizer;

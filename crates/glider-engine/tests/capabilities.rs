@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use glider_backend::health::HealthStatus;
 use glider_config::{Config, ConfigHandle};
 use glider_engine::{CompletionRequest, Engine};
 use glider_ngl::Dialect;
@@ -40,6 +41,16 @@ fn engine(ollama: &MockVendor, extra: &str) -> Arc<Engine> {
         Config::parse(&yaml, "t").expect("valid"),
         None,
     ))
+}
+
+/// An engine on `yaml`, its backends probed once.
+async fn probed(yaml: &str) -> Arc<Engine> {
+    let engine = Engine::new(ConfigHandle::new(
+        Config::parse(yaml, "t").expect("valid"),
+        None,
+    ));
+    engine.probe_all().await;
+    engine
 }
 
 /// An Anthropic Messages body for `model` of about `tokens` estimated tokens.
@@ -161,11 +172,7 @@ async fn vllm_s_max_model_len_is_the_window() {
          routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}\n",
         mock.base_url()
     );
-    let engine = Engine::new(ConfigHandle::new(
-        Config::parse(&yaml, "t").expect("valid"),
-        None,
-    ));
-    engine.probe_all().await;
+    let engine = probed(&yaml).await;
     let backend = engine.runtime().backends[0].clone();
     let caps = backend
         .discovered("qwen")
@@ -180,5 +187,76 @@ async fn vllm_s_max_model_len_is_the_window() {
         refused.message.contains("vllm holds 4096"),
         "{}",
         refused.message
+    );
+}
+
+#[tokio::test]
+async fn local_anthropic_and_openai_wire_backends_are_probed_and_cloud_ones_are_not() {
+    let mock = MockVendor::start(MockConfig {
+        models: vec!["gemma3-270m".into()],
+        context_window: Some(4096),
+        anthropic_keyless: true,
+        ..MockConfig::default()
+    })
+    .await;
+    // Nothing listens on a port that was just bound and released.
+    let gone = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let yaml = format!(
+        "backends:\n\
+         \x20 - {{name: llama-anthropic, type: anthropic, local: true, base_url: '{0}', models: [gemma3-270m]}}\n\
+         \x20 - {{name: llama-openai, type: openai, local: true, base_url: '{0}/v1', models: [gemma3-270m]}}\n\
+         \x20 - {{name: gone, type: anthropic, local: true, base_url: 'http://{gone}', models: [gemma3-270m]}}\n\
+         \x20 - {{name: cloud, type: anthropic, base_url: '{0}', api_key: k, models: ['claude-*']}}\n\
+         routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}\n",
+        mock.base_url()
+    );
+    let engine = probed(&yaml).await;
+    let runtime = engine.runtime();
+    let backend = |name: &str| {
+        runtime
+            .backends
+            .iter()
+            .find(|b| b.name() == name)
+            .expect("configured")
+            .clone()
+    };
+    for name in ["llama-anthropic", "llama-openai"] {
+        let health = backend(name).health();
+        assert_eq!(health.status, HealthStatus::Up, "{name}: {health:?}");
+        assert_eq!(health.served_models, ["gemma3-270m"], "{name}");
+        let caps = backend(name).discovered("gemma3-270m").expect("discovered");
+        assert_eq!(
+            caps.context_window,
+            Some(4096),
+            "{name}: the window the server says"
+        );
+    }
+    let gone = backend("gone").health();
+    assert_eq!(gone.status, HealthStatus::Down, "{gone:?}");
+    assert!(gone.detail.is_some_and(|d| d.contains("unreachable")));
+    assert_eq!(
+        backend("cloud").health().status,
+        HealthStatus::Unknown,
+        "a cloud backend is never probed"
+    );
+    let listings: Vec<String> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/models"))
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(
+        listings,
+        ["/v1/models", "/v1/models"],
+        "one listing for each local backend, none for the cloud's"
+    );
+    assert!(
+        !mock
+            .requests()
+            .iter()
+            .any(|r| r.headers.iter().any(|(k, _)| k == "x-api-key")),
+        "the cloud's key was never used on a probe"
     );
 }

@@ -3,7 +3,6 @@
 //! error in the caller's own dialect with its status decided by `ErrorKind::status`.
 
 pub mod access;
-mod stateful;
 
 use std::sync::Arc;
 
@@ -14,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use glider_context::ResponseStore;
-use glider_door::{Door, DoorSequence, Outcome};
+use glider_door::{Door, DoorSequence, Outcome, stateful};
 use glider_engine::Engine;
 use glider_ngl::{ApiError, Dialect, ErrorKind};
 use glider_sys::listen::{Cutoff, Drain, Limits};
@@ -79,6 +78,7 @@ fn routes(gateway: Gateway) -> Router {
             "/v1/responses/{id}",
             get(retrieve_response).delete(delete_response),
         )
+        .route("/v1/responses/{id}/input_items", get(list_input_items))
         .route("/v1/messages", post(messages))
         .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
@@ -158,6 +158,21 @@ async fn retrieve_response(
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Response {
     stateful::retrieve(gw.responses.clone(), id).await
+}
+
+async fn list_input_items(
+    State(gw): State<Gateway>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    axum::extract::Query(mut query): axum::extract::Query<
+        std::collections::HashMap<String, String>,
+    >,
+) -> Response {
+    let params = stateful::ListParams {
+        limit: query.remove("limit"),
+        order: query.remove("order"),
+        after: query.remove("after"),
+    };
+    stateful::list_input_items(gw.responses.clone(), id, params).await
 }
 
 async fn delete_response(

@@ -1,12 +1,19 @@
 //! The API path on a decrypted Anthropic/OpenAI host: a model request runs the door
 //! kit's sequence; Glider answers it locally (a reply, a delegation, an error in the
 //! caller's dialect), or it goes to the origin with its bytes and credentials unchanged
-//! and a tracker recording the origin's leg.
+//! and a tracker recording the origin's leg. A Responses request answered locally is
+//! stateful as on the gateway ([`glider_door::stateful`]): its `previous_response_id`
+//! is expanded from Glider's store and its reply stored; one for the origin keeps its
+//! bytes (the origin holds its own chain).
 
 use axum::body::Body;
-use glider_door::{Door, DoorSequence, Outcome, ToOrigin, error_response, read_within, render};
+use bytes::Bytes;
+use glider_door::{
+    Door, DoorSequence, Outcome, ToOrigin, error_response, read_within, render, stateful,
+};
+use glider_engine::Engine;
 use glider_ngl::Dialect;
-use http::Request;
+use http::{HeaderMap, Request};
 use hyper::body::Incoming;
 
 use crate::handler::{HandlerCtx, HttpHandler, RequestOrResponse};
@@ -45,15 +52,35 @@ impl HttpHandler for ApiHandler {
                 &body,
             );
         }
-        let outcome = Door::Mitm
-            .answer(
-                &mitm.engine,
-                Some(&mitm.delegator),
-                front,
-                parts.headers.clone(),
-                body.clone(),
-            )
-            .await;
+        let stateful = front == Dialect::OpenAiResponses;
+        // Expanded only once it is known to be answered here: the origin gets the
+        // client's bytes. A chain Glider cannot continue (not stored here, storage
+        // off) is a local error, which `mitm.origin_on_local_error` may send on to the
+        // origin, where the chain may be.
+        let continued = stateful
+            && stateful::continues(&body)
+            && routes_locally(&mitm.engine, front, &parts.headers, &body);
+        let (answer_body, mut to_store) = match continued {
+            false => (Ok(body.clone()), None),
+            true => match stateful::prepare(mitm.responses(), body.clone()) {
+                Ok(prepared) => (Ok(prepared.body), prepared.store),
+                Err(error) => (Err(error), None),
+            },
+        };
+        let outcome = match answer_body {
+            Ok(answer_body) => {
+                Door::Mitm
+                    .answer(
+                        &mitm.engine,
+                        Some(&mitm.delegator),
+                        front,
+                        parts.headers.clone(),
+                        answer_body,
+                    )
+                    .await
+            }
+            Err(error) => Door::Mitm.after_local_error(&mitm.engine, error),
+        };
         let response = match outcome {
             Outcome::Delegated(delegation) => {
                 tracing::info!(host = %target.host, vendor = delegation.vendor.binary(), "delegated");
@@ -61,7 +88,17 @@ impl HttpHandler for ApiHandler {
             }
             Outcome::Reply(completion) => {
                 tracing::info!(host = %target.host, backend = %completion.backend, model = %completion.model, "answered locally");
-                render::completion(front, *completion)
+                let response = render::completion(front, *completion);
+                if stateful && to_store.is_none() {
+                    // Not a continuation: stored unless it says `store: false`.
+                    to_store = stateful::prepare(mitm.responses(), body.clone())
+                        .ok()
+                        .and_then(|prepared| prepared.store);
+                }
+                match to_store {
+                    Some(to_store) => stateful::storing(to_store, response).await,
+                    None => response,
+                }
             }
             Outcome::Origin(to_origin) => {
                 match &to_origin {
@@ -83,4 +120,22 @@ impl HttpHandler for ApiHandler {
         };
         RequestOrResponse::Response(response)
     }
+}
+
+/// Whether the pipeline would answer `body` here: its route has a local candidate
+/// before any cloud reserve (the origin gate keeps only those). Decided without running
+/// the request; a body that does not decode or route is not (the pipeline then answers
+/// it as it would any other).
+fn routes_locally(engine: &Engine, front: Dialect, headers: &HeaderMap, body: &Bytes) -> bool {
+    let Ok((request, model, tokens)) = engine.prepare(front, body) else {
+        return false;
+    };
+    engine
+        .decide(front, &request, headers, &model, tokens, false)
+        .is_ok_and(|decision| {
+            let before_reserve = decision.local_reserve.unwrap_or(decision.candidates.len());
+            decision.candidates[..before_reserve.min(decision.candidates.len())]
+                .iter()
+                .any(|c| c.backend.is_local())
+        })
 }

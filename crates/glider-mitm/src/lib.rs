@@ -72,6 +72,8 @@ pub struct Mitm {
     delegator: Arc<glider_delegate::Delegator>,
     /// The shutdown its connections are served under.
     drain: std::sync::OnceLock<Drain>,
+    /// Stored Responses, for a Responses request answered locally (set once).
+    responses: std::sync::OnceLock<Arc<glider_context::ResponseStore>>,
 }
 
 impl Mitm {
@@ -114,6 +116,7 @@ impl Mitm {
             agent_rpc: cursor::AgentRpc::default(),
             delegator,
             drain: std::sync::OnceLock::new(),
+            responses: std::sync::OnceLock::new(),
         }))
     }
 
@@ -167,6 +170,17 @@ impl Mitm {
     /// door's); the first drain set stays.
     pub fn use_drain(&self, drain: Drain) {
         let _ = self.drain.set(drain);
+    }
+
+    /// Store the Responses answered locally in `store`, and continue their
+    /// `previous_response_id` chains from it (the gateway's store; the first set stays).
+    pub fn use_responses(&self, store: Arc<glider_context::ResponseStore>) {
+        let _ = self.responses.set(store);
+    }
+
+    /// The stored Responses, when [`Mitm::use_responses`] gave a store.
+    pub(crate) fn responses(&self) -> Option<&Arc<glider_context::ResponseStore>> {
+        self.responses.get()
     }
 
     /// The drain decrypted connections are served under: the one set by

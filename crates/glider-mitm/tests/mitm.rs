@@ -760,3 +760,98 @@ async fn a_stalled_body_inside_a_decrypted_tunnel_is_a_408_in_the_callers_dialec
         "nothing reached the backend"
     );
 }
+
+#[tokio::test]
+async fn a_stateful_responses_request_answered_locally_is_expanded_and_one_for_the_origin_keeps_its_bytes()
+ {
+    let s = stack("").await;
+    let store_dir = tempfile::tempdir().expect("tempdir");
+    let store = glider_context::ResponseStore::start(store_dir.path(), 64).expect("store");
+    s.mitm.use_responses(std::sync::Arc::new(store));
+    let send = |body: String| {
+        let s = &s;
+        async move {
+            let (mut client, _) =
+                client(s.proxy, "api.anthropic.com", &[s.glider_ca()], Http::One).await;
+            let (response, reply) = client
+                .fetch(request(
+                    Http::One,
+                    "POST",
+                    "api.anthropic.com",
+                    "/v1/responses",
+                    &[
+                        ("authorization", "Bearer sk-user"),
+                        ("content-type", "application/json"),
+                    ],
+                    body,
+                ))
+                .await;
+            (response.status().as_u16(), reply)
+        }
+    };
+    let json = |reply: &Bytes| -> serde_json::Value {
+        serde_json::from_slice(reply).expect("a JSON reply")
+    };
+    // A first turn answered locally is stored (store is true unless it says false).
+    let first = serde_json::json!({"model": "claude-local-1", "input": "My name is Ada."});
+    let (status, reply) = send(first.to_string()).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+    let first_id = json(&reply)["id"].as_str().expect("an id").to_owned();
+    // Its continuation reaches the local model with the earlier turn put before it.
+    let second = serde_json::json!({"model": "claude-local-1", "previous_response_id": first_id,
+        "input": "What is my name?"});
+    let (status, reply) = send(second.to_string()).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+    let sent = s
+        .mock
+        .requests()
+        .last()
+        .cloned()
+        .expect("the local model was asked");
+    let texts: Vec<String> = sent.body["messages"]
+        .as_array()
+        .expect("ollama messages")
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        texts.iter().any(|t| t == "My name is Ada.")
+            && texts.iter().any(|t| t.contains("echo: My name is Ada."))
+            && texts.last().is_some_and(|t| t == "What is my name?"),
+        "the chain is expanded: {texts:?}"
+    );
+    assert!(s.origin.seen().is_empty(), "{:?}", s.origin.seen());
+    // A continuation for the cloud goes to the origin as the client sent it.
+    let cloud =
+        "{\"model\":  \"gpt-5\", \"previous_response_id\":\"resp_at_origin\",\"input\":\"hi\"}";
+    let (status, reply) = send(cloud.to_owned()).await;
+    assert_eq!(
+        (status, &json(&reply)["origin"]),
+        (200, &serde_json::json!(true))
+    );
+    let seen = s.origin.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        seen[0].body,
+        Bytes::from_static(cloud.as_bytes()),
+        "bytes unchanged"
+    );
+    // A local continuation of a response Glider never stored: the origin, which may hold
+    // it, answers by default; with origin_on_local_error off, the typed 400.
+    s.origin.clear();
+    let unknown = serde_json::json!({"model": "claude-local-1",
+        "previous_response_id": "resp_never_stored", "input": "hi"});
+    let (status, _) = send(unknown.to_string()).await;
+    assert_eq!((status, s.origin.seen().len()), (200, 1));
+    s.apply("  origin_on_local_error: false\n");
+    let (status, reply) = send(unknown.to_string()).await;
+    let error = json(&reply);
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["param"], "previous_response_id", "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("resp_never_stored")),
+        "{error}"
+    );
+}

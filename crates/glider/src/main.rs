@@ -385,7 +385,14 @@ async fn serve_recorded(
     let mut enrollment = None;
     if snapshot.mitm.enabled {
         let mitm = serve::start_mitm(
-            &engine, &home, &delegator, &vendors, &snapshot, runstate, &drain,
+            &engine,
+            &home,
+            &delegator,
+            &vendors,
+            &snapshot,
+            runstate,
+            &drain,
+            context.as_ref().and_then(|c| c.responses().cloned()),
         )
         .await?;
         doors.push(mitm.door);

@@ -226,6 +226,8 @@ pub struct TransparentStarted {
 
 /// The MITM proxy (and first its transparent door, when on): listen on `mitm.port`,
 /// warn when that is reachable from other machines, say so, and serve until the stop.
+/// `responses`: the context store's stored Responses, when it runs.
+#[allow(clippy::too_many_arguments)]
 pub async fn start_mitm(
     engine: &Arc<Engine>,
     home: &Path,
@@ -234,8 +236,12 @@ pub async fn start_mitm(
     snapshot: &Config,
     runstate: &mut glider_sys::runstate::RunState,
     drain: &Drain,
+    responses: Option<Arc<glider_context::ResponseStore>>,
 ) -> anyhow::Result<MitmStarted> {
     let mitm = glider_mitm::Mitm::with_delegator(engine.clone(), home, delegator.clone())?;
+    if let Some(store) = responses {
+        mitm.use_responses(store);
+    }
     // Before the transparent door starts: its decrypted connections drain with the rest.
     mitm.use_drain(drain.clone());
     let transparent = if snapshot.mitm.transparent {

@@ -343,7 +343,7 @@ impl Engine {
             tokens: 0,
             decision: None,
             adapted: Vec::new(),
-            output_caps: Vec::new(),
+            endings: Vec::new(),
             upstream: Vec::new(),
             executed: None,
             context: self.context.get().cloned(),

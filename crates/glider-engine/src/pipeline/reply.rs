@@ -17,7 +17,7 @@ use glider_ngl::stream::events_of;
 use glider_ngl::{ApiError, Dialect, ErrorKind, Part, Response, StopReason, StreamEvent, Usage};
 
 use crate::events::Tracker;
-use crate::fit::{CapStop, OutputCap, cap_record, end_at_cap};
+use crate::local_reply::{Ended, EndingStream, LocalEnding, end_whole};
 use crate::router::RouteDecision;
 
 /// Why the pipeline did not produce a reply.
@@ -99,9 +99,9 @@ pub(crate) struct Answered {
     pub(crate) stream: bool,
     pub(crate) body: CompletionBody,
     pub(crate) failures: Vec<AttemptFailure>,
-    /// The output cap Glider set on the answering request, if it did (the body is then
-    /// decoded, never raw): a reply cut there ends as a finished turn with a note.
-    pub(crate) output_cap: Option<OutputCap>,
+    /// How a local candidate's decoded reply ends ([`crate::local_reply`]); `None` for
+    /// a cloud one, and for a reply Glider made itself.
+    pub(crate) ending: Option<LocalEnding>,
 }
 
 impl Answered {
@@ -148,7 +148,7 @@ impl Answered {
             stream,
             body,
             failures: Vec::new(),
-            output_cap: None,
+            ending: None,
         }
     }
 
@@ -169,35 +169,37 @@ impl Answered {
                     rest: forwarded(rest, tracker, self.stream),
                 }
             }
-            CompletionBody::Events(events) => match self.output_cap {
+            CompletionBody::Events(events) => match self.ending {
                 None => CompletionBody::Events(Box::pin(tracked(events, tracker, Tracker::event))),
-                Some(cap) => {
-                    // The record sees the reply as the backend ended it; the client
-                    // gets it ended at Glider's cap.
-                    let line = format!("{}: {}", self.backend, cap_record(cap));
-                    let observe = move |t: &mut Tracker, event: &StreamEvent| {
-                        if let StreamEvent::Finish {
-                            stop_reason: StopReason::MaxTokens,
-                            ..
-                        } = event
-                        {
-                            t.record.fitted.push(line.clone());
-                        }
-                        t.event(event);
+                Some(ending) => {
+                    // The tracker sees the reply as the client gets it, and the
+                    // rewritten ending's line goes on the record.
+                    let backend = self.backend.clone();
+                    let observe = move |t: &mut Tracker, ended: &Ended| match ended {
+                        Ended::Event(event) => t.event(event),
+                        Ended::Record(line) => t.record.fitted.push(format!("{backend}: {line}")),
                     };
-                    let mut stop = CapStop::new(cap);
-                    CompletionBody::Events(Box::pin(
-                        tracked(events, tracker, observe)
-                            .flat_map(move |event| futures_util::stream::iter(stop.event(event))),
-                    ))
+                    let mut ender = EndingStream::new(ending);
+                    let ended = events
+                        .flat_map(move |event| futures_util::stream::iter(ender.event(event)));
+                    CompletionBody::Events(Box::pin(tracked(ended, tracker, observe).filter_map(
+                        |ended| {
+                            std::future::ready(match ended {
+                                Ended::Event(event) => Some(event),
+                                Ended::Record(_) => None,
+                            })
+                        },
+                    )))
                 }
             },
             CompletionBody::Whole(mut response) => {
-                if let Some(cap) = self.output_cap
-                    && end_at_cap(&mut response, cap)
-                {
-                    let line = format!("{}: {}", self.backend, cap_record(cap));
-                    tracker.record.fitted.push(line);
+                if let Some(ending) = self.ending {
+                    for line in end_whole(&mut response, ending) {
+                        tracker
+                            .record
+                            .fitted
+                            .push(format!("{}: {line}", self.backend));
+                    }
                 }
                 tracker.response(&response);
                 tracker.end();

@@ -1,12 +1,13 @@
 //! Fit (local candidates only, `fit.enabled`; with it off, only thinking a model cannot
 //! do is dropped): each local candidate's request is fitted
 //! to its model — tools within the backend's budget, output capped, what the model
-//! cannot take dropped — and every change goes on the record ([`crate::fit`]). An
-//! output cap Glider set is kept per candidate, for the record phase to tell a reply
-//! cut there from one cut at the client's own limit.
+//! cannot take dropped — and every change goes on the record ([`crate::fit`]). How
+//! each local candidate's reply must end is kept ([`LocalEnding`]: an output cap
+//! Glider set, a schema sent as a tool), for the record phase.
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
 use crate::fit::{FitTarget, drop_thinking, fit_request, thinking_unsupported};
+use crate::local_reply::LocalEnding;
 
 pub(crate) struct Fit;
 
@@ -21,18 +22,19 @@ impl Phase for Fit {
         };
         let config = &job.runtime.config;
         job.adapted.resize_with(decision.candidates.len(), || None);
-        job.output_caps = vec![None; decision.candidates.len()];
+        job.endings = vec![None; decision.candidates.len()];
         let enabled = config.fit.enabled;
-        for ((candidate, adapted), output_cap) in decision
+        for ((candidate, adapted), ending) in decision
             .candidates
             .iter()
             .zip(&mut job.adapted)
-            .zip(&mut job.output_caps)
+            .zip(&mut job.endings)
         {
             let backend = &candidate.backend;
             if !backend.is_local() {
                 continue;
             }
+            *ending = Some(LocalEnding::default());
             // Configured capabilities, filled in with what the server says.
             let spec = backend.effective_spec(&candidate.model);
             let target = FitTarget::for_candidate(config, candidate, spec.as_ref(), job.front);
@@ -45,7 +47,10 @@ impl Phase for Fit {
             let mut request = adapted.take().unwrap_or_else(|| job.request.clone());
             let mut notes = if enabled {
                 let fitted = fit_request(&mut request, &target);
-                *output_cap = fitted.output_cap;
+                *ending = Some(LocalEnding {
+                    cap: fitted.output_cap,
+                    schema_tool: fitted.schema_tool,
+                });
                 fitted.notes
             } else {
                 drop_thinking(&mut request, &target).into_iter().collect()

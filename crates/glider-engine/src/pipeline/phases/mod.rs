@@ -32,7 +32,7 @@ use super::runtime::Runtime;
 use crate::context::ContextSink;
 use crate::contextkit::ContextKit;
 use crate::events::Tracker;
-use crate::fit::OutputCap;
+use crate::local_reply::LocalEnding;
 use crate::router::RouteDecision;
 use crate::router::sticky::StickyStore;
 
@@ -150,8 +150,9 @@ pub(crate) struct Job {
     /// Fit, bounding and transform: each candidate's request when they changed it
     /// (same order as the candidates).
     pub adapted: Vec<Option<Request>>,
-    /// Fit: each candidate's output cap when Glider set it (same order as the candidates).
-    pub output_caps: Vec<Option<OutputCap>>,
+    /// Fit: how each local candidate's reply may need to end (same order as the
+    /// candidates; `None` for a cloud one).
+    pub endings: Vec<Option<LocalEnding>>,
     /// Encode: each candidate's upstream request (same order as the candidates).
     pub upstream: Vec<UpstreamRequest>,
     /// Execute: the attempt that answered.

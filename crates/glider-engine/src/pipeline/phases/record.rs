@@ -1,7 +1,7 @@
 //! Record: the answering backend and model go on the record, and the reply is shaped
 //! for the door — the backend's bytes when it speaks the client's dialect, else
 //! decoded ngl (a stream of events or a whole response; always decoded when Glider set
-//! the output cap, so a reply cut there can be ended honestly, see [`crate::fit`]), with
+//! the output cap or sent a schema as a tool, see [`crate::local_reply`]), with
 //! Glider's own stop-sequence matching on a local backend's translated reply
 //! ([`stops`](crate::pipeline::stops)).
 
@@ -58,8 +58,8 @@ impl Phase for Record {
                 "completion routed"
             );
             let response = executed.response;
-            // A cap Glider set means the reply may need its ending rewritten: decoded.
-            let output_cap = job.output_caps.get(executed.index).copied().flatten();
+            // A local reply whose ending or content Glider may rewrite is decoded.
+            let ending = job.endings.get(executed.index).copied().flatten();
             let glider_stops = stops::applied_by_glider(front, &job.request, &candidate.backend)
                 .then(|| StopMatcher::new(&job.request.stop))
                 .flatten();
@@ -83,7 +83,7 @@ impl Phase for Record {
                         Err(error) => return Flow::Fail(error),
                     }
                 }
-            } else if backend_dialect == front && output_cap.is_none() {
+            } else if backend_dialect == front && !ending.is_some_and(|e| e.rewrites()) {
                 tracker.observe_raw_in(backend_dialect, stream);
                 CompletionBody::Raw {
                     content_type: response.content_type,
@@ -115,7 +115,7 @@ impl Phase for Record {
                 body,
                 failures: executed.failures,
                 decision,
-                output_cap,
+                ending,
             }))
         })
     }

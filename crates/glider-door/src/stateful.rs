@@ -1,21 +1,23 @@
-//! Stateful Responses on the gateway: a `POST /v1/responses` with
+//! Stateful Responses, for both doors (the gateway for every Responses request, the
+//! MITM for one it answers locally): a `POST /v1/responses` with
 //! `previous_response_id` has the stored chain's items put before its own input (and the
 //! id taken out), so every backend — local, or a cloud that never saw the earlier
 //! turns — gets the whole conversation; a reply the client asked to store (`store` is
 //! true unless it says `false`) is stored before its last byte goes out, so a follow-up
-//! finds it; `GET` and `DELETE /v1/responses/{id}` read and delete stored ones. With no
+//! finds it; `GET` and `DELETE /v1/responses/{id}` read and delete stored ones, and
+//! `GET /v1/responses/{id}/input_items` lists a stored one's input items. With no
 //! store (`context.enabled: false`) each of these is a typed error, never a silent loss
 //! of the earlier turns.
 
 use std::sync::Arc;
 
+use crate::error_response;
 use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use glider_context::{ChainError, ResponseStore, StoredResponse};
-use glider_door::error_response;
 use glider_ngl::{ApiError, Dialect, ErrorKind};
 use serde_json::{Map, Value, json};
 
@@ -23,24 +25,21 @@ use serde_json::{Map, Value, json};
 const MAX_STORED_REPLY: usize = 64 * 1024 * 1024;
 
 /// What to store once the reply is made.
-pub(crate) struct ToStore {
+pub struct ToStore {
     store: Arc<ResponseStore>,
     previous: Option<String>,
     input: Vec<Value>,
 }
 
 /// The request body to send on, and what to store of its reply (`None`: not stored).
-pub(crate) struct Prepared {
-    pub(crate) body: Bytes,
-    pub(crate) store: Option<ToStore>,
+pub struct Prepared {
+    pub body: Bytes,
+    pub store: Option<ToStore>,
 }
 
 /// Expand `previous_response_id` in `body` from `store`. A body that is not a JSON
 /// object goes on untouched, for the codec to refuse in the client's dialect.
-pub(crate) fn prepare(
-    store: Option<&Arc<ResponseStore>>,
-    body: Bytes,
-) -> Result<Prepared, ApiError> {
+pub fn prepare(store: Option<&Arc<ResponseStore>>, body: Bytes) -> Result<Prepared, ApiError> {
     let Some(head) = head_of(&body) else {
         return Ok(Prepared { body, store: None });
     };
@@ -82,6 +81,20 @@ pub(crate) fn prepare(
             input: own_input,
         }),
     })
+}
+
+/// Whether a Responses body continues a stored response (`previous_response_id` set).
+/// Bytes are searched first, so a body without the key (Codex's, which resends its
+/// history) is never parsed here.
+pub fn continues(body: &[u8]) -> bool {
+    const KEY: &[u8] = b"\"previous_response_id\"";
+    body.windows(KEY.len()).any(|w| w == KEY)
+        && serde_json::from_slice::<Map<String, Value>>(body).is_ok_and(|request| {
+            !matches!(
+                request.get("previous_response_id"),
+                None | Some(Value::Null)
+            )
+        })
 }
 
 /// The members of a Responses body this module reads. The rest — the tools and the
@@ -150,7 +163,7 @@ fn chain_error(id: &str, error: ChainError) -> ApiError {
 /// `response` with its Response object stored on the way out: a whole reply is read,
 /// stored, then sent; a stream is stored when its `response.completed` event passes,
 /// before that event is sent on.
-pub(crate) async fn storing(to_store: ToStore, response: Response) -> Response {
+pub async fn storing(to_store: ToStore, response: Response) -> Response {
     if response.status() != StatusCode::OK {
         return response;
     }
@@ -233,7 +246,7 @@ impl LineBuffer {
 }
 
 /// `GET /v1/responses/{id}`: the stored Response object.
-pub(crate) async fn retrieve(store: Option<Arc<ResponseStore>>, id: String) -> Response {
+pub async fn retrieve(store: Option<Arc<ResponseStore>>, id: String) -> Response {
     let Some(store) = store else {
         return error_response(Dialect::OpenAiResponses, &storage_off("response_id"));
     };
@@ -247,7 +260,7 @@ pub(crate) async fn retrieve(store: Option<Arc<ResponseStore>>, id: String) -> R
 }
 
 /// `DELETE /v1/responses/{id}`: the Responses API's deletion reply.
-pub(crate) async fn delete(store: Option<Arc<ResponseStore>>, id: String) -> Response {
+pub async fn delete(store: Option<Arc<ResponseStore>>, id: String) -> Response {
     let Some(store) = store else {
         return error_response(Dialect::OpenAiResponses, &storage_off("response_id"));
     };
@@ -276,9 +289,223 @@ fn store_failed(message: String) -> Response {
     )
 }
 
+/// The paging of `GET /v1/responses/{id}/input_items`, as the query gave it.
+#[derive(Debug, Default, Clone)]
+pub struct ListParams {
+    pub limit: Option<String>,
+    pub order: Option<String>,
+    pub after: Option<String>,
+}
+
+/// Items listed per page unless `limit` says otherwise, and the most it may say.
+const DEFAULT_LIMIT: usize = 20;
+const MAX_LIMIT: usize = 100;
+
+/// `GET /v1/responses/{id}/input_items`: the stored response's own input items (the
+/// request's `input`; earlier turns are the responses it continued) in OpenAI's list
+/// shape (`object: list`, `data`, `first_id`, `last_id`, `has_more`), paged by `limit`
+/// (1 to 100, default 20), `order` (`desc`, the default, or `asc`) and `after` (the id
+/// of the item the page starts after).
+pub async fn list_input_items(
+    store: Option<Arc<ResponseStore>>,
+    id: String,
+    params: ListParams,
+) -> Response {
+    let Some(store) = store else {
+        return error_response(Dialect::OpenAiResponses, &storage_off("response_id"));
+    };
+    let lookup = id.clone();
+    let found = match tokio::task::spawn_blocking(move || store.get(&lookup)).await {
+        Ok(Ok(Some(found))) => found,
+        Ok(Ok(None)) => return error_response(Dialect::OpenAiResponses, &not_found(&id)),
+        Ok(Err(error)) => return store_failed(error.to_string()),
+        Err(error) => return store_failed(error.to_string()),
+    };
+    match list_page(&found, &params) {
+        Ok(page) => axum::Json(page).into_response(),
+        Err(error) => error_response(Dialect::OpenAiResponses, &error),
+    }
+}
+
+/// One page of `stored`'s input items.
+fn list_page(stored: &StoredResponse, params: &ListParams) -> Result<Value, ApiError> {
+    let invalid = |param: &str, message: String| {
+        ApiError::new(ErrorKind::InvalidRequest, message).with_param(param)
+    };
+    let limit = match &params.limit {
+        None => DEFAULT_LIMIT,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_LIMIT).contains(n))
+            .ok_or_else(|| {
+                invalid(
+                    "limit",
+                    format!("limit must be an integer from 1 to {MAX_LIMIT}, not '{text}'"),
+                )
+            })?,
+    };
+    let mut items: Vec<Value> = stored
+        .input
+        .iter()
+        .enumerate()
+        .map(|(index, item)| listed_item(&stored.id, index, item))
+        .collect();
+    match params.order.as_deref() {
+        None | Some("desc") => items.reverse(),
+        Some("asc") => {}
+        Some(other) => {
+            return Err(invalid(
+                "order",
+                format!("order must be 'asc' or 'desc', not '{other}'"),
+            ));
+        }
+    }
+    let start = match &params.after {
+        None => 0,
+        Some(after) => {
+            items
+                .iter()
+                .position(|item| item.get("id").and_then(Value::as_str) == Some(after))
+                .ok_or_else(|| {
+                    invalid(
+                        "after",
+                        format!(
+                            "Response '{}' has no input item with id '{after}'.",
+                            stored.id
+                        ),
+                    )
+                })?
+                + 1
+        }
+    };
+    let rest = items.split_off(start.min(items.len()));
+    let has_more = rest.len() > limit;
+    let data: Vec<Value> = rest.into_iter().take(limit).collect();
+    let id_of = |item: Option<&Value>| item.and_then(|i| i.get("id")).cloned();
+    Ok(json!({
+        "object": "list",
+        "data": data,
+        "first_id": id_of(data.first()),
+        "last_id": id_of(data.last()),
+        "has_more": has_more,
+    }))
+}
+
+/// An input item as the list shows it: a message with its `type` and its content as
+/// parts (a client may send `{"role": "user", "content": "text"}`), and an `id` (the
+/// client's, else one made of the response's id and the item's place, stable across
+/// reads).
+fn listed_item(response_id: &str, index: usize, item: &Value) -> Value {
+    let mut item = item.clone();
+    let Value::Object(map) = &mut item else {
+        return item;
+    };
+    if !map.contains_key("type") && map.contains_key("role") {
+        map.insert("type".into(), "message".into());
+    }
+    if map.get("type").and_then(Value::as_str) == Some("message")
+        && let Some(Value::String(text)) = map.get("content").cloned()
+    {
+        let kind = match map.get("role").and_then(Value::as_str) {
+            Some("assistant") => "output_text",
+            _ => "input_text",
+        };
+        map.insert("content".into(), json!([{"type": kind, "text": text}]));
+    }
+    if !map.contains_key("id") {
+        map.insert("id".into(), format!("{response_id}_input_{index}").into());
+    }
+    item
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stored(items: usize) -> StoredResponse {
+        StoredResponse {
+            id: "resp_1".into(),
+            at_ms: 0,
+            previous: None,
+            input: (0..items)
+                .map(|i| json!({"role": "user", "content": format!("turn {i}")}))
+                .collect(),
+            response: json!({"id": "resp_1", "object": "response", "output": []}),
+        }
+    }
+
+    fn params(limit: Option<&str>, order: Option<&str>, after: Option<&str>) -> ListParams {
+        ListParams {
+            limit: limit.map(Into::into),
+            order: order.map(Into::into),
+            after: after.map(Into::into),
+        }
+    }
+
+    fn ids(page: &Value) -> Vec<&str> {
+        page["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|item| item["id"].as_str())
+            .collect()
+    }
+
+    #[test]
+    fn input_items_are_listed_newest_first_and_paged_after_an_id() {
+        let stored = stored(3);
+        let page = list_page(&stored, &ListParams::default()).expect("lists");
+        assert_eq!(
+            ids(&page),
+            ["resp_1_input_2", "resp_1_input_1", "resp_1_input_0"]
+        );
+        assert_eq!(
+            page["data"][0],
+            json!({"role": "user", "content": [{"type": "input_text", "text": "turn 2"}],
+                   "type": "message", "id": "resp_1_input_2"})
+        );
+        let first = list_page(&stored, &params(Some("2"), Some("asc"), None)).expect("lists");
+        assert_eq!(ids(&first), ["resp_1_input_0", "resp_1_input_1"]);
+        assert_eq!(
+            (
+                &first["object"],
+                &first["first_id"],
+                &first["last_id"],
+                &first["has_more"]
+            ),
+            (
+                &json!("list"),
+                &json!("resp_1_input_0"),
+                &json!("resp_1_input_1"),
+                &json!(true)
+            )
+        );
+        let next = list_page(
+            &stored,
+            &params(Some("2"), Some("asc"), Some("resp_1_input_1")),
+        )
+        .expect("lists");
+        assert_eq!(ids(&next), ["resp_1_input_2"]);
+        assert_eq!(next["has_more"], false);
+    }
+
+    #[test]
+    fn bad_paging_is_a_typed_400_naming_the_parameter() {
+        let stored = stored(1);
+        for (bad, param) in [
+            (params(Some("0"), None, None), "limit"),
+            (params(Some("101"), None, None), "limit"),
+            (params(None, Some("sideways"), None), "order"),
+            (params(None, None, Some("nope")), "after"),
+        ] {
+            let error = list_page(&stored, &bad).expect_err("refused");
+            assert_eq!(
+                (error.kind, error.param.as_deref()),
+                (ErrorKind::InvalidRequest, Some(param))
+            );
+        }
+    }
 
     #[test]
     fn the_head_is_read_without_the_rest_and_the_last_duplicate_counts() {
