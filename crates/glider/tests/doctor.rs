@@ -329,10 +329,34 @@ async fn doctor_passes_a_working_setup() {
         ),
     )
     .expect("write config");
+    write_claude_run_overlay(dir.path(), &home, &config);
     let (code, report) = doctor(&home, &config, &[mock.addr.port()]).await;
     assert_eq!(report["problems"], 0, "{report:#}");
     assert_eq!(code, 0, "{report:#}");
     assert_eq!(check(&report, "home", "home")["status"], "ok");
+}
+
+/// `glider run claude` (a stand-in `claude` that exits at once) under `home`, as a user
+/// does before running doctor: the command overlay it writes under GLIDER_HOME must not
+/// make doctor report the home as exposed.
+fn write_claude_run_overlay(dir: &Path, home: &Path, config: &Path) {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let claude = bin.join("claude");
+    std::fs::write(&claude, "#!/bin/sh\nexit 0\n").expect("write");
+    set_mode(&claude, 0o755);
+    let status = Command::new(GLIDER)
+        .args(["run", "-c"])
+        .arg(config)
+        .arg(&claude)
+        .env("HOME", dir)
+        .env("GLIDER_HOME", home)
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("glider run");
+    assert!(status.success());
+    assert!(home.join("claude-run/.claude/commands/local.md").exists());
 }
 
 /// `glider serve` with no config file, scanning the ports in `ports`, under `home`:
