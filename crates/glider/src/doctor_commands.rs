@@ -208,6 +208,14 @@ async fn probe(config: &BackendConfig) -> Finding {
                 health.detail.unwrap_or_default()
             ))
             .fix(unreachable_fix(&backend.config)),
+        // A cloud probe the vendor answered with a 5xx: nothing proved either way.
+        HealthStatus::Unknown if health.note.is_some() => {
+            Finding::new("backend", subject, Status::Warn).detail(format!(
+                "{kind} at {}: {}",
+                backend.config.base_url,
+                health.note.unwrap_or_default()
+            ))
+        }
         _ => {
             let what = match (&health.note, health.served_models.len()) {
                 (Some(note), _) => note.clone(),
