@@ -295,6 +295,18 @@ pub async fn use_found_servers(config: &mut glider_config::Config) -> anyhow::Re
             clash.port
         );
     }
+    replace_local_backends(config, &found, &ports)
+}
+
+/// The model servers in `found` (scanned on `ports`) replace `config`'s local backends,
+/// as [`use_found_servers`] says; `glider doctor` without a config checks the same
+/// backends serve would use.
+pub fn replace_local_backends(
+    config: &mut glider_config::Config,
+    found: &[Found],
+    ports: &[u16],
+) -> anyhow::Result<()> {
+    let found = found.iter().filter(|f| f.kind.is_model_server());
     let embedded: Vec<String> = config
         .backends
         .iter()
@@ -302,7 +314,7 @@ pub async fn use_found_servers(config: &mut glider_config::Config) -> anyhow::Re
         .map(|b| format!("{} at {}", b.name, b.base_url))
         .collect();
     let mut backends = Vec::new();
-    for server in &found {
+    for server in found {
         if server.models.is_empty() {
             tracing::warn!(
                 "{} on port {} serves no model yet, so it is not used (Ollama: `ollama pull MODEL`)",

@@ -114,7 +114,7 @@ pub async fn examine(config_path: Option<&Path>, home: &Path) -> Vec<Finding> {
     let source = config_path
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "embedded configs/glider.yaml".into());
-    let config = match crate::load_config(config_path) {
+    let mut config = match crate::load_config(config_path) {
         Ok(config) => config,
         Err(e) => {
             return vec![
@@ -126,12 +126,26 @@ pub async fn examine(config_path: Option<&Path>, home: &Path) -> Vec<Finding> {
     };
     let ports = discovery::ports();
     let scanned = ports.as_deref().unwrap_or_default();
-    let (backends, found) = tokio::join!(check_backends(&config), discovery::scan(scanned));
+    let found = discovery::scan(scanned).await;
+    let mut findings = Vec::new();
+    if config_path.is_none() {
+        // What `glider serve` without a config uses: the servers found replace the
+        // embedded profile's local backend.
+        if let Err(e) = discovery::replace_local_backends(&mut config, &found, scanned) {
+            findings.push(
+                Finding::new("local_server", "discovered servers", Status::Problem)
+                    .detail(format!("{e:#}"))
+                    .fix("write a config naming the servers (`glider check -c FILE`)"),
+            );
+        }
+    }
+    let backends = check_backends(&config).await;
     let previous = glider_sys::runstate::previous(home);
-    let mut findings = vec![
+    findings.insert(
+        0,
         Finding::new("config", source, Status::Ok)
             .detail(format!("{} backends", config.backends.len())),
-    ];
+    );
     findings.extend(backends);
     if let Err(why) = ports {
         findings.push(

@@ -77,16 +77,30 @@ fn closed_port() -> u16 {
 /// `glider doctor --json` with `config` under `home`, scanning `ports`: its exit code
 /// and its JSON.
 async fn doctor(home: &Path, config: &Path, ports: &[u16]) -> (i32, Value) {
+    doctor_with(home, Some(config), ports).await
+}
+
+/// [`doctor`], without `-c` when `config` is `None` (the embedded profile, its cloud
+/// backends not probed and no key from the developer's environment).
+async fn doctor_with(home: &Path, config: Option<&Path>, ports: &[u16]) -> (i32, Value) {
     let ports = ports
         .iter()
         .map(u16::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let (home, config) = (home.to_owned(), config.to_owned());
+    let (home, config) = (home.to_owned(), config.map(Path::to_owned));
     let output = tokio::task::spawn_blocking(move || {
-        Command::new(GLIDER)
-            .args(["doctor", "--json", "-c"])
-            .arg(&config)
+        let mut command = Command::new(GLIDER);
+        command.args(["doctor", "--json"]);
+        match &config {
+            Some(config) => command.arg("-c").arg(config),
+            None => command
+                .env("GLIDER_CLOUD_PROBES", "off")
+                .env_remove("ANTHROPIC_API_KEY")
+                .env_remove("OPENAI_API_KEY")
+                .env_remove("GLIDER_CONFIG"),
+        };
+        command
             .env("GLIDER_HOME", &home)
             .env("GLIDER_DISCOVER_PORTS", ports)
             .env_remove("NODE_EXTRA_CA_CERTS")
@@ -336,6 +350,30 @@ async fn doctor_passes_a_working_setup() {
     assert_eq!(check(&report, "home", "home")["status"], "ok");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_without_a_config_checks_the_servers_serve_would_use() {
+    let ollama = MockVendor::start(MockConfig {
+        models: vec!["m-found".into()],
+        ..MockConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    set_mode(&home, 0o700);
+    let (_, report) = doctor_with(&home, None, &[ollama.addr.port()]).await;
+    let local = check(&report, "backend", "local");
+    assert_eq!(local["status"], "ok", "{report:#}");
+    assert!(
+        local["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&ollama.base_url()),
+        "the found server, not the embedded 127.0.0.1:11434: {report:#}"
+    );
+    assert_eq!(check(&report, "backend", "claude")["status"], "warn");
+}
+
 /// `glider run claude` (a stand-in `claude` that exits at once) under `home`, as a user
 /// does before running doctor: the command overlay it writes under GLIDER_HOME must not
 /// make doctor report the home as exposed.
@@ -379,6 +417,11 @@ fn serve_without_config(home: &Path, ports: &[u16]) -> (std::process::Child, Out
         ])
         .env("GLIDER_HOME", home)
         .env("GLIDER_DISCOVER_PORTS", ports)
+        // The embedded profile's cloud backends name the real vendors: nothing here may
+        // leave loopback, whatever keys the developer has set.
+        .env("GLIDER_CLOUD_PROBES", "off")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
         .env_remove("GLIDER_CONFIG")
         .env_remove("GLIDER_LOG")
         .stdout(Stdio::piped())
