@@ -289,13 +289,25 @@ pub async fn use_found_servers(config: &mut glider_config::Config) -> anyhow::Re
         .filter(|f| f.kind.is_model_server())
         .collect();
     if let Some(clash) = found.iter().find(|f| f.port == config.server.proxy_port) {
+        let server = &config.server;
+        let ours = [server.proxy_port, server.dashboard_port, config.mitm.port];
+        let instead = free_port_after(&server.bind, clash.port, &ours)
+            .map_or_else(|| "PORT".to_owned(), |p| p.to_string());
         anyhow::bail!(
-            "{} is listening on port {}, Glider's gateway port (server.proxy_port; llama.cpp's default is also 8080): start Glider on another port, e.g. `glider serve --port 8090`, and it uses that server as its local backend",
+            "{} is listening on port {}, Glider's gateway port (server.proxy_port): start Glider on another port, e.g. `glider serve --port {instead}`, and it uses that server as its local backend",
             clash.kind.label(),
             clash.port
         );
     }
     replace_local_backends(config, &found, &ports)
+}
+
+/// The first port above `port` that is free and not another of Glider's (`ours`) nor
+/// a model server's usual one: what to suggest to move to.
+pub fn free_port_after(bind: &str, port: u16, ours: &[u16]) -> Option<u16> {
+    (port.saturating_add(10)..port.saturating_add(100))
+        .filter(|p| !ours.contains(p) && usual_server(*p).is_none())
+        .find(|p| std::net::TcpListener::bind((bind, *p)).is_ok())
 }
 
 /// The model servers in `found` (scanned on `ports`) replace `config`'s local backends,

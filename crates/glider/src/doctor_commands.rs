@@ -481,7 +481,7 @@ fn check_ports(config: &Config, found: &[Found], previous: &Previous) -> Vec<Fin
             );
             continue;
         }
-        let alternative = free_port_after(&config.server.bind, port, &taken_by_us);
+        let alternative = discovery::free_port_after(&config.server.bind, port, &taken_by_us);
         let mv = match (flag, alternative) {
             (Some(flag), Some(alt)) => {
                 format!(
@@ -515,13 +515,6 @@ fn check_ports(config: &Config, found: &[Found], previous: &Previous) -> Vec<Fin
         );
     }
     findings
-}
-
-/// The first port above `port` that is free and not another of Glider's.
-fn free_port_after(bind: &str, port: u16, ours: &[u16]) -> Option<u16> {
-    (port.saturating_add(10)..port.saturating_add(100))
-        .filter(|p| !ours.contains(p) && discovery::usual_server(*p).is_none())
-        .find(|p| std::net::TcpListener::bind((bind, *p)).is_ok())
 }
 
 /// GLIDER_HOME private to its owner: 0700 directories, 0600 files (the CA key, the
