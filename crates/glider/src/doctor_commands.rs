@@ -76,10 +76,6 @@ impl Finding {
         self.fix = Some(fix.into());
         self
     }
-
-    fn fix_if(self, wanted: bool, fix: impl FnOnce() -> String) -> Finding {
-        if wanted { self.fix(fix()) } else { self }
-    }
 }
 
 /// `glider doctor`: print the findings; the exit status says whether any is a problem.
@@ -171,21 +167,20 @@ async fn check_backends(config: &Config) -> Vec<Finding> {
         .backends
         .iter()
         .filter(|b| b.enabled)
-        .map(|b| async move { (b, probe(b).await) });
+        .map(|b| async move {
+            let backend = glider_backend::Backend::new(b.clone());
+            let finding = probe(&backend).await;
+            (backend, finding)
+        });
     let mut findings = Vec::new();
-    for (config, finding) in futures_util::future::join_all(probes).await {
+    for (backend, finding) in futures_util::future::join_all(probes).await {
         findings.push(finding);
-        if !config.is_local() {
-            let describe = glider_backend::credentials::describe(config);
-            let status = if describe.starts_with("unusable") {
-                Status::Problem
-            } else {
-                Status::Ok
-            };
+        // An unusable backend (its key's variable unset, a bad header) is one problem,
+        // already reported by the probe's finding with its fix.
+        if !backend.is_local() && backend.unavailable.is_none() {
             findings.push(
-                Finding::new("credentials", &config.name, status)
-                    .detail(describe)
-                    .fix_if(status == Status::Problem, || key_fix(config)),
+                Finding::new("credentials", backend.name(), Status::Ok)
+                    .detail(glider_backend::credentials::describe(&backend.config)),
             );
         }
     }
@@ -193,8 +188,8 @@ async fn check_backends(config: &Config) -> Vec<Finding> {
 }
 
 /// One backend's reachability, as its health probe sees it.
-async fn probe(config: &BackendConfig) -> Finding {
-    let backend = glider_backend::Backend::new(config.clone());
+async fn probe(backend: &glider_backend::Backend) -> Finding {
+    let config = &backend.config;
     let subject = &config.name;
     let kind = format!("{:?}", config.kind).to_lowercase();
     if let Some(why) = &backend.unavailable {

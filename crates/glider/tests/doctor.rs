@@ -374,6 +374,39 @@ async fn doctor_without_a_config_checks_the_servers_serve_would_use() {
     assert_eq!(check(&report, "backend", "claude")["status"], "warn");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_cloud_backend_is_one_problem_not_two() {
+    // An unclosed `${`: the key cannot be resolved, so the backend cannot be used.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    set_mode(&home, 0o700);
+    let config = dir.path().join("glider.yaml");
+    std::fs::write(
+        &config,
+        "mitm: {enabled: false}\n\
+         backends:\n\
+         \x20 - {name: broken, type: anthropic, base_url: 'http://127.0.0.1:9', api_key: 'sk-${GLIDER_TEST_UNCLOSED', models: [m]}\n",
+    )
+    .expect("write config");
+    let (_, report) = doctor(&home, &config, &[]).await;
+    let about_broken: Vec<&Value> = report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .filter(|c| c["subject"] == "broken")
+        .collect();
+    assert_eq!(about_broken.len(), 1, "{report:#}");
+    assert_eq!(about_broken[0]["status"], "problem", "{report:#}");
+    assert!(
+        about_broken[0]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("unusable"),
+        "{report:#}"
+    );
+}
+
 /// `glider run claude` (a stand-in `claude` that exits at once) under `home`, as a user
 /// does before running doctor: the command overlay it writes under GLIDER_HOME must not
 /// make doctor report the home as exposed.
