@@ -136,6 +136,24 @@ fn check<'a>(report: &'a Value, category: &str, subject: &str) -> &'a Value {
     matching[0]
 }
 
+/// A mock Ollama serving `model`.
+async fn ollama_with(model: &str) -> MockVendor {
+    MockVendor::start(MockConfig {
+        models: vec![model.into()],
+        ..MockConfig::default()
+    })
+    .await
+}
+
+/// A scratch directory and a GLIDER_HOME in it, private as doctor requires.
+fn private_home() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    set_mode(&home, 0o700);
+    (dir, home)
+}
+
 #[cfg(unix)]
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
@@ -320,15 +338,8 @@ async fn doctor_names_each_problem_with_its_fix_and_fails() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_passes_a_working_setup() {
-    let mock = MockVendor::start(MockConfig {
-        models: vec!["m-local".into()],
-        ..MockConfig::default()
-    })
-    .await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).expect("mkdir");
-    set_mode(&home, 0o700);
+    let mock = ollama_with("m-local").await;
+    let (dir, home) = private_home();
     let config = dir.path().join("glider.yaml");
     std::fs::write(
         &config,
@@ -352,15 +363,8 @@ async fn doctor_passes_a_working_setup() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_without_a_config_checks_the_servers_serve_would_use() {
-    let ollama = MockVendor::start(MockConfig {
-        models: vec!["m-found".into()],
-        ..MockConfig::default()
-    })
-    .await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).expect("mkdir");
-    set_mode(&home, 0o700);
+    let ollama = ollama_with("m-found").await;
+    let (_dir, home) = private_home();
     let (_, report) = doctor_with(&home, None, &[ollama.addr.port()]).await;
     let local = check(&report, "backend", "local");
     assert_eq!(local["status"], "ok", "{report:#}");
@@ -377,10 +381,7 @@ async fn doctor_without_a_config_checks_the_servers_serve_would_use() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unusable_cloud_backend_is_one_problem_not_two() {
     // An unclosed `${`: the key cannot be resolved, so the backend cannot be used.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).expect("mkdir");
-    set_mode(&home, 0o700);
+    let (dir, home) = private_home();
     let config = dir.path().join("glider.yaml");
     std::fs::write(
         &config,
