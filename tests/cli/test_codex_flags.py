@@ -76,7 +76,9 @@ def test_codex_interactive_refuses_a_slash_flag_but_sends_one_after_a_space(flag
     config = home / "config.toml"
     # Keys sent by tmux come faster than a person types: without this Codex takes them
     # for a paste, and the Enter after them for a new line in it.
-    config.write_text(config.read_text().replace('model = "gpt-5.5"', 'model = "gpt-6-sol"\ndisable_paste_burst = true'))
+    text = config.read_text()
+    assert 'model = "gpt-5.5"' in text, text
+    config.write_text(text.replace('model = "gpt-5.5"', 'model = "gpt-6-sol"\ndisable_paste_burst = true'))
     tmux_dir = tmp_path / "tmux"
     tmux_dir.mkdir()
     tmux = Tmux(tmux_dir)

@@ -122,7 +122,10 @@ impl Backend {
         let mut builder = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout())
             .tcp_nodelay(true)
-            .pool_idle_timeout(std::time::Duration::from_secs(90));
+            .pool_idle_timeout(std::time::Duration::from_secs(90))
+            // Never followed: reqwest keeps `x-api-key` (and any configured header) on a
+            // redirect to another host, which would hand the key to that host.
+            .redirect(reqwest::redirect::Policy::none());
         if config.is_local() {
             // A local model server is never reached through a proxy (which could be
             // Glider's own MITM port, a loop).

@@ -158,6 +158,7 @@ async fn run_sequence<'r>(
             Ok(mut response) => {
                 probe.armed = false;
                 backend.breaker.success();
+                backend.answered();
                 response.rest = watch_stream(backend.clone(), response.rest);
                 return Ok(Executed {
                     index,

@@ -42,6 +42,10 @@ pub enum HealthStatus {
     Down,
 }
 
+/// Set to `off`, cloud backends are never probed (tests of the embedded profile, whose
+/// cloud backends name the real vendors, keep everything on loopback with it).
+pub const CLOUD_PROBES_ENV: &str = "GLIDER_CLOUD_PROBES";
+
 /// A backend's health as last seen.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Health {
@@ -74,6 +78,20 @@ impl HealthCell {
 }
 
 impl Backend {
+    /// A real request succeeded: a probe's Down is disproved (a cloud probe is not
+    /// repeated for minutes, and the executor would keep trying this backend last).
+    pub(crate) fn answered(&self) {
+        let mut health = self.health.get();
+        if health.status == HealthStatus::Down {
+            health.status = HealthStatus::Up;
+            health.note = Some(format!(
+                "a request succeeded after the probe found it down ({})",
+                health.detail.take().unwrap_or_default()
+            ));
+            self.health.set(health);
+        }
+    }
+
     /// The last probe's result.
     pub fn health(&self) -> Health {
         self.health.get()
@@ -125,6 +143,12 @@ impl Backend {
     /// any answer below 500 proves the host, TCP and TLS (the client's credentials are
     /// checked by the vendor per request).
     async fn probe_cloud(&self) -> Health {
+        if std::env::var_os(CLOUD_PROBES_ENV).is_some_and(|v| v == "off") {
+            return Health {
+                note: Some(format!("not probed ({CLOUD_PROBES_ENV}=off)")),
+                ..Health::default()
+            };
+        }
         let path = match self.kind() {
             BackendKind::Anthropic => "/v1/models",
             _ => "/models",
@@ -137,13 +161,27 @@ impl Backend {
         let status = response.status();
         let keyed = self.credentials() == &crate::Credentials::Configured;
         let note = match (keyed, status.as_u16()) {
-            (_, 500..) => return down(format!("{url} answered HTTP {status}")),
+            // Overloaded (529) or a failing gateway (502/503): the vendor is there but
+            // said nothing about the key, so neither up nor down.
+            (_, 500..) => {
+                return Health {
+                    status: HealthStatus::Unknown,
+                    note: Some(format!(
+                        "unverified: GET {path} answered HTTP {status} (the vendor is overloaded or failing; requests may still succeed)"
+                    )),
+                    ..Health::default()
+                };
+            }
             (true, 200..=299) => format!("GET {path} accepted the configured key"),
-            (true, 401 | 403) => {
+            (true, 401) => {
                 return down(format!(
                     "{url} rejected the configured key (HTTP {status}): fix api_key (or the variable it names)"
                 ));
             }
+            // A restricted key may be refused the model list yet allowed to chat.
+            (true, 403) => format!(
+                "reachable; GET {path} refused the configured key (HTTP 403): a restricted key may still be allowed to send requests"
+            ),
             (true, _) => format!("reachable; GET {path} answered HTTP {status}"),
             (false, _) => format!(
                 "reachable (GET {path} without a key answered HTTP {status}); requests carry the client's own credentials"
@@ -340,7 +378,31 @@ fn down(detail: String) -> Health {
 
 #[cfg(test)]
 mod tests {
-    use super::readable_model_id;
+    use super::*;
+
+    #[test]
+    fn a_successful_request_clears_a_probes_down() {
+        let yaml = "backends:\n  - {name: b, type: anthropic, base_url: 'http://127.0.0.1:9', api_key: k, models: [m]}\n";
+        let config = glider_config::Config::parse(yaml, "t").expect("valid");
+        let backend = Backend::new(config.backends[0].clone());
+        backend.answered();
+        assert_eq!(
+            backend.health().status,
+            HealthStatus::Unknown,
+            "only a Down is changed"
+        );
+        backend.health.set(down("HTTP 401".into()));
+        backend.answered();
+        let health = backend.health();
+        assert_eq!(health.status, HealthStatus::Up);
+        assert_eq!(health.detail, None);
+        assert!(
+            health
+                .note
+                .unwrap_or_default()
+                .contains("request succeeded")
+        );
+    }
 
     #[test]
     fn a_gguf_path_reads_as_its_file_stem_and_other_ids_are_kept() {

@@ -174,7 +174,8 @@ impl Authority {
         )
         .map_err(io_error(&key_path))?;
         let cert_path = dir.join(CERT_FILE);
-        atomicfile::write(&cert_path, cert_pem.as_bytes(), 0o644).map_err(io_error(&cert_path))?;
+        atomicfile::write(&cert_path, cert_pem.as_bytes(), fileacl::PRIVATE_FILE)
+            .map_err(io_error(&cert_path))?;
         tracing::info!(cert = %cert_path.display(), "made a new Glider CA; clients must trust it (glider ca install)");
         Ok(Authority {
             dir: dir.to_path_buf(),
@@ -342,7 +343,7 @@ mod tests {
         let ca = Authority::load_or_create(dir.path()).expect("create");
         assert!(ca.created());
         assert_eq!(mode(&ca.key_path()), 0o600);
-        assert_eq!(mode(&ca.cert_path()), 0o644);
+        assert_eq!(mode(&ca.cert_path()), 0o600);
         let pem = ca.cert_pem().to_owned();
 
         // Exposed key: repaired on load.

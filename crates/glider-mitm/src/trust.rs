@@ -131,7 +131,7 @@ pub fn write_bundle(authority: &Authority) -> std::io::Result<PathBuf> {
         }
     }
     text.push_str(authority.cert_pem());
-    atomicfile::write(&path, text.as_bytes(), 0o644)?;
+    atomicfile::write(&path, text.as_bytes(), glider_sys::fileacl::PRIVATE_FILE)?;
     Ok(path)
 }
 

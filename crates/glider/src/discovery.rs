@@ -165,15 +165,44 @@ pub async fn scan(ports: &[u16]) -> Vec<Found> {
         .collect()
 }
 
-/// What answers on `port`, by its own endpoints; `None` when nothing listens.
+/// How long identifying one port may take in all: a port that accepts but never answers
+/// costs this once, not once per endpoint asked.
+const IDENTIFY_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Why identifying a port stopped before its endpoints said what it is.
+enum Silent {
+    /// Nothing listens there.
+    Refused,
+    /// Something accepted the connection but did not answer in time.
+    TimedOut,
+}
+
+/// What answers on `port`, by its own endpoints; `None` when nothing listens, an
+/// unknown server when something listens but does not answer in time.
 async fn identify(client: &reqwest::Client, port: u16) -> Option<Found> {
+    let unknown = || Found {
+        port,
+        kind: ServerKind::Unknown,
+        identified_by: "",
+        models: Vec::new(),
+    };
+    match tokio::time::timeout(IDENTIFY_TIMEOUT, identify_answering(client, port)).await {
+        Ok(Ok(found)) => Some(found),
+        Ok(Err(Silent::Refused)) => None,
+        Ok(Err(Silent::TimedOut)) | Err(_) => Some(unknown()),
+    }
+}
+
+/// [`identify`] until the first request that is refused or times out.
+async fn identify_answering(client: &reqwest::Client, port: u16) -> Result<Found, Silent> {
     let get = |path: &'static str| async move {
         let response = client
             .get(format!("http://127.0.0.1:{port}{path}"))
             .send()
             .await;
         match response {
-            Err(e) if e.is_connect() => Err(()),
+            Err(e) if e.is_connect() => Err(Silent::Refused),
+            Err(e) if e.is_timeout() => Err(Silent::TimedOut),
             Err(_) => Ok(None),
             Ok(response) if response.status().is_success() => {
                 Ok(response.json::<Value>().await.ok())
@@ -188,26 +217,29 @@ async fn identify(client: &reqwest::Client, port: u16) -> Option<Found> {
         models,
     };
     // Nothing listening: the first request says so and the others are not sent.
-    let version = get("/api/version").await.ok()?;
+    let version = get("/api/version").await?;
     if let Some(version) = version.as_ref().and_then(|v| v["version"].as_str()) {
         if version.starts_with("glider-") {
-            return Some(found(ServerKind::Glider, "/api/version", Vec::new()));
+            return Ok(found(ServerKind::Glider, "/api/version", Vec::new()));
         }
-        let tags = get("/api/tags").await.ok().flatten().unwrap_or_default();
-        return Some(found(ServerKind::Ollama, "/api/version", names(&tags)));
+        // Other servers answer `{"version": …}` there too (Open WebUI on 8080): Ollama is
+        // the one whose /api/tags lists models.
+        let tags = get("/api/tags").await?;
+        if let Some(tags) = tags.filter(|t| t["models"].is_array()) {
+            return Ok(found(
+                ServerKind::Ollama,
+                "/api/version and /api/tags",
+                names(&tags),
+            ));
+        }
     }
-    let models = get("/v1/models").await.ok().flatten();
+    let models = get("/v1/models").await?;
     let listed = models.as_ref().map(openai_ids).unwrap_or_default();
-    if get("/props")
-        .await
-        .ok()
-        .flatten()
-        .is_some_and(|p| p.is_object())
-    {
-        return Some(found(ServerKind::LlamaCpp, "/props", listed));
+    if get("/props").await?.is_some_and(|p| p.is_object()) {
+        return Ok(found(ServerKind::LlamaCpp, "/props", listed));
     }
     let Some(models) = models.filter(|m| m["data"].is_array()) else {
-        return Some(found(ServerKind::Unknown, "", Vec::new()));
+        return Ok(found(ServerKind::Unknown, "", Vec::new()));
     };
     let owned_by_vllm = models["data"]
         .as_array()
@@ -219,7 +251,7 @@ async fn identify(client: &reqwest::Client, port: u16) -> Option<Found> {
         (false, Some("LM Studio")) => ServerKind::LmStudio,
         _ => ServerKind::OpenAiCompatible,
     };
-    Some(found(kind, "/v1/models", listed))
+    Ok(found(kind, "/v1/models", listed))
 }
 
 /// Model names in an Ollama `/api/tags` answer.
@@ -257,12 +289,36 @@ pub async fn use_found_servers(config: &mut glider_config::Config) -> anyhow::Re
         .filter(|f| f.kind.is_model_server())
         .collect();
     if let Some(clash) = found.iter().find(|f| f.port == config.server.proxy_port) {
+        let server = &config.server;
+        let ours = [server.proxy_port, server.dashboard_port, config.mitm.port];
+        let instead = free_port_after(&server.bind, clash.port, &ours)
+            .map_or_else(|| "PORT".to_owned(), |p| p.to_string());
         anyhow::bail!(
-            "{} is listening on port {}, Glider's gateway port (server.proxy_port; llama.cpp's default is also 8080): start Glider on another port, e.g. `glider serve --port 8090`, and it uses that server as its local backend",
+            "{} is listening on port {}, Glider's gateway port (server.proxy_port): start Glider on another port, e.g. `glider serve --port {instead}`, and it uses that server as its local backend",
             clash.kind.label(),
             clash.port
         );
     }
+    replace_local_backends(config, &found, &ports)
+}
+
+/// The first port above `port` that is free and not another of Glider's (`ours`) nor
+/// a model server's usual one: what to suggest to move to.
+pub fn free_port_after(bind: &str, port: u16, ours: &[u16]) -> Option<u16> {
+    (port.saturating_add(10)..port.saturating_add(100))
+        .filter(|p| !ours.contains(p) && usual_server(*p).is_none())
+        .find(|p| std::net::TcpListener::bind((bind, *p)).is_ok())
+}
+
+/// The model servers in `found` (scanned on `ports`) replace `config`'s local backends,
+/// as [`use_found_servers`] says; `glider doctor` without a config checks the same
+/// backends serve would use.
+pub fn replace_local_backends(
+    config: &mut glider_config::Config,
+    found: &[Found],
+    ports: &[u16],
+) -> anyhow::Result<()> {
+    let found = found.iter().filter(|f| f.kind.is_model_server());
     let embedded: Vec<String> = config
         .backends
         .iter()
@@ -270,7 +326,7 @@ pub async fn use_found_servers(config: &mut glider_config::Config) -> anyhow::Re
         .map(|b| format!("{} at {}", b.name, b.base_url))
         .collect();
     let mut backends = Vec::new();
-    for server in &found {
+    for server in found {
         if server.models.is_empty() {
             tracing::warn!(
                 "{} on port {} serves no model yet, so it is not used (Ollama: `ollama pull MODEL`)",
@@ -321,4 +377,74 @@ pub async fn use_found_servers(config: &mut glider_config::Config) -> anyhow::Re
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A loopback HTTP server answering `routes` (path, JSON body) and 404 otherwise;
+    /// its port.
+    async fn standin(routes: &'static [(&'static str, &'static str)]) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let n = stream.read(&mut buf).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&buf[..n]);
+                    let path = head.split_whitespace().nth(1).unwrap_or("");
+                    let (status, body) = routes
+                        .iter()
+                        .find(|(p, _)| *p == path)
+                        .map_or(("404 Not Found", "{}"), |(_, b)| ("200 OK", *b));
+                    let reply = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_version_without_ollamas_model_list_is_not_ollama() {
+        // Open WebUI answers /api/version but has no Ollama /api/tags.
+        let webui = standin(&[("/api/version", r#"{"version":"0.6.5"}"#)]).await;
+        let ollama = standin(&[
+            ("/api/version", r#"{"version":"0.9.0"}"#),
+            ("/api/tags", r#"{"models":[{"name":"qwen3:4b"}]}"#),
+        ])
+        .await;
+        let found = scan(&[webui, ollama]).await;
+        let kind = |port| found.iter().find(|f| f.port == port).map(|f| f.kind);
+        assert_eq!(kind(webui), Some(ServerKind::Unknown), "{found:?}");
+        assert_eq!(kind(ollama), Some(ServerKind::Ollama), "{found:?}");
+        let ollama = found.iter().find(|f| f.port == ollama).expect("found");
+        assert_eq!(ollama.models, ["qwen3:4b"]);
+    }
+
+    #[tokio::test]
+    async fn a_port_that_accepts_but_never_answers_is_an_unknown_server() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                open.push(stream);
+            }
+        });
+        let found = scan(&[port]).await;
+        held.abort();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, ServerKind::Unknown);
+    }
 }

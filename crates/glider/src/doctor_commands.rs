@@ -76,10 +76,6 @@ impl Finding {
         self.fix = Some(fix.into());
         self
     }
-
-    fn fix_if(self, wanted: bool, fix: impl FnOnce() -> String) -> Finding {
-        if wanted { self.fix(fix()) } else { self }
-    }
 }
 
 /// `glider doctor`: print the findings; the exit status says whether any is a problem.
@@ -114,7 +110,7 @@ pub async fn examine(config_path: Option<&Path>, home: &Path) -> Vec<Finding> {
     let source = config_path
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "embedded configs/glider.yaml".into());
-    let config = match crate::load_config(config_path) {
+    let mut config = match crate::load_config(config_path) {
         Ok(config) => config,
         Err(e) => {
             return vec![
@@ -126,12 +122,26 @@ pub async fn examine(config_path: Option<&Path>, home: &Path) -> Vec<Finding> {
     };
     let ports = discovery::ports();
     let scanned = ports.as_deref().unwrap_or_default();
-    let (backends, found) = tokio::join!(check_backends(&config), discovery::scan(scanned));
+    let found = discovery::scan(scanned).await;
+    let mut findings = Vec::new();
+    if config_path.is_none() {
+        // What `glider serve` without a config uses: the servers found replace the
+        // embedded profile's local backend.
+        if let Err(e) = discovery::replace_local_backends(&mut config, &found, scanned) {
+            findings.push(
+                Finding::new("local_server", "discovered servers", Status::Problem)
+                    .detail(format!("{e:#}"))
+                    .fix("write a config naming the servers (`glider check -c FILE`)"),
+            );
+        }
+    }
+    let backends = check_backends(&config).await;
     let previous = glider_sys::runstate::previous(home);
-    let mut findings = vec![
+    findings.insert(
+        0,
         Finding::new("config", source, Status::Ok)
             .detail(format!("{} backends", config.backends.len())),
-    ];
+    );
     findings.extend(backends);
     if let Err(why) = ports {
         findings.push(
@@ -157,21 +167,20 @@ async fn check_backends(config: &Config) -> Vec<Finding> {
         .backends
         .iter()
         .filter(|b| b.enabled)
-        .map(|b| async move { (b, probe(b).await) });
+        .map(|b| async move {
+            let backend = glider_backend::Backend::new(b.clone());
+            let finding = probe(&backend).await;
+            (backend, finding)
+        });
     let mut findings = Vec::new();
-    for (config, finding) in futures_util::future::join_all(probes).await {
+    for (backend, finding) in futures_util::future::join_all(probes).await {
         findings.push(finding);
-        if !config.is_local() {
-            let describe = glider_backend::credentials::describe(config);
-            let status = if describe.starts_with("unusable") {
-                Status::Problem
-            } else {
-                Status::Ok
-            };
+        // An unusable backend (its key's variable unset, a bad header) is one problem,
+        // already reported by the probe's finding with its fix.
+        if !backend.is_local() && backend.unavailable.is_none() {
             findings.push(
-                Finding::new("credentials", &config.name, status)
-                    .detail(describe)
-                    .fix_if(status == Status::Problem, || key_fix(config)),
+                Finding::new("credentials", backend.name(), Status::Ok)
+                    .detail(glider_backend::credentials::describe(&backend.config)),
             );
         }
     }
@@ -179,8 +188,8 @@ async fn check_backends(config: &Config) -> Vec<Finding> {
 }
 
 /// One backend's reachability, as its health probe sees it.
-async fn probe(config: &BackendConfig) -> Finding {
-    let backend = glider_backend::Backend::new(config.clone());
+async fn probe(backend: &glider_backend::Backend) -> Finding {
+    let config = &backend.config;
     let subject = &config.name;
     let kind = format!("{:?}", config.kind).to_lowercase();
     if let Some(why) = &backend.unavailable {
@@ -208,6 +217,14 @@ async fn probe(config: &BackendConfig) -> Finding {
                 health.detail.unwrap_or_default()
             ))
             .fix(unreachable_fix(&backend.config)),
+        // A cloud probe the vendor answered with a 5xx: nothing proved either way.
+        HealthStatus::Unknown if health.note.is_some() => {
+            Finding::new("backend", subject, Status::Warn).detail(format!(
+                "{kind} at {}: {}",
+                backend.config.base_url,
+                health.note.unwrap_or_default()
+            ))
+        }
         _ => {
             let what = match (&health.note, health.served_models.len()) {
                 (Some(note), _) => note.clone(),
@@ -459,7 +476,7 @@ fn check_ports(config: &Config, found: &[Found], previous: &Previous) -> Vec<Fin
             );
             continue;
         }
-        let alternative = free_port_after(&config.server.bind, port, &taken_by_us);
+        let alternative = discovery::free_port_after(&config.server.bind, port, &taken_by_us);
         let mv = match (flag, alternative) {
             (Some(flag), Some(alt)) => {
                 format!(
@@ -493,13 +510,6 @@ fn check_ports(config: &Config, found: &[Found], previous: &Previous) -> Vec<Fin
         );
     }
     findings
-}
-
-/// The first port above `port` that is free and not another of Glider's.
-fn free_port_after(bind: &str, port: u16, ours: &[u16]) -> Option<u16> {
-    (port.saturating_add(10)..port.saturating_add(100))
-        .filter(|p| !ours.contains(p) && discovery::usual_server(*p).is_none())
-        .find(|p| std::net::TcpListener::bind((bind, *p)).is_ok())
 }
 
 /// GLIDER_HOME private to its owner: 0700 directories, 0600 files (the CA key, the

@@ -415,7 +415,11 @@ async fn serve_recorded(
         &drain,
     )
     .await?;
-    serve::report_backends(&engine).await;
+    // In the background: a slow cloud probe (up to its timeout) must not hold up serving.
+    tokio::spawn({
+        let engine = engine.clone();
+        async move { serve::report_backends(&engine).await }
+    });
 
     let (gateway, dashboard, ()) = tokio::join!(
         gateway.serving,

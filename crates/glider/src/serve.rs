@@ -461,7 +461,8 @@ pub fn context_surface(context: &glider_context::Context) -> glider_dashboard::C
 }
 
 /// Say plainly, at start, which backends can answer and what is missing for the others
-/// (after a probe of each: a cloud one's model list, see `glider_backend::health`).
+/// (after a probe of each: a cloud one's model list, see `glider_backend::health`). This
+/// is every backend's first probe; the periodic ones start an interval later.
 pub async fn report_backends(engine: &Arc<Engine>) {
     engine.probe_all().await;
     let runtime = engine.runtime();

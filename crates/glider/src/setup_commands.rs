@@ -79,7 +79,7 @@ pub fn setup_claude(dir: &Path, remove: bool) -> anyhow::Result<Vec<String>> {
             }
             (true, false, _) => continue,
             (false, _, _) => {
-                write_command(&path, &text)?;
+                write_command(&path, &text, 0o644)?;
                 format!("{flag}: {}", path.display())
             }
         };
@@ -89,9 +89,11 @@ pub fn setup_claude(dir: &Path, remove: bool) -> anyhow::Result<Vec<String>> {
 }
 
 /// Write one command file whole: a Claude Code starting meanwhile (another `glider run
-/// claude`) reads the old file or the new one, never half of one.
-fn write_command(path: &Path, text: &str) -> anyhow::Result<()> {
-    glider_sys::atomicfile::write(path, text.as_bytes(), 0o644)
+/// claude`) reads the old file or the new one, never half of one. `mode`: 0644 in the
+/// user's own `~/.claude`, private under GLIDER_HOME (which `glider doctor` requires to
+/// have no group or other access).
+fn write_command(path: &Path, text: &str, mode: u32) -> anyhow::Result<()> {
+    glider_sys::atomicfile::write(path, text.as_bytes(), mode)
         .with_context(|| format!("writing {}", path.display()))
 }
 
@@ -103,7 +105,10 @@ fn write_command(path: &Path, text: &str) -> anyhow::Result<()> {
 pub fn run_overlay(glider_home: &Path, user_commands: Option<&Path>) -> anyhow::Result<PathBuf> {
     let root = glider_home.join("claude-run");
     let dir = root.join(".claude").join("commands");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for private in [&root, &root.join(".claude"), &dir] {
+        glider_sys::fileacl::private_dir(private)
+            .with_context(|| format!("creating {}", private.display()))?;
+    }
     for flag in ROUTING_FLAGS.iter().chain(DELEGATION_FLAGS) {
         let (name, text) = command_file(flag);
         let path = dir.join(&name);
@@ -115,7 +120,7 @@ pub fn run_overlay(glider_home: &Path, user_commands: Option<&Path>) -> anyhow::
                 _ => {}
             }
         } else {
-            write_command(&path, &text)?;
+            write_command(&path, &text, glider_sys::fileacl::PRIVATE_FILE)?;
         }
     }
     Ok(root)

@@ -77,16 +77,30 @@ fn closed_port() -> u16 {
 /// `glider doctor --json` with `config` under `home`, scanning `ports`: its exit code
 /// and its JSON.
 async fn doctor(home: &Path, config: &Path, ports: &[u16]) -> (i32, Value) {
+    doctor_with(home, Some(config), ports).await
+}
+
+/// [`doctor`], without `-c` when `config` is `None` (the embedded profile, its cloud
+/// backends not probed and no key from the developer's environment).
+async fn doctor_with(home: &Path, config: Option<&Path>, ports: &[u16]) -> (i32, Value) {
     let ports = ports
         .iter()
         .map(u16::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let (home, config) = (home.to_owned(), config.to_owned());
+    let (home, config) = (home.to_owned(), config.map(Path::to_owned));
     let output = tokio::task::spawn_blocking(move || {
-        Command::new(GLIDER)
-            .args(["doctor", "--json", "-c"])
-            .arg(&config)
+        let mut command = Command::new(GLIDER);
+        command.args(["doctor", "--json"]);
+        match &config {
+            Some(config) => command.arg("-c").arg(config),
+            None => command
+                .env("GLIDER_CLOUD_PROBES", "off")
+                .env_remove("ANTHROPIC_API_KEY")
+                .env_remove("OPENAI_API_KEY")
+                .env_remove("GLIDER_CONFIG"),
+        };
+        command
             .env("GLIDER_HOME", &home)
             .env("GLIDER_DISCOVER_PORTS", ports)
             .env_remove("NODE_EXTRA_CA_CERTS")
@@ -120,6 +134,24 @@ fn check<'a>(report: &'a Value, category: &str, subject: &str) -> &'a Value {
         "one {category} check on {subject}: {report:#}"
     );
     matching[0]
+}
+
+/// A mock Ollama serving `model`.
+async fn ollama_with(model: &str) -> MockVendor {
+    MockVendor::start(MockConfig {
+        models: vec![model.into()],
+        ..MockConfig::default()
+    })
+    .await
+}
+
+/// A scratch directory and a GLIDER_HOME in it, private as doctor requires.
+fn private_home() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    set_mode(&home, 0o700);
+    (dir, home)
 }
 
 #[cfg(unix)]
@@ -306,15 +338,8 @@ async fn doctor_names_each_problem_with_its_fix_and_fails() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_passes_a_working_setup() {
-    let mock = MockVendor::start(MockConfig {
-        models: vec!["m-local".into()],
-        ..MockConfig::default()
-    })
-    .await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).expect("mkdir");
-    set_mode(&home, 0o700);
+    let mock = ollama_with("m-local").await;
+    let (dir, home) = private_home();
     let config = dir.path().join("glider.yaml");
     std::fs::write(
         &config,
@@ -329,10 +354,81 @@ async fn doctor_passes_a_working_setup() {
         ),
     )
     .expect("write config");
+    write_claude_run_overlay(dir.path(), &home, &config);
     let (code, report) = doctor(&home, &config, &[mock.addr.port()]).await;
     assert_eq!(report["problems"], 0, "{report:#}");
     assert_eq!(code, 0, "{report:#}");
     assert_eq!(check(&report, "home", "home")["status"], "ok");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_without_a_config_checks_the_servers_serve_would_use() {
+    let ollama = ollama_with("m-found").await;
+    let (_dir, home) = private_home();
+    let (_, report) = doctor_with(&home, None, &[ollama.addr.port()]).await;
+    let local = check(&report, "backend", "local");
+    assert_eq!(local["status"], "ok", "{report:#}");
+    assert!(
+        local["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&ollama.base_url()),
+        "the found server, not the embedded 127.0.0.1:11434: {report:#}"
+    );
+    assert_eq!(check(&report, "backend", "claude")["status"], "warn");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_cloud_backend_is_one_problem_not_two() {
+    // An unclosed `${`: the key cannot be resolved, so the backend cannot be used.
+    let (dir, home) = private_home();
+    let config = dir.path().join("glider.yaml");
+    std::fs::write(
+        &config,
+        "mitm: {enabled: false}\n\
+         backends:\n\
+         \x20 - {name: broken, type: anthropic, base_url: 'http://127.0.0.1:9', api_key: 'sk-${GLIDER_TEST_UNCLOSED', models: [m]}\n",
+    )
+    .expect("write config");
+    let (_, report) = doctor(&home, &config, &[]).await;
+    let about_broken: Vec<&Value> = report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .filter(|c| c["subject"] == "broken")
+        .collect();
+    assert_eq!(about_broken.len(), 1, "{report:#}");
+    assert_eq!(about_broken[0]["status"], "problem", "{report:#}");
+    assert!(
+        about_broken[0]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("unusable"),
+        "{report:#}"
+    );
+}
+
+/// `glider run claude` (a stand-in `claude` that exits at once) under `home`, as a user
+/// does before running doctor: the command overlay it writes under GLIDER_HOME must not
+/// make doctor report the home as exposed.
+fn write_claude_run_overlay(dir: &Path, home: &Path, config: &Path) {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let claude = bin.join("claude");
+    std::fs::write(&claude, "#!/bin/sh\nexit 0\n").expect("write");
+    set_mode(&claude, 0o755);
+    let status = Command::new(GLIDER)
+        .args(["run", "-c"])
+        .arg(config)
+        .arg(&claude)
+        .env("HOME", dir)
+        .env("GLIDER_HOME", home)
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("glider run");
+    assert!(status.success());
+    assert!(home.join("claude-run/.claude/commands/local.md").exists());
 }
 
 /// `glider serve` with no config file, scanning the ports in `ports`, under `home`:
@@ -355,6 +451,11 @@ fn serve_without_config(home: &Path, ports: &[u16]) -> (std::process::Child, Out
         ])
         .env("GLIDER_HOME", home)
         .env("GLIDER_DISCOVER_PORTS", ports)
+        // The embedded profile's cloud backends name the real vendors: nothing here may
+        // leave loopback, whatever keys the developer has set.
+        .env("GLIDER_CLOUD_PROBES", "off")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
         .env_remove("GLIDER_CONFIG")
         .env_remove("GLIDER_LOG")
         .stdout(Stdio::piped())
@@ -454,6 +555,7 @@ fn serve_without_a_config_names_a_server_on_its_own_port() {
         ])
         .env("GLIDER_HOME", home.path())
         .env("GLIDER_DISCOVER_PORTS", llama.to_string())
+        .env("GLIDER_CLOUD_PROBES", "off")
         .env_remove("GLIDER_CONFIG")
         .env_remove("GLIDER_LOG")
         .output()
@@ -463,7 +565,19 @@ fn serve_without_a_config_names_a_server_on_its_own_port() {
     assert!(
         stderr.contains(&format!(
             "llama.cpp is listening on port {llama}, Glider's gateway port"
-        )) && stderr.contains("glider serve --port 8090"),
+        )),
+        "{stderr}"
+    );
+    // A port actually free, not a fixed guess.
+    let suggested: u16 = stderr
+        .split("glider serve --port ")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("a port suggested: {stderr}"));
+    assert!(suggested > llama, "{stderr}");
+    assert!(
+        std::net::TcpListener::bind(("127.0.0.1", suggested)).is_ok(),
         "{stderr}"
     );
 }

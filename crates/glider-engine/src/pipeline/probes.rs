@@ -1,4 +1,4 @@
-//! Health probes of every backend, now and every [`HEALTH_INTERVAL`].
+//! Health probes of every backend, once on demand and every [`HEALTH_INTERVAL`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,11 +9,16 @@ use super::Engine;
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(10);
 
 impl Engine {
-    /// Probe every backend now and every [`HEALTH_INTERVAL`].
+    /// Probe every backend every [`HEALTH_INTERVAL`], the first time one interval from
+    /// now: the first probe is the start report's (`glider serve` runs [`Self::probe_all`]
+    /// at once), and two at once would ask each cloud vendor twice.
     pub fn spawn_health_probes(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(HEALTH_INTERVAL);
+            let mut tick = tokio::time::interval_at(
+                tokio::time::Instant::now() + HEALTH_INTERVAL,
+                HEALTH_INTERVAL,
+            );
             loop {
                 tick.tick().await;
                 let Some(engine) = weak.upgrade() else { break };

@@ -1,0 +1,117 @@
+//! What a keyed cloud backend's probe concludes from the model list's status, against a
+//! loopback origin answering that status: only 401 says the key is rejected (down); a
+//! 403 (a restricted key refused the list) is up with a note; a 5xx (overloaded, a
+//! failing gateway) leaves the backend unverified, not down. A redirect is not followed,
+//! so the key never reaches the host it points to.
+
+use glider_backend::Backend;
+use glider_backend::health::HealthStatus;
+use glider_config::Config;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A loopback origin answering every request with HTTP `status` and an error body, as a
+/// vendor does; its port.
+async fn origin(status: u16) -> u16 {
+    origin_with(status, String::new(), None).await
+}
+
+/// [`origin`] with `extra` header lines in each reply, and each request's head pushed
+/// onto `seen` when given.
+async fn origin_with(
+    status: u16,
+    extra: String,
+    seen: Option<std::sync::Arc<std::sync::Mutex<Vec<String>>>>,
+) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let (extra, seen) = (extra.clone(), seen.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let n = stream.read(&mut buf).await.unwrap_or(0);
+                if let Some(seen) = seen {
+                    let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    seen.lock().expect("lock").push(head);
+                }
+                let body = r#"{"type":"error","error":{"type":"x","message":"x"}}"#;
+                let reply = format!(
+                    "HTTP/1.1 {status} X\r\n{extra}content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+async fn probe_keyed(status: u16) -> glider_backend::health::Health {
+    probe_keyed_at(origin(status).await).await
+}
+
+async fn probe_keyed_at(port: u16) -> glider_backend::health::Health {
+    let yaml = format!(
+        "backends:\n  - {{name: keyed, type: anthropic, base_url: 'http://127.0.0.1:{port}', api_key: sk-ant-probe, models: [m]}}\n"
+    );
+    let config = Config::parse(&yaml, "t").expect("valid");
+    Backend::new(config.backends[0].clone()).probe().await
+}
+
+#[tokio::test]
+async fn a_401_says_the_configured_key_is_rejected() {
+    let health = probe_keyed(401).await;
+    assert_eq!(health.status, HealthStatus::Down, "{health:?}");
+    assert!(
+        health
+            .detail
+            .unwrap_or_default()
+            .contains("rejected the configured key"),
+    );
+}
+
+#[tokio::test]
+async fn a_403_is_up_with_a_note_a_restricted_key_may_still_chat() {
+    let health = probe_keyed(403).await;
+    assert_eq!(health.status, HealthStatus::Up, "{health:?}");
+    assert!(health.note.unwrap_or_default().contains("HTTP 403"));
+}
+
+#[tokio::test]
+async fn a_5xx_leaves_the_backend_unverified_not_down() {
+    for status in [502, 503, 529] {
+        let health = probe_keyed(status).await;
+        assert_eq!(health.status, HealthStatus::Unknown, "{status}: {health:?}");
+        assert!(
+            health.note.unwrap_or_default().contains(&format!(
+                "unverified: GET /v1/models answered HTTP {status}"
+            )),
+            "{status}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_redirect_to_another_host_is_not_followed_with_the_key() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let elsewhere = origin_with(200, String::new(), Some(seen.clone())).await;
+    let redirecting = origin_with(
+        307,
+        format!("location: http://localhost:{elsewhere}/v1/models\r\n"),
+        None,
+    )
+    .await;
+    let health = probe_keyed_at(redirecting).await;
+    let reached = seen.lock().expect("lock").clone();
+    assert!(
+        reached.iter().all(|head| !head.contains("sk-ant-probe")),
+        "the key followed the redirect: {reached:?}"
+    );
+    assert!(reached.is_empty(), "{reached:?}");
+    assert!(
+        health.note.unwrap_or_default().contains("HTTP 307"),
+        "not followed"
+    );
+}
