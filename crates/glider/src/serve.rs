@@ -464,7 +464,8 @@ pub fn context_surface(context: &glider_context::Context) -> glider_dashboard::C
 /// (after a probe of each: a cloud one's model list, see `glider_backend::health`). This
 /// is every backend's first probe; the periodic ones start an interval later.
 pub async fn report_backends(engine: &Arc<Engine>) {
-    engine.probe_all().await;
+    // The local ones were probed before serving (see `main`); these are the cloud ones.
+    engine.probe_local(false).await;
     let runtime = engine.runtime();
     let mut usable = 0;
     for backend in &runtime.backends {
