@@ -191,7 +191,7 @@ async fn vllm_s_max_model_len_is_the_window() {
 }
 
 #[tokio::test]
-async fn local_anthropic_and_openai_wire_backends_are_probed_and_cloud_ones_are_not() {
+async fn local_anthropic_and_openai_wire_backends_are_probed_as_local_servers() {
     let mock = MockVendor::start(MockConfig {
         models: vec!["gemma3-270m".into()],
         context_window: Some(4096),
@@ -236,11 +236,11 @@ async fn local_anthropic_and_openai_wire_backends_are_probed_and_cloud_ones_are_
     let gone = backend("gone").health();
     assert_eq!(gone.status, HealthStatus::Down, "{gone:?}");
     assert!(gone.detail.is_some_and(|d| d.contains("unreachable")));
-    assert_eq!(
-        backend("cloud").health().status,
-        HealthStatus::Unknown,
-        "a cloud backend is never probed"
-    );
+    // A cloud backend is probed too, but as a vendor: its key on its model list, and
+    // no capabilities read from it.
+    let cloud = backend("cloud");
+    assert_eq!(cloud.health().status, HealthStatus::Up, "{:?}", cloud.health());
+    assert!(cloud.discovered("claude-sonnet-4-6").is_none());
     let listings: Vec<String> = mock
         .requests()
         .into_iter()
@@ -249,14 +249,18 @@ async fn local_anthropic_and_openai_wire_backends_are_probed_and_cloud_ones_are_
         .collect();
     assert_eq!(
         listings,
-        ["/v1/models", "/v1/models"],
-        "one listing for each local backend, none for the cloud's"
+        ["/v1/models", "/v1/models", "/v1/models"],
+        "one listing for each local backend and one for the cloud's"
     );
-    assert!(
-        !mock
-            .requests()
-            .iter()
-            .any(|r| r.headers.iter().any(|(k, _)| k == "x-api-key")),
-        "the cloud's key was never used on a probe"
+    let keyed: Vec<String> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.headers.iter().any(|(k, v)| k == "x-api-key" && v == "k"))
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(
+        keyed,
+        ["/v1/models"],
+        "the cloud's key went on its own probe only, never on a local server's"
     );
 }
