@@ -239,7 +239,12 @@ async fn local_anthropic_and_openai_wire_backends_are_probed_as_local_servers() 
     // A cloud backend is probed too, but as a vendor: its key on its model list, and
     // no capabilities read from it.
     let cloud = backend("cloud");
-    assert_eq!(cloud.health().status, HealthStatus::Up, "{:?}", cloud.health());
+    assert_eq!(
+        cloud.health().status,
+        HealthStatus::Up,
+        "{:?}",
+        cloud.health()
+    );
     assert!(cloud.discovered("claude-sonnet-4-6").is_none());
     let listings: Vec<String> = mock
         .requests()
