@@ -147,6 +147,7 @@ impl ContinuityRecord {
     pub fn render(&self, max_tokens: u64) -> String {
         let budget_bytes = (max_tokens as f64 * glider_engine::tokenizer::BYTES_PER_TOKEN) as usize;
         let mut record = self.clone();
+        record.leave_out_goals_past(budget_bytes);
         loop {
             let text = record.render_all();
             if glider_engine::tokenizer::estimate_text(&text) <= max_tokens {
@@ -160,6 +161,25 @@ impl ContinuityRecord {
                 return format!("{head}\n… (record cut to its token budget)\n</continuity-record>");
             }
         }
+    }
+
+    /// Leave out the goals that cannot fit however much else is left out: those older
+    /// than the newest goals whose lines alone take more than `budget_bytes` (each
+    /// line is at least its trimmed text, `- ` and a newline). The one-at-a-time
+    /// leaving out would reach them too; this spares writing them first.
+    fn leave_out_goals_past(&mut self, budget_bytes: usize) {
+        let mut bytes = 0;
+        let mut fit = 0;
+        for goal in self.goals.iter().rev() {
+            bytes += goal.text.trim().len() + 3;
+            if fit > 0 && bytes > budget_bytes {
+                break;
+            }
+            fit += 1;
+        }
+        let past = self.goals.len() - fit;
+        self.goals.drain(..past);
+        self.goals_left_out += past;
     }
 
     /// Leave out the least needed items, in [`ContinuityRecord::render`]'s order,
