@@ -254,3 +254,29 @@ fn delegate_runs_and_budget_stops_fold_into_the_timeline_and_replay_to_the_same_
     assert_eq!(again.graph, replayed);
     assert_eq!(again.budget.stops, 1);
 }
+
+#[test]
+fn a_request_whose_reply_never_comes_still_reaches_the_record() {
+    // A request event alone defers its session's record to the reply (a Cursor turn
+    // handed back to its origin has none): the writer rebuilds it when it idles.
+    let home = tempfile::tempdir().expect("tempdir");
+    let log = ContextLog::start(options(home.path(), 64)).expect("starts");
+    log.append(request("a", true, &[]));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let record = loop {
+        if let Some(record) = log.records().get("s") {
+            break record;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the deferred record was never rebuilt"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(record.contains("do it"), "{record}");
+    // A flush rebuilds what waits at once.
+    log.append(request("b", true, &[]));
+    log.flush();
+    let record = log.records().get("s").expect("held");
+    assert_eq!(record.matches("- do it").count(), 2, "{record}");
+}
