@@ -14,6 +14,11 @@
 # body) makes the estimate phase count a `gpt-*` request with tiktoken, as it always did
 # before issue 20 — the A/B of counting only near a limit, in one binary.
 #
+# BENCH_CONTEXT_YAML, when set, is one more line of the config, e.g.
+# `context: { enabled: false }` or `context: { summarizer: { enabled: false } }`: the
+# context log's writer thread is counted too (callgrind counts every thread), so the
+# difference is the whole cost of the log per request.
+#
 # Needs valgrind (apt-get install valgrind) and the release binaries (bench/run.sh
 # builds them, or: cargo build --release -p glider -p glider-test-support -p glider-bench --bins).
 set -euo pipefail
@@ -25,7 +30,7 @@ front="${1:-openai}"
 size="${2:-small}"
 n="${3:-1000}"
 window="${BENCH_LOCAL_WINDOW:-131072}"
-dir="$here/.run/callgrind"
+dir="${BENCH_CALLGRIND_DIR:-$here/.run/callgrind}"
 rm -rf "$dir" && mkdir -p "$dir"
 
 pids=()
@@ -58,6 +63,7 @@ backends:
   - { name: claude, type: anthropic, base_url: "http://$mock", api_key: bench, models: ["bench-claude"] }
   - { name: openai, type: openai, base_url: "http://$mock/v1", api_key: bench, models: ["gpt-4.1"] }
 routing: { cloud_fallback: false }
+${BENCH_CONTEXT_YAML:-}
 YAML
 GLIDER_HOME="$dir/home" valgrind --tool=callgrind --instr-atstart=no \
   --callgrind-out-file="$dir/cg.out" "$bin/glider" serve -c "$dir/glider.yaml" --port 0 \
@@ -75,4 +81,4 @@ callgrind_control -i on "$glider" >/dev/null
 callgrind_control -i off "$glider" >/dev/null
 kill "$glider"; wait "$glider" 2>/dev/null || true
 total=$(callgrind_annotate "$dir/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
-echo "glider $front $size: $total instructions for $n requests, $((total / n)) per request"
+echo "glider $front $size${BENCH_CONTEXT_YAML:+ ($BENCH_CONTEXT_YAML)}: $total instructions for $n requests, $((total / n)) per request"

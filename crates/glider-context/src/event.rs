@@ -263,6 +263,10 @@ fn cap_strings(value: &mut Value) {
 
 /// At most `chars` characters from the start of `text`.
 pub fn prefix(text: &str, chars: usize) -> &str {
+    // No more bytes than `chars`: no more characters either, nothing to walk.
+    if text.len() <= chars {
+        return text;
+    }
     match text.char_indices().nth(chars) {
         Some((end, _)) => &text[..end],
         None => text,

@@ -65,6 +65,13 @@ pub struct Episode {
     pub delegate_runs: Vec<DelegateRun>,
 }
 
+impl Episode {
+    /// Its goal, when the user's words say something (not only blanks).
+    pub fn goal_text(&self) -> Option<&str> {
+        self.goal.as_deref().filter(|g| !g.trim().is_empty())
+    }
+}
+
 /// A delegate run, as its `delegate` event told it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct DelegateRun {
@@ -210,6 +217,12 @@ pub struct Folder {
     models: BTreeMap<(String, String), ModelUse>,
     /// Request key → (episode index, step index).
     steps: HashMap<String, (usize, usize)>,
+    /// Family → episode index: an event finds its episode without a scan, however
+    /// many episodes the session has.
+    episode_of: HashMap<String, usize>,
+    /// Episodes with a goal ([`Episode::goal_text`]), so that the record counts the
+    /// goals it leaves out without walking every episode.
+    goals: usize,
 }
 
 impl Folder {
@@ -259,6 +272,11 @@ impl Folder {
         self.graph.narrative.as_ref()
     }
 
+    /// Episodes with a goal.
+    pub fn goal_count(&self) -> usize {
+        self.goals
+    }
+
     pub fn into_graph(self) -> SessionGraph {
         let mut graph = self.graph;
         graph.files = self.files.into_values().collect();
@@ -306,17 +324,17 @@ impl Folder {
 
     /// The index of the episode `family`, opened at `at_ms` if it is new.
     fn episode(&mut self, family: String, at_ms: u64) -> usize {
-        match self.graph.episodes.iter().position(|e| e.family == family) {
-            Some(index) => index,
-            None => {
-                self.graph.episodes.push(Episode {
-                    family,
-                    started_ms: at_ms,
-                    ..Episode::default()
-                });
-                self.graph.episodes.len() - 1
-            }
+        if let Some(&index) = self.episode_of.get(&family) {
+            return index;
         }
+        let index = self.graph.episodes.len();
+        self.episode_of.insert(family.clone(), index);
+        self.graph.episodes.push(Episode {
+            family,
+            started_ms: at_ms,
+            ..Episode::default()
+        });
+        index
     }
 
     fn request(&mut self, request: &RequestEvent, at_ms: u64, family: Option<String>) {
@@ -333,6 +351,7 @@ impl Folder {
         let episode_ref = &mut self.graph.episodes[episode];
         if episode_ref.goal.is_none() && request.root {
             episode_ref.goal = request.user_text.clone();
+            self.goals += usize::from(episode_ref.goal_text().is_some());
         }
         episode_ref.steps.push(Step {
             request: request.request.clone(),

@@ -14,15 +14,19 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use rusqlite::Connection;
 
-use crate::event::Event;
+use crate::event::{Event, EventBody};
 use crate::graph::Folder;
 use crate::record::ContinuityRecord;
 use crate::store::{self, StoreError};
+
+/// Longest a session's record waits to be rebuilt after a request event alone (its
+/// reply, which rebuilds it, normally comes first).
+pub(crate) const DEFER_REQUEST_ONLY: Duration = Duration::from_millis(100);
 
 /// Sessions whose fold is kept in memory; past it the least recently written one is
 /// let go (its record is rebuilt from the database on its next event).
@@ -76,6 +80,10 @@ pub(crate) struct LiveSessions {
     /// The connection's `data_version` when last checked: another connection (a
     /// forget) committed when it changed.
     data_version: i64,
+    /// Sessions folded whose record is not rebuilt yet, and since when the oldest
+    /// waits ([`LiveSessions::committed`]).
+    deferred: Vec<String>,
+    deferred_since: Option<Instant>,
 }
 
 impl LiveSessions {
@@ -86,11 +94,18 @@ impl LiveSessions {
             max_tokens,
             tick: 0,
             data_version: store::data_version(conn).unwrap_or(0),
+            deferred: Vec::new(),
+            deferred_since: None,
         }
     }
 
     /// `rows` were committed with `ids`: fold them into their sessions and publish the
-    /// touched sessions' records.
+    /// touched sessions' records. A session touched only by request events is
+    /// deferred: its reply, a moment later, rebuilds the record once for both — a
+    /// request reads the record its session had before it, so nothing reads the
+    /// request's own fold sooner — and [`LiveSessions::publish_deferred`] rebuilds
+    /// what still waits when the writer idles, flushes, or after
+    /// [`DEFER_REQUEST_ONLY`].
     pub(crate) fn committed(
         &mut self,
         conn: &Connection,
@@ -98,6 +113,7 @@ impl LiveSessions {
         ids: &[i64],
     ) {
         let mut touched: Vec<String> = Vec::new();
+        let mut deferred: Vec<String> = Vec::new();
         for ((family, event), &id) in rows.iter().zip(ids) {
             let Some(session) = event.session.as_deref() else {
                 continue;
@@ -121,11 +137,43 @@ impl LiveSessions {
                 live.last_id = id;
             }
             live.used = self.tick;
-            if !touched.iter().any(|s| s == session) {
-                touched.push(session.to_owned());
+            let list = if matches!(event.body, EventBody::Request(_)) {
+                &mut deferred
+            } else {
+                &mut touched
+            };
+            if !list.iter().any(|s| s == session) {
+                list.push(session.to_owned());
+            }
+        }
+        self.deferred.retain(|s| !touched.contains(s));
+        for session in deferred {
+            if !touched.contains(&session) && !self.deferred.contains(&session) {
+                self.deferred.push(session);
+            }
+        }
+        if self.deferred.is_empty() {
+            self.deferred_since = None;
+        } else {
+            let since = *self.deferred_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= DEFER_REQUEST_ONLY {
+                touched.append(&mut self.deferred);
+                self.deferred_since = None;
             }
         }
         self.publish(&touched, &[]);
+    }
+
+    /// Whether a deferred record waits to be rebuilt.
+    pub(crate) fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    /// Rebuild the records whose rebuilding was deferred.
+    pub(crate) fn publish_deferred(&mut self) {
+        let deferred = std::mem::take(&mut self.deferred);
+        self.deferred_since = None;
+        self.publish(&deferred, &[]);
     }
 
     /// Periodically: if another connection changed the database (a forget: the

@@ -229,12 +229,16 @@ impl Writer {
         let mut retention_due = Instant::now() + self.retention_every;
         let mut forget_checked = Instant::now();
         loop {
-            let wait = retention_due
+            let mut wait = retention_due
                 .saturating_duration_since(Instant::now())
                 .min(FORGET_CHECK_EVERY);
+            if self.live.has_deferred() {
+                wait = wait.min(live::DEFER_REQUEST_ONLY);
+            }
             let first = match receiver.recv_timeout(wait) {
                 Ok(message) => message,
                 Err(RecvTimeoutError::Timeout) => {
+                    self.live.publish_deferred();
                     if Instant::now() >= retention_due {
                         self.retain();
                         retention_due = Instant::now() + self.retention_every;
@@ -332,6 +336,10 @@ impl Writer {
         // After this batch's events: a session they touched is held whole already.
         for (session, live) in preloaded {
             self.live.preloaded(&self.conn, session, *live);
+        }
+        if !flushes.is_empty() {
+            // Everything committed so far is in the records too.
+            self.live.publish_deferred();
         }
         for done in flushes {
             let _ = done.send(());

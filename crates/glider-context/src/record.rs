@@ -104,9 +104,11 @@ pub struct Exchange {
 impl ContinuityRecord {
     /// The record of a whole folded graph.
     pub fn of_graph(graph: &SessionGraph) -> ContinuityRecord {
+        let goals_total = graph.episodes.iter().filter_map(Episode::goal_text).count();
         build(
             &graph.session,
             &graph.episodes,
+            goals_total,
             graph.files.iter(),
             &graph.errors,
             graph.narrative.as_ref(),
@@ -118,6 +120,7 @@ impl ContinuityRecord {
         build(
             session,
             folder.episodes(),
+            folder.goal_count(),
             folder.files(),
             folder.errors(),
             folder.narrative(),
@@ -136,14 +139,22 @@ impl ContinuityRecord {
     /// items are left out oldest first in this order — recent exchanges, closing
     /// words, files, goals (the newest stays), open errors (the newest stays) — and
     /// what still does not fit is cut with a note.
+    ///
+    /// The items to leave out are chosen by the bytes each one's lines take (the
+    /// estimate is linear in bytes), so the text is written a few times per call, not
+    /// once per item left out: the cost is bounded by the record's lists, never by
+    /// how long the session is.
     pub fn render(&self, max_tokens: u64) -> String {
+        let budget_bytes = (max_tokens as f64 * glider_engine::tokenizer::BYTES_PER_TOKEN) as usize;
         let mut record = self.clone();
+        record.leave_out_goals_past(budget_bytes);
         loop {
             let text = record.render_all();
             if glider_engine::tokenizer::estimate_text(&text) <= max_tokens {
                 return text;
             }
-            if !record.leave_out_one() {
+            let over = text.len().saturating_sub(budget_bytes).max(1);
+            if !record.leave_out(over) {
                 let chars =
                     (max_tokens as f64 * glider_engine::tokenizer::BYTES_PER_TOKEN) as usize / 2;
                 let head = prefix(&text, chars.saturating_sub(40));
@@ -152,28 +163,107 @@ impl ContinuityRecord {
         }
     }
 
-    /// Drop the least needed item; false when only what is always kept is left.
-    fn leave_out_one(&mut self) -> bool {
-        if !self.recent.is_empty() {
-            self.recent.remove(0);
-        } else if !self.decisions.is_empty() {
-            self.decisions.remove(0);
-        } else if !self.files.is_empty() {
-            self.files.pop();
-            self.files_left_out += 1;
-        } else if self.goals.len() > 1 {
-            self.goals.remove(0);
-            self.goals_left_out += 1;
-        } else if self.open_errors.len() > 1 {
-            self.open_errors.remove(0);
-            self.open_errors_left_out += 1;
-        } else {
-            return false;
+    /// Leave out the goals that cannot fit however much else is left out: those older
+    /// than the newest goals whose lines alone take more than `budget_bytes` (each
+    /// line is at least its trimmed text, `- ` and a newline). The one-at-a-time
+    /// leaving out would reach them too; this spares writing them first.
+    fn leave_out_goals_past(&mut self, budget_bytes: usize) {
+        let mut bytes = 0;
+        let mut fit = 0;
+        for goal in self.goals.iter().rev() {
+            bytes += goal.text.trim().len() + 3;
+            if fit > 0 && bytes > budget_bytes {
+                break;
+            }
+            fit += 1;
         }
-        true
+        let past = self.goals.len() - fit;
+        self.goals.drain(..past);
+        self.goals_left_out += past;
+    }
+
+    /// Leave out the least needed items, in [`ContinuityRecord::render`]'s order,
+    /// until the text is at least `bytes` shorter (or only what is always kept is
+    /// left); false when nothing could be left out.
+    fn leave_out(&mut self, bytes: usize) -> bool {
+        let mut shed = 0;
+        let mut any = false;
+        while shed < bytes {
+            let Some(shorter) = self.leave_out_one() else {
+                break;
+            };
+            shed = shed.saturating_add_signed(shorter);
+            any = true;
+        }
+        any
+    }
+
+    /// Drop the least needed item; `None` when only what is always kept is left,
+    /// else by how many bytes the rendered text got shorter (a section's heading
+    /// goes with its last item; a heading that starts counting what was left out
+    /// grows).
+    fn leave_out_one(&mut self) -> Option<isize> {
+        let section = |heading: usize, left: bool| if left { 0 } else { heading + 1 };
+        let shorter = if !self.recent.is_empty() {
+            let lines = exchange_lines(&self.recent.remove(0));
+            lines_len(&lines) + section(RECENT_HEADING.len(), !self.recent.is_empty())
+        } else if !self.decisions.is_empty() {
+            let line = decision_line(&self.decisions.remove(0));
+            line.len() + 1 + section(DECISIONS_HEADING.len(), !self.decisions.is_empty())
+        } else if let Some(file) = self.files.pop() {
+            let before = self.files_heading().len() as isize;
+            self.files_left_out += 1;
+            let heading = if self.files.is_empty() {
+                before + 1
+            } else {
+                before - self.files_heading().len() as isize
+            };
+            return Some((file_line(&file).len() + 1) as isize + heading);
+        } else if self.goals.len() > 1 {
+            let before = self.goals_heading().len() as isize;
+            let goal = self.goals.remove(0);
+            self.goals_left_out += 1;
+            let grown = self.goals_heading().len() as isize - before;
+            return Some((goal_line(&goal).len() + 1) as isize - grown);
+        } else if self.open_errors.len() > 1 {
+            let before = self.errors_heading().len() as isize;
+            let error = self.open_errors.remove(0);
+            self.open_errors_left_out += 1;
+            let grown = self.errors_heading().len() as isize - before;
+            return Some((error_line(&error).len() + 1) as isize - grown);
+        } else {
+            return None;
+        };
+        Some(shorter as isize)
+    }
+
+    fn goals_heading(&self) -> String {
+        heading(
+            "Goals, in the user's words (oldest first",
+            self.goals_left_out,
+            "earlier",
+        )
+    }
+
+    fn files_heading(&self) -> String {
+        heading(
+            "Files (latest known state, newest first",
+            self.files_left_out,
+            "more",
+        )
+    }
+
+    fn errors_heading(&self) -> String {
+        heading(
+            "Open errors (newest last",
+            self.open_errors_left_out,
+            "older",
+        )
     }
 
     fn render_all(&self) -> String {
+        #[cfg(test)]
+        work::rendered();
         let mut out = format!("<continuity-record session=\"{}\">\n", self.session);
         let mut line = |text: String| {
             out.push_str(&text);
@@ -184,59 +274,108 @@ impl ContinuityRecord {
             line(narrative.text.trim().to_owned());
         }
         if !self.goals.is_empty() {
-            line(heading(
-                "Goals, in the user's words (oldest first",
-                self.goals_left_out,
-                "earlier",
-            ));
+            line(self.goals_heading());
             for goal in &self.goals {
-                line(format!("- {}", one_block(&goal.text)));
+                line(goal_line(goal));
             }
         }
         if !self.files.is_empty() {
-            line(heading(
-                "Files (latest known state, newest first",
-                self.files_left_out,
-                "more",
-            ));
+            line(self.files_heading());
             for file in &self.files {
-                let since = if file.read_since { ", read since" } else { "" };
-                line(format!("- {}: {}{since}", file.path, op_word(file.state)));
+                line(file_line(file));
             }
         }
         if !self.decisions.is_empty() {
-            line("What the assistant said when each task ended (oldest first):".into());
+            line(DECISIONS_HEADING.into());
             for decision in &self.decisions {
-                line(format!("- {}", one_block(&decision.text)));
+                line(decision_line(decision));
             }
         }
         if !self.open_errors.is_empty() {
-            line(heading(
-                "Open errors (newest last",
-                self.open_errors_left_out,
-                "older",
-            ));
+            line(self.errors_heading());
             for error in &self.open_errors {
-                line(format!("- {}: {}", error.subject, one_block(&error.reason)));
+                line(error_line(error));
             }
         }
         if !self.recent.is_empty() {
-            line("Last exchanges:".into());
+            line(RECENT_HEADING.into());
             for exchange in &self.recent {
-                if let Some(user) = &exchange.user {
-                    line(format!("- user: {}", one_block(user)));
+                for text in exchange_lines(exchange) {
+                    line(text);
                 }
-                let tools = if exchange.tools.is_empty() {
-                    String::new()
-                } else {
-                    format!(" [called {}]", exchange.tools.join(", "))
-                };
-                let reply = exchange.reply.as_deref().map(one_block).unwrap_or_default();
-                line(format!("- assistant: {reply}{tools}"));
             }
         }
         out.push_str("</continuity-record>");
         out
+    }
+}
+
+const DECISIONS_HEADING: &str = "What the assistant said when each task ended (oldest first):";
+const RECENT_HEADING: &str = "Last exchanges:";
+
+fn goal_line(goal: &Goal) -> String {
+    format!("- {}", one_block(&goal.text))
+}
+
+fn file_line(file: &FileState) -> String {
+    let since = if file.read_since { ", read since" } else { "" };
+    format!("- {}: {}{since}", file.path, op_word(file.state))
+}
+
+fn decision_line(decision: &Decision) -> String {
+    format!("- {}", one_block(&decision.text))
+}
+
+fn error_line(error: &OpenError) -> String {
+    format!("- {}: {}", error.subject, one_block(&error.reason))
+}
+
+/// An exchange's lines: the user's words (when it began an episode), then the reply.
+fn exchange_lines(exchange: &Exchange) -> Vec<String> {
+    let mut lines = Vec::with_capacity(2);
+    if let Some(user) = &exchange.user {
+        lines.push(format!("- user: {}", one_block(user)));
+    }
+    let tools = if exchange.tools.is_empty() {
+        String::new()
+    } else {
+        format!(" [called {}]", exchange.tools.join(", "))
+    };
+    let reply = exchange.reply.as_deref().map(one_block).unwrap_or_default();
+    lines.push(format!("- assistant: {reply}{tools}"));
+    lines
+}
+
+/// Bytes `lines` take rendered, each with its newline.
+fn lines_len(lines: &[String]) -> usize {
+    lines.iter().map(|l| l.len() + 1).sum()
+}
+
+/// Counts of the record's work, per thread, for the tests that check it is bounded
+/// by the record's lists rather than by the session's length.
+#[cfg(test)]
+pub(crate) mod work {
+    use std::cell::Cell;
+
+    thread_local! {
+        static RENDERED: Cell<usize> = const { Cell::new(0) };
+        static VISITED: Cell<usize> = const { Cell::new(0) };
+    }
+
+    pub(crate) fn rendered() {
+        RENDERED.with(|c| c.set(c.get() + 1));
+    }
+
+    pub(crate) fn visited() {
+        VISITED.with(|c| c.set(c.get() + 1));
+    }
+
+    /// (texts rendered, episodes visited) since the last call.
+    pub(crate) fn take() -> (usize, usize) {
+        (
+            RENDERED.with(|c| c.replace(0)),
+            VISITED.with(|c| c.replace(0)),
+        )
     }
 }
 
@@ -253,11 +392,12 @@ fn heading(title: &str, left_out: usize, what: &str) -> String {
 fn build<'a>(
     session: &str,
     episodes: &[Episode],
+    goals_total: usize,
     files: impl Iterator<Item = &'a FileFact>,
     errors: &[ErrorFact],
     narrative: Option<&Narrative>,
 ) -> ContinuityRecord {
-    let (goals, goals_left_out) = goals(episodes);
+    let (goals, goals_left_out) = goals(episodes, goals_total);
     let mut files: Vec<FileState> = files.filter_map(file_state).collect();
     files.sort_by(|a, b| b.last_ms.cmp(&a.last_ms).then(a.path.cmp(&b.path)));
     let files_left_out = files.len().saturating_sub(MAX_FILES);
@@ -286,16 +426,19 @@ fn build<'a>(
     }
 }
 
-/// The goals, newest kept first until [`GOALS_MAX_CHARS`], returned oldest first.
-fn goals(episodes: &[Episode]) -> (Vec<Goal>, usize) {
-    let all: Vec<(&Episode, &str)> = episodes
-        .iter()
-        .filter_map(|e| e.goal.as_deref().map(|g| (e, g)))
-        .filter(|(_, g)| !g.trim().is_empty())
-        .collect();
+/// The goals, newest kept first until [`GOALS_MAX_CHARS`], returned oldest first;
+/// `total` is how many episodes have one. Only the kept goals' episodes (and the
+/// goal-less ones among them) are visited: a long session costs no more.
+fn goals(episodes: &[Episode], total: usize) -> (Vec<Goal>, usize) {
     let mut kept = Vec::new();
     let mut chars = 0;
-    for (episode, goal) in all.iter().rev() {
+    let newest_first = episodes
+        .iter()
+        .rev()
+        .filter_map(|e| e.goal_text().map(|g| (e, g)));
+    for (episode, goal) in newest_first {
+        #[cfg(test)]
+        work::visited();
         let len = goal.chars().count();
         // The newest goal is always kept, cut to the budget if it alone is over.
         if !kept.is_empty() && chars + len > GOALS_MAX_CHARS {
@@ -308,7 +451,7 @@ fn goals(episodes: &[Episode]) -> (Vec<Goal>, usize) {
             text: prefix(goal, GOALS_MAX_CHARS).to_owned(),
         });
     }
-    let left_out = all.len() - kept.len();
+    let left_out = total.saturating_sub(kept.len());
     kept.reverse();
     (kept, left_out)
 }
@@ -335,7 +478,10 @@ fn file_state(fact: &FileFact) -> Option<FileState> {
 fn decisions(episodes: &[Episode]) -> Vec<Decision> {
     let mut decisions: Vec<Decision> = episodes
         .iter()
+        .rev()
         .filter_map(|episode| {
+            #[cfg(test)]
+            work::visited();
             let last = episode.steps.iter().rev().find(|s| !s.compaction)?;
             let text = last.reply_text.as_deref()?.trim();
             (last.tool_calls.is_empty() && !text.is_empty()).then(|| Decision {
@@ -344,9 +490,9 @@ fn decisions(episodes: &[Episode]) -> Vec<Decision> {
                 text: edges(text, DECISION_MAX_CHARS / 2),
             })
         })
+        .take(MAX_DECISIONS)
         .collect();
-    let excess = decisions.len().saturating_sub(MAX_DECISIONS);
-    decisions.drain(..excess);
+    decisions.reverse();
     decisions
 }
 
@@ -630,5 +776,89 @@ mod tests {
                 .render(10_000)
                 .contains("Summary so far:\nRenamed foo; a test fails.")
         );
+    }
+
+    /// A live fold of `episodes` root turns, each a short goal and a text answer (the
+    /// benchmark's shape: every request begins an episode of one session), with a file
+    /// read and a failing command in the first so that every section is present.
+    fn live_session(episodes: usize) -> crate::graph::Folder {
+        let mut log = Log::default();
+        log.turn(
+            Some("look at lib.rs and run the tests"),
+            vec![],
+            "",
+            vec![
+                call("t1", "Read", json!({"file_path": "src/lib.rs"})),
+                call("t2", "Bash", json!({"command": "cargo test"})),
+            ],
+        );
+        log.turn(
+            None,
+            vec![
+                result("t1", "fn add() {}", false),
+                result("t2", "test result: FAILED. 0 passed; 1 failed", true),
+            ],
+            "The test fails.",
+            vec![],
+        );
+        for n in 0..episodes {
+            log.turn(
+                Some(&format!("goal {n:05}")),
+                vec![],
+                &format!("done {n}"),
+                vec![],
+            );
+        }
+        let mut folder = crate::graph::Folder::new("s");
+        for stored in &log.events {
+            folder.feed(stored);
+        }
+        folder
+    }
+
+    /// What [`ContinuityRecord::render`] did before it shed items by their bytes:
+    /// one item left out per rendering, until it fits.
+    fn render_one_at_a_time(record: &ContinuityRecord, max_tokens: u64) -> Option<String> {
+        let mut record = record.clone();
+        loop {
+            let text = record.render_all();
+            if glider_engine::tokenizer::estimate_text(&text) <= max_tokens {
+                return Some(text);
+            }
+            record.leave_out_one()?;
+        }
+    }
+
+    #[test]
+    fn rendering_to_a_budget_leaves_out_what_one_at_a_time_would() {
+        let record = ContinuityRecord::of_folder("s", &live_session(300));
+        for max_tokens in [40, 60, 100, 150, 300, 700, 1500, 100_000] {
+            let Some(expected) = render_one_at_a_time(&record, max_tokens) else {
+                continue;
+            };
+            assert_eq!(record.render(max_tokens), expected, "budget {max_tokens}");
+        }
+    }
+
+    #[test]
+    fn a_records_work_does_not_grow_with_the_session() {
+        let mut work_at = Vec::new();
+        for episodes in [2000, 10_000] {
+            let folder = live_session(episodes);
+            work::take();
+            let record = ContinuityRecord::of_folder("s", &folder);
+            let text = record.render(1500);
+            assert!(text.contains(&format!("- goal {:05}", episodes - 1)));
+            assert!(text.contains("cargo test"), "the open error stays: {text}");
+            assert_eq!(record.goals_left_out + record.goals.len(), episodes + 1);
+            work_at.push(work::take());
+        }
+        let (rendered, visited) = work_at[1];
+        assert_eq!(
+            work_at[0], work_at[1],
+            "texts rendered and episodes visited are the same at 2,000 and 10,000 episodes"
+        );
+        assert!(rendered <= 4, "{rendered} renderings for one record");
+        assert!(visited < 2000, "{visited} episodes visited");
     }
 }

@@ -54,6 +54,19 @@ fn reply(key: &str, calls: &[&str]) -> Event {
     }))
 }
 
+/// Session `s`'s record once the writer holds one (polled; `never` if it does not
+/// within 30 s).
+fn wait_for_record(log: &ContextLog, never: &str) -> std::sync::Arc<str> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(record) = log.records().get("s") {
+            return record;
+        }
+        assert!(std::time::Instant::now() < deadline, "{never}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn a_tool_loop_and_a_subagent_prompt_stay_in_the_root_requests_family() {
     let home = tempfile::tempdir().expect("tempdir");
@@ -160,17 +173,7 @@ fn a_restarted_log_holds_its_recent_sessions_records_before_any_new_event() {
     };
     // A new start on the same file, and no event for the session since.
     let log = ContextLog::start(options(home.path(), 64)).expect("restarts");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let after = loop {
-        if let Some(record) = log.records().get("s") {
-            break record;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the record was never loaded at start"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let after = wait_for_record(&log, "the record was never loaded at start");
     assert_eq!(after, before, "the same record as before the restart");
     assert!(after.contains("do it"), "{after}");
     assert_eq!(
@@ -253,4 +256,20 @@ fn delegate_runs_and_budget_stops_fold_into_the_timeline_and_replay_to_the_same_
     let again = reader.session("s").expect("reads").expect("the session");
     assert_eq!(again.graph, replayed);
     assert_eq!(again.budget.stops, 1);
+}
+
+#[test]
+fn a_request_whose_reply_never_comes_still_reaches_the_record() {
+    // A request event alone defers its session's record to the reply (a Cursor turn
+    // handed back to its origin has none): the writer rebuilds it when it idles.
+    let home = tempfile::tempdir().expect("tempdir");
+    let log = ContextLog::start(options(home.path(), 64)).expect("starts");
+    log.append(request("a", true, &[]));
+    let record = wait_for_record(&log, "the deferred record was never rebuilt");
+    assert!(record.contains("do it"), "{record}");
+    // A flush rebuilds what waits at once.
+    log.append(request("b", true, &[]));
+    log.flush();
+    let record = log.records().get("s").expect("held");
+    assert_eq!(record.matches("- do it").count(), 2, "{record}");
 }

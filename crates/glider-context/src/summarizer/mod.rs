@@ -57,7 +57,13 @@ impl SummarizerSource for ConfigHandle {
 struct Pending {
     sessions: Mutex<HashMap<String, Waiting>>,
     wake: Notify,
+    /// `context.summarizer.enabled` is false: commits are not noted (the task looks
+    /// at the config again every [`RECHECK_WHILE_DISABLED`]).
+    paused: std::sync::atomic::AtomicBool,
 }
+
+/// How often a disabled summarizer looks whether it was enabled (a hot reload).
+const RECHECK_WHILE_DISABLED: Duration = Duration::from_secs(1);
 
 struct Waiting {
     last_active: Instant,
@@ -70,22 +76,36 @@ struct Waiting {
 
 impl CommitObserver for Pending {
     fn committed(&self, activity: &[Activity]) {
+        if self.paused.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let now = Instant::now();
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        // The task is woken only when something may be due sooner than it waits for:
+        // a session it does not know, or an episode that just ended. A later
+        // activity only pushes a session's idle time back, which the task sees when
+        // its wait ends; waking it on every commit cost a thread wake-up per event.
+        let mut sooner = false;
         for seen in activity {
             if sessions.len() >= MAX_PENDING && !sessions.contains_key(&seen.session) {
                 forget_quietest(&mut sessions);
             }
-            let waiting = sessions.entry(seen.session.clone()).or_insert(Waiting {
-                last_active: now,
-                episode_ended: false,
-                compacted: None,
+            let waiting = sessions.entry(seen.session.clone()).or_insert_with(|| {
+                sooner = true;
+                Waiting {
+                    last_active: now,
+                    episode_ended: false,
+                    compacted: None,
+                }
             });
             waiting.last_active = now;
+            sooner |= seen.episode_ended && !waiting.episode_ended;
             waiting.episode_ended |= seen.episode_ended;
         }
         drop(sessions);
-        self.wake.notify_one();
+        if sooner {
+            self.wake.notify_one();
+        }
     }
 }
 
@@ -204,10 +224,17 @@ impl Worker {
             let config = self.source.config();
             let settings = &config.context.summarizer;
             if !settings.enabled {
+                // Only activity after it is enabled again counts.
+                self.pending
+                    .paused
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 self.pending.clear();
-                self.pending.wake.notified().await;
+                tokio::time::sleep(RECHECK_WHILE_DISABLED).await;
                 continue;
             }
+            self.pending
+                .paused
+                .store(false, std::sync::atomic::Ordering::Relaxed);
             match self.pending.next(Duration::from_secs(settings.idle_secs)) {
                 Next::Compact(session, trigger) => {
                     if self.context.strong_count() == 0 {
