@@ -76,7 +76,11 @@ def test_capabilities_discovered_from_props_are_shown(gateway, glider):
                     "vision": False, "sources": ["/props", "/v1/models"]}, caps
     backends = {b["backend"]: b for b in get_json(f"{glider.dashboard}/api/backends")["backends"]}
     assert backends["llama-openai"]["capabilities"] == {ALIAS: caps}, backends["llama-openai"]
-    assert backends["llama-anthropic"]["capabilities"] == {}, "an Anthropic-wire backend is not probed"
+    # A `local: true` Anthropic-wire backend on the same server is probed like it (its
+    # model list and /props), so it knows the same window and tool support.
+    anthropic_caps = backends["llama-anthropic"]["capabilities"]
+    assert set(anthropic_caps) == {ALIAS}, backends["llama-anthropic"]
+    assert (anthropic_caps[ALIAS]["context_window"], anthropic_caps[ALIAS]["tools"]) == (CONTEXT, True), anthropic_caps
 
 
 @pytest.mark.parametrize("model", BOTH)
