@@ -351,14 +351,16 @@ impl Vram {
     /// Before a request is sent to `model`: if it is not loaded, plan room for it,
     /// unload the plan's victims and load it, measuring the load. The caller holds a
     /// reservation on `model` so no other plan evicts it meanwhile. `None` when VRAM
-    /// steps aside or the model was already loaded.
+    /// steps aside or the model is loaded.
     pub async fn make_room(
         self: &Arc<Self>,
         config: &VramConfig,
         backend: &Backend,
         model: &str,
     ) -> Option<PlanRecord> {
-        if self.steps_aside(config) || !managed(backend) {
+        // A model the last probe saw loaded is sent its request at once, as `cold_wait`
+        // judges it: a warm request never waits on a round trip or on another plan.
+        if self.steps_aside(config) || loaded_on(backend, model) {
             return None;
         }
         let _one_at_a_time = self.planning.lock().await;
