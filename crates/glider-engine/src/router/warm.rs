@@ -27,7 +27,9 @@ pub fn pass_over_cold(
         .local_reserve
         .unwrap_or(decision.candidates.len())
         .min(decision.candidates.len());
-    if matches!(decision.rule, RuleName::Explicit | RuleName::Sticky) {
+    if matches!(decision.rule, RuleName::Explicit | RuleName::Sticky)
+        || vram.steps_aside(&config.vram)
+    {
         return Vec::new();
     }
     let limit = config.routing.max_cold_wait_secs;

@@ -26,13 +26,19 @@ impl Phase for Execute {
                 return Flow::Fail(not_routed());
             };
             job.tracker.announce();
-            let first = match &job.vram {
+            // Checked once: without a GPU (or with `vram.enabled: false`) a request pays
+            // for no reservation, no attempt order and no wrapped body.
+            let vram = job
+                .vram
+                .as_ref()
+                .filter(|vram| !vram.steps_aside(&job.runtime.config.vram));
+            let first = match vram {
                 Some(vram) => make_room_first(vram, &job.runtime.config, decision).await,
                 None => None,
             };
             let mut executed =
                 execute_prepared(&decision.candidates, &job.upstream, decision.local_reserve).await;
-            if let (Some(vram), Ok(executed)) = (&job.vram, &mut executed) {
+            if let (Some(vram), Ok(executed)) = (vram, &mut executed) {
                 hold_while_streaming(vram, decision, executed, first);
             }
             let failures = match &executed {
