@@ -308,11 +308,16 @@ async fn without_a_gpu_every_vram_rule_steps_aside() {
         30.0,
     ))
     .await;
-    let vram = attach(&gw, home.path()).await;
-    if vram.gpu().source != "none" {
-        // A machine with NVIDIA's library and a GPU: not the case this test is for.
-        return;
-    }
+    // The no-GPU monitor itself, so a machine with NVIDIA's library and a GPU tests
+    // this path too.
+    let vram = Vram::with_monitor(
+        Box::new(glider_vram::monitor::NoGpu),
+        "test: no GPU".into(),
+        Some(home.path()),
+    );
+    assert!(gw.engine.attach_vram(vram.clone()).is_ok());
+    gw.engine.probe_all().await;
+    assert_eq!(vram.gpu().source, "none");
     assert!(vram.gpu().gpus.is_empty());
     let reply = ask(&gw, "big", false).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
