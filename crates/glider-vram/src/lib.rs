@@ -364,6 +364,18 @@ impl Vram {
             return None;
         }
         let _one_at_a_time = self.planning.lock().await;
+        let record = self.plan_and_load(config, backend, model).await;
+        lock(&self.measured).save();
+        record
+    }
+
+    /// `make_room` under the planning lock; the measurements it notes are saved after.
+    async fn plan_and_load(
+        self: &Arc<Self>,
+        config: &VramConfig,
+        backend: &Backend,
+        model: &str,
+    ) -> Option<PlanRecord> {
         let name = backend.name();
         let ollama = Ollama {
             http: &self.http,

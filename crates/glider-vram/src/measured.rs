@@ -24,6 +24,8 @@ pub struct ModelCost {
 pub struct Measured {
     path: Option<PathBuf>,
     models: BTreeMap<String, ModelCost>,
+    /// Changed since the last [`Measured::save`].
+    dirty: bool,
 }
 
 /// The key a model's measurements (and reservations) are kept under: Ollama's name
@@ -54,6 +56,7 @@ impl Measured {
         Measured {
             path: Some(path),
             models,
+            dirty: false,
         }
     }
 
@@ -65,24 +68,29 @@ impl Measured {
         &self.models
     }
 
-    /// Note a model's memory as seen loaded; saved when it changed.
+    /// Note a model's memory as seen loaded (kept at the next [`Measured::save`]).
     pub fn saw_memory(&mut self, key: &str, memory_mib: u64) {
         let cost = self.models.entry(key.to_owned()).or_default();
         if cost.memory_mib != Some(memory_mib) {
             cost.memory_mib = Some(memory_mib);
-            self.save();
+            self.dirty = true;
         }
     }
 
-    /// Note a measured load.
+    /// Note a measured load (kept at the next [`Measured::save`]).
     pub fn loaded(&mut self, key: &str, secs: f64) {
         let cost = self.models.entry(key.to_owned()).or_default();
         cost.load_secs = Some(secs);
         cost.loads += 1;
-        self.save();
+        self.dirty = true;
     }
 
-    fn save(&self) {
+    /// Write what changed since the last save: once per plan, however many
+    /// measurements it noted.
+    pub fn save(&mut self) {
+        if !std::mem::take(&mut self.dirty) {
+            return;
+        }
         let Some(path) = &self.path else { return };
         let result = serde_json::to_vec_pretty(&self.models)
             .map_err(std::io::Error::other)
@@ -108,6 +116,7 @@ mod tests {
         let mut measured = Measured::open(Some(dir.path()));
         measured.saw_memory(&key("ollama", "a"), 4445);
         measured.loaded(&key("ollama", "a:latest"), 2.5);
+        measured.save();
         let again = Measured::open(Some(dir.path()));
         assert_eq!(
             again.get("ollama/a:latest"),
