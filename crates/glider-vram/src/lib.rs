@@ -164,9 +164,9 @@ impl Vram {
     /// Find the GPUs as `config.monitor` says, and read the measurements kept under
     /// `home/vram` (none kept without a home). Samples once before returning.
     pub fn new(config: &VramConfig, home: Option<&Path>) -> Arc<Vram> {
-        let (monitor, detected) = monitor::detect(config.monitor, &config.nvidia_smi);
+        let (monitor, detected, first) = monitor::detect(config.monitor, &config.nvidia_smi);
         tracing::info!(monitor = monitor.source(), detected = %detected, "VRAM monitor");
-        Vram::with_monitor(monitor, detected, home)
+        Vram::build(monitor, detected, home, first)
     }
 
     /// Over a given monitor (a fake one in tests).
@@ -174,6 +174,16 @@ impl Vram {
         monitor: Box<dyn Monitor>,
         detected: String,
         home: Option<&Path>,
+    ) -> Arc<Vram> {
+        Vram::build(monitor, detected, home, None)
+    }
+
+    /// Over `monitor`, starting from `first` when detection already sampled.
+    fn build(
+        monitor: Box<dyn Monitor>,
+        detected: String,
+        home: Option<&Path>,
+        first: Option<monitor::Sampled>,
     ) -> Arc<Vram> {
         let vram = Vram {
             gpu: Mutex::new(GpuState {
@@ -190,12 +200,15 @@ impl Vram {
             events: broadcast::channel(64).0,
             http: reqwest::Client::new(),
         };
-        vram.take_sample();
+        vram.record_sample(first.unwrap_or_else(|| vram.monitor.sample()));
         Arc::new(vram)
     }
 
     fn take_sample(&self) -> GpuState {
-        let sampled = self.monitor.sample();
+        self.record_sample(self.monitor.sample())
+    }
+
+    fn record_sample(&self, sampled: monitor::Sampled) -> GpuState {
         let mut gpu = lock(&self.gpu);
         match sampled {
             Ok(gpus) => {
@@ -218,18 +231,26 @@ impl Vram {
         state
     }
 
-    /// Sample every `interval()` until the last other handle is dropped; a machine with
-    /// no GPU is not sampled again.
-    pub fn spawn_sampler(self: &Arc<Self>, interval: impl Fn() -> Duration + Send + 'static) {
+    /// Sample every `vram.sample_interval_secs` of `settings()` (read each time, so a
+    /// reload takes effect) until the last other handle is dropped, skipping the
+    /// samples while `vram.enabled` is false; a machine with no GPU is not sampled
+    /// again. The interval is valid: `VramConfig::problems` rejects one under 0.1s.
+    pub fn spawn_sampler(
+        self: &Arc<Self>,
+        settings: impl Fn() -> Arc<glider_config::Config> + Send + 'static,
+    ) {
         if self.monitor.source() == "none" {
             return;
         }
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(interval()).await;
+                let interval = settings().vram.sample_interval_secs;
+                tokio::time::sleep(Duration::from_secs_f64(interval)).await;
                 let Some(vram) = weak.upgrade() else { return };
-                vram.sample().await;
+                if settings().vram.enabled {
+                    vram.sample().await;
+                }
             }
         });
     }

@@ -198,36 +198,51 @@ pub fn parse_nvidia_smi(text: &str) -> Result<Vec<GpuSample>, String> {
     Ok(gpus)
 }
 
+/// A GPU sample: every GPU, or why they could not be read.
+pub type Sampled = Result<Vec<GpuSample>, String>;
+
 /// The monitor `kind` asks for. `auto` tries NVML, then `nvidia-smi`, and settles for
-/// [`NoGpu`] when neither finds a GPU; the second value says what was tried.
-pub fn detect(kind: MonitorKind, nvidia_smi: &str) -> (Box<dyn Monitor>, String) {
+/// [`NoGpu`] when neither finds a GPU; the second value says what was tried, the third
+/// is the sample `auto` took to decide (`None` where it took none), so the GPUs are not
+/// read twice at start.
+pub fn detect(kind: MonitorKind, nvidia_smi: &str) -> (Box<dyn Monitor>, String, Option<Sampled>) {
     let smi = || NvidiaSmiMonitor::new(nvidia_smi);
-    let found = |monitor: &dyn Monitor| monitor.sample().map(|gpus| !gpus.is_empty());
     match kind {
-        MonitorKind::None => (Box::new(NoGpu), "vram.monitor: none".into()),
+        MonitorKind::None => (Box::new(NoGpu), "vram.monitor: none".into(), None),
         MonitorKind::Nvml => match NvmlMonitor::load() {
-            Ok(nvml) => (Box::new(nvml), "NVML".into()),
-            Err(e) => (Box::new(NoGpu), format!("no GPU: {e}")),
+            Ok(nvml) => (Box::new(nvml), "NVML".into(), None),
+            Err(e) => (Box::new(NoGpu), format!("no GPU: {e}"), None),
         },
-        MonitorKind::NvidiaSmi => (Box::new(smi()), "nvidia-smi".into()),
+        MonitorKind::NvidiaSmi => (Box::new(smi()), "nvidia-smi".into(), None),
         MonitorKind::Auto => {
             let nvml = NvmlMonitor::load();
             let nvml_said = match nvml {
-                Ok(nvml) => match found(&nvml) {
-                    Ok(true) => return (Box::new(nvml), "NVML".into()),
-                    Ok(false) => "NVML sees no GPU".to_owned(),
+                Ok(nvml) => match nvml.sample() {
+                    Ok(gpus) if !gpus.is_empty() => {
+                        return (Box::new(nvml), "NVML".into(), Some(Ok(gpus)));
+                    }
+                    Ok(_) => "NVML sees no GPU".to_owned(),
                     Err(e) => e,
                 },
                 Err(e) => e,
             };
             let smi = smi();
-            match found(&smi) {
-                Ok(true) => (Box::new(smi), format!("nvidia-smi ({nvml_said})")),
-                Ok(false) => (
+            match smi.sample() {
+                Ok(gpus) if !gpus.is_empty() => (
+                    Box::new(smi),
+                    format!("nvidia-smi ({nvml_said})"),
+                    Some(Ok(gpus)),
+                ),
+                Ok(_) => (
                     Box::new(NoGpu),
                     format!("no GPU ({nvml_said}; nvidia-smi lists none)"),
+                    Some(Ok(Vec::new())),
                 ),
-                Err(e) => (Box::new(NoGpu), format!("no GPU ({nvml_said}; {e})")),
+                Err(e) => (
+                    Box::new(NoGpu),
+                    format!("no GPU ({nvml_said}; {e})"),
+                    Some(Ok(Vec::new())),
+                ),
             }
         }
     }
@@ -298,7 +313,7 @@ mod tests {
 
     #[test]
     fn without_nvml_or_nvidia_smi_auto_finds_no_gpu_and_samples_nothing() {
-        let (monitor, why) = detect(MonitorKind::Auto, "/nonexistent/nvidia-smi");
+        let (monitor, why, _) = detect(MonitorKind::Auto, "/nonexistent/nvidia-smi");
         if NvmlMonitor::load().is_ok_and(|nvml| nvml.sample().is_ok_and(|g| !g.is_empty())) {
             // A machine with a real GPU: auto must have found it.
             assert_eq!(monitor.source(), "nvml", "{why}");

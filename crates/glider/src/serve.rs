@@ -77,13 +77,12 @@ pub fn start_delegation(
 }
 
 /// GPU memory for local models (docs/vram.md): find the GPUs, read the measured load
-/// costs under `home/vram`, sample every `vram.sample_interval_secs` (as reloaded).
+/// costs under `home/vram`, sample every `vram.sample_interval_secs` while
+/// `vram.enabled` (both as reloaded).
 pub fn start_vram(engine: &Arc<Engine>, handle: &ConfigHandle, home: &Path) {
     let vram = glider_vram::Vram::new(&handle.snapshot().vram, Some(home));
     let config = handle.clone();
-    vram.spawn_sampler(move || {
-        std::time::Duration::from_secs_f64(config.snapshot().vram.sample_interval_secs.max(0.1))
-    });
+    vram.spawn_sampler(move || config.snapshot());
     if engine.attach_vram(vram).is_err() {
         tracing::warn!("VRAM state was already attached");
     }
