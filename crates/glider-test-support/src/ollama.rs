@@ -230,10 +230,10 @@ pub(crate) async fn handle(ctx: Ctx<'_>) -> Response {
         .map_or(&[], Vec::as_slice);
     if messages.is_empty() {
         let reason = if keep_alive_zero(body) {
-            state.unload(model, normalize);
+            state.unload(model);
             "unload"
         } else {
-            if let Err(e) = state.load(model, normalize).await {
+            if let Err(e) = state.load(model).await {
                 return error(500, &e);
             }
             "load"
@@ -263,8 +263,8 @@ pub(crate) async fn handle(ctx: Ctx<'_>) -> Response {
         }
     }
     let conv = conversation(body, messages);
-    let busy = state.busy(model, normalize);
-    if let Err(e) = state.load(model, normalize).await {
+    let busy = state.busy(model);
+    if let Err(e) = state.load(model).await {
         return error(500, &e);
     }
     let reply = state.plan(&conv, thinking);
@@ -348,7 +348,7 @@ fn model_entry(state: &MockState, name: &str) -> Value {
         "name": name,
         "model": name,
         "modified_at": "2025-01-01T00:00:00Z",
-        "size": state.memory_mib(&name, normalize) * MIB,
+        "size": state.memory_mib(&name) * MIB,
         "digest": digest(&name),
         "details": {
             "parent_model": "",
@@ -396,10 +396,7 @@ pub(crate) async fn ps(State(state): State<Arc<MockState>>, _inc: Incoming) -> R
             if let Some(obj) = entry.as_object_mut() {
                 obj.remove("modified_at");
                 obj.insert("expires_at".into(), json!(expires));
-                obj.insert(
-                    "size_vram".into(),
-                    json!(state.memory_mib(m, normalize) * MIB),
-                );
+                obj.insert("size_vram".into(), json!(state.memory_mib(m) * MIB));
                 obj.insert(
                     "context_length".into(),
                     json!(state.config.context_window.unwrap_or(4096)),

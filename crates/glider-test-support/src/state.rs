@@ -2,6 +2,7 @@
 //! current failure mode, open-stream accounting, warm (loaded) models with their memory
 //! on a fake GPU, and id counters.
 
+use crate::ollama::normalize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -157,7 +158,7 @@ impl MockState {
     }
 
     /// MiB `model` takes once loaded (Ollama's `size_vram`).
-    pub fn memory_mib(&self, model: &str, normalize: fn(&str) -> String) -> u64 {
+    pub fn memory_mib(&self, model: &str) -> u64 {
         let wanted = normalize(model);
         self.config
             .model_memory_mib
@@ -169,21 +170,21 @@ impl MockState {
     /// Load `model` as Ollama does: already loaded, it becomes the most recently used;
     /// otherwise, on a GPU of `gpu_total_mib`, the least recently used idle models are
     /// evicted until it fits (a busy one never is), and the load takes `load_delay`.
-    /// Whether it was loaded now, or why it cannot be.
-    pub async fn load(&self, model: &str, normalize: fn(&str) -> String) -> Result<bool, String> {
+    /// Why it cannot be loaded, when it cannot.
+    pub async fn load(&self, model: &str) -> Result<(), String> {
         let wanted = normalize(model);
         {
             let mut warm = lock(&self.warm);
             if let Some(at) = warm.iter().position(|m| normalize(m) == wanted) {
                 let name = warm.remove(at);
                 warm.push(name);
-                return Ok(false);
+                return Ok(());
             }
             if let Some(total) = self.config.gpu_total_mib {
-                let need = self.memory_mib(model, normalize);
+                let need = self.memory_mib(model);
                 let busy = lock(&self.busy);
                 loop {
-                    let used: u64 = warm.iter().map(|m| self.memory_mib(m, normalize)).sum();
+                    let used: u64 = warm.iter().map(|m| self.memory_mib(m)).sum();
                     if used + need <= total {
                         break;
                     }
@@ -206,11 +207,11 @@ impl MockState {
             return Err("shutting down".into());
         }
         self.mark_warm(&wanted);
-        Ok(true)
+        Ok(())
     }
 
     /// Keep `model` busy until the guard is dropped.
-    pub fn busy(self: &Arc<Self>, model: &str, normalize: fn(&str) -> String) -> ModelBusy {
+    pub fn busy(self: &Arc<Self>, model: &str) -> ModelBusy {
         let model = normalize(model);
         *lock(&self.busy).entry(model.clone()).or_default() += 1;
         ModelBusy {
@@ -219,7 +220,7 @@ impl MockState {
         }
     }
 
-    pub fn unload(&self, model: &str, normalize: fn(&str) -> String) {
+    pub fn unload(&self, model: &str) {
         let wanted = normalize(model);
         lock(&self.warm).retain(|m| normalize(m) != wanted);
     }

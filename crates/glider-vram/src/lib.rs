@@ -325,9 +325,9 @@ impl Vram {
         let total: u64 = gpus.iter().map(|g| g.total_mib).sum();
         let used: u64 = gpus.iter().map(|g| g.used_mib).sum();
         let models: u64 = loaded.iter().map(|m| m.memory_mib).sum();
-        let others = used.saturating_sub(models);
         Room {
-            free_mib: total.saturating_sub(others).saturating_sub(models),
+            // total − (others + models), where others = used − models (never below 0).
+            free_mib: total.saturating_sub(used.max(models)),
             headroom_mib: config.headroom_mib,
             held_mib: self.held_mib(config, backend, loaded),
             max_loaded: config.max_loaded,

@@ -64,10 +64,6 @@ impl Measured {
         self.models.get(key).cloned().unwrap_or_default()
     }
 
-    pub fn all(&self) -> &BTreeMap<String, ModelCost> {
-        &self.models
-    }
-
     /// Note a model's memory as seen loaded (kept at the next [`Measured::save`]).
     pub fn saw_memory(&mut self, key: &str, memory_mib: u64) {
         let cost = self.models.entry(key.to_owned()).or_default();
@@ -127,6 +123,6 @@ mod tests {
             }
         );
         std::fs::write(dir.path().join("measured.json"), b"{not json").expect("write");
-        assert!(Measured::open(Some(dir.path())).all().is_empty());
+        assert!(Measured::open(Some(dir.path())).models.is_empty());
     }
 }

@@ -41,12 +41,6 @@ pub struct Reservation {
     key: String,
 }
 
-impl Reservation {
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-}
-
 impl Drop for Reservation {
     fn drop(&mut self) {
         let mut counts = self.owner.counts();
