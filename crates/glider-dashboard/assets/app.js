@@ -99,11 +99,16 @@ async function loadBackends() {
 
 // ---- GPU memory (/api/vram) ------------------------------------------------------
 
-function renderVram(v) {
-  const gpus = (v.gpu && v.gpu.gpus) || [];
+// The GPU line, from /api/vram's `gpu` or a `sample` event (the same fields).
+function renderGpus(gpu) {
+  const gpus = (gpu && gpu.gpus) || [];
   $("vram-gpus").textContent = gpus.length
-    ? gpus.map((g) => `GPU ${g.index}: ${g.used_mib} / ${g.total_mib} MiB used, ${g.total_mib - g.used_mib} free` + (g.utilization_pct === null ? "" : `, ${g.utilization_pct}% busy`)).join(" · ") + ` (${v.gpu.source})`
-    : `no GPU (${(v.gpu && v.gpu.detected) || "none"}): VRAM rules step aside`;
+    ? gpus.map((g) => `GPU ${g.index}: ${g.used_mib} / ${g.total_mib} MiB used, ${g.total_mib - g.used_mib} free` + (g.utilization_pct === null ? "" : `, ${g.utilization_pct}% busy`)).join(" · ") + ` (${gpu.source})`
+    : `no GPU (${(gpu && gpu.detected) || "none"}): VRAM rules step aside`;
+}
+
+function renderVram(v) {
+  renderGpus(v.gpu);
   const body = $("vram").tBodies[0];
   body.replaceChildren();
   for (const m of v.models || []) {
@@ -678,7 +683,9 @@ function onEvent(event) {
       break;
     }
     case "vram":
-      if (event.event !== "sample" || state.view === "overview") loadVram().catch(showError);
+      // A sample carries the GPUs itself; a plan, load or unload changes the models.
+      if (event.event === "sample") renderGpus(event);
+      else loadVram().catch(showError);
       break;
     case "config_reloaded":
       loadConfig().catch(showError);

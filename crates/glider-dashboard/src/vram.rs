@@ -13,6 +13,8 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::Shared;
+use crate::collector::broadcast_event;
+use crate::ws::WsEvent;
 
 /// `GET /api/vram`
 pub async fn view(State(shared): State<Arc<Shared>>) -> Response {
@@ -35,18 +37,7 @@ pub fn spawn_forward(shared: &Arc<Shared>) -> Option<tokio::task::JoinHandle<()>
         loop {
             tokio::select! {
                 event = events.recv() => match event {
-                    Ok(event) => {
-                        if shared.hub.receiver_count() == 0 {
-                            continue;
-                        }
-                        let mut value = json!({"type": "vram"});
-                        if let (Some(out), Ok(serde_json::Value::Object(fields))) =
-                            (value.as_object_mut(), serde_json::to_value(&event))
-                        {
-                            out.extend(fields);
-                        }
-                        let _ = shared.hub.send(value.to_string().into());
-                    }
+                    Ok(event) => broadcast_event(&shared, &WsEvent::Vram { event: &event }),
                     Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => return,
                 },
@@ -156,4 +147,32 @@ pub fn with_gauges(mut text: String, shared: &Shared) -> String {
         None => text.push_str(&out),
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use glider_vram::{GpuState, VramEvent};
+
+    #[test]
+    fn a_vram_event_on_ws_is_its_own_fields_under_type_vram() {
+        let unloaded = VramEvent::Unloaded {
+            backend: "local".into(),
+            model: "big".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(WsEvent::Vram { event: &unloaded }).expect("json"),
+            json!({"type": "vram", "event": "unloaded", "backend": "local", "model": "big"})
+        );
+        let sample = VramEvent::Sample(GpuState {
+            source: "nvidia-smi",
+            sampled_at_ms: 7,
+            ..GpuState::default()
+        });
+        assert_eq!(
+            serde_json::to_value(WsEvent::Vram { event: &sample }).expect("json"),
+            json!({"type": "vram", "event": "sample", "source": "nvidia-smi", "detected": "",
+                   "gpus": [], "error": null, "sampled_at_ms": 7})
+        );
+    }
 }

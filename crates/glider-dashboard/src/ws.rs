@@ -50,6 +50,11 @@ pub enum WsEvent<'a> {
         change: &'static str,
         summary: Option<&'a glider_context::SessionRow>,
     },
+    /// A GPU sample, an eviction plan, a load or an unload (`event` names which).
+    Vram {
+        #[serde(flatten)]
+        event: &'a glider_vram::VramEvent,
+    },
     /// Events were lost: `source` `ws` (this socket was too slow) or `bus` (the
     /// dashboard itself fell behind the pipeline). `total` counts since the socket (ws)
     /// or the process (bus) began.
