@@ -220,31 +220,37 @@ impl LiveSessions {
         self.publish(&touched, &gone);
     }
 
-    /// `live` was folded from the database at start by [`preload`]. Held already (an
-    /// event of the session came first, and the writer loaded it whole), or no room
-    /// left: nothing to do. Events deleted since it was read (a forget, retention)
-    /// make it read again; none left, it is dropped.
-    pub(crate) fn preloaded(&mut self, conn: &Connection, session: String, live: Live) {
-        if self.sessions.contains_key(&session) || self.sessions.len() >= MAX_LIVE_SESSIONS {
-            return;
-        }
-        let live = match store::last_id(conn, &session) {
-            Ok(Some(id)) if id == live.last_id => live,
-            Ok(Some(_)) => match load(conn, &session) {
-                Ok(live) => live,
-                Err(error) => {
-                    tracing::warn!(%error, "context: cannot load a session's record");
-                    return;
-                }
-            },
-            Ok(None) => return,
-            Err(error) => {
-                tracing::warn!(%error, "context: cannot check a preloaded session");
-                return;
+    /// `batch` was folded from the database at start by [`preload`]. A session held
+    /// already (an event of it came first, and the writer loaded it whole), or one
+    /// past the room left, is passed over. Events deleted since it was read (a forget,
+    /// retention) make it read again; none left, it is dropped. The records of those
+    /// taken are published together, in one swap of the map.
+    pub(crate) fn preloaded(&mut self, conn: &Connection, batch: Vec<(String, Live)>) {
+        let mut admitted = Vec::new();
+        for (session, live) in batch {
+            if self.sessions.contains_key(&session) || self.sessions.len() >= MAX_LIVE_SESSIONS
+            {
+                continue;
             }
-        };
-        self.admit(&session, live);
-        self.publish(&[session], &[]);
+            let live = match store::last_id(conn, &session) {
+                Ok(Some(id)) if id == live.last_id => live,
+                Ok(Some(_)) => match load(conn, &session) {
+                    Ok(live) => live,
+                    Err(error) => {
+                        tracing::warn!(%error, "context: cannot load a session's record");
+                        continue;
+                    }
+                },
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, "context: cannot check a preloaded session");
+                    continue;
+                }
+            };
+            self.admit(&session, live);
+            admitted.push(session);
+        }
+        self.publish(&admitted, &[]);
     }
 
     fn admit(&mut self, session: &str, live: Live) {
@@ -301,11 +307,14 @@ fn load(conn: &Connection, session: &str) -> Result<Live, StoreError> {
 
 /// At start: fold the `limit` most recently active sessions of the database in `dir`
 /// (its own connection, off the writer's thread and the request path) and hand each
-/// to `deliver`, newest first, until it refuses one or `closing` is set.
+/// to `deliver`, newest first, until it refuses one or `closing` is set. A session
+/// whose record the writer publishes in `held` already (an event of it came first) is
+/// not read: the writer would pass it over.
 pub(crate) fn preload(
     dir: &Path,
     limit: usize,
     closing: &AtomicBool,
+    held: &RecordCache,
     mut deliver: impl FnMut(String, Live) -> bool,
 ) {
     let began = Instant::now();
@@ -317,6 +326,9 @@ pub(crate) fn preload(
         for session in store::recent_sessions(&conn, limit)? {
             if closing.load(Ordering::Relaxed) {
                 break;
+            }
+            if held.get(&session).is_some() {
+                continue;
             }
             let live = load(&conn, &session)?;
             if !deliver(session, live) {
