@@ -80,10 +80,9 @@ pub(crate) struct LiveSessions {
     /// The connection's `data_version` when last checked: another connection (a
     /// forget) committed when it changed.
     data_version: i64,
-    /// Sessions folded whose record is not rebuilt yet, and since when the oldest
-    /// waits ([`LiveSessions::committed`]).
-    deferred: Vec<String>,
-    deferred_since: Option<Instant>,
+    /// Since when the oldest waits, and the sessions folded whose record is not
+    /// rebuilt yet ([`LiveSessions::committed`]); `None` when none waits.
+    deferred: Option<(Instant, Vec<String>)>,
 }
 
 impl LiveSessions {
@@ -94,8 +93,7 @@ impl LiveSessions {
             max_tokens,
             tick: 0,
             data_version: store::data_version(conn).unwrap_or(0),
-            deferred: Vec::new(),
-            deferred_since: None,
+            deferred: None,
         }
     }
 
@@ -146,19 +144,21 @@ impl LiveSessions {
                 list.push(session.to_owned());
             }
         }
-        self.deferred.retain(|s| !touched.contains(s));
+        let (since, mut waiting) = self
+            .deferred
+            .take()
+            .unwrap_or_else(|| (Instant::now(), Vec::new()));
+        waiting.retain(|s| !touched.contains(s));
         for session in deferred {
-            if !touched.contains(&session) && !self.deferred.contains(&session) {
-                self.deferred.push(session);
+            if !touched.contains(&session) && !waiting.contains(&session) {
+                waiting.push(session);
             }
         }
-        if self.deferred.is_empty() {
-            self.deferred_since = None;
-        } else {
-            let since = *self.deferred_since.get_or_insert_with(Instant::now);
+        if !waiting.is_empty() {
             if since.elapsed() >= DEFER_REQUEST_ONLY {
-                touched.append(&mut self.deferred);
-                self.deferred_since = None;
+                touched.append(&mut waiting);
+            } else {
+                self.deferred = Some((since, waiting));
             }
         }
         self.publish(&touched, &[]);
@@ -166,14 +166,14 @@ impl LiveSessions {
 
     /// Whether a deferred record waits to be rebuilt.
     pub(crate) fn has_deferred(&self) -> bool {
-        !self.deferred.is_empty()
+        self.deferred.is_some()
     }
 
     /// Rebuild the records whose rebuilding was deferred.
     pub(crate) fn publish_deferred(&mut self) {
-        let deferred = std::mem::take(&mut self.deferred);
-        self.deferred_since = None;
-        self.publish(&deferred, &[]);
+        if let Some((_, deferred)) = self.deferred.take() {
+            self.publish(&deferred, &[]);
+        }
     }
 
     /// Periodically: if another connection changed the database (a forget: the
