@@ -796,7 +796,7 @@ mod tests {
             Some("glider-budget"),
             "its reply is folded onto the same step"
         );
-        assert_eq!(crate::BudgetView::of_graph(&graph).stops, 1);
+        assert_eq!(crate::BudgetView::of_graph(&graph, 0).stops, 1);
         // Fed one event at a time, the fold is the same as over the whole log.
         let mut folder = Folder::new("s");
         for stored in &s.events {

@@ -130,6 +130,42 @@ pub struct SessionView {
     pub budget: BudgetView,
 }
 
+impl SessionView {
+    /// `session` folded from its `events` (oldest first), its record rendered within
+    /// `record_max_tokens`, with no live state; `None` when there are none.
+    pub fn of_events(
+        session: &str,
+        events: &[store::Stored],
+        record_max_tokens: u64,
+    ) -> Option<SessionView> {
+        let (first, last) = (events.first()?, events.last()?);
+        let summary = SessionRow {
+            session: session.to_owned(),
+            first_ms: first.event.at_ms,
+            last_ms: last.event.at_ms,
+            events: events.len() as u64,
+            requests: events
+                .iter()
+                .filter(|e| matches!(e.event.body, event::EventBody::Request(_)))
+                .count() as u64,
+        };
+        let graph = graph::fold(session, events);
+        let record = ContinuityRecord::of_graph(&graph);
+        let text = record.render(record_max_tokens);
+        let budget = BudgetView::of_graph(&graph, summary.requests);
+        Some(SessionView {
+            summary,
+            budget,
+            graph,
+            record: RecordView {
+                record,
+                text,
+                live: None,
+            },
+        })
+    }
+}
+
 /// What a session spent, as its log shows it, and the running engine's own budget
 /// state (contextkit's, which the turn budget and the loop guard are applied to).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -149,14 +185,15 @@ pub struct BudgetView {
 }
 
 impl BudgetView {
-    /// The spend `graph` shows (no live state).
-    pub fn of_graph(graph: &SessionGraph) -> BudgetView {
+    /// The spend `graph` shows (no live state), for a session whose log holds
+    /// `requests` request events (each is one step of the graph).
+    pub fn of_graph(graph: &SessionGraph, requests: u64) -> BudgetView {
         let steps = || graph.episodes.iter().flat_map(|e| &e.steps);
         let answered = steps().filter(|s| s.backend.is_some()).count();
         let local = steps().filter(|s| s.local == Some(true)).count();
         let newest = graph.episodes.last();
         BudgetView {
-            requests: steps().count() as u64,
+            requests,
             episode: newest.map(|e| e.family.clone()),
             episode_requests: newest.map_or(0, |e| e.steps.len() as u64),
             local_share: if answered == 0 {
@@ -226,37 +263,21 @@ impl Reader {
             return Ok(None);
         };
         let events = store::events(&conn, Some(session))?;
-        let (Some(first), Some(last)) = (events.first(), events.last()) else {
+        let Some(mut view) = SessionView::of_events(session, &events, self.record_max_tokens)
+        else {
             return Ok(None);
         };
-        let summary = SessionRow {
-            session: session.to_owned(),
-            first_ms: first.event.at_ms,
-            last_ms: last.event.at_ms,
-            events: events.len() as u64,
-            requests: events
-                .iter()
-                .filter(|e| matches!(e.event.body, event::EventBody::Request(_)))
-                .count() as u64,
-        };
-        let graph = graph::fold(session, &events);
-        let record = ContinuityRecord::of_graph(&graph);
-        let text = record.render(self.record_max_tokens);
-        let budget = BudgetView::of_graph(&graph);
-        Ok(Some(SessionView {
-            summary,
-            budget,
-            graph,
-            record: RecordView {
-                record,
-                text,
-                live: self
-                    .live
-                    .as_ref()
-                    .and_then(|cache| cache.get(session))
-                    .map(|held| held.to_string()),
-            },
-        }))
+        view.record.live = self
+            .live
+            .as_ref()
+            .and_then(|cache| cache.get(session))
+            .map(|held| held.to_string());
+        Ok(Some(view))
+    }
+
+    /// The budget records are rendered within (`context.record_max_tokens`).
+    pub fn record_max_tokens(&self) -> u64 {
+        self.record_max_tokens
     }
 
     /// A session's events as stored, oldest first (`glider context export`).

@@ -80,10 +80,9 @@ pub(crate) struct LiveSessions {
     /// The connection's `data_version` when last checked: another connection (a
     /// forget) committed when it changed.
     data_version: i64,
-    /// Sessions folded whose record is not rebuilt yet, and since when the oldest
-    /// waits ([`LiveSessions::committed`]).
-    deferred: Vec<String>,
-    deferred_since: Option<Instant>,
+    /// Since when the oldest waits, and the sessions folded whose record is not
+    /// rebuilt yet ([`LiveSessions::committed`]); `None` when none waits.
+    deferred: Option<(Instant, Vec<String>)>,
 }
 
 impl LiveSessions {
@@ -94,8 +93,7 @@ impl LiveSessions {
             max_tokens,
             tick: 0,
             data_version: store::data_version(conn).unwrap_or(0),
-            deferred: Vec::new(),
-            deferred_since: None,
+            deferred: None,
         }
     }
 
@@ -146,19 +144,21 @@ impl LiveSessions {
                 list.push(session.to_owned());
             }
         }
-        self.deferred.retain(|s| !touched.contains(s));
+        let (since, mut waiting) = self
+            .deferred
+            .take()
+            .unwrap_or_else(|| (Instant::now(), Vec::new()));
+        waiting.retain(|s| !touched.contains(s));
         for session in deferred {
-            if !touched.contains(&session) && !self.deferred.contains(&session) {
-                self.deferred.push(session);
+            if !touched.contains(&session) && !waiting.contains(&session) {
+                waiting.push(session);
             }
         }
-        if self.deferred.is_empty() {
-            self.deferred_since = None;
-        } else {
-            let since = *self.deferred_since.get_or_insert_with(Instant::now);
+        if !waiting.is_empty() {
             if since.elapsed() >= DEFER_REQUEST_ONLY {
-                touched.append(&mut self.deferred);
-                self.deferred_since = None;
+                touched.append(&mut waiting);
+            } else {
+                self.deferred = Some((since, waiting));
             }
         }
         self.publish(&touched, &[]);
@@ -166,14 +166,14 @@ impl LiveSessions {
 
     /// Whether a deferred record waits to be rebuilt.
     pub(crate) fn has_deferred(&self) -> bool {
-        !self.deferred.is_empty()
+        self.deferred.is_some()
     }
 
     /// Rebuild the records whose rebuilding was deferred.
     pub(crate) fn publish_deferred(&mut self) {
-        let deferred = std::mem::take(&mut self.deferred);
-        self.deferred_since = None;
-        self.publish(&deferred, &[]);
+        if let Some((_, deferred)) = self.deferred.take() {
+            self.publish(&deferred, &[]);
+        }
     }
 
     /// Periodically: if another connection changed the database (a forget: the
@@ -220,31 +220,37 @@ impl LiveSessions {
         self.publish(&touched, &gone);
     }
 
-    /// `live` was folded from the database at start by [`preload`]. Held already (an
-    /// event of the session came first, and the writer loaded it whole), or no room
-    /// left: nothing to do. Events deleted since it was read (a forget, retention)
-    /// make it read again; none left, it is dropped.
-    pub(crate) fn preloaded(&mut self, conn: &Connection, session: String, live: Live) {
-        if self.sessions.contains_key(&session) || self.sessions.len() >= MAX_LIVE_SESSIONS {
-            return;
-        }
-        let live = match store::last_id(conn, &session) {
-            Ok(Some(id)) if id == live.last_id => live,
-            Ok(Some(_)) => match load(conn, &session) {
-                Ok(live) => live,
-                Err(error) => {
-                    tracing::warn!(%error, "context: cannot load a session's record");
-                    return;
-                }
-            },
-            Ok(None) => return,
-            Err(error) => {
-                tracing::warn!(%error, "context: cannot check a preloaded session");
-                return;
+    /// `batch` was folded from the database at start by [`preload`]. A session held
+    /// already (an event of it came first, and the writer loaded it whole), or one
+    /// past the room left, is passed over. Events deleted since it was read (a forget,
+    /// retention) make it read again; none left, it is dropped. The records of those
+    /// taken are published together, in one swap of the map.
+    pub(crate) fn preloaded(&mut self, conn: &Connection, batch: Vec<(String, Live)>) {
+        let mut admitted = Vec::new();
+        for (session, live) in batch {
+            if self.sessions.contains_key(&session) || self.sessions.len() >= MAX_LIVE_SESSIONS
+            {
+                continue;
             }
-        };
-        self.admit(&session, live);
-        self.publish(&[session], &[]);
+            let live = match store::last_id(conn, &session) {
+                Ok(Some(id)) if id == live.last_id => live,
+                Ok(Some(_)) => match load(conn, &session) {
+                    Ok(live) => live,
+                    Err(error) => {
+                        tracing::warn!(%error, "context: cannot load a session's record");
+                        continue;
+                    }
+                },
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, "context: cannot check a preloaded session");
+                    continue;
+                }
+            };
+            self.admit(&session, live);
+            admitted.push(session);
+        }
+        self.publish(&admitted, &[]);
     }
 
     fn admit(&mut self, session: &str, live: Live) {
@@ -301,11 +307,14 @@ fn load(conn: &Connection, session: &str) -> Result<Live, StoreError> {
 
 /// At start: fold the `limit` most recently active sessions of the database in `dir`
 /// (its own connection, off the writer's thread and the request path) and hand each
-/// to `deliver`, newest first, until it refuses one or `closing` is set.
+/// to `deliver`, newest first, until it refuses one or `closing` is set. A session
+/// whose record the writer publishes in `held` already (an event of it came first) is
+/// not read: the writer would pass it over.
 pub(crate) fn preload(
     dir: &Path,
     limit: usize,
     closing: &AtomicBool,
+    held: &RecordCache,
     mut deliver: impl FnMut(String, Live) -> bool,
 ) {
     let began = Instant::now();
@@ -317,6 +326,9 @@ pub(crate) fn preload(
         for session in store::recent_sessions(&conn, limit)? {
             if closing.load(Ordering::Relaxed) {
                 break;
+            }
+            if held.get(&session).is_some() {
+                continue;
             }
             let live = load(&conn, &session)?;
             if !deliver(session, live) {

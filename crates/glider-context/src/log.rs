@@ -125,14 +125,19 @@ impl ContextLog {
                 source,
             })?;
         let closing = Arc::new(AtomicBool::new(false));
-        let preload = (sender.clone(), options.dir.clone(), closing.clone());
+        let preload = (
+            sender.clone(),
+            options.dir.clone(),
+            closing.clone(),
+            records.clone(),
+        );
         // Off the request path and the writer's thread; if it cannot start, each
         // session's record is loaded on its next event as before.
         let spawned = std::thread::Builder::new()
             .name("glider-context-preload".into())
             .spawn(move || {
-                let (sender, dir, closing) = preload;
-                live::preload(&dir, MAX_LIVE_SESSIONS, &closing, |session, live| {
+                let (sender, dir, closing, held) = preload;
+                live::preload(&dir, MAX_LIVE_SESSIONS, &closing, &held, |session, live| {
                     sender
                         .send(Message::Preloaded(session, Box::new(live)))
                         .is_ok()
@@ -285,7 +290,7 @@ impl Writer {
                     rows.push((family, *event));
                 }
                 Message::Flush(done) => flushes.push(done),
-                Message::Preloaded(session, live) => preloaded.push((session, live)),
+                Message::Preloaded(session, live) => preloaded.push((session, *live)),
             }
         }
         let unreported = self.counters.unreported.swap(0, Ordering::Relaxed);
@@ -334,8 +339,8 @@ impl Writer {
             }
         }
         // After this batch's events: a session they touched is held whole already.
-        for (session, live) in preloaded {
-            self.live.preloaded(&self.conn, session, *live);
+        if !preloaded.is_empty() {
+            self.live.preloaded(&self.conn, preloaded);
         }
         if !flushes.is_empty() {
             // Everything committed so far is in the records too.

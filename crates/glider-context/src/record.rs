@@ -147,7 +147,6 @@ impl ContinuityRecord {
     pub fn render(&self, max_tokens: u64) -> String {
         let budget_bytes = (max_tokens as f64 * glider_engine::tokenizer::BYTES_PER_TOKEN) as usize;
         let mut record = self.clone();
-        record.leave_out_goals_past(budget_bytes);
         loop {
             let text = record.render_all();
             if glider_engine::tokenizer::estimate_text(&text) <= max_tokens {
@@ -155,31 +154,10 @@ impl ContinuityRecord {
             }
             let over = text.len().saturating_sub(budget_bytes).max(1);
             if !record.leave_out(over) {
-                let chars =
-                    (max_tokens as f64 * glider_engine::tokenizer::BYTES_PER_TOKEN) as usize / 2;
-                let head = prefix(&text, chars.saturating_sub(40));
+                let head = prefix(&text, (budget_bytes / 2).saturating_sub(40));
                 return format!("{head}\n… (record cut to its token budget)\n</continuity-record>");
             }
         }
-    }
-
-    /// Leave out the goals that cannot fit however much else is left out: those older
-    /// than the newest goals whose lines alone take more than `budget_bytes` (each
-    /// line is at least its trimmed text, `- ` and a newline). The one-at-a-time
-    /// leaving out would reach them too; this spares writing them first.
-    fn leave_out_goals_past(&mut self, budget_bytes: usize) {
-        let mut bytes = 0;
-        let mut fit = 0;
-        for goal in self.goals.iter().rev() {
-            bytes += goal.text.trim().len() + 3;
-            if fit > 0 && bytes > budget_bytes {
-                break;
-            }
-            fit += 1;
-        }
-        let past = self.goals.len() - fit;
-        self.goals.drain(..past);
-        self.goals_left_out += past;
     }
 
     /// Leave out the least needed items, in [`ContinuityRecord::render`]'s order,

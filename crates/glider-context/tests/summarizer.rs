@@ -242,3 +242,35 @@ async fn with_the_backend_down_the_run_is_logged_as_rejected_with_the_reason() {
         "the structural record stands"
     );
 }
+
+#[tokio::test]
+async fn a_disabled_summarizer_compacts_once_a_reload_enables_it() {
+    let narrative =
+        "The user wants the parser fixed. parse.rs was edited; `cargo test` still fails.";
+    let mock = MockVendor::start(mock_replying(narrative)).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let config = |enabled: bool| {
+        let yaml = format!(
+            "backends:\n  - {{name: local, type: ollama, base_url: '{}', models: [qwen]}}\n\
+             context: {{summarizer: {{enabled: {enabled}, idle_secs: 3600, timeout_secs: 30}}}}\n",
+            mock.base_url()
+        );
+        Config::parse(&yaml, "t").expect("valid")
+    };
+    let handle = ConfigHandle::new(config(false), None);
+    let context = Context::start(home.path(), &handle.snapshot().context)
+        .expect("starts")
+        .expect("context.enabled");
+    let _summarizer = Summarizer::start(&context, Arc::new(handle.clone())).expect("starts");
+    // The task sees it disabled and waits for a reload (a current-thread runtime:
+    // yielding runs it until it waits).
+    tokio::task::yield_now().await;
+    handle.apply(config(true));
+    // Woken by the reload, it takes activity again.
+    tokio::task::yield_now().await;
+    write_session(&context);
+
+    let first = compactions(&context, 1).await.remove(0);
+    assert!(first.accepted, "{first:?}");
+    assert_eq!(first.trigger, "episode");
+}

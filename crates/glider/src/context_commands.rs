@@ -54,12 +54,13 @@ pub fn run(action: ContextAction, home: &Path) -> anyhow::Result<String> {
                 anyhow::bail!("the context log holds no session {id:?}");
             }
             if json {
-                let graph = glider_context::graph::fold(&id, &events);
-                let record = glider_context::ContinuityRecord::of_graph(&graph);
-                let budget = glider_context::BudgetView::of_graph(&graph);
+                let view = found(
+                    SessionView::of_events(&id, &events, reader.record_max_tokens()),
+                    &id,
+                )?;
                 return Ok(serde_json::to_string_pretty(&serde_json::json!({
-                    "session": id, "events": events, "graph": graph, "record": record,
-                    "budget": budget,
+                    "session": id, "events": events, "graph": view.graph,
+                    "record": view.record.record, "budget": view.budget,
                 }))?);
             }
             let lines: Result<Vec<String>, _> = events.iter().map(serde_json::to_string).collect();

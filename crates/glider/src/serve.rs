@@ -449,6 +449,10 @@ impl glider_context::SummarizerSource for EngineBackends {
             .and_then(|engine| engine.runtime().backend(&config.name).cloned())
             .unwrap_or_else(|| glider_backend::Backend::new(config.clone()))
     }
+
+    fn reloads(&self) -> Option<tokio::sync::watch::Receiver<Arc<Config>>> {
+        self.0.upgrade().map(|engine| engine.config().subscribe())
+    }
 }
 
 /// What the dashboard reads of a running context log.

@@ -142,24 +142,39 @@ impl Conversation {
     }
 }
 
-/// Flush the log and poll until the session's record holds `episodes` finished
-/// episodes (each with its closing words) and is held for requests; the held text.
-async fn record_until(context: &Context, session: &str, episodes: usize) -> String {
+/// Flush the log and poll until `ready` gives a value (every 10 ms, 500 times); past
+/// that, panic naming `what` and the last text `ready` noted in its argument.
+async fn poll_log<T>(
+    context: &Context,
+    what: &str,
+    mut ready: impl FnMut(&mut Option<String>) -> Option<T>,
+) -> T {
     let mut last = None;
     for _ in 0..500 {
         context.log().flush();
-        if let Some(view) = context.reader().session(session).expect("reads") {
-            if view.record.record.decisions.len() == episodes
-                && let Some(held) = context.record(session)
-                && *held == view.record.text
-            {
-                return held.to_string();
-            }
-            last = Some(view.record.text);
+        if let Some(done) = ready(&mut last) {
+            return done;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("the record never got there: {last:?}");
+    panic!("{what} never got there: {last:?}");
+}
+
+/// Flush the log and poll until the session's record holds `episodes` finished
+/// episodes (each with its closing words) and is held for requests; the held text.
+async fn record_until(context: &Context, session: &str, episodes: usize) -> String {
+    poll_log(context, "the record", |last| {
+        let view = context.reader().session(session).expect("reads")?;
+        if view.record.record.decisions.len() == episodes
+            && let Some(held) = context.record(session)
+            && *held == view.record.text
+        {
+            return Some(held.to_string());
+        }
+        *last = Some(view.record.text);
+        None
+    })
+    .await
 }
 
 /// The last chat request the local backend received.
@@ -470,16 +485,15 @@ async fn a_session_over_the_local_window_goes_to_the_cloud_unless_the_user_chose
         .push(json!({"role": "assistant", "content": answer["content"].clone()}));
     // The loop's reads (in the same episode: it had no new root turn) are in the
     // record the server holds.
-    for _ in 0..500 {
-        context.log().flush();
-        if context
-            .record(session)
-            .is_some_and(|held| held.contains("- src/part11.rs: read"))
-        {
-            break;
+    poll_log(&context, "the held record with the loop's reads", |last| {
+        let held = context.record(session)?;
+        if held.contains("- src/part11.rs: read") {
+            return Some(());
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        *last = Some(held.to_string());
+        None
+    })
+    .await;
 
     // `/local` with that history behind it: the user chose the local model, and
     // bounding makes the request fit its window.

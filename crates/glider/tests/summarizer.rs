@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::serve::serve;
+use common::serve::serve_yaml;
 use glider_test_support::{Failure, MockConfig, MockVendor};
 use serde_json::{Value, json};
 
@@ -49,9 +49,7 @@ async fn requests_complete_while_a_compaction_is_held_open() {
         model.base_url(),
         summarizer.base_url()
     );
-    let config = home.path().join("glider.yaml");
-    std::fs::write(&config, yaml).expect("config");
-    let served = serve(home.path(), &config);
+    let served = serve_yaml(home.path(), &yaml);
     let gateway = served.gateway.clone();
     let client = reqwest::Client::new();
     let tools = json!([{"name": "Edit", "input_schema": {"type": "object"}}]);

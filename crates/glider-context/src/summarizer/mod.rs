@@ -18,7 +18,7 @@ use bytes::Bytes;
 use glider_backend::{Backend, UpstreamRequest};
 use glider_config::{BackendConfig, Config, ConfigHandle};
 use glider_ngl::{Dialect, Request, Role, Turn};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::event::{CompactionEvent, Event, EventBody, prefix};
@@ -44,11 +44,21 @@ pub trait SummarizerSource: Send + Sync {
     fn backend(&self, config: &BackendConfig) -> Arc<Backend> {
         Backend::new(config.clone())
     }
+    /// Told of each applied config change, when the source has such a signal: a
+    /// disabled summarizer waits on it instead of looking at the config again every
+    /// [`RECHECK_WHILE_DISABLED`] (which stays the fallback without one).
+    fn reloads(&self) -> Option<watch::Receiver<Arc<Config>>> {
+        None
+    }
 }
 
 impl SummarizerSource for ConfigHandle {
     fn config(&self) -> Arc<Config> {
         self.snapshot()
+    }
+
+    fn reloads(&self) -> Option<watch::Receiver<Arc<Config>>> {
+        Some(self.subscribe())
     }
 }
 
@@ -58,11 +68,12 @@ struct Pending {
     sessions: Mutex<HashMap<String, Waiting>>,
     wake: Notify,
     /// `context.summarizer.enabled` is false: commits are not noted (the task looks
-    /// at the config again every [`RECHECK_WHILE_DISABLED`]).
+    /// at the config again on its source's next reload).
     paused: std::sync::atomic::AtomicBool,
 }
 
-/// How often a disabled summarizer looks whether it was enabled (a hot reload).
+/// How often a disabled summarizer looks whether it was enabled (a hot reload) when
+/// its source gives no reload signal, or gives the new config a moment after it.
 const RECHECK_WHILE_DISABLED: Duration = Duration::from_secs(1);
 
 struct Waiting {
@@ -199,6 +210,7 @@ impl Summarizer {
         let worker = Worker {
             context: Arc::downgrade(context),
             reader: Reader::new(context.log().dir().to_path_buf()),
+            reloads: source.reloads(),
             source,
             pending,
             warned: None,
@@ -213,6 +225,8 @@ struct Worker {
     context: Weak<Context>,
     reader: Reader,
     source: Arc<dyn SummarizerSource>,
+    /// The source's reload signal ([`SummarizerSource::reloads`]).
+    reloads: Option<watch::Receiver<Arc<Config>>>,
     pending: Arc<Pending>,
     /// The last "cannot summarize" warning, so a standing problem is logged once.
     warned: Option<String>,
@@ -229,7 +243,7 @@ impl Worker {
                     .paused
                     .store(true, std::sync::atomic::Ordering::Relaxed);
                 self.pending.clear();
-                tokio::time::sleep(RECHECK_WHILE_DISABLED).await;
+                self.until_reloaded().await;
                 continue;
             }
             self.pending
@@ -251,6 +265,24 @@ impl Worker {
                 Next::Wait => self.pending.wake.notified().await,
             }
         }
+    }
+
+    /// Wait, disabled, for the config to change: until the source's next reload, or
+    /// [`RECHECK_WHILE_DISABLED`] without a signal. A reload that enabled the
+    /// summarizer before the source gives it (`glider serve`'s engine rebuilds its
+    /// runtime on the same signal) is looked at again after the fallback wait.
+    async fn until_reloaded(&mut self) {
+        if let Some(reloads) = &mut self.reloads {
+            let enabled = reloads.borrow().context.summarizer.enabled;
+            if !enabled {
+                if reloads.changed().await.is_ok() {
+                    return;
+                }
+                // The config's sender is gone: no reload comes any more.
+                self.reloads = None;
+            }
+        }
+        tokio::time::sleep(RECHECK_WHILE_DISABLED).await;
     }
 
     async fn compact(&mut self, config: &Config, session: &str, trigger: Trigger) {

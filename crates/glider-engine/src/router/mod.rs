@@ -509,24 +509,33 @@ impl Router<'_> {
             if tokens <= window {
                 return true;
             }
-            if let Some(fitted) = self.fitted_tokens(input, c)
-                && fitted <= window
-            {
-                fitted_in.push(format!(
-                    "{} holds {window} after fitting (~{fitted} tokens)",
-                    c.backend.name()
-                ));
-                return true;
-            }
-            if chosen_by_user
-                && let Some(bounded) = self.bounded_tokens(input, c, window)
-                && bounded <= window
-            {
-                fitted_in.push(format!(
-                    "{} holds {window} once bounded to its budget (~{bounded} tokens, context.bound_local)",
-                    c.backend.name()
-                ));
-                return true;
+            // One fitted copy serves both counts: bounding cuts the request the fit
+            // phase would send, so it is fitted once and bounded in place.
+            let bound = chosen_by_user && self.config.context.bound_local;
+            if self.config.fit.enabled || bound {
+                let mut request = self.fitted(input, c);
+                if self.config.fit.enabled {
+                    let fitted = estimate_request_tokens(&request, input.model).0;
+                    if fitted <= window {
+                        fitted_in.push(format!(
+                            "{} holds {window} after fitting (~{fitted} tokens)",
+                            c.backend.name()
+                        ));
+                        return true;
+                    }
+                }
+                if bound {
+                    // As a local model counts them: the byte ratio, no model tokenizer.
+                    bound_local_context(&mut request, &self.config.context, window);
+                    let bounded = estimate_request_tokens(&request, "").0;
+                    if bounded <= window {
+                        fitted_in.push(format!(
+                            "{} holds {window} once bounded to its budget (~{bounded} tokens, context.bound_local)",
+                            c.backend.name()
+                        ));
+                        return true;
+                    }
+                }
             }
             too_long.push(format!("{} holds {window}", c.backend.name()));
             false
@@ -565,35 +574,6 @@ impl Router<'_> {
 
     fn local_window(&self, candidate: &Candidate) -> u64 {
         local_window(self.config, candidate)
-    }
-
-    /// The request's estimated tokens once fitted to `candidate` (`None` with fitting
-    /// off: it is sent as it came).
-    fn fitted_tokens(&self, input: &RouteInput, candidate: &Candidate) -> Option<u64> {
-        if !self.config.fit.enabled {
-            return None;
-        }
-        let request = self.fitted(input, candidate);
-        Some(estimate_request_tokens(&request, input.model).0)
-    }
-
-    /// The request's estimated tokens once fitted (when on) and bounded to
-    /// `candidate`'s budget by its history's tail, as a local model counts them (`None`
-    /// with `context.bound_local` off). The bounded-context phase gives it the record
-    /// and the current episode instead when it holds one, within the same budget.
-    fn bounded_tokens(
-        &self,
-        input: &RouteInput,
-        candidate: &Candidate,
-        window: u64,
-    ) -> Option<u64> {
-        let context = &self.config.context;
-        if !context.bound_local {
-            return None;
-        }
-        let mut request = self.fitted(input, candidate);
-        bound_local_context(&mut request, context, window);
-        Some(estimate_request_tokens(&request, "").0)
     }
 
     /// The request as the fit phase sends it to `candidate` (as it came with fitting
