@@ -75,21 +75,27 @@ impl HealthCell {
     fn get(&self) -> Health {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+    /// Read and change the health under one lock: nothing cloned, and no probe's result
+    /// lands between the read and the write.
+    fn update<R>(&self, change: impl FnOnce(&mut Health) -> R) -> R {
+        change(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 impl Backend {
     /// A real request succeeded: a probe's Down is disproved (a cloud probe is not
     /// repeated for minutes, and the executor would keep trying this backend last).
+    /// Called on every successful request, so it only reads the status unless Down.
     pub(crate) fn answered(&self) {
-        let mut health = self.health.get();
-        if health.status == HealthStatus::Down {
-            health.status = HealthStatus::Up;
-            health.note = Some(format!(
-                "a request succeeded after the probe found it down ({})",
-                health.detail.take().unwrap_or_default()
-            ));
-            self.health.set(health);
-        }
+        self.health.update(|health| {
+            if health.status == HealthStatus::Down {
+                health.status = HealthStatus::Up;
+                health.note = Some(format!(
+                    "a request succeeded after the probe found it down ({})",
+                    health.detail.take().unwrap_or_default()
+                ));
+            }
+        });
     }
 
     /// The last probe's result.

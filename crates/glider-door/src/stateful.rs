@@ -90,9 +90,8 @@ pub fn prepare(store: Option<&Arc<ResponseStore>>, body: Bytes) -> Result<Prepar
 pub fn continues(body: &[u8]) -> bool {
     const KEY: &[u8] = b"\"previous_response_id\"";
     body.windows(KEY.len()).any(|w| w == KEY)
-        && head_of(body).is_some_and(|head| {
-            !matches!(head.previous_response_id, None | Some(Value::Null))
-        })
+        && head_of(body)
+            .is_some_and(|head| !matches!(head.previous_response_id, None | Some(Value::Null)))
 }
 
 /// The members of a Responses body this module reads. The rest — the tools and the
