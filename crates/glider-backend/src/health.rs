@@ -75,21 +75,27 @@ impl HealthCell {
     fn get(&self) -> Health {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+    /// Read and change the health under one lock: nothing cloned, and no probe's result
+    /// lands between the read and the write.
+    fn update<R>(&self, change: impl FnOnce(&mut Health) -> R) -> R {
+        change(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 impl Backend {
     /// A real request succeeded: a probe's Down is disproved (a cloud probe is not
     /// repeated for minutes, and the executor would keep trying this backend last).
+    /// Called on every successful request, so it only reads the status unless Down.
     pub(crate) fn answered(&self) {
-        let mut health = self.health.get();
-        if health.status == HealthStatus::Down {
-            health.status = HealthStatus::Up;
-            health.note = Some(format!(
-                "a request succeeded after the probe found it down ({})",
-                health.detail.take().unwrap_or_default()
-            ));
-            self.health.set(health);
-        }
+        self.health.update(|health| {
+            if health.status == HealthStatus::Down {
+                health.status = HealthStatus::Up;
+                health.note = Some(format!(
+                    "a request succeeded after the probe found it down ({})",
+                    health.detail.take().unwrap_or_default()
+                ));
+            }
+        });
     }
 
     /// The last probe's result.
@@ -139,7 +145,8 @@ impl Backend {
         health
     }
 
-    /// A cloud backend's model list: with its key, a 2xx proves the key; without one,
+    /// A cloud backend's model list: with its key, a 2xx proves the key (a 403 shows it
+    /// reachable, a 401 down, anything else unverified); without one,
     /// any answer below 500 proves the host, TCP and TLS (the client's credentials are
     /// checked by the vendor per request).
     async fn probe_cloud(&self) -> Health {
@@ -160,17 +167,20 @@ impl Backend {
         };
         let status = response.status();
         let keyed = self.credentials() == &crate::Credentials::Configured;
+        let unverified = |why: &str| Health {
+            status: HealthStatus::Unknown,
+            note: Some(format!(
+                "unverified: GET {path} answered HTTP {status} ({why})"
+            )),
+            ..Health::default()
+        };
         let note = match (keyed, status.as_u16()) {
             // Overloaded (529) or a failing gateway (502/503): the vendor is there but
             // said nothing about the key, so neither up nor down.
             (_, 500..) => {
-                return Health {
-                    status: HealthStatus::Unknown,
-                    note: Some(format!(
-                        "unverified: GET {path} answered HTTP {status} (the vendor is overloaded or failing; requests may still succeed)"
-                    )),
-                    ..Health::default()
-                };
+                return unverified(
+                    "the vendor is overloaded or failing; requests may still succeed",
+                );
             }
             (true, 200..=299) => format!("GET {path} accepted the configured key"),
             (true, 401) => {
@@ -182,7 +192,13 @@ impl Backend {
             (true, 403) => format!(
                 "reachable; GET {path} refused the configured key (HTTP 403): a restricted key may still be allowed to send requests"
             ),
-            (true, _) => format!("reachable; GET {path} answered HTTP {status}"),
+            // A 404 (a base_url missing its /v1), a redirect, a 429: the key was
+            // neither accepted nor rejected, so the backend is not shown up.
+            (true, _) => {
+                return unverified(
+                    "neither accepted nor refused the key; a 404 usually means base_url lacks its /v1",
+                );
+            }
             (false, _) => format!(
                 "reachable (GET {path} without a key answered HTTP {status}); requests carry the client's own credentials"
             ),
@@ -401,6 +417,40 @@ mod tests {
                 .note
                 .unwrap_or_default()
                 .contains("request succeeded")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_keyed_cloud_probe_answered_404_is_unverified_not_up() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // A vendor's answer to a path that is not there, as a base_url missing /v1 gets.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let origin = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.expect("accept");
+            let mut buf = vec![0u8; 8192];
+            let _ = stream.read(&mut buf).await;
+            let body = r#"{"error":{"message":"Not Found"}}"#;
+            let reply = format!(
+                "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(reply.as_bytes()).await.expect("reply");
+        });
+        let yaml = format!(
+            "backends:\n  - {{name: keyed, type: anthropic, base_url: 'http://127.0.0.1:{port}', api_key: sk-ant-probe, models: [m]}}\n"
+        );
+        let config = glider_config::Config::parse(&yaml, "t").expect("valid");
+        let health = Backend::new(config.backends[0].clone()).probe().await;
+        origin.await.expect("origin served");
+        assert_eq!(health.status, HealthStatus::Unknown, "{health:?}");
+        assert!(
+            health
+                .note
+                .unwrap_or_default()
+                .starts_with("unverified: GET /v1/models answered HTTP 404"),
         );
     }
 

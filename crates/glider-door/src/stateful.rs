@@ -19,6 +19,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use glider_context::{ChainError, ResponseStore, StoredResponse};
 use glider_ngl::{ApiError, Dialect, ErrorKind};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 /// The largest whole (non-streamed) reply read to be stored.
@@ -58,7 +59,7 @@ pub fn prepare(store: Option<&Arc<ResponseStore>>, body: Bytes) -> Result<Prepar
     if previous.is_none() && !(wants_store && store.is_some()) {
         return Ok(Prepared { body, store: None });
     }
-    let own_input = input_items(head.input);
+    let own_input = input_items(head.input.as_deref());
     let body = match &previous {
         Some(id) => {
             let store = store.ok_or_else(|| storage_off("previous_response_id"))?;
@@ -85,20 +86,18 @@ pub fn prepare(store: Option<&Arc<ResponseStore>>, body: Bytes) -> Result<Prepar
 
 /// Whether a Responses body continues a stored response (`previous_response_id` set).
 /// Bytes are searched first, so a body without the key (Codex's, which resends its
-/// history) is never parsed here.
+/// history) is never parsed here; one with it has only its [`Head`] read.
 pub fn continues(body: &[u8]) -> bool {
     const KEY: &[u8] = b"\"previous_response_id\"";
     body.windows(KEY.len()).any(|w| w == KEY)
-        && serde_json::from_slice::<Map<String, Value>>(body).is_ok_and(|request| {
-            !matches!(
-                request.get("previous_response_id"),
-                None | Some(Value::Null)
-            )
-        })
+        && head_of(body)
+            .is_some_and(|head| !matches!(head.previous_response_id, None | Some(Value::Null)))
 }
 
 /// The members of a Responses body this module reads. The rest — the tools and the
-/// instructions, most of a Codex turn's bytes — is skipped unparsed.
+/// instructions, most of a Codex turn's bytes — is skipped unparsed, and `input` (Codex
+/// resends its whole history there) is kept as raw text, built into values only once
+/// it is known to be needed.
 #[derive(serde::Deserialize)]
 struct Head {
     #[serde(default)]
@@ -106,7 +105,7 @@ struct Head {
     #[serde(default)]
     previous_response_id: Option<Value>,
     #[serde(default)]
-    input: Option<Value>,
+    input: Option<Box<RawValue>>,
 }
 
 /// `body`'s [`Head`], if it is a JSON object. One with a member twice (the last one
@@ -121,14 +120,17 @@ fn head_of(body: &[u8]) -> Option<Head> {
         Some(Head {
             store: whole.remove("store"),
             previous_response_id: whole.remove("previous_response_id"),
-            input: whole.remove("input"),
+            input: whole
+                .remove("input")
+                .and_then(|input| serde_json::value::to_raw_value(&input).ok()),
         })
     })
 }
 
-/// A request's `input` as items (a plain string is one user message).
-fn input_items(input: Option<Value>) -> Vec<Value> {
-    match input {
+/// A request's `input` as items (a plain string is one user message). The raw text
+/// was read from valid JSON, so it parses.
+fn input_items(input: Option<&RawValue>) -> Vec<Value> {
+    match input.and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok()) {
         Some(Value::String(text)) => vec![json!({"role": "user", "content": text})],
         Some(Value::Array(items)) => items,
         _ => Vec::new(),
@@ -514,13 +516,13 @@ mod tests {
         assert_eq!(head.store, Some(Value::Bool(false)));
         assert_eq!(head.previous_response_id, None);
         assert_eq!(
-            input_items(head.input),
+            input_items(head.input.as_deref()),
             vec![json!({"role": "user", "content": "hi"})]
         );
         let twice =
             head_of(br#"{"input": "a", "previous_response_id": null, "input": [{"k": 2}]}"#)
                 .expect("object");
-        assert_eq!(input_items(twice.input), vec![json!({"k": 2})]);
+        assert_eq!(input_items(twice.input.as_deref()), vec![json!({"k": 2})]);
         assert!(matches!(
             twice.previous_response_id,
             None | Some(Value::Null)

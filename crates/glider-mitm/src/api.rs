@@ -89,8 +89,9 @@ impl HttpHandler for ApiHandler {
             Outcome::Reply(completion) => {
                 tracing::info!(host = %target.host, backend = %completion.backend, model = %completion.model, "answered locally");
                 let response = render::completion(front, *completion);
-                if stateful && to_store.is_none() {
-                    // Not a continuation: stored unless it says `store: false`.
+                if stateful && !continued && to_store.is_none() {
+                    // Not a continuation (one was prepared above, and its `store: false`
+                    // is final): stored unless it says `store: false`.
                     to_store = stateful::prepare(mitm.responses(), body.clone())
                         .ok()
                         .and_then(|prepared| prepared.store);
