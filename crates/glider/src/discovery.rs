@@ -382,35 +382,21 @@ pub fn replace_local_backends(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use glider_test_support::canned::{CannedReply, CannedServer};
 
     /// A loopback HTTP server answering `routes` (path, JSON body) and 404 otherwise;
     /// its port.
     async fn standin(routes: &'static [(&'static str, &'static str)]) -> u16 {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4096];
-                    let n = stream.read(&mut buf).await.unwrap_or(0);
-                    let head = String::from_utf8_lossy(&buf[..n]);
-                    let path = head.split_whitespace().nth(1).unwrap_or("");
-                    let (status, body) = routes
-                        .iter()
-                        .find(|(p, _)| *p == path)
-                        .map_or(("404 Not Found", "{}"), |(_, b)| ("200 OK", *b));
-                    let reply = format!(
-                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = stream.write_all(reply.as_bytes()).await;
-                });
-            }
-        });
-        port
+        let server = CannedServer::start(|request| {
+            routes
+                .iter()
+                .find(|(path, _)| *path == request.path)
+                .map_or(CannedReply::json(404, "{}"), |(_, body)| {
+                    CannedReply::json(200, body)
+                })
+        })
+        .await;
+        server.port
     }
 
     #[tokio::test]
