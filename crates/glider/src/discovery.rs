@@ -94,17 +94,22 @@ impl Found {
         }
     }
 
+    /// The backend `type` that speaks to it: Ollama's own wire for Ollama, the
+    /// OpenAI-compatible (`vllm` type) wire for the others.
+    pub fn backend_type(&self) -> &'static str {
+        match self.kind {
+            ServerKind::Ollama => "ollama",
+            _ => "vllm",
+        }
+    }
+
     /// A backend for it, named `name`: Ollama's own wire for Ollama, the
     /// OpenAI-compatible (`vllm` type) wire for the others; its listed models, the first
     /// one answering for a request that names none of them.
     pub fn backend(&self, name: &str) -> Result<BackendConfig, String> {
-        let kind = match self.kind {
-            ServerKind::Ollama => "ollama",
-            _ => "vllm",
-        };
         serde_json::from_value(json!({
             "name": name,
-            "type": kind,
+            "type": self.backend_type(),
             "base_url": self.base_url(),
             "models": self.models,
             "default_model": self.models.first(),
@@ -229,7 +234,7 @@ async fn identify_answering(client: &reqwest::Client, port: u16) -> Result<Found
             return Ok(found(
                 ServerKind::Ollama,
                 "/api/version and /api/tags",
-                names(&tags),
+                glider_backend::health::ollama_model_names(&tags),
             ));
         }
     }
@@ -252,17 +257,6 @@ async fn identify_answering(client: &reqwest::Client, port: u16) -> Result<Found
         _ => ServerKind::OpenAiCompatible,
     };
     Ok(found(kind, "/v1/models", listed))
-}
-
-/// Model names in an Ollama `/api/tags` answer.
-fn names(tags: &Value) -> Vec<String> {
-    tags["models"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|m| m["name"].as_str().or(m["model"].as_str()))
-        .map(str::to_owned)
-        .collect()
 }
 
 /// Model ids in an OpenAI `/v1/models` answer, as a config would name them.
@@ -290,7 +284,7 @@ pub async fn use_found_servers(config: &mut glider_config::Config) -> anyhow::Re
         .collect();
     if let Some(clash) = found.iter().find(|f| f.port == config.server.proxy_port) {
         let server = &config.server;
-        let ours = [server.proxy_port, server.dashboard_port, config.mitm.port];
+        let ours: Vec<u16> = config.listen_ports().iter().map(|p| p.port).collect();
         let instead = free_port_after(&server.bind, clash.port, &ours)
             .map_or_else(|| "PORT".to_owned(), |p| p.to_string());
         anyhow::bail!(

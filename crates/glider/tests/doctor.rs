@@ -41,14 +41,6 @@ async fn llama_cpp_standin() -> u16 {
     server.port
 }
 
-/// A port nothing listens on right now.
-fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind")
-        .port()
-}
-
 /// `glider doctor --json` with `config` under `home`, scanning `ports`: its exit code
 /// and its JSON.
 async fn doctor(home: &Path, config: &Path, ports: &[u16]) -> (i32, Value) {
@@ -150,7 +142,7 @@ async fn doctor_names_each_problem_with_its_fix_and_fails() {
     let llama = llama_cpp_standin().await;
     let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let held_port = held.local_addr().expect("addr").port();
-    let gone = closed_port();
+    let gone = common::closed_port();
 
     let dir = tempfile::tempdir().expect("tempdir");
     let home = dir.path().join("home");
@@ -323,8 +315,8 @@ async fn doctor_passes_a_working_setup() {
              mitm: {{enabled: false}}\n\
              backends:\n\
              \x20 - {{name: local, type: ollama, base_url: '{}', models: [m-local]}}\n",
-            closed_port(),
-            closed_port(),
+            common::closed_port(),
+            common::closed_port(),
             mock.base_url()
         ),
     )
@@ -379,6 +371,14 @@ async fn an_unusable_cloud_backend_is_one_problem_not_two() {
             .as_str()
             .unwrap_or_default()
             .contains("unusable"),
+        "{report:#}"
+    );
+    // Not an unset variable: the fix says what is broken, not "export".
+    assert!(
+        about_broken[0]["fix"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("fix backend broken in the config: "),
         "{report:#}"
     );
 }
@@ -450,8 +450,10 @@ async fn serve_without_a_config_uses_the_local_servers_it_finds_and_names_them()
     .await;
     let llama = llama_cpp_standin().await;
     let home = tempfile::tempdir().expect("tempdir");
-    let (child, mut lines) =
-        serve_without_config(home.path(), &[closed_port(), ollama.addr.port(), llama]);
+    let (child, mut lines) = serve_without_config(
+        home.path(),
+        &[common::closed_port(), ollama.addr.port(), llama],
+    );
     let mut child = ChildGuard(child);
     let ollama_line = lines.wait_for(&format!("Ollama on port {}", ollama.addr.port()));
     assert!(ollama_line.contains("backend local"), "{ollama_line}");
