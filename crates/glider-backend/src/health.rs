@@ -261,27 +261,15 @@ impl Backend {
     }
 
     async fn probe_ollama(&self) -> Health {
-        let names = |value: &Value| -> Vec<String> {
-            value["models"]
-                .as_array()
-                .map(|models| {
-                    models
-                        .iter()
-                        .filter_map(|m| m["name"].as_str().or(m["model"].as_str()))
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
         match self.fetch_json("/api/tags").await {
             Ok(tags) => {
-                let served = names(&tags);
+                let served = ollama_model_names(&tags);
                 let ps = self.fetch_json("/api/ps").await.unwrap_or_default();
                 Health {
                     status: HealthStatus::Up,
                     capabilities: self.ollama_capabilities(&served, &ps).await,
                     served_models: served,
-                    warm_models: names(&ps),
+                    warm_models: ollama_model_names(&ps),
                     ..Health::default()
                 }
             }
@@ -332,6 +320,17 @@ impl Backend {
             Err(detail) => down(detail),
         }
     }
+}
+
+/// Model names in an Ollama `/api/tags` (or `/api/ps`) answer.
+pub fn ollama_model_names(value: &Value) -> Vec<String> {
+    value["models"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["name"].as_str().or(m["model"].as_str()))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The id a person would type for a model an OpenAI-compatible server lists. llama.cpp's

@@ -7,49 +7,28 @@
 use glider_backend::Backend;
 use glider_backend::health::HealthStatus;
 use glider_config::Config;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use glider_test_support::canned::{CannedReply, CannedServer};
 
 /// A loopback origin answering every request with HTTP `status` and an error body, as a
-/// vendor does; its port.
-async fn origin(status: u16) -> u16 {
-    origin_with(status, String::new(), None).await
+/// vendor does.
+async fn origin(status: u16) -> CannedServer {
+    origin_with(status, &[]).await
 }
 
-/// [`origin`] with `extra` header lines in each reply, and each request's head pushed
-/// onto `seen` when given.
-async fn origin_with(
-    status: u16,
-    extra: String,
-    seen: Option<std::sync::Arc<std::sync::Mutex<Vec<String>>>>,
-) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let (extra, seen) = (extra.clone(), seen.clone());
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 8192];
-                let n = stream.read(&mut buf).await.unwrap_or(0);
-                if let Some(seen) = seen {
-                    let head = String::from_utf8_lossy(&buf[..n]).into_owned();
-                    seen.lock().expect("lock").push(head);
-                }
-                let body = r#"{"type":"error","error":{"type":"x","message":"x"}}"#;
-                let reply = format!(
-                    "HTTP/1.1 {status} X\r\n{extra}content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(reply.as_bytes()).await;
-            });
-        }
-    });
-    port
+/// [`origin`] with `headers` on each reply.
+async fn origin_with(status: u16, headers: &[(&str, &str)]) -> CannedServer {
+    let mut reply = CannedReply::json(
+        status,
+        r#"{"type":"error","error":{"type":"x","message":"x"}}"#,
+    );
+    for (name, value) in headers {
+        reply = reply.header(name, value);
+    }
+    CannedServer::start(move |_| reply.clone()).await
 }
 
 async fn probe_keyed(status: u16) -> glider_backend::health::Health {
-    probe_keyed_at(origin(status).await).await
+    probe_keyed_at(origin(status).await.port).await
 }
 
 async fn probe_keyed_at(port: u16) -> glider_backend::health::Health {
@@ -95,16 +74,11 @@ async fn a_5xx_leaves_the_backend_unverified_not_down() {
 
 #[tokio::test]
 async fn a_redirect_to_another_host_is_not_followed_with_the_key() {
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let elsewhere = origin_with(200, String::new(), Some(seen.clone())).await;
-    let redirecting = origin_with(
-        307,
-        format!("location: http://localhost:{elsewhere}/v1/models\r\n"),
-        None,
-    )
-    .await;
-    let health = probe_keyed_at(redirecting).await;
-    let reached = seen.lock().expect("lock").clone();
+    let elsewhere = origin(200).await;
+    let location = format!("http://localhost:{}/v1/models", elsewhere.port);
+    let redirecting = origin_with(307, &[("location", &location)]).await;
+    let health = probe_keyed_at(redirecting.port).await;
+    let reached: Vec<String> = elsewhere.requests().into_iter().map(|r| r.head).collect();
     assert!(
         reached.iter().all(|head| !head.contains("sk-ant-probe")),
         "the key followed the redirect: {reached:?}"

@@ -1049,7 +1049,45 @@ impl MitmConfig {
     }
 }
 
+/// A port Glider listens on: its number, the setting that names it, and the `glider
+/// serve` flag that overrides it (none for the transparent port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenPort {
+    pub port: u16,
+    pub setting: &'static str,
+    pub flag: Option<&'static str>,
+}
+
 impl Config {
+    /// The ports Glider listens on with this config: the gateway and the dashboard, and
+    /// the MITM proxy's (and its transparent listener's) when they are on.
+    pub fn listen_ports(&self) -> Vec<ListenPort> {
+        let port = |port, setting, flag| ListenPort {
+            port,
+            setting,
+            flag,
+        };
+        let mut ports = vec![
+            port(self.server.proxy_port, "server.proxy_port", Some("--port")),
+            port(
+                self.server.dashboard_port,
+                "server.dashboard_port",
+                Some("--dashboard-port"),
+            ),
+        ];
+        if self.mitm.enabled {
+            ports.push(port(self.mitm.port, "mitm.port", Some("--mitm-port")));
+            if self.mitm.transparent {
+                ports.push(port(
+                    self.mitm.transparent_port,
+                    "mitm.transparent_port",
+                    None,
+                ));
+            }
+        }
+        ports
+    }
+
     /// Parse YAML text; `origin` names the source in messages.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let config: Config = if text.trim().is_empty() {

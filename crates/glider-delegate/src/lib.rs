@@ -92,12 +92,7 @@ pub struct Flagged {
 /// its messages with a `role: system` entry (its agent and skill listing). An unknown
 /// `/word` is not a delegation.
 pub fn find_flag(request: &Request) -> Option<Flagged> {
-    let turn = request
-        .turns
-        .iter()
-        .rev()
-        .find(|t| t.role != Role::System)
-        .filter(|t| t.role == Role::User)?;
+    let turn = request.last_turn().filter(|t| t.role == Role::User)?;
     turn.parts.iter().find_map(|part| {
         let Part::Text { text, .. } = part else {
             return None;

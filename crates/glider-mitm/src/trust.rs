@@ -90,6 +90,25 @@ pub fn install(ca_cert: &Path, trust_dir: &Path) -> std::io::Result<String> {
     }
 }
 
+/// Whether the system trusts the CA whose certificate is at `cert_path`: the anchor
+/// [`install`] writes holds it, and so does the bundle clients read (`SSL_CERT_FILE` or
+/// the system's), when there is one. Glider's own bundle beside the CA never counts: it
+/// is what `glider run` hands one child, not what the system trusts.
+pub fn system_trusts(cert_path: &Path) -> bool {
+    let Ok(pem) = std::fs::read_to_string(cert_path) else {
+        return false;
+    };
+    let anchor = Path::new(SYSTEM_TRUST_DIR).join(SYSTEM_TRUST_NAME);
+    let bundle = base_bundle(&cert_path.with_file_name(BUNDLE_FILE));
+    holds_certificate(&anchor, &pem) && bundle.is_none_or(|b| holds_certificate(&b, &pem))
+}
+
+/// Whether the PEM file at `path` (one certificate or a bundle) holds `cert_pem`.
+pub fn holds_certificate(path: &Path, cert_pem: &str) -> bool {
+    let body = |pem: &str| pem.lines().map(str::trim).collect::<String>();
+    std::fs::read_to_string(path).is_ok_and(|text| body(&text).contains(&body(cert_pem)))
+}
+
 /// The CA bundle a client uses when no variable says otherwise: `SSL_CERT_FILE` when it
 /// is set (and is not Glider's own bundle), else the distribution's bundle.
 pub fn base_bundle(own: &Path) -> Option<PathBuf> {
@@ -219,6 +238,23 @@ fn bypasses(entry: &str, hosts: &[String], matcher: &HostMatcher) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_certificate_is_found_inside_a_bundle_whatever_its_line_breaks() {
+        let dir = tempfile::tempdir().expect("dir");
+        let cert = "-----BEGIN CERTIFICATE-----\nAAAA\nBBBB\n-----END CERTIFICATE-----\n";
+        let other = "-----BEGIN CERTIFICATE-----\nCCCC\n-----END CERTIFICATE-----\n";
+        let bundle = dir.path().join("bundle.pem");
+        std::fs::write(
+            &bundle,
+            format!("{other}\r\n{}", cert.replace('\n', "\r\n")),
+        )
+        .expect("write");
+        assert!(holds_certificate(&bundle, cert));
+        std::fs::write(&bundle, other).expect("write");
+        assert!(!holds_certificate(&bundle, cert));
+        assert!(!holds_certificate(&dir.path().join("missing.pem"), cert));
+    }
 
     #[test]
     fn child_env_sets_proxy_and_trust_and_keeps_decrypted_hosts_proxied() {

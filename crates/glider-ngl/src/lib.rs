@@ -275,7 +275,14 @@ pub struct DialectExtra {
 }
 
 impl Request {
-    /// Text of the last user turn (what a router and a delegate flag look at).
+    /// The last turn that is not a system one: what the conversation ends with. Claude Code
+    /// ends its messages with a `role: system` entry (its agent and skill listing), which
+    /// says nothing of whose turn it is.
+    pub fn last_turn(&self) -> Option<&Turn> {
+        self.turns.iter().rev().find(|t| t.role != Role::System)
+    }
+
+    /// Text of the last user turn (what a router looks at).
     pub fn last_user_text(&self) -> Option<String> {
         self.turns
             .iter()

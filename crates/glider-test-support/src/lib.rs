@@ -5,6 +5,7 @@
 //! [`conformance`] holds the case list the codec and end-to-end matrices share.
 
 mod anthropic;
+pub mod canned;
 mod clock;
 pub mod conformance;
 pub mod fixtures;

@@ -94,17 +94,22 @@ impl Found {
         }
     }
 
+    /// The backend `type` that speaks to it: Ollama's own wire for Ollama, the
+    /// OpenAI-compatible (`vllm` type) wire for the others.
+    pub fn backend_type(&self) -> &'static str {
+        match self.kind {
+            ServerKind::Ollama => "ollama",
+            _ => "vllm",
+        }
+    }
+
     /// A backend for it, named `name`: Ollama's own wire for Ollama, the
     /// OpenAI-compatible (`vllm` type) wire for the others; its listed models, the first
     /// one answering for a request that names none of them.
     pub fn backend(&self, name: &str) -> Result<BackendConfig, String> {
-        let kind = match self.kind {
-            ServerKind::Ollama => "ollama",
-            _ => "vllm",
-        };
         serde_json::from_value(json!({
             "name": name,
-            "type": kind,
+            "type": self.backend_type(),
             "base_url": self.base_url(),
             "models": self.models,
             "default_model": self.models.first(),
@@ -229,7 +234,7 @@ async fn identify_answering(client: &reqwest::Client, port: u16) -> Result<Found
             return Ok(found(
                 ServerKind::Ollama,
                 "/api/version and /api/tags",
-                names(&tags),
+                glider_backend::health::ollama_model_names(&tags),
             ));
         }
     }
@@ -252,17 +257,6 @@ async fn identify_answering(client: &reqwest::Client, port: u16) -> Result<Found
         _ => ServerKind::OpenAiCompatible,
     };
     Ok(found(kind, "/v1/models", listed))
-}
-
-/// Model names in an Ollama `/api/tags` answer.
-fn names(tags: &Value) -> Vec<String> {
-    tags["models"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|m| m["name"].as_str().or(m["model"].as_str()))
-        .map(str::to_owned)
-        .collect()
 }
 
 /// Model ids in an OpenAI `/v1/models` answer, as a config would name them.
@@ -290,7 +284,7 @@ pub async fn use_found_servers(config: &mut glider_config::Config) -> anyhow::Re
         .collect();
     if let Some(clash) = found.iter().find(|f| f.port == config.server.proxy_port) {
         let server = &config.server;
-        let ours = [server.proxy_port, server.dashboard_port, config.mitm.port];
+        let ours: Vec<u16> = config.listen_ports().iter().map(|p| p.port).collect();
         let instead = free_port_after(&server.bind, clash.port, &ours)
             .map_or_else(|| "PORT".to_owned(), |p| p.to_string());
         anyhow::bail!(
@@ -382,35 +376,21 @@ pub fn replace_local_backends(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use glider_test_support::canned::{CannedReply, CannedServer};
 
     /// A loopback HTTP server answering `routes` (path, JSON body) and 404 otherwise;
     /// its port.
     async fn standin(routes: &'static [(&'static str, &'static str)]) -> u16 {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4096];
-                    let n = stream.read(&mut buf).await.unwrap_or(0);
-                    let head = String::from_utf8_lossy(&buf[..n]);
-                    let path = head.split_whitespace().nth(1).unwrap_or("");
-                    let (status, body) = routes
-                        .iter()
-                        .find(|(p, _)| *p == path)
-                        .map_or(("404 Not Found", "{}"), |(_, b)| ("200 OK", *b));
-                    let reply = format!(
-                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = stream.write_all(reply.as_bytes()).await;
-                });
-            }
-        });
-        port
+        let server = CannedServer::start(|request| {
+            routes
+                .iter()
+                .find(|(path, _)| *path == request.path)
+                .map_or(CannedReply::json(404, "{}"), |(_, body)| {
+                    CannedReply::json(200, body)
+                })
+        })
+        .await;
+        server.port
     }
 
     #[tokio::test]

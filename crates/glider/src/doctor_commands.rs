@@ -195,7 +195,7 @@ async fn probe(backend: &glider_backend::Backend) -> Finding {
     if let Some(why) = &backend.unavailable {
         return Finding::new("backend", subject, Status::Problem)
             .detail(format!("{kind} backend unusable: {why}"))
-            .fix(key_fix(config));
+            .fix(unusable_fix(config, why));
     }
     let health = match tokio::time::timeout(BACKEND_TIMEOUT, backend.probe()).await {
         Ok(health) => health,
@@ -257,30 +257,25 @@ fn unreachable_fix(config: &BackendConfig) -> String {
     }
 }
 
-/// What to do about a key that does not resolve or is refused.
-fn key_fix(config: &BackendConfig) -> String {
-    let variable = config
-        .api_key
-        .as_ref()
-        .and_then(|key| key.0.strip_prefix("${"))
-        .and_then(|rest| rest.strip_suffix('}'))
-        .map(str::to_owned);
-    match variable {
-        Some(variable) => format!(
-            "`export {variable}=...` before `glider serve`, or remove api_key from backend {} so the client's own key is used",
+/// What to do about an unusable backend: its key's variable unset (a local backend's; an
+/// unset cloud key means the client's own is used), or another part of its config broken
+/// (a base URL, a header), said as the client saw it.
+fn unusable_fix(config: &BackendConfig, why: &str) -> String {
+    match config.api_key.as_ref().map(|key| key.lookup()) {
+        Some(Err(glider_config::Unresolved::Unset(variable))) => format!(
+            "`export {variable}=...` before `glider serve`, or remove api_key from backend {}",
             config.name
         ),
-        None => format!("fix api_key of backend {} in the config", config.name),
+        _ => format!("fix backend {} in the config: {why}", config.name),
     }
 }
 
 /// The host:port a local base URL names, when it is this machine.
 fn loopback_port(base_url: &str) -> Option<u16> {
     let url = reqwest::Url::parse(base_url).ok()?;
-    let local = matches!(
-        url.host_str()?,
-        "127.0.0.1" | "localhost" | "[::1]" | "::1" | "0.0.0.0"
-    );
+    let host = url.host_str()?;
+    // 0.0.0.0 as a client address reaches this machine too.
+    let local = host == "0.0.0.0" || glider_sys::webguard::is_loopback_host(host);
     local.then(|| url.port_or_known_default()).flatten()
 }
 
@@ -303,10 +298,7 @@ fn check_local_servers(config: &Config, found: &[Found]) -> Vec<Finding> {
             Finding::new("local_server", subject, Status::Ok)
                 .detail(format!("named by the config ({models})"))
         } else {
-            let kind = match server.kind {
-                ServerKind::Ollama => "ollama",
-                _ => "vllm",
-            };
+            let kind = server.backend_type();
             Finding::new("local_server", subject, Status::Warn)
                 .detail(format!(
                     "found by {} but not named by the config ({models})",
@@ -339,16 +331,11 @@ fn check_ca(config: &Config, home: &Path) -> Vec<Finding> {
                 .fix("`glider ca install` makes it and says how to trust it"),
         ];
     };
-    let body = pem_body(&pem);
-    let holds = |path: &Path| {
-        std::fs::read_to_string(path).is_ok_and(|text| pem_body(&text).contains(&body))
-    };
+    let holds = |path: &Path| glider_mitm::trust::holds_certificate(path, &pem);
     let mut findings = vec![Finding::new("ca", subject.clone(), Status::Ok).detail("present")];
     let system =
         Path::new(glider_mitm::trust::SYSTEM_TRUST_DIR).join(glider_mitm::trust::SYSTEM_TRUST_NAME);
-    let bundle = glider_mitm::trust::base_bundle(&cert);
-    let trusted = holds(&system) && bundle.as_deref().is_none_or(holds);
-    findings.push(if trusted {
+    findings.push(if glider_mitm::trust::system_trusts(&cert) {
         Finding::new("ca", "system trust store", Status::Ok)
             .detail(format!("{} is trusted", system.display()))
     } else {
@@ -368,11 +355,6 @@ fn check_ca(config: &Config, home: &Path) -> Vec<Finding> {
             .fix(format!("export NODE_EXTRA_CA_CERTS={subject}  (or start the CLI with `glider run <cli>`)")),
     });
     findings
-}
-
-/// A PEM text without its line breaks, to find one certificate inside a bundle.
-fn pem_body(pem: &str) -> String {
-    pem.lines().map(str::trim).collect()
 }
 
 /// Redirect rules and delegate process groups an earlier run left behind.
@@ -439,27 +421,15 @@ fn check_leftovers(config: &Config, previous: &Previous) -> Vec<Finding> {
 
 /// The ports Glider listens on: free, or held by this GLIDER_HOME's running Glider.
 fn check_ports(config: &Config, found: &[Found], previous: &Previous) -> Vec<Finding> {
-    let mut wanted = vec![
-        (
-            config.server.proxy_port,
-            "server.proxy_port",
-            Some("--port"),
-        ),
-        (
-            config.server.dashboard_port,
-            "server.dashboard_port",
-            Some("--dashboard-port"),
-        ),
-    ];
-    if config.mitm.enabled {
-        wanted.push((config.mitm.port, "mitm.port", Some("--mitm-port")));
-        if config.mitm.transparent {
-            wanted.push((config.mitm.transparent_port, "mitm.transparent_port", None));
-        }
-    }
-    let taken_by_us: Vec<u16> = wanted.iter().map(|(port, _, _)| *port).collect();
+    let wanted = config.listen_ports();
+    let taken_by_us: Vec<u16> = wanted.iter().map(|p| p.port).collect();
     let mut findings = Vec::new();
-    for &(port, setting, flag) in wanted.iter().filter(|(port, _, _)| *port != 0) {
+    for &glider_config::ListenPort {
+        port,
+        setting,
+        flag,
+    } in wanted.iter().filter(|p| p.port != 0)
+    {
         let subject = format!("{port} ({setting})");
         let free = std::net::TcpListener::bind((config.server.bind.as_str(), port)).is_ok();
         if free {

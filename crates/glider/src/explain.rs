@@ -77,7 +77,7 @@ fn see_warm_state(engine: &std::sync::Arc<Engine>) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the probe runtime")?
-        .block_on(engine.probe_all());
+        .block_on(engine.probe_local_backends());
     let _ = engine.attach_vram(vram);
     Ok(())
 }

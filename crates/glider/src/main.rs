@@ -418,7 +418,7 @@ async fn serve_recorded(
     // Local backends are probed before serving (loopback, quick; what they can do decides
     // the first request's route); the cloud ones in the background: a slow cloud probe
     // (up to its timeout) must not hold up serving.
-    engine.probe_local(true).await;
+    engine.probe_local_backends().await;
     tokio::spawn({
         let engine = engine.clone();
         async move { serve::report_backends(&engine).await }

@@ -464,11 +464,11 @@ pub fn context_surface(context: &glider_context::Context) -> glider_dashboard::C
 }
 
 /// Say plainly, at start, which backends can answer and what is missing for the others
-/// (after a probe of each: a cloud one's model list, see `glider_backend::health`). This
-/// is every backend's first probe; the periodic ones start an interval later.
+/// (after a probe of each: a cloud one's model list, see `glider_backend::health`). It
+/// probes the cloud backends (their first probe); the local ones were probed before
+/// serving (see `main`). The periodic probes start an interval later.
 pub async fn report_backends(engine: &Arc<Engine>) {
-    // The local ones were probed before serving (see `main`); these are the cloud ones.
-    engine.probe_local(false).await;
+    engine.probe_cloud_backends().await;
     let runtime = engine.runtime();
     let mut usable = 0;
     for backend in &runtime.backends {

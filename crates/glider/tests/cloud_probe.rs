@@ -9,19 +9,11 @@ use common::serve::serve;
 use glider_test_support::{MockConfig, MockVendor};
 use serde_json::Value;
 
-/// A port nothing listens on right now.
-fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind")
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cloud_backends_are_probed_at_start_and_report_what_the_probe_found() {
     let origin = MockVendor::start(MockConfig::default()).await;
     let url = origin.base_url();
-    let gone = closed_port();
+    let gone = common::closed_port();
     let tls = origin.addr.port();
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("glider.yaml");

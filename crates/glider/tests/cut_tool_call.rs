@@ -10,8 +10,7 @@ mod common;
 
 use common::*;
 use glider_ngl::{Dialect, StopReason};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use glider_test_support::canned::{CannedReply, CannedServer};
 
 /// The cut-off arguments the script's call ends with.
 const CUT_ARGUMENTS: &str = r#"{\"city\": \"Par"#;
@@ -48,58 +47,14 @@ fn scripted_reply(stream: bool) -> (&'static str, String) {
     ("text/event-stream", body)
 }
 
-/// Read one HTTP/1.1 request: its body as JSON.
-async fn read_request(socket: &mut TcpStream) -> Option<serde_json::Value> {
-    let mut request = Vec::new();
-    let mut buf = [0u8; 8192];
-    let head_end = loop {
-        if let Some(at) = request.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at + 4;
-        }
-        let n = socket.read(&mut buf).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        request.extend_from_slice(&buf[..n]);
-    };
-    let head = String::from_utf8_lossy(&request[..head_end]).to_ascii_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    while request.len() < head_end + length {
-        let n = socket.read(&mut buf).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        request.extend_from_slice(&buf[..n]);
-    }
-    serde_json::from_slice(&request[head_end..head_end + length]).ok()
-}
-
 /// A loopback server that answers every request with the scripted cut reply.
 async fn scripted_backend() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Some(request) = read_request(&mut socket).await else {
-                    return;
-                };
-                let stream = request["stream"] == true;
-                let (content_type, body) = scripted_reply(stream);
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = socket.write_all(head.as_bytes()).await;
-                let _ = socket.write_all(body.as_bytes()).await;
-            });
-        }
-    });
-    url
+    let server = CannedServer::start(|request| {
+        let (content_type, body) = scripted_reply(request.json()["stream"] == true);
+        CannedReply::with_type(200, content_type, body)
+    })
+    .await;
+    server.base_url()
 }
 
 #[tokio::test]

@@ -11,9 +11,9 @@ mod common;
 
 use common::output::OutputLines;
 use common::serve::url_in;
+use glider_test_support::canned::{CannedReply, CannedServer};
 use glider_test_support::{MockConfig, MockVendor};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const GLIDER: &str = env!("CARGO_BIN_EXE_glider");
 
@@ -21,57 +21,24 @@ const GLIDER: &str = env!("CARGO_BIN_EXE_glider");
 /// `/v1/models` listing the GGUF file's path as the model id; 404 for anything else
 /// (it has no Ollama `/api/*`). Serves until the test's runtime ends.
 async fn llama_cpp_standin() -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let line = String::from_utf8_lossy(&head);
-                let path = line.split_whitespace().nth(1).unwrap_or("/").to_owned();
-                let (status, body) = match path.as_str() {
-                    "/props" => (
-                        "200 OK",
-                        json!({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1,
-                               "model_path": "/models/tiny-270m.gguf"}),
-                    ),
-                    "/v1/models" => (
-                        "200 OK",
-                        json!({"object": "list", "data": [{"id": "/models/tiny-270m.gguf",
-                               "object": "model", "owned_by": "llamacpp"}]}),
-                    ),
-                    _ => (
-                        "404 Not Found",
-                        json!({"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}),
-                    ),
-                };
-                let body = body.to_string();
-                let reply = format!(
-                    "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(reply.as_bytes()).await;
-            });
-        }
-    });
-    port
-}
-
-/// A port nothing listens on right now.
-fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind")
-        .port()
+    let server = CannedServer::start(|request| match request.path.as_str() {
+        "/props" => CannedReply::json(
+            200,
+            json!({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1,
+                   "model_path": "/models/tiny-270m.gguf"}),
+        ),
+        "/v1/models" => CannedReply::json(
+            200,
+            json!({"object": "list", "data": [{"id": "/models/tiny-270m.gguf",
+                   "object": "model", "owned_by": "llamacpp"}]}),
+        ),
+        _ => CannedReply::json(
+            404,
+            json!({"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}),
+        ),
+    })
+    .await;
+    server.port
 }
 
 /// `glider doctor --json` with `config` under `home`, scanning `ports`: its exit code
@@ -175,7 +142,7 @@ async fn doctor_names_each_problem_with_its_fix_and_fails() {
     let llama = llama_cpp_standin().await;
     let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let held_port = held.local_addr().expect("addr").port();
-    let gone = closed_port();
+    let gone = common::closed_port();
 
     let dir = tempfile::tempdir().expect("tempdir");
     let home = dir.path().join("home");
@@ -348,8 +315,8 @@ async fn doctor_passes_a_working_setup() {
              mitm: {{enabled: false}}\n\
              backends:\n\
              \x20 - {{name: local, type: ollama, base_url: '{}', models: [m-local]}}\n",
-            closed_port(),
-            closed_port(),
+            common::closed_port(),
+            common::closed_port(),
             mock.base_url()
         ),
     )
@@ -404,6 +371,14 @@ async fn an_unusable_cloud_backend_is_one_problem_not_two() {
             .as_str()
             .unwrap_or_default()
             .contains("unusable"),
+        "{report:#}"
+    );
+    // Not an unset variable: the fix says what is broken, not "export".
+    assert!(
+        about_broken[0]["fix"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("fix backend broken in the config: "),
         "{report:#}"
     );
 }
@@ -475,8 +450,10 @@ async fn serve_without_a_config_uses_the_local_servers_it_finds_and_names_them()
     .await;
     let llama = llama_cpp_standin().await;
     let home = tempfile::tempdir().expect("tempdir");
-    let (child, mut lines) =
-        serve_without_config(home.path(), &[closed_port(), ollama.addr.port(), llama]);
+    let (child, mut lines) = serve_without_config(
+        home.path(),
+        &[common::closed_port(), ollama.addr.port(), llama],
+    );
     let mut child = ChildGuard(child);
     let ollama_line = lines.wait_for(&format!("Ollama on port {}", ollama.addr.port()));
     assert!(ollama_line.contains("backend local"), "{ollama_line}");

@@ -38,14 +38,6 @@ fn config(dir: &Path, port: u16, extra: &str) -> std::path::PathBuf {
     path
 }
 
-/// A port nothing listens on (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
 #[test]
 fn ca_commands_make_print_and_explain_the_ca() {
     let home = tempfile::tempdir().expect("tempdir");
@@ -92,7 +84,7 @@ fn ca_commands_make_print_and_explain_the_ca() {
 #[test]
 fn run_sets_the_proxy_for_the_child_only_and_returns_its_status() {
     let home = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
+    let port = common::closed_port();
     let cfg = config(home.path(), port, "  hosts: [api.anthropic.com]\n");
     let script = r#"echo "$HTTPS_PROXY|$HTTP_PROXY|$NO_PROXY|$NODE_EXTRA_CA_CERTS|$CODEX_CA_CERTIFICATE|$SSL_CERT_FILE"; exit 7"#;
     let out = glider(home.path())
@@ -152,7 +144,7 @@ fn run_sets_the_proxy_for_the_child_only_and_returns_its_status() {
 fn run_passes_signals_to_the_cli() {
     use std::os::unix::process::ExitStatusExt;
     let home = tempfile::tempdir().expect("tempdir");
-    let cfg = config(home.path(), free_port(), "");
+    let cfg = config(home.path(), common::closed_port(), "");
     // The CLI is the process `glider run` started: a signal to that pid is a signal to
     // the CLI, and its death by signal is the status the caller sees.
     let mut child = glider(home.path())

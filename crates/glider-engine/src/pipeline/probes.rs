@@ -10,8 +10,8 @@ pub const HEALTH_INTERVAL: Duration = Duration::from_secs(10);
 
 impl Engine {
     /// Probe every backend every [`HEALTH_INTERVAL`], the first time one interval from
-    /// now: the first probe is the start report's (`glider serve` runs [`Self::probe_local`]
-    /// for both kinds at once), and two at once would ask each cloud vendor twice.
+    /// now: the first probe is the start report's (`glider serve` runs [`Self::probe_local_backends`]
+    /// and [`Self::probe_cloud_backends`] at once), and two at once would ask each cloud vendor twice.
     pub fn spawn_health_probes(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -32,12 +32,16 @@ impl Engine {
         self.probe_where(|_| true).await;
     }
 
-    /// Probe once (concurrently) the backends that are local (`true`) or cloud (`false`).
-    /// `glider serve` probes the local ones before it serves — their discovered windows
-    /// and capabilities decide the first request's route — and the cloud ones in the
+    /// Probe the local backends once (concurrently). `glider serve` does this before it
+    /// serves: their discovered windows and capabilities decide the first request's route.
+    pub async fn probe_local_backends(&self) {
+        self.probe_where(|b| b.is_local()).await;
+    }
+
+    /// Probe the cloud backends once (concurrently). `glider serve` does this in the
     /// background, since a slow vendor must not hold up serving.
-    pub async fn probe_local(&self, local: bool) {
-        self.probe_where(|b| b.is_local() == local).await;
+    pub async fn probe_cloud_backends(&self) {
+        self.probe_where(|b| !b.is_local()).await;
     }
 
     async fn probe_where(&self, which: impl Fn(&glider_backend::Backend) -> bool) {

@@ -153,8 +153,7 @@ pub fn features(request: &Request) -> Features {
         flag(request.max_tokens.is_some_and(|m| m <= 1024)),
     );
 
-    let last_turn = request.turns.iter().rev().find(|t| t.role != Role::System);
-    let relays_tool_result = last_turn.is_some_and(|t| t.role == Role::Tool);
+    let relays_tool_result = request.last_turn().is_some_and(|t| t.role == Role::Tool);
     f.set("tool_result", flag(relays_tool_result));
     f.set(
         "short_followup",

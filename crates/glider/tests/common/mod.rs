@@ -16,6 +16,14 @@ use glider_ngl::{Dialect, Part, Response, ResponseBuilder, Role, Turn};
 use glider_test_support::{MockConfig, MockVendor};
 use serde_json::{Value, json};
 
+/// A loopback port nothing listens on right now (bound, then released).
+pub fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind")
+        .port()
+}
+
 /// A gateway served on 127.0.0.1:0 in this process.
 pub struct Gateway {
     pub base: String,
