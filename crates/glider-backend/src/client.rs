@@ -501,12 +501,7 @@ fn transport_failure(backend: &str, e: &reqwest::Error) -> AttemptFailure {
     } else {
         ErrorKind::BadGateway
     };
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(inner) = source {
-        message = format!("{message}: {inner}");
-        source = inner.source();
-    }
+    let message = crate::health::error_chain(e);
     AttemptFailure {
         unreachable: e.is_connect() || e.is_timeout(),
         ..AttemptFailure::new(backend, kind, message, true)

@@ -406,22 +406,10 @@ fn unreachable_origin(target: &Target, error: &dyn std::error::Error) -> String 
     let message = format!(
         "Glider could not reach the origin {}: {}",
         target.authority(),
-        error_chain(error)
+        glider_backend::health::error_chain(error)
     );
     tracing::warn!("{message}");
     message
-}
-
-/// An error with its sources, on one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
 }
 
 fn established() -> Response<Body> {

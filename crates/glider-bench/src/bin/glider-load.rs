@@ -111,12 +111,19 @@ async fn request_reqwest(
     for (name, value) in &opts.headers {
         builder = builder.header(name, value);
     }
-    let mut response = builder.send().await.map_err(|e| error_chain(&e))?;
+    let mut response = builder
+        .send()
+        .await
+        .map_err(|e| glider_backend::health::error_chain(&e))?;
     let status = response.status();
     let mut ttfb = None;
     let mut bytes = 0u64;
     let mut kept = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| error_chain(&e))? {
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| glider_backend::health::error_chain(&e))?
+    {
         if chunk.is_empty() {
             continue;
         }
@@ -135,16 +142,6 @@ async fn request_reqwest(
     }
     let body = keep_body.then(|| String::from_utf8_lossy(&kept).into_owned());
     Ok((latency, ttfb.unwrap_or(latency), bytes, body))
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        message = format!("{message}: {inner}");
-        source = inner.source();
-    }
-    message
 }
 
 /// A connection through a raw CONNECT tunnel speaking plain HTTP/1.1 to the target.
