@@ -30,7 +30,7 @@ impl LocalEnding {
 }
 
 /// The visible note a reply cut at Glider's cap ends with.
-pub fn cap_note(cap: OutputCap) -> String {
+fn cap_note(cap: OutputCap) -> String {
     format!(
         "\n\n[glider: reply cut at the local output cap of {} tokens ({})]",
         cap.tokens, cap.setting
@@ -38,7 +38,7 @@ pub fn cap_note(cap: OutputCap) -> String {
 }
 
 /// The record's line for a reply cut at Glider's cap.
-pub fn cap_record(cap: OutputCap) -> String {
+fn cap_record(cap: OutputCap) -> String {
     format!(
         "reply cut at the output cap of {} tokens: reported as a finished turn with a note",
         cap.tokens
@@ -65,7 +65,7 @@ fn call_names(names: &[String]) -> String {
 }
 
 /// The visible note a reply cut inside tool calls ends with.
-pub fn cut_call_note(cap: Option<OutputCap>, dropped: &[String]) -> String {
+fn cut_call_note(cap: Option<OutputCap>, dropped: &[String]) -> String {
     format!(
         "\n\n[glider: reply cut at {} inside a call to {}: the incomplete call was dropped]",
         cut_at(cap),
@@ -180,13 +180,16 @@ pub enum Ended {
 #[derive(Debug)]
 struct HeldCall {
     name: String,
+    /// The arguments streamed so far, until the call's part stops.
     arguments: String,
-    open: bool,
+    /// Set at the call's part stop: whether its arguments were a whole JSON object
+    /// (decided once there, not re-parsed at every later part stop).
+    whole: Option<bool>,
 }
 
 impl HeldCall {
     fn complete(&self) -> bool {
-        !self.open && complete_arguments(&self.arguments)
+        self.whole == Some(true)
     }
 }
 
@@ -212,7 +215,8 @@ pub struct EndingStream {
     dropped_parts: BTreeSet<usize>,
     calls: BTreeMap<usize, HeldCall>,
     held: Vec<StreamEvent>,
-    calls_passed: usize,
+    /// Whether any tool call other than the schema tool's reached the client.
+    passed_a_call: bool,
 }
 
 impl EndingStream {
@@ -228,7 +232,7 @@ impl EndingStream {
             dropped_parts: BTreeSet::new(),
             calls: BTreeMap::new(),
             held: Vec::new(),
-            calls_passed: 0,
+            passed_a_call: false,
         }
     }
 
@@ -283,7 +287,7 @@ impl EndingStream {
                         HeldCall {
                             name: name.clone(),
                             arguments: String::new(),
-                            open: true,
+                            whole: None,
                         },
                     );
                     self.held.push(StreamEvent::PartStart {
@@ -304,7 +308,7 @@ impl EndingStream {
             }
             StreamEvent::PartStop { index } if self.calls.contains_key(&index) => {
                 if let Some(call) = self.calls.get_mut(&index) {
-                    call.open = false;
+                    call.whole = Some(complete_arguments(&std::mem::take(&mut call.arguments)));
                 }
                 self.held.push(StreamEvent::PartStop { index });
                 if !self.awaiting_answer() && self.calls.values().all(HeldCall::complete) {
@@ -376,7 +380,7 @@ impl EndingStream {
         self.flush(&cut, out);
         let answered = self.schema_part.is_some()
             && complete_arguments(&self.schema_json)
-            && self.calls_passed == 0
+            && !self.passed_a_call
             && cut.is_empty();
         if answered && matches!(stop_reason, StopReason::ToolUse | StopReason::MaxTokens) {
             // A whole answer: whatever the model went on to write was not delivered.
@@ -436,7 +440,7 @@ impl EndingStream {
                     ..
                 }
             ) {
-                self.calls_passed += 1;
+                self.passed_a_call = true;
             }
             self.pass(event, out);
         }
