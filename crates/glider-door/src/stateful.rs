@@ -291,8 +291,9 @@ fn store_failed(message: String) -> Response {
     )
 }
 
-/// The paging of `GET /v1/responses/{id}/input_items`, as the query gave it.
-#[derive(Debug, Default, Clone)]
+/// The paging of `GET /v1/responses/{id}/input_items`, as the query gave it (text:
+/// [`list_input_items`] says in the Responses dialect what is wrong with a value).
+#[derive(Debug, Default, Clone, serde::Deserialize)]
 pub struct ListParams {
     pub limit: Option<String>,
     pub order: Option<String>,

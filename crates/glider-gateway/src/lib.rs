@@ -163,15 +163,8 @@ async fn retrieve_response(
 async fn list_input_items(
     State(gw): State<Gateway>,
     axum::extract::Path(id): axum::extract::Path<String>,
-    axum::extract::Query(mut query): axum::extract::Query<
-        std::collections::HashMap<String, String>,
-    >,
+    axum::extract::Query(params): axum::extract::Query<stateful::ListParams>,
 ) -> Response {
-    let params = stateful::ListParams {
-        limit: query.remove("limit"),
-        order: query.remove("order"),
-        after: query.remove("after"),
-    };
     stateful::list_input_items(gw.responses.clone(), id, params).await
 }
 
