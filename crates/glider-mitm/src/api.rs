@@ -133,10 +133,5 @@ fn routes_locally(engine: &Engine, front: Dialect, headers: &HeaderMap, body: &B
     };
     engine
         .decide(front, &request, headers, &model, tokens, false)
-        .is_ok_and(|decision| {
-            let before_reserve = decision.local_reserve.unwrap_or(decision.candidates.len());
-            decision.candidates[..before_reserve.min(decision.candidates.len())]
-                .iter()
-                .any(|c| c.backend.is_local())
-        })
+        .is_ok_and(|decision| decision.has_origin_local())
 }

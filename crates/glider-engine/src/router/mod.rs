@@ -107,6 +107,24 @@ pub struct RouteDecision {
 }
 
 impl RouteDecision {
+    /// Keep only what a request sent to a CLI's origin may try (the MITM door's rule):
+    /// the local candidates before any local reserve, since the reserve stands in for a
+    /// cloud that is, there, the origin itself. Empty: the origin answers.
+    pub fn keep_origin_local(&mut self) {
+        if let Some(reserve) = self.local_reserve.take() {
+            self.candidates.truncate(reserve);
+        }
+        self.candidates.retain(|c| c.backend.is_local());
+    }
+
+    /// Whether [`keep_origin_local`](Self::keep_origin_local) would leave a candidate.
+    pub fn has_origin_local(&self) -> bool {
+        let before_reserve = self.local_reserve.unwrap_or(self.candidates.len());
+        self.candidates[..before_reserve.min(self.candidates.len())]
+            .iter()
+            .any(|c| c.backend.is_local())
+    }
+
     /// The `x-glider-route` header value of a request that failed: the first candidate
     /// it was routed to (the reason and the error say the rest).
     pub fn failure_header_value(&self) -> String {

@@ -19,10 +19,7 @@ impl Phase for OriginGate {
         let Some(mut decision) = job.decision.take() else {
             return ready(Flow::Fail(not_routed()));
         };
-        if let Some(reserve) = decision.local_reserve.take() {
-            decision.candidates.truncate(reserve);
-        }
-        decision.candidates.retain(|c| c.backend.is_local());
+        decision.keep_origin_local();
         if decision.candidates.is_empty() {
             return ready(Flow::Origin(Box::new(decision)));
         }
