@@ -42,10 +42,24 @@ pub struct GpuState {
     pub sampled_at_ms: u64,
 }
 
+/// Why a plan ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// A request is about to be sent to the model.
+    Request,
+    /// The warm condition passed the model over; it is loaded for the next request.
+    Background,
+    /// A sticky local session's next user turn began; its model was checked afresh
+    /// (an eviction since its last turn is not in the last probe) and loaded again.
+    Prewarm,
+}
+
 /// One planning decision, as the dashboard shows it and `/ws` reports it.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanRecord {
     pub at_ms: u64,
+    pub cause: Cause,
     pub backend: String,
     pub model: String,
     pub need_mib: u64,
@@ -152,6 +166,10 @@ pub struct Vram {
     gpu: Mutex<GpuState>,
     measured: Mutex<Measured>,
     reservations: Arc<reserve::Reservations>,
+    /// Models a prewarm is checking or loading now, each with a gate the prewarm holds
+    /// until it is done: a request for one waits at the gate rather than go out ahead
+    /// of the load on the word of an older probe.
+    prewarming: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
     last_used: Mutex<BTreeMap<String, u64>>,
     last_plan: Mutex<Option<PlanRecord>>,
     /// One plan at a time: two plans at once would each count the same free memory.
@@ -194,6 +212,7 @@ impl Vram {
             monitor,
             measured: Mutex::new(Measured::open(home.map(|h| h.join("vram")).as_deref())),
             reservations: Arc::default(),
+            prewarming: Mutex::default(),
             last_used: Mutex::default(),
             last_plan: Mutex::default(),
             planning: tokio::sync::Mutex::new(()),
@@ -369,25 +388,72 @@ impl Vram {
         })
     }
 
-    /// Before a request is sent to `model`: if it is not loaded, plan room for it,
-    /// unload the plan's victims and load it, measuring the load. The caller holds a
-    /// reservation on `model` so no other plan evicts it meanwhile. `None` when VRAM
-    /// steps aside or the model is loaded.
+    /// Before a request is sent to `model` (or for `cause`): if it is not loaded, plan
+    /// room for it, unload the plan's victims and load it, measuring the load. The
+    /// caller holds a reservation on `model` so no other plan evicts it meanwhile.
+    /// `None` when VRAM steps aside or the model is loaded.
     pub async fn make_room(
         self: &Arc<Self>,
         config: &VramConfig,
         backend: &Backend,
         model: &str,
+        cause: Cause,
     ) -> Option<PlanRecord> {
+        if self.steps_aside(config) || !managed(backend) {
+            return None;
+        }
+        if cause != Cause::Prewarm {
+            let gate = lock(&self.prewarming)
+                .get(&key(backend.name(), model))
+                .cloned();
+            if let Some(gate) = gate {
+                drop(gate.lock().await);
+            }
+        }
         // A model the last probe saw loaded is sent its request at once, as `cold_wait`
-        // judges it: a warm request never waits on a round trip or on another plan.
-        if self.steps_aside(config) || loaded_on(backend, model) {
+        // judges it: a warm request never waits on a round trip or on another plan. A
+        // prewarm checks afresh: the probe may be older than an eviction.
+        if cause != Cause::Prewarm && loaded_on(backend, model) {
             return None;
         }
         let _one_at_a_time = self.planning.lock().await;
-        let record = self.plan_and_load(config, backend, model).await;
+        let record = self.plan_and_load(config, backend, model, cause).await;
         lock(&self.measured).save();
         record
+    }
+
+    /// A sticky local session's next user turn began: check `model` is still loaded
+    /// (Ollama's `keep_alive` or another session may have evicted it since the last
+    /// probe) and load it again if not, in the background while the request's other
+    /// phases run. The model is reserved meanwhile, and the request's own
+    /// [`Vram::make_room`] waits for this one to finish. One prewarm per model at once.
+    pub fn prewarm(self: &Arc<Self>, config: VramConfig, backend: Arc<Backend>, model: String) {
+        if self.steps_aside(&config) || !managed(&backend) {
+            return;
+        }
+        let key = key(backend.name(), &model);
+        let gate = Arc::new(tokio::sync::Mutex::new(()));
+        let Ok(closed) = gate.clone().try_lock_owned() else {
+            return;
+        };
+        {
+            let mut prewarming = lock(&self.prewarming);
+            if prewarming.contains_key(&key) {
+                return;
+            }
+            prewarming.insert(key.clone(), gate.clone());
+        }
+        let held = self.reserve(backend.name(), &model);
+        let vram = self.clone();
+        tokio::spawn(async move {
+            vram.make_room(&config, &backend, &model, Cause::Prewarm)
+                .await;
+            let mut prewarming = lock(&vram.prewarming);
+            if prewarming.get(&key).is_some_and(|g| Arc::ptr_eq(g, &gate)) {
+                prewarming.remove(&key);
+            }
+            drop((closed, held));
+        });
     }
 
     /// `make_room` under the planning lock; the measurements it notes are saved after.
@@ -396,6 +462,7 @@ impl Vram {
         config: &VramConfig,
         backend: &Backend,
         model: &str,
+        cause: Cause,
     ) -> Option<PlanRecord> {
         let name = backend.name();
         let ollama = Ollama {
@@ -404,6 +471,7 @@ impl Vram {
         };
         let record = |need_mib, free_mib, plan, outcome: String| PlanRecord {
             at_ms: now_ms(),
+            cause,
             backend: name.to_owned(),
             model: model.to_owned(),
             need_mib,

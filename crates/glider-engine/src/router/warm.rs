@@ -4,15 +4,17 @@
 //! candidate; the decision's reason says so (the route record, `glider route explain`).
 //! With nothing else to go to it stays, and the request waits; so does a request the
 //! user sent there (explicit or sticky), whose model the execute phase then loads. The
-//! breaker and health rules are the executor's, unchanged. Steps aside without a GPU
-//! (docs/vram.md).
+//! breaker and health rules are the executor's, unchanged. A sticky local session's
+//! next user turn prewarms its model. Steps aside without a GPU (docs/vram.md).
 
 use std::sync::Arc;
 
 use glider_backend::Candidate;
+use glider_backend::executor::attempt_order;
 use glider_config::Config;
-use glider_vram::Vram;
+use glider_ngl::{Part, Request, Role};
 use glider_vram::planner::Plan;
+use glider_vram::{Cause, Vram};
 
 use super::{RouteDecision, RuleName};
 
@@ -96,7 +98,105 @@ pub fn pass_over_cold(
 /// (`vram.background_load`).
 pub fn load_in_background(vram: Arc<Vram>, config: Arc<Config>, candidate: Candidate) {
     tokio::spawn(async move {
-        vram.make_room(&config.vram, &candidate.backend, &candidate.model)
-            .await;
+        vram.make_room(
+            &config.vram,
+            &candidate.backend,
+            &candidate.model,
+            Cause::Background,
+        )
+        .await;
     });
+}
+
+/// Prewarm: when a sticky local session's next user turn starts, the model it will be
+/// sent to is checked afresh and loaded again if it was evicted since the session's
+/// last turn, alongside the phases before execute. A tool result relayed back is the
+/// same turn going on (its model was in use moments ago), so it does not prewarm.
+pub fn prewarm_sticky(
+    decision: &RouteDecision,
+    request: &Request,
+    vram: &Arc<Vram>,
+    config: &Config,
+) {
+    if decision.rule != RuleName::Sticky
+        || vram.steps_aside(&config.vram)
+        || !starts_user_turn(request)
+    {
+        return;
+    }
+    let reserve = decision.local_reserve.unwrap_or(decision.candidates.len());
+    let Some(candidate) = attempt_order(&decision.candidates, reserve)
+        .first()
+        .map(|&index| &decision.candidates[index])
+        .filter(|candidate| candidate.backend.is_local())
+    else {
+        return;
+    };
+    vram.prewarm(
+        config.vram.clone(),
+        candidate.backend.clone(),
+        candidate.model.clone(),
+    );
+}
+
+/// Whether `request` starts a user turn: its last turn (system text aside: Claude Code
+/// sends one after the user's) is the user's own text, not a tool result.
+fn starts_user_turn(request: &Request) -> bool {
+    request
+        .turns
+        .iter()
+        .rev()
+        .find(|turn| turn.role != Role::System)
+        .is_some_and(|turn| {
+            turn.role == Role::User
+                && !turn.plain_text().trim().is_empty()
+                && !turn
+                    .parts
+                    .iter()
+                    .any(|part| matches!(part, Part::ToolResult { .. }))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use glider_ngl::Turn;
+
+    use super::*;
+
+    fn request(turns: Vec<Turn>) -> Request {
+        Request {
+            turns,
+            ..Request::default()
+        }
+    }
+
+    #[test]
+    fn a_user_turn_starts_with_the_users_text_and_a_tool_result_goes_on_with_it() {
+        let user = Turn::text(Role::User, "fix the test");
+        let system_after = Turn::text(Role::System, "reminder");
+        let result = Turn {
+            role: Role::Tool,
+            parts: vec![Part::ToolResult {
+                call_id: "c1".into(),
+                name: None,
+                content: vec![Part::text("ok")],
+                is_error: false,
+            }],
+        };
+        assert!(starts_user_turn(&request(vec![user.clone()])));
+        assert!(starts_user_turn(&request(vec![
+            user.clone(),
+            system_after.clone()
+        ])));
+        assert!(!starts_user_turn(&request(vec![user.clone(), result])));
+        assert!(!starts_user_turn(&request(vec![
+            user,
+            Turn::text(Role::Assistant, "done")
+        ])));
+        assert!(!starts_user_turn(&request(vec![system_after])));
+        assert!(!starts_user_turn(&request(vec![Turn::text(
+            Role::User,
+            "  "
+        )])));
+    }
 }

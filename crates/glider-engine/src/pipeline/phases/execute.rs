@@ -93,8 +93,13 @@ async fn make_room_first(
         return None;
     }
     let reservation = vram.reserve(candidate.backend.name(), &candidate.model);
-    vram.make_room(&config.vram, &candidate.backend, &candidate.model)
-        .await;
+    vram.make_room(
+        &config.vram,
+        &candidate.backend,
+        &candidate.model,
+        glider_vram::Cause::Request,
+    )
+    .await;
     Some((index, reservation))
 }
 

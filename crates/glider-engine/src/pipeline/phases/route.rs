@@ -52,6 +52,7 @@ impl Phase for Route {
                     warm::load_in_background(vram.clone(), config.clone(), candidate);
                 }
             }
+            warm::prewarm_sticky(&decision, &job.request, vram, config);
         }
         if let Some(flag) = &decision.flag {
             explicit::strip_from_request(&mut job.request, flag);
