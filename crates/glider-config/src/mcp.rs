@@ -208,7 +208,10 @@ mod tests {
             "mcp.servers.cmd.headers is for a url server",
             "mcp.restart_initial_secs",
         ] {
-            assert!(problems.contains(needle), "{needle:?} missing in:\n{problems}");
+            assert!(
+                problems.contains(needle),
+                "{needle:?} missing in:\n{problems}"
+            );
         }
     }
 
