@@ -8,8 +8,8 @@ pub mod schema;
 pub mod vram;
 pub mod watch;
 
-pub use notify::RecommendedWatcher as FileWatcher;
 pub use mcp::{McpConfig, McpServerConfig};
+pub use notify::RecommendedWatcher as FileWatcher;
 pub use pricing::{ModelPrice, PricingConfig};
 pub use schema::*;
 pub use vram::{MonitorKind, Strategy, VramConfig, VramModel};
