@@ -76,10 +76,10 @@ async fn everything_over_stdio_lists_and_echoes() {
     assert_eq!(output.text(), "Echo: through glider");
     let view = &hub.servers()[0];
     assert_eq!((view.calls, view.errors), (1, 0));
-    assert_eq!(
-        hub.call("everything__echo", json!([1])).await.unwrap_err(),
-        ToolError::BadArguments
-    );
+    assert!(matches!(
+        hub.call("everything__echo", json!([1])).await,
+        Err(ToolError::BadArguments)
+    ));
     hub.shutdown().await;
     assert!(hub.tools().is_empty());
 }
