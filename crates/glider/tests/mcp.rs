@@ -179,9 +179,11 @@ async fn a_crashed_stdio_server_is_restarted_and_its_tools_come_back() {
         .status()
         .expect("kill");
     assert!(killed.success());
+    // Its tools go first, then its state says why (the group is reaped in between).
     assert!(
-        until(|| hub.tools().is_empty()).await,
-        "tools stayed offered while the server was down"
+        until(|| hub.tools().is_empty() && hub.servers()[0].state != ServerState::Ready).await,
+        "tools stayed offered while the server was down: {:?}",
+        hub.servers()
     );
     let down = hub.servers()[0].state.clone();
     assert!(
