@@ -2,11 +2,13 @@
 //! validation ([`schema`]), `${VAR}` interpolation of secrets ([`Secret`]), and the live
 //! snapshot with hot reload ([`watch`]). A request reads one immutable `Arc<Config>`.
 
+pub mod mcp;
 pub mod pricing;
 pub mod schema;
 pub mod vram;
 pub mod watch;
 
+pub use mcp::{McpConfig, McpServerConfig};
 pub use notify::RecommendedWatcher as FileWatcher;
 pub use pricing::{ModelPrice, PricingConfig};
 pub use schema::*;

@@ -43,6 +43,8 @@ pub struct Config {
     pub pricing: crate::pricing::PricingConfig,
     /// GPU memory: the monitor and how local models share it (hot; docs/vram.md).
     pub vram: crate::vram::VramConfig,
+    /// MCP servers whose tools Glider offers on `/mcp` (hot; docs/tools.md).
+    pub mcp: crate::mcp::McpConfig,
 }
 
 /// Listeners. Changing any of these needs a restart.
@@ -1199,6 +1201,7 @@ impl Config {
             }
         }
         problems.extend(self.vram.problems());
+        problems.extend(self.mcp.problems());
         let wait = self.routing.max_cold_wait_secs;
         if !(wait.is_finite() && wait >= 0.0) {
             problems.push("routing.max_cold_wait_secs must be a non-negative number".into());

@@ -130,6 +130,31 @@ async function loadVram() {
   renderVram(await api("/api/vram"));
 }
 
+// ---- MCP servers (/api/mcp) ------------------------------------------------------
+
+function mcpState(st) {
+  if (st.state === "failed") return `failed: ${st.why} (retry in ${st.retry_in_secs.toFixed(1)} s)`;
+  if (st.state === "restarting") return `restarting (try ${st.attempt})`;
+  return st.state;
+}
+
+async function loadMcp() {
+  const data = await api("/api/mcp");
+  const body = $("mcp").tBodies[0];
+  body.replaceChildren();
+  for (const s of data.servers || []) {
+    body.append(el("tr", {},
+      el("td", {}, s.name),
+      el("td", {}, s.transport),
+      el("td", {}, mcpState(s.state)),
+      el("td", {}, s.tools.length ? s.tools.join(", ") : el("span", { class: "muted" }, "none")),
+      el("td", { class: "num" }, String(s.calls)),
+      el("td", { class: "num" }, String(s.errors)),
+      el("td", {}, s.last_restart ? fmt.when(s.last_restart * 1000) : "–"),
+    ));
+  }
+}
+
 async function resetBreaker(name) {
   try {
     await api(`/api/backends/${encodeURIComponent(name)}/reset`, { method: "POST" });
@@ -717,7 +742,7 @@ function connect() {
     setConn("ok", "live");
     $("notice").hidden = true;
     // Read everything after the socket is open, so nothing falls between the two.
-    Promise.all([loadStatus(), loadBackends(), loadVram(), loadVendors(), loadRequests(), loadStats(), loadConfig(), loadCharts()]).catch(showError);
+    Promise.all([loadStatus(), loadBackends(), loadVram(), loadMcp(), loadVendors(), loadRequests(), loadStats(), loadConfig(), loadCharts()]).catch(showError);
     if (state.view === "sessions") {
       loadSessions().catch(showError);
       if (state.selected) loadSession(state.selected).catch(showError);
@@ -741,6 +766,7 @@ $("forget").addEventListener("click", forgetSession);
 window.addEventListener("hashchange", showView);
 showView();
 setInterval(() => { if (document.visibilityState === "visible") loadStatus().catch(() => {}); }, 10000);
+setInterval(() => { if (document.visibilityState === "visible") loadMcp().catch(() => {}); }, 5000);
 // The charts' buckets move on with time even when no request finishes.
 setInterval(() => { if (document.visibilityState === "visible" && state.view === "overview") loadCharts().catch(() => {}); }, 30000);
 connect();

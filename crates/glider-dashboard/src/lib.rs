@@ -9,6 +9,7 @@ mod context;
 mod docs;
 pub mod history;
 pub mod ledger;
+mod mcp;
 pub mod metrics;
 mod redact;
 mod rest;
@@ -33,6 +34,7 @@ use hyper::service::Service as _;
 use serde::Serialize;
 
 pub use history::HistoryOptions;
+pub use mcp::McpSurface;
 
 /// One network door of this process, as `/api/status` lists it.
 #[derive(Debug, Clone, Serialize)]
@@ -83,6 +85,8 @@ pub struct Options {
     /// The context log (`/api/context/*`, its counters in `/metrics`); `None` when
     /// `context.enabled` is false.
     pub context: Option<ContextSurface>,
+    /// The MCP servers (`/api/mcp`); `None` when the binary attached none.
+    pub mcp: Option<mcp::McpSurface>,
 }
 
 /// What the dashboard reads of the context log.
@@ -107,6 +111,7 @@ impl Options {
             vendors: Arc::new(glider_delegate::Registry::new()),
             enrollment: None,
             context: None,
+            mcp: None,
         }
     }
 }
@@ -215,6 +220,7 @@ impl Dashboard {
                 get(context::session).delete(context::forget),
             )
             .route("/api/vram", get(vram::view))
+            .route("/api/mcp", get(mcp::view))
             .route("/metrics", get(rest::metrics))
             .route("/ws", get(ws::upgrade))
             .fallback(rest::not_found)

@@ -51,6 +51,17 @@ pub fn router_with(
     delegator: Arc<glider_delegate::Delegator>,
     responses: Option<Arc<ResponseStore>>,
 ) -> Result<Router, String> {
+    router_with_mcp(engine, delegator, responses, None)
+}
+
+/// [`router_with`], plus `mcp` (the `/mcp` MCP server's router, from glider-mcp)
+/// behind the same [`access`] rules.
+pub fn router_with_mcp(
+    engine: Arc<Engine>,
+    delegator: Arc<glider_delegate::Delegator>,
+    responses: Option<Arc<ResponseStore>>,
+    mcp: Option<Router>,
+) -> Result<Router, String> {
     let access = access::Access {
         token: match &engine.runtime().config.server.gateway_token {
             Some(secret) => Some(
@@ -61,12 +72,16 @@ pub fn router_with(
             None => None,
         },
     };
-    Ok(routes(Gateway {
+    let routes = routes(Gateway {
         engine,
         delegator,
         responses,
-    })
-    .layer(axum::middleware::from_fn_with_state(access, access::guard)))
+    });
+    let routes = match mcp {
+        Some(mcp) => routes.merge(mcp),
+        None => routes,
+    };
+    Ok(routes.layer(axum::middleware::from_fn_with_state(access, access::guard)))
 }
 
 fn routes(gateway: Gateway) -> Router {

@@ -319,6 +319,11 @@ async fn serve(
     let (mut runstate, previous) =
         glider_sys::runstate::RunState::start(&home, env!("CARGO_PKG_VERSION"), &features)
             .with_context(|| format!("cannot record the run state in {}", home.display()))?;
+    // Stdio MCP servers a killed run left behind are ended before the warning below
+    // looks at what is still running.
+    for ended in glider_mcp::end_leftover_servers(&previous) {
+        tracing::warn!("{ended}");
+    }
     if let Some(warning) = previous.warning() {
         tracing::warn!("{warning}");
     }
@@ -367,10 +372,12 @@ async fn serve_recorded(
         stop.stopped(),
         std::time::Duration::from_secs(snapshot.server.shutdown_grace_secs),
     );
+    let mcp = serve::start_mcp(&handle, runstate);
     let gateway = serve::start_gateway(
         &engine,
         &delegator,
         context.as_ref().and_then(|c| c.responses().cloned()),
+        &mcp,
         &snapshot,
         config_path.as_deref(),
         &home,
@@ -411,6 +418,7 @@ async fn serve_recorded(
             vendors,
             enrollment,
             context: context.as_deref().map(serve::context_surface),
+            mcp: Some(serve::mcp_surface(&mcp)),
         },
         &drain,
     )
@@ -429,6 +437,8 @@ async fn serve_recorded(
         dashboard,
         serve::remove_rules_at_stop(transparent, &stop),
     );
+    // The MCP servers go after the doors: a drained request may still have called a tool.
+    mcp.shutdown().await;
     gateway?;
     dashboard?;
     if let Some(context) = context {

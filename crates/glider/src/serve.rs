@@ -88,6 +88,34 @@ pub fn start_vram(engine: &Arc<Engine>, handle: &ConfigHandle, home: &Path) {
     }
 }
 
+/// The MCP servers of `mcp:` (docs/tools.md): connected now, each stdio server's
+/// process group recorded in `runstate`, and brought in line with each reloaded config
+/// (a changed server restarts, a removed one stops, the others are left alone).
+pub fn start_mcp(
+    handle: &ConfigHandle,
+    runstate: &glider_sys::runstate::RunState,
+) -> glider_mcp::McpHub {
+    let hub = glider_mcp::McpHub::new(Some(runstate.delegate_pids()));
+    hub.apply(&handle.snapshot().mcp);
+    let mut changes = handle.subscribe();
+    let follower = hub.clone();
+    tokio::spawn(async move {
+        while changes.changed().await.is_ok() {
+            let mcp = changes.borrow_and_update().mcp.clone();
+            follower.apply(&mcp);
+        }
+    });
+    hub
+}
+
+/// What `/api/mcp` shows: each MCP server's state, tools and counters.
+pub fn mcp_surface(hub: &glider_mcp::McpHub) -> glider_dashboard::McpSurface {
+    let hub = hub.clone();
+    glider_dashboard::McpSurface(Arc::new(
+        move || serde_json::json!({"enabled": true, "servers": hub.servers()}),
+    ))
+}
+
 /// The file watchers the background services run on; dropping it stops them.
 pub struct Background {
     _config: Option<FileWatcher>,
@@ -170,17 +198,25 @@ pub struct Listening<F> {
 /// The gateway: build its router, warn when it is open to other machines without a
 /// token, listen on `server.proxy_port`, and say so. `responses`: the context store's
 /// stored Responses, when it runs.
+#[allow(clippy::too_many_arguments)]
 pub async fn start_gateway(
     engine: &Arc<Engine>,
     delegator: &Arc<glider_delegate::Delegator>,
     responses: Option<Arc<glider_context::ResponseStore>>,
+    mcp: &glider_mcp::McpHub,
     snapshot: &Config,
     config_path: Option<&Path>,
     home: &Path,
     drain: &Drain,
 ) -> anyhow::Result<Listening<impl Future<Output = std::io::Result<()>> + use<>>> {
-    let router = glider_gateway::router_with(engine.clone(), delegator.clone(), responses)
-        .map_err(anyhow::Error::msg)?;
+    let mcp_router = glider_mcp::server::router(mcp.clone(), drain.draining());
+    let router = glider_gateway::router_with_mcp(
+        engine.clone(),
+        delegator.clone(),
+        responses,
+        Some(mcp_router),
+    )
+    .map_err(anyhow::Error::msg)?;
     if !snapshot.server.is_loopback() && snapshot.server.gateway_token.is_none() {
         tracing::warn!(
             "server.bind is {:?} but server.gateway_token is unset: the gateway answers only requests addressed to a loopback host name; set a token to serve other machines",
@@ -330,6 +366,8 @@ pub struct DashboardInputs {
     pub enrollment: Option<glider_dashboard::EnrollmentHook>,
     /// The context log, when `context.enabled`.
     pub context: Option<glider_dashboard::ContextSurface>,
+    /// The MCP servers (`/api/mcp`).
+    pub mcp: Option<glider_dashboard::McpSurface>,
 }
 
 /// The dashboard: resolve its token, listen on `server.dashboard_port`, open the
@@ -367,6 +405,7 @@ pub async fn start_dashboard(
     options.vendors = inputs.vendors;
     options.enrollment = inputs.enrollment;
     options.context = inputs.context;
+    options.mcp = inputs.mcp;
     let dashboard = glider_dashboard::Dashboard::start(engine.clone(), options)
         .with_context(|| format!("cannot open the request history under {}", home.display()))?;
     tracing::info!("dashboard on http://{dashboard_local}");

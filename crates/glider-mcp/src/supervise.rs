@@ -1,0 +1,409 @@
+//! One MCP server's supervisor: connect (start the stdio child in its own process group,
+//! or open the Streamable HTTP session), list its tools, keep them current on
+//! `tools/list_changed`, and when the connection ends take its tools away, end what is
+//! left of the child's group, and connect again after a backoff that doubles per failed
+//! try. What it sees is kept in [`Live`] for the hub and the dashboard.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use glider_config::McpServerConfig;
+use glider_config::mcp::TOOL_SEPARATOR;
+use glider_sys::procutil::{GroupGuard, spawn_group_leader};
+use rmcp::service::{NotificationContext, Peer, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde::Serialize;
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Inner, ServerView, ToolSpec, lock};
+
+/// How long a server may take to start and answer `initialize`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// A server that stayed up this long before it went down starts its backoff afresh.
+const STABLE_AFTER: Duration = Duration::from_secs(30);
+
+/// Where a server stands.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ServerState {
+    /// Connecting for the first time.
+    Starting,
+    /// Connected; its tools are offered.
+    Ready,
+    /// It went down or could not connect; the next try comes after `retry_in_secs`.
+    Failed { why: String, retry_in_secs: f64 },
+    /// Connecting again, try number `attempt` since it was last up for a while.
+    Restarting { attempt: u32 },
+    /// Stopped by Glider (removed from the config, or shutdown).
+    Stopped,
+}
+
+impl std::fmt::Display for ServerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerState::Starting => f.write_str("starting"),
+            ServerState::Ready => f.write_str("ready"),
+            ServerState::Failed { why, retry_in_secs } => {
+                write!(f, "failed ({why}); retrying in {retry_in_secs:.1} s")
+            }
+            ServerState::Restarting { attempt } => write!(f, "restarting (try {attempt})"),
+            ServerState::Stopped => f.write_str("stopped"),
+        }
+    }
+}
+
+/// What the supervisor shares with the hub.
+pub(crate) struct Live {
+    name: String,
+    config: McpServerConfig,
+    state: Mutex<ServerState>,
+    peer: Mutex<Option<Peer<RoleClient>>>,
+    tools: Mutex<Vec<ToolSpec>>,
+    /// The last line the stdio child wrote to stderr (often why it failed).
+    last_stderr: Mutex<Option<String>>,
+    calls: AtomicU64,
+    errors: AtomicU64,
+    restarts: AtomicU64,
+    last_restart: Mutex<Option<u64>>,
+}
+
+impl Live {
+    pub(crate) fn new(name: String, config: &McpServerConfig) -> Live {
+        Live {
+            name,
+            config: config.clone(),
+            state: Mutex::new(ServerState::Starting),
+            peer: Mutex::new(None),
+            tools: Mutex::new(Vec::new()),
+            last_stderr: Mutex::new(None),
+            calls: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            restarts: AtomicU64::new(0),
+            last_restart: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn offered_tools(&self) -> Vec<ToolSpec> {
+        lock(&self.tools).clone()
+    }
+
+    pub(crate) fn offers(&self, tool: &str) -> bool {
+        self.config.offers(tool)
+    }
+
+    pub(crate) fn peer(&self) -> Option<Peer<RoleClient>> {
+        lock(&self.peer).clone()
+    }
+
+    pub(crate) fn state(&self) -> ServerState {
+        lock(&self.state).clone()
+    }
+
+    pub(crate) fn count_call(&self, failed: bool) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if failed {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn view(&self) -> ServerView {
+        ServerView {
+            name: self.name.clone(),
+            transport: if self.config.command.is_some() {
+                "stdio"
+            } else {
+                "http"
+            },
+            state: self.state(),
+            tools: lock(&self.tools).iter().map(|t| t.name.clone()).collect(),
+            calls: self.calls.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            last_restart: *lock(&self.last_restart),
+            restarts: self.restarts.load(Ordering::Relaxed),
+        }
+    }
+
+    fn set_state(&self, state: ServerState) {
+        tracing::info!(server = %self.name, state = %state, "MCP server");
+        *lock(&self.state) = state;
+    }
+}
+
+/// What a supervisor task needs.
+pub(crate) struct Supervisor {
+    pub(crate) live: Arc<Live>,
+    pub(crate) config: McpServerConfig,
+    pub(crate) stop: CancellationToken,
+    pub(crate) hub: Weak<Inner>,
+}
+
+/// Hears `notifications/tools/list_changed` from the server.
+struct Handler {
+    tools_changed: Arc<Notify>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_changed.notify_one();
+    }
+}
+
+/// A live connection, and the stdio child's process group when there is one.
+struct Connection {
+    service: RunningService<RoleClient, Handler>,
+    tools_changed: Arc<Notify>,
+    group: Option<GroupGuard>,
+}
+
+/// Supervise one server until `stop` is cancelled.
+pub(crate) async fn run(sup: Supervisor) {
+    let mut attempt = 0u32;
+    loop {
+        let started = Instant::now();
+        let connected = tokio::select! {
+            _ = sup.stop.cancelled() => return sup.live.set_state(ServerState::Stopped),
+            connected = tokio::time::timeout(CONNECT_TIMEOUT, connect(&sup)) => connected
+                .unwrap_or_else(|_| Err(format!("no answer to initialize within {} s", CONNECT_TIMEOUT.as_secs()))),
+        };
+        let why = match connected {
+            Ok(connection) => match serve_until_down(&sup, connection).await {
+                Some(why) => why,
+                None => return sup.live.set_state(ServerState::Stopped),
+            },
+            Err(why) => why,
+        };
+        let why = match lock(&sup.live.last_stderr).take() {
+            Some(line) => format!("{why}; its last stderr line: {line}"),
+            None => why,
+        };
+        if started.elapsed() >= STABLE_AFTER {
+            attempt = 0;
+        }
+        attempt += 1;
+        let wait = backoff(&sup, attempt);
+        tracing::warn!(server = %sup.live.name, %why, "MCP server went down");
+        sup.live.set_state(ServerState::Failed {
+            why,
+            retry_in_secs: wait.as_secs_f64(),
+        });
+        tokio::select! {
+            _ = sup.stop.cancelled() => return sup.live.set_state(ServerState::Stopped),
+            _ = tokio::time::sleep(wait) => {}
+        }
+        sup.live.restarts.fetch_add(1, Ordering::Relaxed);
+        *lock(&sup.live.last_restart) = Some(unix_now());
+        sup.live.set_state(ServerState::Restarting { attempt });
+    }
+}
+
+/// `restart_initial_secs`, doubled per try since the server was last stable, capped.
+fn backoff(sup: &Supervisor, attempt: u32) -> Duration {
+    let (initial, max) = match sup.hub.upgrade() {
+        Some(hub) => {
+            let settings = *lock(&hub.settings);
+            (settings.restart_initial, settings.restart_max)
+        }
+        None => (Duration::from_millis(500), Duration::from_secs(30)),
+    };
+    initial
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+        .min(max)
+}
+
+async fn connect(sup: &Supervisor) -> Result<Connection, String> {
+    let tools_changed = Arc::new(Notify::new());
+    let handler = Handler {
+        tools_changed: tools_changed.clone(),
+    };
+    match (&sup.config.command, &sup.config.url) {
+        (Some(command), _) => {
+            let (service, group) = connect_stdio(sup, command, handler).await?;
+            Ok(Connection {
+                service,
+                tools_changed,
+                group: Some(group),
+            })
+        }
+        (None, Some(url)) => Ok(Connection {
+            service: connect_http(&sup.config, url, handler).await?,
+            tools_changed,
+            group: None,
+        }),
+        (None, None) => Err("neither command nor url is set".into()),
+    }
+}
+
+async fn connect_stdio(
+    sup: &Supervisor,
+    program: &str,
+    handler: Handler,
+) -> Result<(RunningService<RoleClient, Handler>, GroupGuard), String> {
+    let config = &sup.config;
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(&config.args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(cwd) = &config.cwd {
+        command.current_dir(cwd);
+    }
+    for (key, value) in &config.env {
+        command.env(key, value.resolve().map_err(|e| format!("env.{key}: {e}"))?);
+    }
+    let mut child =
+        spawn_group_leader(&mut command).map_err(|e| format!("cannot start {program:?}: {e}"))?;
+    let (Some(stdin), Some(stdout), stderr) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err("the child's pipes were not set up".into());
+    };
+    let mut group = GroupGuard::new(child).ok_or("the child exited at once")?;
+    if let Some(pids) = sup.hub.upgrade().and_then(|hub| hub.pids.clone()) {
+        pids.started(group.pgid(), &format!("mcp:{}", sup.live.name));
+        group = group.on_ended(move |pgid| pids.ended(pgid));
+    }
+    if let Some(stderr) = stderr {
+        let live = sup.live.clone();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::debug!(server = %live.name, "stderr: {line}");
+                if !line.trim().is_empty() {
+                    *lock(&live.last_stderr) = Some(line);
+                }
+            }
+        });
+    }
+    let service = handler
+        .serve((stdout, stdin))
+        .await
+        .map_err(|e| format!("initialize failed: {e}"))?;
+    Ok((service, group))
+}
+
+async fn connect_http(
+    config: &McpServerConfig,
+    url: &str,
+    handler: Handler,
+) -> Result<RunningService<RoleClient, Handler>, String> {
+    let mut headers = HashMap::new();
+    for (key, value) in &config.headers {
+        let name = http::HeaderName::from_bytes(key.as_bytes())
+            .map_err(|_| format!("headers.{key}: not a valid header name"))?;
+        let value = value.resolve().map_err(|e| format!("headers.{key}: {e}"))?;
+        let value = http::HeaderValue::from_str(&value)
+            .map_err(|_| format!("headers.{key}: not a valid header value"))?;
+        headers.insert(name, value);
+    }
+    let mut transport_config =
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(headers);
+    if let Some(variable) = &config.bearer_token_env {
+        let token = std::env::var(variable)
+            .ok()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                format!("bearer_token_env: environment variable {variable} is not set")
+            })?;
+        transport_config = transport_config.auth_header(token);
+    }
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let transport = StreamableHttpClientTransport::with_client(client, transport_config);
+    handler
+        .serve(transport)
+        .await
+        .map_err(|e| format!("initialize failed at {url}: {e}"))
+}
+
+/// Offer the server's tools until it goes down (`Some(why)`) or is stopped (`None`);
+/// either way its tools are taken away and its process group ended before returning.
+async fn serve_until_down(sup: &Supervisor, connection: Connection) -> Option<String> {
+    let Connection {
+        service,
+        tools_changed,
+        group,
+    } = connection;
+    let peer = service.peer().clone();
+    let why = match refresh_tools(sup, &peer).await {
+        Err(why) => {
+            drop(service);
+            Some(why)
+        }
+        Ok(()) => {
+            *lock(&sup.live.peer) = Some(peer.clone());
+            sup.live.set_state(ServerState::Ready);
+            notify_hub(sup);
+            let cancel = service.cancellation_token();
+            let waiting = service.waiting();
+            tokio::pin!(waiting);
+            loop {
+                tokio::select! {
+                    quit = &mut waiting => break Some(match quit {
+                        Ok(reason) => format!("the connection ended ({reason:?})"),
+                        Err(e) => format!("the connection's task failed: {e}"),
+                    }),
+                    _ = sup.stop.cancelled() => {
+                        cancel.cancel();
+                        let _ = waiting.await;
+                        break None;
+                    }
+                    _ = tools_changed.notified() => {
+                        if let Err(why) = refresh_tools(sup, &peer).await {
+                            tracing::warn!(server = %sup.live.name, %why, "could not list tools after tools/list_changed");
+                        }
+                        notify_hub(sup);
+                    }
+                }
+            }
+        }
+    };
+    *lock(&sup.live.peer) = None;
+    lock(&sup.live.tools).clear();
+    notify_hub(sup);
+    if let Some(mut group) = group
+        && let Err(e) = group.finish().await
+    {
+        tracing::warn!(server = %sup.live.name, error = %e, "could not reap the MCP server");
+    }
+    why
+}
+
+/// List the server's tools and keep those its allow/deny lists offer, prefixed.
+async fn refresh_tools(sup: &Supervisor, peer: &Peer<RoleClient>) -> Result<(), String> {
+    let listed = peer
+        .list_all_tools()
+        .await
+        .map_err(|e| format!("tools/list failed: {e}"))?;
+    let offered: Vec<ToolSpec> = listed
+        .into_iter()
+        .filter(|tool| sup.config.offers(&tool.name))
+        .map(|tool| ToolSpec {
+            name: format!("{}{TOOL_SEPARATOR}{}", sup.live.name, tool.name),
+            description: tool.description.map(|d| d.into_owned()).unwrap_or_default(),
+            input_schema: (*tool.input_schema).clone(),
+        })
+        .collect();
+    *lock(&sup.live.tools) = offered;
+    Ok(())
+}
+
+fn notify_hub(sup: &Supervisor) {
+    if let Some(hub) = sup.hub.upgrade() {
+        hub.tools_changed();
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,400 @@
+//! MCP through Glider with real third-party servers from npm (tests/cli's
+//! node_modules: `@modelcontextprotocol/server-everything` and `server-filesystem`):
+//! the hub over stdio (echo, read a file, allow/deny, a crashed server restarted with
+//! its tools back), the everything server's Streamable HTTP mode behind the gateway's
+//! `/mcp` (list, call, `tools/list_changed` on a hot reload, `/api/mcp`), and no stdio
+//! server left running after Glider is SIGKILLed, once it starts again.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::procs::{alive, group_members, until};
+use common::serve::serve_yaml;
+use glider_config::McpConfig;
+use glider_mcp::{McpHub, ServerState, ToolError};
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::NotificationContext;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::json;
+
+fn node_modules() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/cli/node_modules/@modelcontextprotocol");
+    assert!(
+        dir.join("server-everything/dist/index.js").exists(),
+        "the MCP servers from npm are missing: run `npm ci --prefix tests/cli`"
+    );
+    dir
+}
+
+fn everything() -> String {
+    node_modules()
+        .join("server-everything/dist/index.js")
+        .display()
+        .to_string()
+}
+
+fn mcp_config(yaml: &str) -> McpConfig {
+    let config: McpConfig = serde_saphyr::from_str(yaml).expect("mcp config parses");
+    assert_eq!(config.problems(), Vec::<String>::new());
+    config
+}
+
+/// Wait (bounded) until the hub offers `tool`.
+async fn offered(hub: &McpHub, tool: &str) {
+    let found = until(|| hub.tools().iter().any(|t| t.name == tool)).await;
+    assert!(found, "{tool} never offered; servers: {:?}", hub.servers());
+}
+
+#[tokio::test]
+async fn everything_over_stdio_lists_and_echoes() {
+    let hub = McpHub::new(None);
+    hub.apply(&mcp_config(&format!(
+        "servers:\n  everything: {{command: node, args: ['{}', stdio]}}\n",
+        everything()
+    )));
+    offered(&hub, "everything__echo").await;
+    let echo = hub
+        .tools()
+        .into_iter()
+        .find(|t| t.name == "everything__echo")
+        .expect("echo");
+    assert!(
+        echo.input_schema["properties"].get("message").is_some(),
+        "{echo:?}"
+    );
+    let output = hub
+        .call("everything__echo", json!({"message": "through glider"}))
+        .await
+        .expect("echo answers");
+    assert!(!output.is_error());
+    assert_eq!(output.text(), "Echo: through glider");
+    let view = &hub.servers()[0];
+    assert_eq!((view.calls, view.errors), (1, 0));
+    assert!(matches!(
+        hub.call("everything__echo", json!([1])).await,
+        Err(ToolError::BadArguments)
+    ));
+    hub.shutdown().await;
+    assert!(hub.tools().is_empty());
+}
+
+#[tokio::test]
+async fn allow_and_deny_filter_the_tools() {
+    let hub = McpHub::new(None);
+    hub.apply(&mcp_config(&format!(
+        "servers:\n  ev: {{command: node, args: ['{}', stdio], allow: ['echo', 'get-*'], deny: ['get-env']}}\n",
+        everything()
+    )));
+    offered(&hub, "ev__echo").await;
+    let mut names: Vec<String> = hub.tools().into_iter().map(|t| t.name).collect();
+    names.sort();
+    assert!(
+        names
+            .iter()
+            .all(|n| n == "ev__echo" || n.starts_with("ev__get-")),
+        "{names:?}"
+    );
+    assert!(names.contains(&"ev__get-sum".to_owned()), "{names:?}");
+    assert!(!names.contains(&"ev__get-env".to_owned()), "{names:?}");
+    assert!(matches!(
+        hub.call("ev__get-env", json!({})).await,
+        Err(ToolError::NotOffered { .. })
+    ));
+    assert!(matches!(
+        hub.call("nobody__echo", json!({})).await,
+        Err(ToolError::UnknownTool(_))
+    ));
+    hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn filesystem_over_stdio_reads_a_file() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let root_path = root.path().canonicalize().expect("canonical");
+    std::fs::write(root_path.join("notes.txt"), "hello from a temp dir\n").expect("written");
+    let server = node_modules().join("server-filesystem/dist/index.js");
+    let hub = McpHub::new(None);
+    hub.apply(&mcp_config(&format!(
+        "servers:\n  files: {{command: node, args: ['{}', '{}']}}\n",
+        server.display(),
+        root_path.display()
+    )));
+    offered(&hub, "files__read_text_file").await;
+    let output = hub
+        .call(
+            "files__read_text_file",
+            json!({"path": root_path.join("notes.txt")}),
+        )
+        .await
+        .expect("read answers");
+    assert!(!output.is_error(), "{:?}", output.result);
+    assert!(
+        output.text().contains("hello from a temp dir"),
+        "{}",
+        output.text()
+    );
+    // Outside its root the server itself refuses, as a tool error.
+    let outside = hub
+        .call("files__read_text_file", json!({"path": "/etc/hostname"}))
+        .await
+        .expect("answered");
+    assert!(outside.is_error(), "{:?}", outside.result);
+    hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_crashed_stdio_server_is_restarted_and_its_tools_come_back() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let script = dir.path().join("server.sh");
+    let pids = dir.path().join("pids");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho $$ >> '{}'\nexec node '{}' stdio\n",
+            pids.display(),
+            everything()
+        ),
+    )
+    .expect("script");
+    let hub = McpHub::new(None);
+    hub.apply(&mcp_config(&format!(
+        "servers:\n  flaky: {{command: sh, args: ['{}']}}\nrestart_initial_secs: 0.5\n",
+        script.display()
+    )));
+    offered(&hub, "flaky__echo").await;
+    let first: u32 = std::fs::read_to_string(&pids)
+        .expect("pid written")
+        .trim()
+        .parse()
+        .expect("a pid");
+    // The server dies the way a crash does: no goodbye.
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &first.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    // Its tools go first, then its state says why (the group is reaped in between).
+    assert!(
+        until(|| hub.tools().is_empty() && hub.servers()[0].state != ServerState::Ready).await,
+        "tools stayed offered while the server was down: {:?}",
+        hub.servers()
+    );
+    let down = hub.servers()[0].state.clone();
+    assert!(
+        matches!(
+            down,
+            ServerState::Failed { .. } | ServerState::Restarting { .. }
+        ),
+        "{down:?}"
+    );
+    offered(&hub, "flaky__echo").await;
+    let view = &hub.servers()[0];
+    assert_eq!(view.state, ServerState::Ready);
+    assert_eq!(view.restarts, 1);
+    assert!(view.last_restart.is_some());
+    assert!(!alive(first));
+    let output = hub
+        .call("flaky__echo", json!({"message": "again"}))
+        .await
+        .expect("echo after the restart");
+    assert_eq!(output.text(), "Echo: again");
+    hub.shutdown().await;
+}
+
+/// Counts `notifications/tools/list_changed` from Glider's `/mcp`.
+#[derive(Clone, Default)]
+struct ListChanged(Arc<tokio::sync::Notify>);
+
+impl ClientHandler for ListChanged {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.0.notify_one();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// The everything server in its Streamable HTTP mode, killed when dropped.
+struct HttpServer(std::process::Child);
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn everything_over_streamable_http_behind_glider_mcp() {
+    let port = free_port();
+    let _server = HttpServer(
+        std::process::Command::new("node")
+            .args([everything().as_str(), "streamableHttp"])
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the everything server starts"),
+    );
+    assert!(
+        until(|| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).await,
+        "the everything server never listened"
+    );
+    let home = tempfile::tempdir().expect("home");
+    // A reload needs a backend in the file; this one is never asked (nothing listens).
+    let base = format!(
+        "backends:\n  - {{name: idle, type: ollama, base_url: 'http://127.0.0.1:9', models: [qwen]}}\nmcp:\n  servers:\n    remote: {{url: 'http://127.0.0.1:{port}/mcp'}}\n"
+    );
+    let served = serve_yaml(home.path(), &base);
+
+    let changed = ListChanged::default();
+    let client = changed
+        .clone()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", served.gateway)),
+        ))
+        .await
+        .expect("an MCP session with Glider's /mcp");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let tools = client.list_all_tools().await.expect("tools/list");
+        if tools.iter().any(|t| t.name == "remote__echo") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "remote__echo never listed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let args = json!({"message": "over http"});
+    let result = client
+        .call_tool(
+            CallToolRequestParams::new("remote__echo")
+                .with_arguments(args.as_object().cloned().unwrap_or_default()),
+        )
+        .await
+        .expect("tools/call through Glider");
+    let text: Vec<&str> = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect();
+    assert_eq!(text, ["Echo: over http"]);
+    let unknown = client
+        .call_tool(CallToolRequestParams::new("remote__nope"))
+        .await;
+    assert!(unknown.is_err() || unknown.is_ok_and(|r| r.is_error == Some(true)));
+
+    let view = served
+        .poll_json("/api/mcp", |v| v["servers"][0]["calls"].as_u64() >= Some(1))
+        .await;
+    assert_eq!(view["servers"][0]["name"], "remote");
+    assert_eq!(view["servers"][0]["transport"], "http");
+    assert_eq!(view["servers"][0]["state"]["state"], "ready");
+
+    // A hot reload that adds a stdio server: connected clients are told the tools changed.
+    std::fs::write(
+        home.path().join("glider.yaml"),
+        format!(
+            "{base}    local: {{command: node, args: ['{}', stdio], allow: [echo]}}\n",
+            everything()
+        ),
+    )
+    .expect("config rewritten");
+    tokio::time::timeout(Duration::from_secs(30), changed.0.notified())
+        .await
+        .expect("notifications/tools/list_changed after the reload");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let tools = client.list_all_tools().await.expect("tools/list");
+        if tools.iter().any(|t| t.name == "local__echo") {
+            assert!(
+                tools.iter().any(|t| t.name == "remote__echo"),
+                "remote kept"
+            );
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let view = served.poll_json("/api/mcp", |_| true).await;
+            panic!("local__echo never listed: {tools:?}; /api/mcp: {view}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = client.cancel().await;
+    served.stop();
+}
+
+#[tokio::test]
+async fn stdio_servers_left_by_a_sigkilled_glider_are_ended_at_the_next_start() {
+    let home = tempfile::tempdir().expect("home");
+    let dir = tempfile::tempdir().expect("lab");
+    let script = dir.path().join("leaky.sh");
+    let leader = dir.path().join("leader");
+    let grandchild = dir.path().join("grandchild");
+    // A server whose helper would outlive it: only the group kill ends the helper.
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho $$ > '{leader}.tmp' && mv '{leader}.tmp' '{leader}'\nsleep 1000 >/dev/null 2>&1 &\necho $! > '{gc}.tmp' && mv '{gc}.tmp' '{gc}'\nexec node '{}' stdio\n",
+            everything(),
+            leader = leader.display(),
+            gc = grandchild.display(),
+        ),
+    )
+    .expect("script");
+    let yaml = format!(
+        "mcp:\n  servers:\n    leaky: {{command: sh, args: ['{}']}}\n",
+        script.display()
+    );
+    let mut served = serve_yaml(home.path(), &yaml);
+    served
+        .poll_json("/api/mcp", |v| v["servers"][0]["state"]["state"] == "ready")
+        .await;
+    let read_pid = |path: &PathBuf| -> u32 {
+        std::fs::read_to_string(path)
+            .expect("pid file")
+            .trim()
+            .parse()
+            .expect("a pid")
+    };
+    let pgid = read_pid(&leader);
+    let helper = read_pid(&grandchild);
+    assert!(alive(helper));
+    let runstate = home.path().join("runstate.json");
+    assert!(
+        until(|| std::fs::read_to_string(&runstate).is_ok_and(|s| s.contains("mcp:leaky"))).await,
+        "the server's group was never recorded"
+    );
+    served.child.kill().expect("SIGKILL glider");
+    served.child.wait().expect("reaped");
+    drop(served);
+    assert!(alive(helper), "the helper outlives a SIGKILLed Glider");
+
+    let served = serve_yaml(home.path(), &yaml);
+    assert!(
+        until(|| group_members(pgid).is_empty()).await,
+        "the old server's group is still there: {:?}",
+        group_members(pgid)
+    );
+    assert!(!alive(helper));
+    served
+        .poll_json("/api/mcp", |v| v["servers"][0]["state"]["state"] == "ready")
+        .await;
+    let new_pgid = read_pid(&leader);
+    assert_ne!(new_pgid, pgid);
+    served.stop();
+    // A clean stop ends the group too.
+    assert!(until(|| group_members(new_pgid).is_empty()).await);
+}
