@@ -43,6 +43,9 @@ pub struct Config {
     pub pricing: crate::pricing::PricingConfig,
     /// GPU memory: the monitor and how local models share it (hot; docs/vram.md).
     pub vram: crate::vram::VramConfig,
+    /// The internal tools, their sandbox and the tool loop for local answers (hot;
+    /// docs/tools.md).
+    pub tools: crate::tools::ToolsConfig,
 }
 
 /// Listeners. Changing any of these needs a restart.
@@ -1136,6 +1139,7 @@ impl Config {
             problems
                 .push("routing.classifier: cloud_threshold must be below local_threshold".into());
         }
+        problems.extend(self.tools.problems());
         let summarizer = &self.context.summarizer;
         if let Some(name) = &summarizer.backend
             && !self.backends.iter().any(|b| &b.name == name)
