@@ -197,3 +197,53 @@ async fn with_the_loop_off_a_tool_call_reaches_the_client_untouched() {
         "no tools added"
     );
 }
+
+#[tokio::test]
+async fn every_call_the_loop_runs_is_a_tool_run_event_in_the_context_log() {
+    let (workspace, _mock, gateway) = setup(4).await;
+    let home = tempfile::tempdir().expect("home");
+    let config = gateway.config.snapshot();
+    let context = glider_context::Context::start(home.path(), &config.context)
+        .expect("the log opens")
+        .expect("context is on");
+    assert!(gateway.engine.attach_context(context.clone()).is_ok());
+    let request = text_request(
+        "m-ollama",
+        r#"find it [[call:grep {"pattern":"needle"}]]"#,
+        false,
+    );
+    let reply = post(
+        &gateway.base,
+        front_path(Dialect::Anthropic),
+        wire(Dialect::Anthropic, &request).to_string(),
+        &[("x-claude-code-session-id", "tool-loop")],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let mut runs = Vec::new();
+    // Polled: the log's writer appends off the request path.
+    for _ in 0..500 {
+        context.log().flush();
+        runs = context
+            .reader()
+            .events("claude-code:tool-loop")
+            .expect("reads")
+            .into_iter()
+            .filter_map(|e| match e.event.body {
+                glider_context::event::EventBody::ToolRun(run) => Some(run),
+                _ => None,
+            })
+            .collect();
+        if !runs.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(
+        (runs[0].tool.as_str(), runs[0].ok, runs[0].turn),
+        ("grep", true, 1)
+    );
+    assert!(runs[0].arguments.contains("needle"));
+    drop(workspace);
+}
