@@ -143,6 +143,11 @@ async fn run_loop(job: &mut Job, specs: Vec<ToolSpec>) -> Flow {
         for (id, name, arguments) in calls {
             results.push(run_call(job, &budget, id, name, arguments).await);
         }
+        if budget.time_left().is_zero() {
+            // No time to ask the model again: say so rather than fail.
+            let reply = stopped(&config, LoopLimit::Time, budget.turns(), &response, usage);
+            return answer(job, index, reply, client_stream);
+        }
         let said = Turn {
             role: Role::Assistant,
             parts: response
@@ -261,7 +266,7 @@ fn stopped(
             config.max_turns
         ),
         LoopLimit::Time => format!(
-            "its time budget of {} seconds (tools.loop.max_secs) ran out",
+            "the loop's time budget of {} seconds (tools.loop.max_secs) ran out",
             config.max_secs
         ),
     };
