@@ -5,6 +5,7 @@
 pub mod mcp;
 pub mod pricing;
 pub mod schema;
+pub mod tools;
 pub mod vram;
 pub mod watch;
 
@@ -12,6 +13,7 @@ pub use mcp::{McpConfig, McpServerConfig};
 pub use notify::RecommendedWatcher as FileWatcher;
 pub use pricing::{ModelPrice, PricingConfig};
 pub use schema::*;
+pub use tools::{SandboxMode, ToolLoopConfig, ToolsConfig};
 pub use vram::{MonitorKind, Strategy, VramConfig, VramModel};
 pub use watch::{ConfigHandle, ReloadOutcome, watch_path};
 

@@ -45,6 +45,9 @@ pub struct Config {
     pub vram: crate::vram::VramConfig,
     /// MCP servers whose tools Glider offers on `/mcp` (hot; docs/tools.md).
     pub mcp: crate::mcp::McpConfig,
+    /// The internal tools, their sandbox and the tool loop for local answers (hot;
+    /// docs/tools.md).
+    pub tools: crate::tools::ToolsConfig,
 }
 
 /// Listeners. Changing any of these needs a restart.
@@ -1176,6 +1179,7 @@ impl Config {
             problems
                 .push("routing.classifier: cloud_threshold must be below local_threshold".into());
         }
+        problems.extend(self.tools.problems());
         let summarizer = &self.context.summarizer;
         if let Some(name) = &summarizer.backend
             && !self.backends.iter().any(|b| &b.name == name)

@@ -58,6 +58,24 @@ pub enum EventBody {
     BudgetStop(BudgetStopEvent),
     /// A delegate run (`/claude …`, handled before the pipeline) ended.
     Delegate(DelegateEvent),
+    /// Glider ran one of a local model's tool calls itself (`tools.loop`).
+    ToolRun(ToolRunEvent),
+}
+
+/// A tool call the tool loop ran, before the request's `reply` event.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolRunEvent {
+    pub request: String,
+    /// The loop's model turn that made the call (1 for the first).
+    pub turn: u32,
+    pub id: String,
+    pub tool: String,
+    /// The arguments as JSON text (cut by the engine).
+    pub arguments: String,
+    pub ok: bool,
+    pub error: Option<String>,
+    pub result_chars: usize,
+    pub duration_ms: u64,
 }
 
 /// A headless delegate run at its end.
@@ -100,6 +118,7 @@ impl EventBody {
             EventBody::Compaction(_) => "compaction",
             EventBody::BudgetStop(_) => "budget_stop",
             EventBody::Delegate(_) => "delegate",
+            EventBody::ToolRun(_) => "tool_run",
         }
     }
 }

@@ -251,7 +251,10 @@ impl Folder {
             EventBody::Compaction(compaction) => self.compaction(compaction),
             EventBody::BudgetStop(stop) => self.budget_stop(stop),
             EventBody::Delegate(run) => self.delegate(run, at_ms, family),
-            EventBody::Gap { .. } | EventBody::Retention { .. } | EventBody::Forgotten { .. } => {}
+            EventBody::Gap { .. }
+            | EventBody::Retention { .. }
+            | EventBody::Forgotten { .. }
+            | EventBody::ToolRun(_) => {}
         }
     }
 

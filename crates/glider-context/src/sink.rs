@@ -15,7 +15,7 @@ use crate::Context;
 use crate::event::{
     BudgetStopEvent, CompactionEvent, DelegateEvent, Event, EventBody, MAX_NARRATIVE_EDGE_CHARS,
     MAX_USER_TEXT_CHARS, REPLY_TEXT_EDGE_CHARS, ReplyEvent, RequestEvent, ToolCall, ToolResult,
-    edges, prefix,
+    ToolRunEvent, edges, prefix,
 };
 
 impl ContextSink for Context {
@@ -76,6 +76,23 @@ impl ContextSink for Context {
                     tool: stop.tool.clone(),
                     repeats: stop.repeats,
                     message: stop.message.clone(),
+                }),
+            });
+        }
+        for run in &record.tool_calls {
+            self.log.append(Event {
+                at_ms: crate::now_ms(),
+                session: Some(turn.session.to_owned()),
+                body: EventBody::ToolRun(ToolRunEvent {
+                    request: self.request_key(turn.request_id),
+                    turn: run.turn,
+                    id: run.id.clone(),
+                    tool: run.tool.clone(),
+                    arguments: run.arguments.clone(),
+                    ok: run.ok,
+                    error: run.error.clone(),
+                    result_chars: run.result_chars,
+                    duration_ms: run.duration_ms,
                 }),
             });
         }

@@ -203,6 +203,7 @@ function statusCell(r) {
 
 function requestRow(key, r) {
   const fallbacks = (r.fallbacks || []).length ? el("div", { class: "small problem" }, `after: ${r.fallbacks.join("; ")}`) : null;
+  const toolRuns = (r.tool_calls || []).length ? el("div", { class: "small muted", title: r.tool_calls.map((c) => `${c.turn}. ${c.tool} ${c.arguments}${c.error ? ` — ${c.error}` : ""}`).join("\n") }, `tools run by Glider: ${r.tool_calls.map((c) => c.ok ? c.tool : `${c.tool} (failed)`).join(", ")}`) : null;
   return el("tr", { "data-key": key, "data-id": r.id, class: r.live ? "live" : "" },
     el("td", { class: "mono" }, fmt.time(r.started_at_ms)),
     el("td", { class: "small clip", title: r.client || "" }, r.client || "–"),
@@ -210,7 +211,7 @@ function requestRow(key, r) {
     el("td", { class: "mono" }, r.model_requested || "–"),
     el("td", { class: "mono" }, r.model_used || "–"),
     el("td", {}, r.backend || "–", r.backend && r.local !== null && r.local !== undefined ? el("span", { class: `tag ${r.local ? "local" : "cloud"}` }, r.local ? "local" : "cloud") : null, fallbacks),
-    el("td", { title: r.reason || "" }, r.rule || "–", r.reason ? el("div", { class: "small muted" }, r.reason) : null),
+    el("td", { title: r.reason || "" }, r.rule || "–", r.reason ? el("div", { class: "small muted" }, r.reason) : null, toolRuns),
     el("td", { class: "num" }, r.live ? `~${fmt.int(r.estimated_tokens)}` : fmt.int(fmt.tokensIn(r.usage))),
     el("td", { class: "num" }, r.live ? "–" : fmt.int(r.usage && r.usage.output_tokens)),
     el("td", { class: "num" }, fmt.ms(r.ttft_ms)),

@@ -440,6 +440,78 @@ fn canonical(value: &Value, out: &mut String) {
     }
 }
 
+/// One tool call Glider ran itself in the tool loop (`tools.loop`), for the request
+/// record, the dashboard and the context log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolRun {
+    /// The loop's model turn that asked for it (1 for the first reply).
+    pub turn: u32,
+    pub id: String,
+    pub tool: String,
+    /// The arguments as JSON text, cut at [`MAX_TOOL_ARGUMENT_CHARS`].
+    pub arguments: String,
+    /// Whether the tool succeeded (an error goes back to the model as the result).
+    pub ok: bool,
+    pub error: Option<String>,
+    /// Characters of the result the model was given.
+    pub result_chars: usize,
+    pub duration_ms: u64,
+}
+
+/// Longest argument text a [`ToolRun`] keeps.
+pub const MAX_TOOL_ARGUMENT_CHARS: usize = 2048;
+
+/// Why [`LoopBudget`] ended a tool loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopLimit {
+    /// `tools.loop.max_turns` model turns called tools.
+    Turns,
+    /// `tools.loop.max_secs` went by.
+    Time,
+}
+
+/// The turn and time budget of one tool loop: each model turn that calls tools spends
+/// one turn; the loop may not run past its deadline.
+#[derive(Debug, Clone)]
+pub struct LoopBudget {
+    max_turns: u32,
+    turns: u32,
+    deadline: std::time::Instant,
+}
+
+impl LoopBudget {
+    pub fn new(max_turns: u32, max_secs: f64) -> Self {
+        LoopBudget {
+            max_turns,
+            turns: 0,
+            deadline: std::time::Instant::now() + std::time::Duration::from_secs_f64(max_secs),
+        }
+    }
+
+    /// Model turns that called tools so far.
+    pub fn turns(&self) -> u32 {
+        self.turns
+    }
+
+    /// Spend a turn on the model's tool calls, or say which limit forbids it.
+    pub fn spend_turn(&mut self) -> Result<(), LoopLimit> {
+        if self.turns >= self.max_turns {
+            return Err(LoopLimit::Turns);
+        }
+        if self.time_left().is_zero() {
+            return Err(LoopLimit::Time);
+        }
+        self.turns += 1;
+        Ok(())
+    }
+
+    /// Time left before the deadline.
+    pub fn time_left(&self) -> std::time::Duration {
+        self.deadline
+            .saturating_duration_since(std::time::Instant::now())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use glider_config::{LoopGuard, TurnBudget};

@@ -67,6 +67,8 @@ pub struct RequestRecord {
     /// What bounded context left out of each local candidate's request (turns and
     /// estimated tokens), and whether the session's continuity record stood in.
     pub context_left_out: Vec<ContextLeftOut>,
+    /// The tool calls Glider ran itself for this request (`tools.loop`), in order.
+    pub tool_calls: Vec<crate::contextkit::ToolRun>,
 }
 
 /// One local candidate's bounded context, for the route record.
@@ -205,6 +207,7 @@ impl Bus {
             session: None,
             context_left_out: Vec::new(),
             budget_stop: None,
+            tool_calls: Vec::new(),
         };
         Tracker {
             bus: self.clone(),

@@ -1,6 +1,7 @@
 //! The deterministic reply script shared by every dialect: `[[call:NAME {args}]]`
 //! markers become tool calls, a trailing tool result is acknowledged, anything else is
-//! echoed; plus delta splitting and the byte-based token estimates.
+//! echoed; `[[loop:NAME {args}]]` calls on every turn, tool results or not (a model
+//! that never stops calling tools); plus delta splitting and the byte-based token estimates.
 
 use serde_json::{Value, json};
 
@@ -88,8 +89,13 @@ pub(crate) fn plan(
     mut next_call: impl FnMut() -> u64,
 ) -> Reply {
     let thinking = thinking.then(|| THINKING_TEXT.to_string());
-    if conv.has_tools && !conv.tool_result_after_user {
-        let markers = parse_markers(&conv.last_user_text);
+    let looping = parse_markers_opened(&conv.last_user_text, LOOP_OPEN);
+    if conv.has_tools && (!conv.tool_result_after_user || !looping.is_empty()) {
+        let markers = if looping.is_empty() {
+            parse_markers(&conv.last_user_text)
+        } else {
+            looping
+        };
         if !markers.is_empty() {
             let tool_calls = markers
                 .into_iter()
@@ -125,11 +131,18 @@ pub(crate) fn plan(
 /// Every well-formed `[[call:NAME {json}]]` marker in `text`, in order. The JSON is
 /// optional (`[[call:NAME]]` means `{}`); malformed markers are skipped.
 pub(crate) fn parse_markers(text: &str) -> Vec<(String, Value)> {
-    const OPEN: &str = "[[call:";
+    parse_markers_opened(text, "[[call:")
+}
+
+/// The opening of a marker called on every turn.
+const LOOP_OPEN: &str = "[[loop:";
+
+/// [`parse_markers`] for markers that open with `OPEN`.
+fn parse_markers_opened(text: &str, open: &str) -> Vec<(String, Value)> {
     let mut out = Vec::new();
     let mut rest = text;
-    while let Some(pos) = rest.find(OPEN) {
-        let after = &rest[pos + OPEN.len()..];
+    while let Some(pos) = rest.find(open) {
+        let after = &rest[pos + open.len()..];
         let name_end = after
             .find(|c: char| c.is_whitespace() || c == ']' || c == '{')
             .unwrap_or(after.len());

@@ -557,6 +557,7 @@ mod tests {
                 "fit",
                 "bounded_context",
                 "transform",
+                "tool_loop",
                 "encode",
                 "execute",
                 "record"

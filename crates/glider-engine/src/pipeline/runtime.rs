@@ -26,6 +26,8 @@ pub struct Runtime {
     pub starlark: Option<Arc<Rules>>,
     /// Why the configured Starlark file is not in use, if so.
     pub starlark_error: Option<String>,
+    /// The tools Glider runs itself for a local answer (`tools:`; `tools.loop`).
+    pub tools: glider_tools::ToolSet,
 }
 
 impl Runtime {
@@ -55,12 +57,14 @@ impl Runtime {
                 (None, Some(error))
             }
         };
+        let tools = tool_set(&config, base);
         Runtime {
             config,
             backends,
             classifier,
             starlark,
             starlark_error,
+            tools,
         }
     }
 
@@ -197,4 +201,18 @@ impl Engine {
             }
         }
     }
+}
+
+/// The internal tools over `tools.workspace` (a relative root is read from `base`, the
+/// config file's directory). Off without a workspace; a later provider (MCP) joins here.
+fn tool_set(config: &Config, base: &Path) -> glider_tools::ToolSet {
+    let mut tools = config.tools.clone();
+    if let Some(root) = &tools.workspace {
+        tools.workspace = Some(base.join(root).display().to_string());
+    }
+    let internal = glider_tools::InternalTools::from_config(&tools);
+    if let (Some(why), true) = (internal.unavailable(), config.tools.workspace.is_some()) {
+        tracing::error!(error = %why, "the internal tools are off");
+    }
+    glider_tools::ToolSet::new().with(Arc::new(internal))
 }

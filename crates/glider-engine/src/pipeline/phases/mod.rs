@@ -1,7 +1,8 @@
 //! The pipeline as named phases, in the spec's order: alias → estimate → route →
 //! compaction (a CLI's compaction answered locally, when the policy says so) → budget
 //! (turn budget and loop guard) → origin gate → fit → episodes and bounded context →
-//! transform → encode → execute → record. Each phase is one type behind [`Phase`]; a new phase (a VRAM gate, hedging,
+//! transform → tool loop (`tools.loop`: encode and execute once per model turn) →
+//! encode → execute → record. Each phase is one type behind [`Phase`]; a new phase (a VRAM gate, hedging,
 //! a plugin hook) is one new file here and one line in [`DECIDING`] or [`CARRYING_OUT`].
 
 mod alias;
@@ -15,6 +16,7 @@ mod fit;
 mod origin_gate;
 mod record;
 mod route;
+mod tool_loop;
 mod transform;
 
 use std::future::Future;
@@ -48,6 +50,7 @@ pub(crate) static CARRYING_OUT: &[&dyn Phase] = &[
     &fit::Fit,
     &bounded_context::BoundedContext,
     &transform::Transform,
+    &tool_loop::ToolLoop,
     &encode::Encode,
     &execute::Execute,
     &record::Record,

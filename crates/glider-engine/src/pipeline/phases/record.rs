@@ -122,7 +122,7 @@ impl Phase for Record {
 }
 
 /// A whole reply out of a stream of events.
-async fn collect(
+pub(super) async fn collect(
     mut events: impl Stream<Item = StreamEvent> + Unpin,
 ) -> Result<Response, ApiError> {
     let mut builder = ResponseBuilder::new();
