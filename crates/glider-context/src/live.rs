@@ -228,8 +228,7 @@ impl LiveSessions {
     pub(crate) fn preloaded(&mut self, conn: &Connection, batch: Vec<(String, Live)>) {
         let mut admitted = Vec::new();
         for (session, live) in batch {
-            if self.sessions.contains_key(&session) || self.sessions.len() >= MAX_LIVE_SESSIONS
-            {
+            if self.sessions.contains_key(&session) || self.sessions.len() >= MAX_LIVE_SESSIONS {
                 continue;
             }
             let live = match store::last_id(conn, &session) {
@@ -284,7 +283,10 @@ impl LiveSessions {
             if record.is_empty() {
                 map.remove(session);
             } else {
-                map.insert(session.clone(), Arc::from(record.render(self.max_tokens)));
+                map.insert(
+                    session.clone(),
+                    Arc::from(record.into_text(self.max_tokens)),
+                );
             }
         }
         self.cache.records.store(Arc::new(map));
