@@ -334,8 +334,13 @@ fn heading_line(out: &mut impl Out, heading: &str) {
 }
 
 fn goal_line(out: &mut impl Out, goal: &Goal) {
+    block_item(out, &goal.text);
+}
+
+/// A list item that is one block of text (a goal, closing words).
+fn block_item(out: &mut impl Out, text: &str) {
     out.put("- ");
-    one_block(out, &goal.text);
+    one_block(out, text);
     out.put("\n");
 }
 
@@ -351,9 +356,7 @@ fn file_line(out: &mut impl Out, file: &FileState) {
 }
 
 fn decision_line(out: &mut impl Out, decision: &Decision) {
-    out.put("- ");
-    one_block(out, &decision.text);
-    out.put("\n");
+    block_item(out, &decision.text);
 }
 
 fn error_line(out: &mut impl Out, error: &OpenError) {
