@@ -283,7 +283,10 @@ impl LiveSessions {
             if record.is_empty() {
                 map.remove(session);
             } else {
-                map.insert(session.clone(), Arc::from(record.render(self.max_tokens)));
+                map.insert(
+                    session.clone(),
+                    Arc::from(record.into_text(self.max_tokens)),
+                );
             }
         }
         self.cache.records.store(Arc::new(map));

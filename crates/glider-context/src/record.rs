@@ -139,41 +139,39 @@ impl ContinuityRecord {
     /// items are left out oldest first in this order — recent exchanges, closing
     /// words, files, goals (the newest stays), open errors (the newest stays) — and
     /// what still does not fit is cut with a note.
-    ///
-    /// The items to leave out are chosen by the bytes each one's lines take (the
-    /// estimate is linear in bytes), so the text is written a few times per call, not
-    /// once per item left out: the cost is bounded by the record's lists, never by
-    /// how long the session is.
     pub fn render(&self, max_tokens: u64) -> String {
-        let budget_bytes = (max_tokens as f64 * glider_engine::tokenizer::BYTES_PER_TOKEN) as usize;
-        let mut record = self.clone();
-        loop {
-            let text = record.render_all();
-            if glider_engine::tokenizer::estimate_text(&text) <= max_tokens {
-                return text;
-            }
-            let over = text.len().saturating_sub(budget_bytes).max(1);
-            if !record.leave_out(over) {
-                let head = prefix(&text, (budget_bytes / 2).saturating_sub(40));
-                return format!("{head}\n… (record cut to its token budget)\n</continuity-record>");
-            }
-        }
+        self.clone().into_text(max_tokens)
     }
 
-    /// Leave out the least needed items, in [`ContinuityRecord::render`]'s order,
-    /// until the text is at least `bytes` shorter (or only what is always kept is
-    /// left); false when nothing could be left out.
-    fn leave_out(&mut self, bytes: usize) -> bool {
-        let mut shed = 0;
-        let mut any = false;
-        while shed < bytes {
-            let Some(shorter) = self.leave_out_one() else {
-                break;
-            };
-            shed = shed.saturating_add_signed(shorter);
-            any = true;
+    /// [`ContinuityRecord::render`], consuming the record (the writer's rebuild has no
+    /// other use for it). The text is measured, not written, while items are left out
+    /// one at a time — each by the bytes its lines take, since the estimate is linear
+    /// in bytes — and written once, when it fits: the cost is one pass over the
+    /// record's lists, never one per item left out, and never grows with the session.
+    pub fn into_text(mut self, max_tokens: u64) -> String {
+        let budget_bytes = (max_tokens as f64 * glider_engine::tokenizer::BYTES_PER_TOKEN) as usize;
+        let mut len = self.rendered_len();
+        loop {
+            // `estimate_text(text) <= max_tokens` exactly when `text.len() <= budget_bytes`.
+            if len <= budget_bytes {
+                let text = self.render_all();
+                debug_assert_eq!(text.len(), len, "the measured length is the written one");
+                if glider_engine::tokenizer::estimate_text(&text) <= max_tokens {
+                    return text;
+                }
+                len = text.len();
+            }
+            match self.leave_out_one() {
+                Some(shorter) => len = len.saturating_add_signed(-shorter),
+                None => {
+                    let text = self.render_all();
+                    let head = prefix(&text, (budget_bytes / 2).saturating_sub(40));
+                    return format!(
+                        "{head}\n… (record cut to its token budget)\n</continuity-record>"
+                    );
+                }
+            }
         }
-        any
     }
 
     /// Drop the least needed item; `None` when only what is always kept is left,
@@ -183,11 +181,13 @@ impl ContinuityRecord {
     fn leave_out_one(&mut self) -> Option<isize> {
         let section = |heading: usize, left: bool| if left { 0 } else { heading + 1 };
         let shorter = if !self.recent.is_empty() {
-            let lines = exchange_lines(&self.recent.remove(0));
-            lines_len(&lines) + section(RECENT_HEADING.len(), !self.recent.is_empty())
+            let exchange = self.recent.remove(0);
+            measured(|out| exchange_lines(out, &exchange))
+                + section(RECENT_HEADING.len(), !self.recent.is_empty())
         } else if !self.decisions.is_empty() {
-            let line = decision_line(&self.decisions.remove(0));
-            line.len() + 1 + section(DECISIONS_HEADING.len(), !self.decisions.is_empty())
+            let decision = self.decisions.remove(0);
+            measured(|out| decision_line(out, &decision))
+                + section(DECISIONS_HEADING.len(), !self.decisions.is_empty())
         } else if let Some(file) = self.files.pop() {
             let before = self.files_heading().len() as isize;
             self.files_left_out += 1;
@@ -196,19 +196,19 @@ impl ContinuityRecord {
             } else {
                 before - self.files_heading().len() as isize
             };
-            return Some((file_line(&file).len() + 1) as isize + heading);
+            return Some(measured(|out| file_line(out, &file)) as isize + heading);
         } else if self.goals.len() > 1 {
             let before = self.goals_heading().len() as isize;
             let goal = self.goals.remove(0);
             self.goals_left_out += 1;
             let grown = self.goals_heading().len() as isize - before;
-            return Some((goal_line(&goal).len() + 1) as isize - grown);
+            return Some(measured(|out| goal_line(out, &goal)) as isize - grown);
         } else if self.open_errors.len() > 1 {
             let before = self.errors_heading().len() as isize;
             let error = self.open_errors.remove(0);
             self.open_errors_left_out += 1;
             let grown = self.errors_heading().len() as isize - before;
-            return Some((error_line(&error).len() + 1) as isize - grown);
+            return Some(measured(|out| error_line(out, &error)) as isize - grown);
         } else {
             return None;
         };
@@ -242,91 +242,151 @@ impl ContinuityRecord {
     fn render_all(&self) -> String {
         #[cfg(test)]
         work::rendered();
-        let mut out = format!("<continuity-record session=\"{}\">\n", self.session);
-        let mut line = |text: String| {
-            out.push_str(&text);
-            out.push('\n');
-        };
+        let mut out = String::new();
+        self.write_all(&mut out);
+        out
+    }
+
+    /// The length of [`ContinuityRecord::render_all`]'s text, nothing written.
+    fn rendered_len(&self) -> usize {
+        let mut measure = Measure(0);
+        self.write_all(&mut measure);
+        measure.0
+    }
+
+    fn write_all(&self, out: &mut impl Out) {
+        out.put("<continuity-record session=\"");
+        out.put(&self.session);
+        out.put("\">\n");
         if let Some(narrative) = &self.narrative {
-            line("Summary so far:".into());
-            line(narrative.text.trim().to_owned());
+            out.put("Summary so far:\n");
+            out.put(narrative.text.trim());
+            out.put("\n");
         }
         if !self.goals.is_empty() {
-            line(self.goals_heading());
+            heading_line(out, &self.goals_heading());
             for goal in &self.goals {
-                line(goal_line(goal));
+                goal_line(out, goal);
             }
         }
         if !self.files.is_empty() {
-            line(self.files_heading());
+            heading_line(out, &self.files_heading());
             for file in &self.files {
-                line(file_line(file));
+                file_line(out, file);
             }
         }
         if !self.decisions.is_empty() {
-            line(DECISIONS_HEADING.into());
+            heading_line(out, DECISIONS_HEADING);
             for decision in &self.decisions {
-                line(decision_line(decision));
+                decision_line(out, decision);
             }
         }
         if !self.open_errors.is_empty() {
-            line(self.errors_heading());
+            heading_line(out, &self.errors_heading());
             for error in &self.open_errors {
-                line(error_line(error));
+                error_line(out, error);
             }
         }
         if !self.recent.is_empty() {
-            line(RECENT_HEADING.into());
+            heading_line(out, RECENT_HEADING);
             for exchange in &self.recent {
-                for text in exchange_lines(exchange) {
-                    line(text);
-                }
+                exchange_lines(out, exchange);
             }
         }
-        out.push_str("</continuity-record>");
-        out
+        out.put("</continuity-record>");
     }
 }
 
 const DECISIONS_HEADING: &str = "What the assistant said when each task ended (oldest first):";
 const RECENT_HEADING: &str = "Last exchanges:";
 
-fn goal_line(goal: &Goal) -> String {
-    format!("- {}", one_block(&goal.text))
+/// Where the record's text goes: written ([`String`]) or only counted ([`Measure`]),
+/// by the same code, so the length that decides what is left out is the written one.
+trait Out {
+    fn put(&mut self, text: &str);
 }
 
-fn file_line(file: &FileState) -> String {
-    let since = if file.read_since { ", read since" } else { "" };
-    format!("- {}: {}{since}", file.path, op_word(file.state))
-}
-
-fn decision_line(decision: &Decision) -> String {
-    format!("- {}", one_block(&decision.text))
-}
-
-fn error_line(error: &OpenError) -> String {
-    format!("- {}: {}", error.subject, one_block(&error.reason))
-}
-
-/// An exchange's lines: the user's words (when it began an episode), then the reply.
-fn exchange_lines(exchange: &Exchange) -> Vec<String> {
-    let mut lines = Vec::with_capacity(2);
-    if let Some(user) = &exchange.user {
-        lines.push(format!("- user: {}", one_block(user)));
+impl Out for String {
+    fn put(&mut self, text: &str) {
+        self.push_str(text);
     }
-    let tools = if exchange.tools.is_empty() {
-        String::new()
-    } else {
-        format!(" [called {}]", exchange.tools.join(", "))
-    };
-    let reply = exchange.reply.as_deref().map(one_block).unwrap_or_default();
-    lines.push(format!("- assistant: {reply}{tools}"));
-    lines
 }
 
-/// Bytes `lines` take rendered, each with its newline.
-fn lines_len(lines: &[String]) -> usize {
-    lines.iter().map(|l| l.len() + 1).sum()
+/// Bytes that would have been written.
+struct Measure(usize);
+
+impl Out for Measure {
+    fn put(&mut self, text: &str) {
+        self.0 += text.len();
+    }
+}
+
+/// Bytes `write` puts, each line with its newline.
+fn measured(write: impl FnOnce(&mut Measure)) -> usize {
+    let mut measure = Measure(0);
+    write(&mut measure);
+    measure.0
+}
+
+fn heading_line(out: &mut impl Out, heading: &str) {
+    out.put(heading);
+    out.put("\n");
+}
+
+fn goal_line(out: &mut impl Out, goal: &Goal) {
+    block_item(out, &goal.text);
+}
+
+/// A list item that is one block of text (a goal, closing words).
+fn block_item(out: &mut impl Out, text: &str) {
+    out.put("- ");
+    one_block(out, text);
+    out.put("\n");
+}
+
+fn file_line(out: &mut impl Out, file: &FileState) {
+    out.put("- ");
+    out.put(&file.path);
+    out.put(": ");
+    out.put(op_word(file.state));
+    if file.read_since {
+        out.put(", read since");
+    }
+    out.put("\n");
+}
+
+fn decision_line(out: &mut impl Out, decision: &Decision) {
+    block_item(out, &decision.text);
+}
+
+fn error_line(out: &mut impl Out, error: &OpenError) {
+    out.put("- ");
+    out.put(&error.subject);
+    out.put(": ");
+    one_block(out, &error.reason);
+    out.put("\n");
+}
+
+/// An exchange's lines: the user's words (when it began an episode), then the reply
+/// and the tools it called.
+fn exchange_lines(out: &mut impl Out, exchange: &Exchange) {
+    if let Some(user) = &exchange.user {
+        out.put("- user: ");
+        one_block(out, user);
+        out.put("\n");
+    }
+    out.put("- assistant: ");
+    if let Some(reply) = &exchange.reply {
+        one_block(out, reply);
+    }
+    for (index, tool) in exchange.tools.iter().enumerate() {
+        out.put(if index == 0 { " [called " } else { ", " });
+        out.put(tool);
+    }
+    if !exchange.tools.is_empty() {
+        out.put("]");
+    }
+    out.put("\n");
 }
 
 /// Counts of the record's work, per thread, for the tests that check it is bounded
@@ -520,8 +580,13 @@ pub(crate) fn op_word(op: FileOp) -> &'static str {
 }
 
 /// `text` on indented continuation lines, so a multi-line goal stays one list item.
-fn one_block(text: &str) -> String {
-    text.trim().replace('\n', "\n  ")
+fn one_block(out: &mut impl Out, text: &str) {
+    for (index, line) in text.trim().split('\n').enumerate() {
+        if index > 0 {
+            out.put("\n  ");
+        }
+        out.put(line);
+    }
 }
 
 #[cfg(test)]
@@ -816,6 +881,35 @@ mod tests {
             };
             assert_eq!(record.render(max_tokens), expected, "budget {max_tokens}");
         }
+    }
+
+    #[test]
+    fn the_measured_length_is_the_written_one() {
+        let mut log = session();
+        log.turn(
+            Some("  a goal\non two lines\n\nand a gap  "),
+            vec![],
+            "  an answer\nthat wraps ",
+            vec![call("c9", "Read", json!({"file_path": "b.rs"}))],
+        );
+        log.turn(None, vec![result("c9", "ok", false)], "", vec![]);
+        let mut record = log.record();
+        record.narrative = Some(crate::graph::Narrative {
+            text: " the summary\n".into(),
+            ..crate::graph::Narrative::default()
+        });
+        loop {
+            assert_eq!(record.rendered_len(), record.render_all().len());
+            if record.leave_out_one().is_none() {
+                break;
+            }
+        }
+        assert!(
+            log.record()
+                .render(10_000)
+                .contains("- a goal\n  on two lines\n  \n  and a gap\n"),
+            "a multi-line goal stays one indented item"
+        );
     }
 
     #[test]
