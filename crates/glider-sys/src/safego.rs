@@ -98,6 +98,24 @@ where
     })
 }
 
+/// Start `task`, which owns state a restart could not rebuild (a channel's receiver, a
+/// worker's queue), as `name`: a panic is caught, logged and counted, and the task stays
+/// ended ([`Restart::Never`] for a future made once).
+pub fn spawn_once<Fut>(name: &'static str, task: Fut) -> JoinHandle<()>
+where
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let slot = Mutex::new(Some(task));
+    spawn_named(name, Restart::Never, move || {
+        let task = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+        async move {
+            if let Some(task) = task {
+                task.await;
+            }
+        }
+    })
+}
+
 /// The text a panic carried (`panic!("…")` gives a `&str` or a `String`).
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
@@ -132,7 +150,8 @@ mod tests {
                 }
             },
         );
-        task.await.expect("the supervising task itself never panics");
+        task.await
+            .expect("the supervising task itself never panics");
         assert_eq!(runs.load(Ordering::SeqCst), 4);
         assert_eq!(
             counts_of("test-panics-three-times"),
@@ -141,16 +160,20 @@ mod tests {
                 restarts: 3
             }
         );
-        assert!(counts().iter().any(|(n, _)| *n == "test-panics-three-times"));
+        assert!(
+            counts()
+                .iter()
+                .any(|(n, _)| *n == "test-panics-three-times")
+        );
     }
 
     #[tokio::test]
     async fn a_task_that_may_not_restart_is_counted_once_and_stays_ended() {
         let runs = Arc::new(AtomicU32::new(0));
         let counted = runs.clone();
-        spawn_named("test-never-restarts", Restart::Never, move || {
+        spawn_once("test-never-restarts", async move {
             counted.fetch_add(1, Ordering::SeqCst);
-            async { panic!("{}", String::from("owned message")) }
+            panic!("{}", String::from("owned message"));
         })
         .await
         .expect("the supervising task itself never panics");
