@@ -13,4 +13,5 @@ pub mod procinfo;
 pub mod procutil;
 pub mod runstate;
 pub mod safego;
+pub mod stdio_rpc;
 pub mod webguard;
