@@ -2,12 +2,14 @@
 //! validation ([`schema`]), `${VAR}` interpolation of secrets ([`Secret`]), and the live
 //! snapshot with hot reload ([`watch`]). A request reads one immutable `Arc<Config>`.
 
+pub mod plugins;
 pub mod pricing;
 pub mod schema;
 pub mod vram;
 pub mod watch;
 
 pub use notify::RecommendedWatcher as FileWatcher;
+pub use plugins::PluginConfig;
 pub use pricing::{ModelPrice, PricingConfig};
 pub use schema::*;
 pub use vram::{MonitorKind, Strategy, VramConfig, VramModel};

@@ -43,6 +43,8 @@ pub struct Config {
     pub pricing: crate::pricing::PricingConfig,
     /// GPU memory: the monitor and how local models share it (hot; docs/vram.md).
     pub vram: crate::vram::VramConfig,
+    /// Out-of-process plugins (hot; docs/plugins.md).
+    pub plugins: Vec<crate::plugins::PluginConfig>,
 }
 
 /// Listeners. Changing any of these needs a restart.
@@ -1161,6 +1163,7 @@ impl Config {
             }
         }
         problems.extend(self.vram.problems());
+        crate::plugins::problems(&self.plugins, &mut problems);
         let wait = self.routing.max_cold_wait_secs;
         if !(wait.is_finite() && wait >= 0.0) {
             problems.push("routing.max_cold_wait_secs must be a non-negative number".into());
