@@ -67,6 +67,9 @@ pub struct RequestRecord {
     /// What bounded context left out of each local candidate's request (turns and
     /// estimated tokens), and whether the session's continuity record stood in.
     pub context_left_out: Vec<ContextLeftOut>,
+    /// What plugins did not do for this request (skipped, timed out, refused), and
+    /// which rewrote it.
+    pub plugins: Vec<String>,
 }
 
 /// One local candidate's bounded context, for the route record.
@@ -205,6 +208,7 @@ impl Bus {
             session: None,
             context_left_out: Vec::new(),
             budget_stop: None,
+            plugins: Vec::new(),
         };
         Tracker {
             bus: self.clone(),

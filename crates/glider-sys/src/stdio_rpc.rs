@@ -456,9 +456,10 @@ impl Supervisor {
         state.not_before = Some(tokio::time::Instant::now() + wait);
     }
 
-    /// The running child, if any, without starting one.
-    pub async fn running(&self) -> Option<Arc<RpcChild>> {
-        let state = self.state.lock().await;
+    /// The running child, if any, without starting one or waiting for a start under
+    /// way (`None` then).
+    pub fn running(&self) -> Option<Arc<RpcChild>> {
+        let state = self.state.try_lock().ok()?;
         state.child.clone().filter(|c| c.ended().is_none())
     }
 
