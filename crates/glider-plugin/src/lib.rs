@@ -221,7 +221,7 @@ impl Plugins {
                     continue;
                 }
             };
-            match apply_rewrite(host, request, &result) {
+            match apply_rewrite(host, &manifest.reads, request, &result) {
                 Ok(Some(next)) => current = Some(next),
                 Ok(None) => {}
                 Err(refused) => notes.push(refused),
@@ -257,10 +257,12 @@ fn rewrite_scope(host: &Host, local: bool) -> bool {
 }
 
 /// A rewrite result: `null`/`{}` (no change), `{"append_system": "..."}` (a system note
-/// added after the leading system turns), or `{"request": <ngl Request>}` (the whole
-/// request, only for a plugin that may see prompt text, and with the same model).
+/// added after the leading system turns), or `{"request": {...}}` (the request as it was
+/// shown, only for a plugin that may see prompt text: its fields are laid over the
+/// request, each one a field the manifest `reads`, the model unchanged).
 fn apply_rewrite(
     host: &Host,
+    reads: &[String],
     request: &Request,
     result: &Value,
 ) -> Result<Option<Request>, String> {
@@ -271,7 +273,17 @@ fn apply_rewrite(
         if !host.config.allow_prompt_text {
             return Err(host.refuse("a whole request from a plugin not granted prompt text"));
         }
-        let next: Request = serde_json::from_value(whole.clone())
+        let Some(fields) = whole.as_object() else {
+            return Err(host.refuse("a request that is not an object"));
+        };
+        if let Some(unread) = fields.keys().find(|k| *k != "model" && !reads.contains(k)) {
+            return Err(host.refuse(&format!("a change to {unread:?}, which it does not read")));
+        }
+        let mut merged = serde_json::to_value(request).unwrap_or_default();
+        if let Some(target) = merged.as_object_mut() {
+            target.extend(fields.clone());
+        }
+        let next: Request = serde_json::from_value(merged)
             .map_err(|e| host.refuse(&format!("its request is not an ngl Request ({e})")))?;
         if next.model != request.model {
             return Err(host.refuse("a rewrite that changes the model (routing decided it)"));

@@ -64,18 +64,23 @@ fn count(name: &'static str, update: impl FnOnce(&mut TaskCounts)) {
 }
 
 /// Start the task `factory` builds as `name`. A run that returns ends the task; a run
-/// that panics is logged, counted, and built again per `policy`. The handle ends when
+/// that panics is logged, counted, and built again per `policy` (the first run is built
+/// before this returns, restarts in the task). The handle ends when
 /// the task does (aborting it stops the task and any restart).
 pub fn spawn_named<F, Fut>(name: &'static str, policy: Restart, factory: F) -> JoinHandle<()>
 where
     F: Fn() -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    // The first run is built here, not in the task: what the factory sets up (a
+    // subscription, say) is in place when `spawn_named` returns.
+    let mut first = Some(factory());
     tokio::spawn(async move {
         let mut in_a_row = 0u32;
         loop {
             let started = tokio::time::Instant::now();
-            let Err(panic) = AssertUnwindSafe(factory()).catch_unwind().await else {
+            let run = first.take().unwrap_or_else(&factory);
+            let Err(panic) = AssertUnwindSafe(run).catch_unwind().await else {
                 return;
             };
             let message = panic_message(panic.as_ref());
