@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A Glider plugin (standard library only) that declares a tool in its manifest.
-Glider records declared tools (`/api/plugins`); serving them to the tool loop and
+Glider keeps declared tools with the manifest; serving them to the tool loop and
 `/mcp` comes with the MCP client and is not done yet (docs/plugins.md)."""
 import json
 import sys

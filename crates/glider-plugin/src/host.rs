@@ -93,7 +93,7 @@ impl Host {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             cwd: Some(base.to_path_buf()),
-            memory_limit_bytes: (config.memory_mb > 0).then(|| config.memory_mb << 20),
+            memory_limit_bytes: (config.memory_mb > 0).then_some(config.memory_mb << 20),
             max_line_bytes: config.max_line_bytes,
         };
         let (observe, queue) = mpsc::channel(config.observe_queue);

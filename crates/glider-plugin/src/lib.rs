@@ -50,7 +50,7 @@ pub struct RewriteAsk<'a> {
     pub local: bool,
 }
 
-/// One plugin's state, for `/api/plugins` and tests.
+/// One plugin's state (its manifest, breaker, starts and counts).
 #[derive(Debug, Serialize)]
 pub struct PluginStats<'a> {
     pub name: &'a str,
