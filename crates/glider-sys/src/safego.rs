@@ -92,9 +92,7 @@ where
             if started.elapsed() >= HEALTHY_RUN {
                 in_a_row = 0;
             }
-            let wait = first
-                .saturating_mul(1u32 << in_a_row.min(16))
-                .min(max.max(first));
+            let wait = backoff_wait(first, max, in_a_row);
             in_a_row = in_a_row.saturating_add(1);
             tracing::error!(task = name, panic = %message, restart_in_ms = wait.as_millis() as u64, "task panicked; restarting it");
             tokio::time::sleep(wait).await;
@@ -119,6 +117,14 @@ where
             }
         }
     })
+}
+
+/// The wait before a restart after `in_a_row` earlier failures: `first`, doubling, at
+/// most `max`.
+pub fn backoff_wait(first: Duration, max: Duration, in_a_row: u32) -> Duration {
+    first
+        .saturating_mul(1u32 << in_a_row.min(16))
+        .min(max.max(first))
 }
 
 /// The text a panic carried (`panic!("…")` gives a `&str` or a `String`).

@@ -447,11 +447,8 @@ impl Supervisor {
     }
 
     fn failed(&self, state: &mut SupervisorState) {
-        let wait = self
-            .backoff
-            .first
-            .saturating_mul(1u32 << state.failures.min(16))
-            .min(self.backoff.max.max(self.backoff.first));
+        let wait =
+            crate::safego::backoff_wait(self.backoff.first, self.backoff.max, state.failures);
         state.failures = state.failures.saturating_add(1);
         state.not_before = Some(tokio::time::Instant::now() + wait);
     }
