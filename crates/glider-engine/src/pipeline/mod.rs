@@ -589,6 +589,7 @@ mod tests {
                 "fit",
                 "bounded_context",
                 "transform",
+                "plugin_rewrite",
                 "encode",
                 "execute",
                 "record"

@@ -10,7 +10,7 @@ pub(crate) struct PluginRewrite;
 
 impl Phase for PluginRewrite {
     fn name(&self) -> &'static str {
-        "plugin rewrite"
+        "plugin_rewrite"
     }
 
     fn run<'a>(&'a self, job: &'a mut Job) -> PhaseFuture<'a> {
