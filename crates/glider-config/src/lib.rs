@@ -3,6 +3,7 @@
 //! snapshot with hot reload ([`watch`]). A request reads one immutable `Arc<Config>`.
 
 pub mod mcp;
+pub mod plugins;
 pub mod pricing;
 pub mod schema;
 pub mod tools;
@@ -11,6 +12,7 @@ pub mod watch;
 
 pub use mcp::{McpConfig, McpServerConfig};
 pub use notify::RecommendedWatcher as FileWatcher;
+pub use plugins::PluginConfig;
 pub use pricing::{ModelPrice, PricingConfig};
 pub use schema::*;
 pub use tools::{SandboxMode, ToolLoopConfig, ToolsConfig};

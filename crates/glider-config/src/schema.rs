@@ -48,6 +48,8 @@ pub struct Config {
     /// The internal tools, their sandbox and the tool loop for local answers (hot;
     /// docs/tools.md).
     pub tools: crate::tools::ToolsConfig,
+    /// Out-of-process plugins (hot; docs/plugins.md).
+    pub plugins: Vec<crate::plugins::PluginConfig>,
 }
 
 /// Listeners. Changing any of these needs a restart.
@@ -1206,6 +1208,7 @@ impl Config {
         }
         problems.extend(self.vram.problems());
         problems.extend(self.mcp.problems());
+        crate::plugins::problems(&self.plugins, &mut problems);
         let wait = self.routing.max_cold_wait_secs;
         if !(wait.is_finite() && wait >= 0.0) {
             problems.push("routing.max_cold_wait_secs must be a non-negative number".into());

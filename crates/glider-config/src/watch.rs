@@ -169,7 +169,7 @@ pub fn watch_path(
     watcher
         .watch(&dir, RecursiveMode::NonRecursive)
         .map_err(|e| watch_error(path, e))?;
-    tokio::spawn(async move {
+    glider_sys::safego::spawn_once("config watcher", async move {
         while rx.recv().await.is_some() {
             // Editors write in bursts (truncate, write, rename): let the burst settle.
             tokio::time::sleep(Duration::from_millis(150)).await;

@@ -5,6 +5,7 @@
 //! third tells `/ws` which context sessions changed; and at start the ledger is seeded
 //! from the history.
 
+use glider_sys::safego::{self, Restart};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -71,7 +72,7 @@ pub fn spawn_collector(
     mut events: broadcast::Receiver<Arc<PipelineEvent>>,
 ) -> tokio::task::JoinHandle<()> {
     let weak = Arc::downgrade(shared);
-    tokio::spawn(async move {
+    glider_sys::safego::spawn_once("dashboard collector", async move {
         loop {
             let received = events.recv().await;
             let Some(shared) = weak.upgrade() else { break };
@@ -152,13 +153,16 @@ pub fn broadcast_event(shared: &Shared, event: &WsEvent) {
 pub fn spawn_backend_watch(shared: &Arc<Shared>) -> tokio::task::JoinHandle<()> {
     let weak: Weak<Shared> = Arc::downgrade(shared);
     let interval = shared.options.poll_interval;
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Some(shared) = weak.upgrade() else { break };
-            publish_backend_changes(&shared);
+    safego::spawn_named("backend watch", Restart::BACKOFF, move || {
+        let weak = weak.clone();
+        async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(shared) = weak.upgrade() else { break };
+                publish_backend_changes(&shared);
+            }
         }
     })
 }
@@ -241,56 +245,64 @@ pub const SESSION_POLL: Duration = Duration::from_secs(1);
 pub fn spawn_session_watch(shared: &Arc<Shared>) -> Option<tokio::task::JoinHandle<()>> {
     let surface = shared.options.context.clone()?;
     let weak: Weak<Shared> = Arc::downgrade(shared);
-    Some(tokio::spawn(async move {
-        let mut tick = tokio::time::interval(SESSION_POLL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut known: Option<BTreeMap<String, (u64, u64)>> = None;
-        let mut seen_marks = None;
-        loop {
-            tick.tick().await;
-            let Some(shared) = weak.upgrade() else { break };
-            let marks = (
-                surface.counters.written.load(Ordering::Relaxed),
-                shared.sessions_forgotten.load(Ordering::Relaxed),
-            );
-            let listening = shared.hub.receiver_count() > 0;
-            if known.is_some() && (seen_marks == Some(marks) || !listening) {
-                continue;
-            }
-            let reader = surface.reader.clone();
-            let Ok(Ok(rows)) = tokio::task::spawn_blocking(move || reader.sessions()).await else {
-                continue;
-            };
-            seen_marks = Some(marks);
-            let now: BTreeMap<String, (u64, u64)> = rows
-                .iter()
-                .map(|row| (row.session.clone(), (row.last_ms, row.events)))
-                .collect();
-            if let Some(before) = &known {
-                for row in &rows {
-                    if before.get(&row.session) != now.get(&row.session) {
-                        broadcast_event(
-                            &shared,
-                            &WsEvent::Session {
-                                session: &row.session,
-                                change: "updated",
-                                summary: Some(row),
-                            },
-                        );
-                    }
-                }
-                for gone in before.keys().filter(|s| !now.contains_key(*s)) {
-                    broadcast_event(
-                        &shared,
-                        &WsEvent::Session {
-                            session: gone,
-                            change: "forgotten",
-                            summary: None,
-                        },
+    Some(safego::spawn_named(
+        "session watch",
+        Restart::BACKOFF,
+        move || {
+            let (surface, weak) = (surface.clone(), weak.clone());
+            async move {
+                let mut tick = tokio::time::interval(SESSION_POLL);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut known: Option<BTreeMap<String, (u64, u64)>> = None;
+                let mut seen_marks = None;
+                loop {
+                    tick.tick().await;
+                    let Some(shared) = weak.upgrade() else { break };
+                    let marks = (
+                        surface.counters.written.load(Ordering::Relaxed),
+                        shared.sessions_forgotten.load(Ordering::Relaxed),
                     );
+                    let listening = shared.hub.receiver_count() > 0;
+                    if known.is_some() && (seen_marks == Some(marks) || !listening) {
+                        continue;
+                    }
+                    let reader = surface.reader.clone();
+                    let Ok(Ok(rows)) = tokio::task::spawn_blocking(move || reader.sessions()).await
+                    else {
+                        continue;
+                    };
+                    seen_marks = Some(marks);
+                    let now: BTreeMap<String, (u64, u64)> = rows
+                        .iter()
+                        .map(|row| (row.session.clone(), (row.last_ms, row.events)))
+                        .collect();
+                    if let Some(before) = &known {
+                        for row in &rows {
+                            if before.get(&row.session) != now.get(&row.session) {
+                                broadcast_event(
+                                    &shared,
+                                    &WsEvent::Session {
+                                        session: &row.session,
+                                        change: "updated",
+                                        summary: Some(row),
+                                    },
+                                );
+                            }
+                        }
+                        for gone in before.keys().filter(|s| !now.contains_key(*s)) {
+                            broadcast_event(
+                                &shared,
+                                &WsEvent::Session {
+                                    session: gone,
+                                    change: "forgotten",
+                                    summary: None,
+                                },
+                            );
+                        }
+                    }
+                    known = Some(now);
                 }
             }
-            known = Some(now);
-        }
-    }))
+        },
+    ))
 }

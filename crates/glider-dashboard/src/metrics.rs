@@ -75,6 +75,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    task: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DropLabels {
     source: String,
 }
@@ -111,6 +116,9 @@ pub struct Metrics {
     context_gaps: Counter,
     budget_stops: Family<BudgetStopLabels, Counter>,
     context_compactions: Family<OutcomeLabels, Counter>,
+    /// safego's counts, caught up at each scrape.
+    task_panics: Family<TaskLabels, Counter>,
+    task_restarts: Family<TaskLabels, Counter>,
     stats: Mutex<Stats>,
 }
 
@@ -225,6 +233,18 @@ impl Metrics {
             "Summarizer runs, by outcome: accepted, or rejected (a file or open error left out, the backend failed or timed out; the structural record stood)",
             context_compactions.clone(),
         );
+        let task_panics = Family::<TaskLabels, Counter>::default();
+        registry.register(
+            "task_panics",
+            "Panics caught in long-lived tasks (safego), by task",
+            task_panics.clone(),
+        );
+        let task_restarts = Family::<TaskLabels, Counter>::default();
+        registry.register(
+            "task_restarts",
+            "Long-lived tasks restarted after a panic (safego), by task",
+            task_restarts.clone(),
+        );
         let budget_stops = Family::<BudgetStopLabels, Counter>::default();
         registry.register(
             "budget_stops",
@@ -238,6 +258,8 @@ impl Metrics {
             context_written,
             context_dropped,
             context_gaps,
+            task_panics,
+            task_restarts,
             requests,
             errors,
             duration,
@@ -393,6 +415,15 @@ impl Metrics {
                 };
                 catch_up(&self.context_compactions.get_or_create(&labels), count);
             }
+        }
+        for (task, counts) in glider_sys::safego::counts() {
+            let labels = TaskLabels {
+                task: task.to_owned(),
+            };
+            let panics = AtomicU64::new(counts.panics);
+            catch_up(&self.task_panics.get_or_create(&labels), &panics);
+            let restarts = AtomicU64::new(counts.restarts);
+            catch_up(&self.task_restarts.get_or_create(&labels), &restarts);
         }
         self.breaker.clear();
         self.health.clear();

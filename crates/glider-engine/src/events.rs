@@ -69,6 +69,9 @@ pub struct RequestRecord {
     pub context_left_out: Vec<ContextLeftOut>,
     /// The tool calls Glider ran itself for this request (`tools.loop`), in order.
     pub tool_calls: Vec<crate::contextkit::ToolRun>,
+    /// What plugins did not do for this request (skipped, timed out, refused), and
+    /// which rewrote it.
+    pub plugins: Vec<String>,
 }
 
 /// One local candidate's bounded context, for the route record.
@@ -208,6 +211,7 @@ impl Bus {
             context_left_out: Vec::new(),
             budget_stop: None,
             tool_calls: Vec::new(),
+            plugins: Vec::new(),
         };
         Tracker {
             bus: self.clone(),

@@ -9,6 +9,7 @@ pub mod fit;
 pub mod hotswap;
 pub mod local_reply;
 pub mod pipeline;
+mod plugins;
 pub mod router;
 pub mod tokenizer;
 pub mod transform;

@@ -256,22 +256,30 @@ impl Vram {
     /// again. The interval is valid: `VramConfig::problems` rejects one under 0.1s.
     pub fn spawn_sampler(
         self: &Arc<Self>,
-        settings: impl Fn() -> Arc<glider_config::Config> + Send + 'static,
+        settings: impl Fn() -> Arc<glider_config::Config> + Send + Sync + 'static,
     ) {
         if self.monitor.source() == "none" {
             return;
         }
         let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                let interval = settings().vram.sample_interval_secs;
-                tokio::time::sleep(Duration::from_secs_f64(interval)).await;
-                let Some(vram) = weak.upgrade() else { return };
-                if settings().vram.enabled {
-                    vram.sample().await;
+        let settings = Arc::new(settings);
+        glider_sys::safego::spawn_named(
+            "vram sampler",
+            glider_sys::safego::Restart::BACKOFF,
+            move || {
+                let (weak, settings) = (weak.clone(), settings.clone());
+                async move {
+                    loop {
+                        let interval = settings().vram.sample_interval_secs;
+                        tokio::time::sleep(Duration::from_secs_f64(interval)).await;
+                        let Some(vram) = weak.upgrade() else { return };
+                        if settings().vram.enabled {
+                            vram.sample().await;
+                        }
+                    }
                 }
-            }
-        });
+            },
+        );
     }
 
     /// The last sample.

@@ -360,6 +360,9 @@ async fn serve_recorded(
     let handle = ConfigHandle::new(config, config_path.clone());
     let engine = Engine::new(handle.clone());
     serve::start_vram(&engine, &handle, &home);
+    // Each plugin's process group is recorded like a delegate's: a crash leaves it
+    // named for the next start's check (`glider doctor`).
+    engine.attach_plugins(Some(runstate.delegate_pids()));
     let context = serve::start_context(&engine, &home, &handle.snapshot())?;
     let _summarizer = serve::start_summarizer(&engine, context.as_ref())?;
     let _background = serve::start_background(&handle, &engine, filter_handle)?;
@@ -439,6 +442,7 @@ async fn serve_recorded(
     );
     // The MCP servers go after the doors: a drained request may still have called a tool.
     mcp.shutdown().await;
+    engine.stop_plugins().await;
     gateway?;
     dashboard?;
     if let Some(context) = context {

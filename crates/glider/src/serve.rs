@@ -157,20 +157,27 @@ pub fn log_filter(spec: &str) -> Result<EnvFilter, tracing_subscriber::filter::P
 
 /// Hot log level: apply each reloaded config's `log_level` to the log filter.
 fn follow_log_level(handle: &ConfigHandle, filter_handle: LogFilterHandle) {
-    let mut changes = handle.subscribe();
-    tokio::spawn(async move {
-        while changes.changed().await.is_ok() {
-            let level = changes.borrow_and_update().log_level.clone();
-            if let Some(level) = level {
-                match log_filter(&level) {
-                    Ok(filter) => {
-                        let _ = filter_handle.reload(filter);
+    let handle = handle.clone();
+    glider_sys::safego::spawn_named(
+        "log level follower",
+        glider_sys::safego::Restart::BACKOFF,
+        move || {
+            let (mut changes, filter_handle) = (handle.subscribe(), filter_handle.clone());
+            async move {
+                while changes.changed().await.is_ok() {
+                    let level = changes.borrow_and_update().log_level.clone();
+                    if let Some(level) = level {
+                        match log_filter(&level) {
+                            Ok(filter) => {
+                                let _ = filter_handle.reload(filter);
+                            }
+                            Err(e) => tracing::warn!(%level, error = %e, "log_level not applied"),
+                        }
                     }
-                    Err(e) => tracing::warn!(%level, error = %e, "log_level not applied"),
                 }
             }
-        }
-    });
+        },
+    );
 }
 
 /// Listen on `server.bind` and `port`; an error names `setting`, where the port comes

@@ -216,7 +216,7 @@ impl Summarizer {
             warned: None,
         };
         Ok(Summarizer {
-            task: tokio::spawn(worker.run()),
+            task: glider_sys::safego::spawn_once("summarizer", worker.run()),
         })
     }
 }

@@ -53,6 +53,8 @@ pub struct Engine {
     kit: Arc<ContextKit>,
     /// GPU memory for local models (docs/vram.md), when attached.
     vram: OnceLock<Arc<glider_vram::Vram>>,
+    /// The configured plugins (docs/plugins.md), once attached.
+    plugins: OnceLock<Arc<Swap<glider_plugin::Plugins>>>,
 }
 
 /// A request decoded, aliased, estimated and routed: the decision is made once, and
@@ -137,7 +139,35 @@ impl Engine {
             context: OnceLock::new(),
             kit: Arc::default(),
             vram: OnceLock::new(),
+            plugins: OnceLock::new(),
         })
+    }
+
+    /// Start the plugins of `plugins:` and follow reloads of it (once; a second call
+    /// does nothing). `pids` records each plugin's process group.
+    pub fn attach_plugins(&self, pids: Option<glider_sys::runstate::DelegatePids>) {
+        if self.plugins.get().is_some() {
+            return;
+        }
+        let (current, module) = crate::plugins::attach(
+            &self.runtime().config,
+            config_dir(&self.config),
+            pids,
+            &self.bus,
+        );
+        if self.plugins.set(current).is_ok() {
+            self.hotswap.register(module);
+        }
+    }
+
+    /// The plugins now configured (empty when none are attached).
+    pub fn plugins(&self) -> Arc<glider_plugin::Plugins> {
+        self.plugins.get().map(|p| p.snapshot()).unwrap_or_default()
+    }
+
+    /// Say `shutdown` to every plugin and end their processes (Glider is stopping).
+    pub async fn stop_plugins(&self) {
+        self.plugins().stop().await;
     }
 
     /// Plan GPU memory with `vram` from now on (once: a second is handed back).
@@ -218,6 +248,7 @@ impl Engine {
             headers,
             model,
             estimated_tokens: tokens,
+            plugin: None,
         };
         let mut decision = runtime.router(&self.sticky).decide(&input, explain)?;
         if let Some(vram) = self.vram.get() {
@@ -349,6 +380,7 @@ impl Engine {
             context: self.context.get().cloned(),
             compaction: false,
             vram: self.vram.get().cloned(),
+            plugins: self.plugins.get().map(|p| p.snapshot()),
         }
     }
 }
@@ -557,6 +589,7 @@ mod tests {
                 "fit",
                 "bounded_context",
                 "transform",
+                "plugin_rewrite",
                 "tool_loop",
                 "encode",
                 "execute",

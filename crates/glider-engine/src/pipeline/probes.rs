@@ -14,17 +14,24 @@ impl Engine {
     /// and [`Self::probe_cloud_backends`] at once), and two at once would ask each cloud vendor twice.
     pub fn spawn_health_probes(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval_at(
-                tokio::time::Instant::now() + HEALTH_INTERVAL,
-                HEALTH_INTERVAL,
-            );
-            loop {
-                tick.tick().await;
-                let Some(engine) = weak.upgrade() else { break };
-                engine.probe_all().await;
-            }
-        });
+        glider_sys::safego::spawn_named(
+            "health probes",
+            glider_sys::safego::Restart::BACKOFF,
+            move || {
+                let weak = weak.clone();
+                async move {
+                    let mut tick = tokio::time::interval_at(
+                        tokio::time::Instant::now() + HEALTH_INTERVAL,
+                        HEALTH_INTERVAL,
+                    );
+                    loop {
+                        tick.tick().await;
+                        let Some(engine) = weak.upgrade() else { break };
+                        engine.probe_all().await;
+                    }
+                }
+            },
+        );
     }
 
     /// Probe every backend once (concurrently).

@@ -153,14 +153,23 @@ impl Engine {
     /// change keep their breaker and health), then say so on the bus.
     pub fn follow_config(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
-        let mut changes = self.config.subscribe();
-        tokio::spawn(async move {
-            while changes.changed().await.is_ok() {
-                let Some(engine) = weak.upgrade() else { break };
-                let config = changes.borrow_and_update().clone();
-                engine.rebuild(config);
-            }
-        });
+        let handle = self.config.clone();
+        // A restart subscribes again; a change made while the follower was down is seen
+        // as the next one is.
+        glider_sys::safego::spawn_named(
+            "config follower",
+            glider_sys::safego::Restart::BACKOFF,
+            move || {
+                let (weak, mut changes) = (weak.clone(), handle.subscribe());
+                async move {
+                    while changes.changed().await.is_ok() {
+                        let Some(engine) = weak.upgrade() else { break };
+                        let config = changes.borrow_and_update().clone();
+                        engine.rebuild(config);
+                    }
+                }
+            },
+        );
     }
 
     /// Hand `config` to every hot-swappable module and publish the result.

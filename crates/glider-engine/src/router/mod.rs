@@ -1,5 +1,5 @@
 //! Choosing where a request goes (spec package `router`). Rules apply in the spec's
-//! priority order — explicit, sticky, classifier, Starlark — and the first with an
+//! priority order — explicit, sticky, classifier, a plugin's opinion, Starlark — and the first with an
 //! opinion picks the side (local, cloud, or a named backend); with no opinion the model
 //! decides (the backends that list it). Then the token limit has the last word: a local
 //! model whose context window the request exceeds is dropped in favour of the cloud, or
@@ -171,6 +171,8 @@ pub struct RouteInput<'a> {
     /// After `model_aliases`.
     pub model: &'a str,
     pub estimated_tokens: u64,
+    /// A plugin's opinion, asked for by the route phase (the `plugin` rule reads it).
+    pub plugin: Option<&'a glider_plugin::RouteOpinion>,
 }
 
 /// The router's parts for one request: config, backends and rules of one snapshot,

@@ -1,6 +1,6 @@
 //! The routing rules as values: each rule is one type behind [`Rule`], and
-//! [`PRIORITY`] lists them in the spec's order — explicit, sticky, classifier,
-//! Starlark. [`RuleName`] names every rule a decision can cite, with the strings the
+//! [`PRIORITY`] lists them in the spec's order — explicit, sticky, classifier, a
+//! plugin's opinion, Starlark. [`RuleName`] names every rule a decision can cite, with the strings the
 //! wire carries (`x-glider-route`, the request history, `/ws`, `/api`).
 
 use std::time::Duration;
@@ -19,6 +19,8 @@ pub enum RuleName {
     Sticky,
     Classifier,
     Starlark,
+    /// A plugin's routing opinion (docs/plugins.md).
+    Plugin,
     /// No rule had an opinion: the backends that list the model.
     Model,
     /// A local model could not hold the request, so the cloud took it.
@@ -36,6 +38,7 @@ impl RuleName {
             RuleName::Sticky => "sticky",
             RuleName::Classifier => "classifier",
             RuleName::Starlark => "starlark",
+            RuleName::Plugin => "plugin",
             RuleName::Model => "model",
             RuleName::TokenLimit => "token_limit",
             RuleName::Origin => "origin",
@@ -104,7 +107,46 @@ pub trait Rule: Send + Sync {
 }
 
 /// The rules in priority order: the first with a resolvable opinion decides.
-pub static PRIORITY: &[&dyn Rule] = &[&Explicit, &Sticky, &Classifier, &Starlark];
+pub static PRIORITY: &[&dyn Rule] = &[&Explicit, &Sticky, &Classifier, &Plugin, &Starlark];
+
+/// A plugin's opinion, when the route phase asked the plugins (only when no rule above
+/// this one decided: a plugin is not called for nothing).
+pub struct Plugin;
+
+impl Rule for Plugin {
+    fn name(&self) -> RuleName {
+        RuleName::Plugin
+    }
+
+    fn asked(&self, _: &Router, decided: bool, explain: bool) -> bool {
+        explain || !decided
+    }
+
+    fn opinion(
+        &self,
+        router: &Router,
+        input: &RouteInput,
+        _: &mut Deliberation,
+    ) -> Result<Verdict, ApiError> {
+        let Some(opinion) = input.plugin else {
+            return Ok(Verdict::Silent);
+        };
+        let Some(target) = Target::parse(&opinion.target) else {
+            return Ok(Verdict::Abstains(format!(
+                "plugin {} named no target",
+                opinion.plugin
+            )));
+        };
+        if router.require_backend(&target, "plugin").is_err() {
+            return Ok(Verdict::Abstains(format!(
+                "plugin {} named {:?}, which is not configured",
+                opinion.plugin, opinion.target
+            )));
+        }
+        let detail = format!("plugin {}: {}", opinion.plugin, opinion.reason);
+        Ok(Verdict::Wants(target, detail))
+    }
+}
 
 /// A flag, the header, or a model naming a backend.
 pub struct Explicit;

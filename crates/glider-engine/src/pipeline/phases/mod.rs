@@ -1,8 +1,8 @@
 //! The pipeline as named phases, in the spec's order: alias → estimate → route →
 //! compaction (a CLI's compaction answered locally, when the policy says so) → budget
 //! (turn budget and loop guard) → origin gate → fit → episodes and bounded context →
-//! transform → tool loop (`tools.loop`: encode and execute once per model turn) →
-//! encode → execute → record. Each phase is one type behind [`Phase`]; a new phase (a VRAM gate, hedging,
+//! transform → plugin rewrite → tool loop (`tools.loop`: encode and execute once per model
+//! turn) → encode → execute → record. Each phase is one type behind [`Phase`]; a new phase (a VRAM gate, hedging,
 //! a plugin hook) is one new file here and one line in [`DECIDING`] or [`CARRYING_OUT`].
 
 mod alias;
@@ -14,6 +14,7 @@ mod estimate;
 mod execute;
 mod fit;
 mod origin_gate;
+mod plugin_rewrite;
 mod record;
 mod route;
 mod tool_loop;
@@ -50,6 +51,7 @@ pub(crate) static CARRYING_OUT: &[&dyn Phase] = &[
     &fit::Fit,
     &bounded_context::BoundedContext,
     &transform::Transform,
+    &plugin_rewrite::PluginRewrite,
     &tool_loop::ToolLoop,
     &encode::Encode,
     &execute::Execute,
@@ -169,6 +171,8 @@ pub(crate) struct Job {
     /// GPU memory for local models, when attached: route passes over a cold model
     /// that would wait too long; execute makes room and reserves the model.
     pub vram: Option<Arc<glider_vram::Vram>>,
+    /// The plugins this request uses from start to end, when attached.
+    pub plugins: Option<Arc<glider_plugin::Plugins>>,
 }
 
 pub(crate) fn not_routed() -> ApiError {

@@ -1,9 +1,13 @@
 //! Route: the router's decision over the runtime's backends and rules, then the warm
 //! condition (a cold local model that would wait too long is passed over); a routing
 //! flag it found is stripped, since it is the user's instruction to Glider, not the
-//! model.
+//! model. When a plugin gives routing opinions and no rule above the `plugin` rule
+//! decided, the plugins are asked (within their deadlines) and the router decides again
+//! with their opinion; the decision and the tool calls the request carries are told to
+//! the observing plugins.
 
-use glider_ngl::ErrorKind;
+use glider_ngl::{ErrorKind, Part};
+use glider_plugin::{RouteAsk, RouteOpinion};
 
 use super::{Flow, Job, Phase, PhaseFuture, ready};
 use crate::router::{RouteDecision, RouteInput, RuleName, explicit, warm};
@@ -16,58 +20,130 @@ impl Phase for Route {
     }
 
     fn run<'a>(&'a self, job: &'a mut Job) -> PhaseFuture<'a> {
-        let input = RouteInput {
-            front: job.front,
-            request: &job.request,
-            headers: &job.headers,
-            model: &job.model,
-            estimated_tokens: job.tokens,
+        let Some(plugins) = job.plugins.clone().filter(|p| !p.is_empty()) else {
+            return ready(decide(job, None).map_or_else(|stop| stop, |d| settle(job, d)));
         };
-        let mut decision = match job.runtime.router(&job.sticky).decide(&input, false) {
-            Ok(decision) => decision,
-            // No backend serves the model: for MITM that is not a local request, so it
-            // belongs to the CLI's origin, which knows every model it offers.
-            Err(error) if job.origin_passthrough && error.kind == ErrorKind::NotFound => {
-                job.tracker.record.rule = Some(RuleName::Origin.as_str().to_owned());
-                job.tracker.record.reason = Some(error.message.clone());
-                return ready(Flow::Origin(Box::new(RouteDecision {
-                    rule: RuleName::Origin,
-                    reason: error.message,
-                    score: None,
+        PhaseFuture::waiting(async move {
+            let first = match decide(job, None) {
+                Ok(decision) => decision,
+                Err(stop) => return stop,
+            };
+            let above_plugins = matches!(
+                first.rule,
+                RuleName::Explicit | RuleName::Sticky | RuleName::Classifier
+            );
+            let mut decision = first;
+            if plugins.routes() && !above_plugins {
+                let mut notes = Vec::new();
+                let ask = RouteAsk {
+                    request: &job.request,
+                    model: &job.model,
+                    front: job.front.as_str(),
                     estimated_tokens: job.tokens,
-                    session: None,
-                    opinions: Vec::new(),
-                    candidates: Vec::new(),
-                    flag: None,
-                    local_reserve: None,
-                })));
-            }
-            Err(error) => return ready(Flow::Fail(error)),
-        };
-        if let Some(vram) = &job.vram {
-            let config = &job.runtime.config;
-            let passed_over = warm::pass_over_cold(&mut decision, vram, config);
-            if config.vram.background_load {
-                for candidate in passed_over {
-                    warm::load_in_background(vram.clone(), config.clone(), candidate);
+                    session: decision.session.as_deref(),
+                };
+                let opinion = plugins.route(&ask, &mut notes).await;
+                job.tracker.record.plugins.extend(notes);
+                if let Some(opinion) = opinion {
+                    match decide(job, Some(&opinion)) {
+                        Ok(again) => decision = again,
+                        Err(stop) => return stop,
+                    }
                 }
             }
-            warm::prewarm_sticky(&decision, &job.request, vram, config);
+            plugins.observe("route_decided", || {
+                serde_json::json!({"request_id": job.tracker.record.id, "decision": &decision,
+                    "candidates": decision.candidates.iter().map(|c| serde_json::json!({
+                        "backend": c.backend.name(), "model": c.model, "local": c.backend.is_local()})).collect::<Vec<_>>()})
+            });
+            observe_tool_calls(job, &plugins);
+            settle(job, decision)
+        })
+    }
+}
+
+/// The router's decision, with `plugin`'s opinion when one was given; `Err` is where
+/// the request goes instead (the origin, or a failure).
+fn decide(job: &mut Job, plugin: Option<&RouteOpinion>) -> Result<RouteDecision, Flow> {
+    let input = RouteInput {
+        front: job.front,
+        request: &job.request,
+        headers: &job.headers,
+        model: &job.model,
+        estimated_tokens: job.tokens,
+        plugin,
+    };
+    match job.runtime.router(&job.sticky).decide(&input, false) {
+        Ok(decision) => Ok(decision),
+        // No backend serves the model: for MITM that is not a local request, so it
+        // belongs to the CLI's origin, which knows every model it offers.
+        Err(error) if job.origin_passthrough && error.kind == ErrorKind::NotFound => {
+            job.tracker.record.rule = Some(RuleName::Origin.as_str().to_owned());
+            job.tracker.record.reason = Some(error.message.clone());
+            Err(Flow::Origin(Box::new(RouteDecision {
+                rule: RuleName::Origin,
+                reason: error.message,
+                score: None,
+                estimated_tokens: job.tokens,
+                session: None,
+                opinions: Vec::new(),
+                candidates: Vec::new(),
+                flag: None,
+                local_reserve: None,
+            })))
         }
-        if let Some(flag) = &decision.flag {
-            explicit::strip_from_request(&mut job.request, flag);
-            if let Some(stripped) = job
-                .body
-                .as_ref()
-                .and_then(|body| explicit::strip_from_body(job.front, body, flag))
-            {
-                job.body = Some(stripped);
+        Err(error) => Err(Flow::Fail(error)),
+    }
+}
+
+/// The warm condition, the routing flag stripped, the record written: the decision
+/// stands.
+fn settle(job: &mut Job, mut decision: RouteDecision) -> Flow {
+    if let Some(vram) = &job.vram {
+        let config = &job.runtime.config;
+        let passed_over = warm::pass_over_cold(&mut decision, vram, config);
+        if config.vram.background_load {
+            for candidate in passed_over {
+                warm::load_in_background(vram.clone(), config.clone(), candidate);
             }
         }
-        job.tracker.record.rule = Some(decision.rule.as_str().to_owned());
-        job.tracker.record.reason = Some(decision.reason.clone());
-        job.tracker.record.session = decision.session.clone();
-        job.decision = Some(decision);
-        ready(Flow::Continue)
+        warm::prewarm_sticky(&decision, &job.request, vram, config);
+    }
+    if let Some(flag) = &decision.flag {
+        explicit::strip_from_request(&mut job.request, flag);
+        if let Some(stripped) = job
+            .body
+            .as_ref()
+            .and_then(|body| explicit::strip_from_body(job.front, body, flag))
+        {
+            job.body = Some(stripped);
+        }
+    }
+    job.tracker.record.rule = Some(decision.rule.as_str().to_owned());
+    job.tracker.record.reason = Some(decision.reason.clone());
+    job.tracker.record.session = decision.session.clone();
+    job.decision = Some(decision);
+    Flow::Continue
+}
+
+/// The tool calls of the request's last assistant turn (the ones the client has just
+/// run): their ids and names, never their arguments.
+fn observe_tool_calls(job: &Job, plugins: &glider_plugin::Plugins) {
+    let Some(last) = job
+        .request
+        .turns
+        .iter()
+        .rev()
+        .find(|t| t.role == glider_ngl::Role::Assistant)
+    else {
+        return;
+    };
+    for part in &last.parts {
+        if let Part::ToolCall { id, name, .. } = part {
+            plugins.observe("tool_call", || {
+                serde_json::json!({"request_id": job.tracker.record.id, "id": id, "name": name,
+                    "session": job.tracker.record.session})
+            });
+        }
     }
 }
