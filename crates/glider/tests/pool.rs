@@ -2,7 +2,9 @@
 //! three mock OpenAI-compatible servers. Each session keeps to one replica across its
 //! requests, the session key reaches the replicas as `x-session-id`, a replica that
 //! stops moves only its own sessions (and no request fails), and the system-and-tools
-//! prefix a session sends is byte-identical request to request.
+//! prefix a session sends is byte-identical request to request (this gateway keeps no
+//! context log, so no continuity record is added: with one, the record joins the
+//! system text and changes it per request; see docs/scale.md).
 
 mod common;
 
