@@ -1384,7 +1384,10 @@ mod tests {
             panic!("expected invalid");
         };
         assert_eq!(problems.len(), 3, "{problems:?}");
-        assert!(problems[0].contains("replicas[1] must start with http"), "{problems:?}");
+        assert!(
+            problems[0].contains("replicas[1] must start with http"),
+            "{problems:?}"
+        );
         assert!(problems[1].contains("replicas[2] \"http://b/v1\" is listed twice"));
         assert!(problems[2].contains("replicas[3] \"http://a/v1\" is listed twice"));
         let good = "backends:\n  - {name: p, type: vllm, base_url: 'http://a/v1', models: [m], replicas: ['http://b/v1']}\n";

@@ -146,8 +146,22 @@ impl HotSwap for RuntimeModule {
 
 impl Engine {
     /// Rebuild the runtime whenever the config changes (backends whose settings did not
-    /// change keep their breaker and health), then say so on the bus.
+    /// change keep their breaker and health), then say so on the bus; record a config
+    /// file the reload rejected as a failed swap.
     pub fn follow_config(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let mut rejections = self.config.subscribe_rejections();
+        tokio::spawn(async move {
+            while rejections.changed().await.is_ok() {
+                let Some(engine) = weak.upgrade() else { break };
+                let why = rejections.borrow_and_update().clone();
+                if let Some(why) = why {
+                    engine
+                        .hotswap
+                        .record(crate::hotswap::CONFIG_MODULE, Err(why));
+                }
+            }
+        });
         let weak = Arc::downgrade(self);
         let mut changes = self.config.subscribe();
         tokio::spawn(async move {
