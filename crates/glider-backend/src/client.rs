@@ -146,10 +146,7 @@ impl Backend {
                         .map(|url| url.trim_end_matches('/').to_owned())
                 }))
                 .filter_map(|url| url.map_err(|e| problems.push(e)).ok())
-                .map(|url| {
-                    let endpoints = endpoints_under(&url);
-                    Replica::new(url, endpoints)
-                })
+                .map(Replica::new)
                 .collect(),
         });
         let unavailable = (!problems.is_empty()).then(|| problems.join("; "));
@@ -540,7 +537,7 @@ const DIALECTS: [Dialect; 4] = [
 ];
 
 /// The generation endpoint per dialect (in [`DIALECTS`] order) under `base_url`.
-fn endpoints_under(base_url: &str) -> [Option<reqwest::Url>; 4] {
+pub(crate) fn endpoints_under(base_url: &str) -> [Option<reqwest::Url>; 4] {
     DIALECTS.map(|d| reqwest::Url::parse(&format!("{base_url}{}", path_of(d))).ok())
 }
 

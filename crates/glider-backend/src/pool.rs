@@ -36,11 +36,12 @@ pub struct Replica {
 }
 
 impl Replica {
-    pub(crate) fn new(base_url: String, endpoints: [Option<reqwest::Url>; 4]) -> Replica {
+    /// A replica at `base_url` (resolved, no trailing slash).
+    pub fn new(base_url: String) -> Replica {
         Replica {
             identity: fnv1a(base_url.as_bytes()),
+            endpoints: crate::client::endpoints_under(&base_url),
             base_url,
-            endpoints,
             breaker: CircuitBreaker::default(),
         }
     }
@@ -107,10 +108,7 @@ mod tests {
 
     fn pool(urls: &[&str]) -> Pool {
         Pool {
-            replicas: urls
-                .iter()
-                .map(|u| Replica::new((*u).to_owned(), [None, None, None, None]))
-                .collect(),
+            replicas: urls.iter().map(|u| Replica::new((*u).to_owned())).collect(),
         }
     }
 
