@@ -78,7 +78,8 @@ class Process:
 
 class ChatBackend(http.server.ThreadingHTTPServer):
     """A small OpenAI-compatible (Chat Completions) local server that records each body
-    it gets in `bodies` (the mock binary keeps no log), faithful to the wire: a JSON
+    it gets in `bodies` and its `x-session-id` header in `session_keys` (the mock binary
+    keeps no log), faithful to the wire (vLLM's `GET /health` included): a JSON
     completion, or SSE chunks ending with `[DONE]`; its text is `reply N`. With
     `window`, `GET /v1/models` lists `models` with vLLM's `max_model_len`; without, it
     answers 404 as a server with no listing does. Serve it with `serve_forever` on a
@@ -87,6 +88,7 @@ class ChatBackend(http.server.ThreadingHTTPServer):
     def __init__(self, models=(), window=None):
         super().__init__(("127.0.0.1", 0), _ChatHandler)
         self.bodies = []
+        self.session_keys = []
         self.lock = threading.Lock()
         self.models = list(models)
         self.window = window
@@ -101,6 +103,9 @@ class _ChatHandler(http.server.BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
+        if self.path == "/health":
+            self.reply(b"", "text/plain")
+            return
         if self.path.rstrip("/") != "/v1/models" or self.server.window is None:
             self.reply(b'{"error": {"message": "not found"}}', "application/json", status=404)
             return
@@ -113,6 +118,7 @@ class _ChatHandler(http.server.BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         with self.server.lock:
             self.server.bodies.append(body)
+            self.server.session_keys.append(self.headers.get("x-session-id"))
             n = len(self.server.bodies)
         text = f"reply {n}"
         base = {"id": f"chatcmpl-{n}", "created": 0, "model": body["model"]}

@@ -127,6 +127,36 @@ impl CircuitBreaker {
     }
 }
 
+/// Clears a half-open probe that never reached a verdict (the request was cancelled
+/// while it was out): armed only for a `Probe` admission, disarmed once the caller
+/// records the verdict.
+pub struct ProbeGuard<'a> {
+    breaker: &'a CircuitBreaker,
+    armed: bool,
+}
+
+impl<'a> ProbeGuard<'a> {
+    pub fn new(breaker: &'a CircuitBreaker, admission: Admission) -> ProbeGuard<'a> {
+        ProbeGuard {
+            breaker,
+            armed: admission == Admission::Probe,
+        }
+    }
+
+    /// The caller is about to record a verdict itself.
+    pub fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.breaker.abandon_probe();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,11 +16,12 @@ use glider_config::{BackendConfig, BackendKind};
 use glider_ngl::{Dialect, ErrorKind};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::breaker::CircuitBreaker;
+use crate::breaker::{CircuitBreaker, ProbeGuard};
 use crate::cooldown::{Cooldown, retry_after_secs};
 use crate::credentials::{self, Credentials};
 use crate::failure::AttemptFailure;
 use crate::health::HealthCell;
+use crate::pool::{Pool, Replica, SESSION_KEY_HEADER};
 
 /// The rest of a reply body after its first chunk.
 pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, AttemptFailure>> + Send>>;
@@ -74,6 +75,8 @@ pub struct Backend {
     /// The generation endpoint per dialect, parsed once: reqwest parses a URL string
     /// (IDNA host processing included) on every request otherwise.
     endpoints: [Option<reqwest::Url>; 4],
+    /// The replica pool, when `replicas` is configured (`base_url` is its first).
+    pub pool: Option<Pool>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -135,9 +138,19 @@ impl Backend {
             problems.push(format!("HTTP client: {e}"));
             reqwest::Client::new()
         });
+        let pool = (!config.replicas.is_empty()).then(|| Pool {
+            replicas: std::iter::once(Ok(base_url.clone()))
+                .chain(config.replicas.iter().map(|url| {
+                    glider_config::Secret(url.clone())
+                        .resolve()
+                        .map(|url| url.trim_end_matches('/').to_owned())
+                }))
+                .filter_map(|url| url.map_err(|e| problems.push(e)).ok())
+                .map(Replica::new)
+                .collect(),
+        });
         let unavailable = (!problems.is_empty()).then(|| problems.join("; "));
-        let endpoints =
-            DIALECTS.map(|d| reqwest::Url::parse(&format!("{base_url}{}", path_of(d))).ok());
+        let endpoints = endpoints_under(&base_url);
         Arc::new(Backend {
             config: BackendConfig { base_url, ..config },
             api_key,
@@ -150,6 +163,7 @@ impl Backend {
             health: HealthCell::default(),
             http,
             endpoints,
+            pool,
         })
     }
 
@@ -270,13 +284,18 @@ impl Backend {
         format!("{}{}", self.config.base_url, path)
     }
 
-    /// The generation endpoint for `dialect` (parsed once; a base URL that does not
-    /// parse is left to reqwest, which reports it on send).
-    fn endpoint(&self, dialect: Dialect) -> reqwest::RequestBuilder {
+    /// The generation endpoint for `dialect` at `replica`, or at `base_url` (parsed
+    /// once; a base URL that does not parse is left to reqwest, which reports it on
+    /// send).
+    fn endpoint(&self, dialect: Dialect, replica: Option<&Replica>) -> reqwest::RequestBuilder {
         let index = DIALECTS.iter().position(|d| *d == dialect).unwrap_or(0);
-        match &self.endpoints[index] {
+        let (endpoints, base) = match replica {
+            Some(replica) => (&replica.endpoints, replica.base_url.as_str()),
+            None => (&self.endpoints, self.config.base_url.as_str()),
+        };
+        match &endpoints[index] {
             Some(url) => self.http.post(url.clone()),
-            None => self.http.post(self.url(path_of(dialect))),
+            None => self.http.post(format!("{base}{}", path_of(dialect))),
         }
     }
 
@@ -323,12 +342,85 @@ impl Backend {
         &self,
         request: &UpstreamRequest,
     ) -> Result<UpstreamResponse, AttemptFailure> {
-        self.attempt(request).await.map_err(|mut failure| {
+        if let Some(why) = &self.unavailable {
+            return Err(AttemptFailure::new(
+                self.name(),
+                ErrorKind::Unavailable,
+                format!("not configured: {why}"),
+                true,
+            ));
+        }
+        if let Some(missing) = self.missing_credentials(&request.headers) {
+            return Err(missing);
+        }
+        let outcome = match &self.pool {
+            Some(pool) => self.send_to_pool(pool, request).await,
+            None => self.attempt(request, None).await,
+        };
+        outcome.map_err(|mut failure| {
             if failure.unreachable {
                 failure.message = format!("{} ({})", failure.message, self.unreachable_hint());
             }
             failure
         })
+    }
+
+    /// Send to the session's replica; while a replica is unwell (no connection, a
+    /// timeout, a 5xx) or its breaker is open, to the next by rank. Only a failure of
+    /// every replica, or one the request itself caused (a 4xx: any replica would say
+    /// the same), is the backend's. Each replica's breaker counts its own failures.
+    async fn send_to_pool(
+        &self,
+        pool: &Pool,
+        request: &UpstreamRequest,
+    ) -> Result<UpstreamResponse, AttemptFailure> {
+        let key = request
+            .headers
+            .get(SESSION_KEY_HEADER)
+            .and_then(|v| v.to_str().ok());
+        let order = pool.order(key);
+        let mut from = 0;
+        let mut last_failure = None;
+        while let Some((at, index, admission)) = pool.next_admitted(&order, from) {
+            from = at + 1;
+            let replica = &pool.replicas[index];
+            let mut probe = ProbeGuard::new(&replica.breaker, admission);
+            let failure = match self.attempt(request, Some(replica)).await {
+                Ok(response) => {
+                    probe.disarm();
+                    replica.breaker.success();
+                    return Ok(response);
+                }
+                Err(failure) => failure,
+            };
+            probe.disarm();
+            if !failure.backend_unwell() {
+                replica.breaker.success();
+                return Err(failure);
+            }
+            replica.breaker.failure();
+            tracing::warn!(backend = self.name(), replica = %replica.base_url, error = %failure.message, "replica failed; trying the next one");
+            last_failure = Some(AttemptFailure {
+                message: format!("replica {}: {}", replica.base_url, failure.message),
+                ..failure
+            });
+        }
+        Err(last_failure.unwrap_or_else(|| AttemptFailure {
+            unreachable: true,
+            ..AttemptFailure::new(
+                self.name(),
+                ErrorKind::Unavailable,
+                format!(
+                    "every replica's circuit breaker is open after repeated failures ({})",
+                    pool.replicas
+                        .iter()
+                        .map(|r| r.base_url.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                true,
+            )
+        }))
     }
 
     /// What to check when this backend cannot be reached.
@@ -343,22 +435,17 @@ impl Backend {
         }
     }
 
-    async fn attempt(&self, request: &UpstreamRequest) -> Result<UpstreamResponse, AttemptFailure> {
+    /// One attempt at `replica` (`None`: at `base_url`).
+    async fn attempt(
+        &self,
+        request: &UpstreamRequest,
+        replica: Option<&Replica>,
+    ) -> Result<UpstreamResponse, AttemptFailure> {
         let fail = |kind, message: String, retryable| {
             AttemptFailure::new(self.name(), kind, message, retryable)
         };
-        if let Some(why) = &self.unavailable {
-            return Err(fail(
-                ErrorKind::Unavailable,
-                format!("not configured: {why}"),
-                true,
-            ));
-        }
-        if let Some(missing) = self.missing_credentials(&request.headers) {
-            return Err(missing);
-        }
         let mut builder = self
-            .authorise(self.endpoint(request.dialect))
+            .authorise(self.endpoint(request.dialect, replica))
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(request.body.clone());
         for (name, value) in &request.headers {
@@ -448,6 +535,11 @@ const DIALECTS: [Dialect; 4] = [
     Dialect::OpenAiResponses,
     Dialect::Anthropic,
 ];
+
+/// The generation endpoint per dialect (in [`DIALECTS`] order) under `base_url`.
+pub(crate) fn endpoints_under(base_url: &str) -> [Option<reqwest::Url>; 4] {
+    DIALECTS.map(|d| reqwest::Url::parse(&format!("{base_url}{}", path_of(d))).ok())
+}
 
 /// The generation path of `dialect` under a backend's base URL.
 fn path_of(dialect: Dialect) -> &'static str {

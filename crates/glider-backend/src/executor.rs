@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::breaker::Admission;
+use crate::breaker::{Admission, ProbeGuard};
 use crate::client::{Backend, BodyStream, UpstreamRequest, UpstreamResponse};
 pub use crate::failure::AttemptFailure;
 use crate::health::HealthStatus;
@@ -59,20 +59,6 @@ pub fn attempt_order(candidates: &[Candidate], reserve: usize) -> Vec<usize> {
 /// them reached its backend.
 fn reserve_admitted(failures: &[AttemptFailure]) -> bool {
     !failures.is_empty() && failures.iter().all(|f| f.unreachable)
-}
-
-/// Clears a half-open probe that never reached a verdict (the request was cancelled).
-struct ProbeGuard<'a> {
-    backend: &'a Backend,
-    armed: bool,
-}
-
-impl Drop for ProbeGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.backend.breaker.abandon_probe();
-        }
-    }
 }
 
 /// Run the backup sequence over requests already prepared, one per candidate (same
@@ -137,10 +123,7 @@ async fn run_sequence<'r>(
             });
             continue;
         }
-        let mut probe = ProbeGuard {
-            backend,
-            armed: admission == Admission::Probe,
-        };
+        let mut probe = ProbeGuard::new(&backend.breaker, admission);
         let request = match request_for(index, candidate) {
             Ok(request) => request,
             Err(failure) => {
@@ -156,7 +139,7 @@ async fn run_sequence<'r>(
         }
         match backend.send(&request).await {
             Ok(mut response) => {
-                probe.armed = false;
+                probe.disarm();
                 backend.breaker.success();
                 backend.answered();
                 response.rest = watch_stream(backend.clone(), response.rest);
@@ -167,7 +150,7 @@ async fn run_sequence<'r>(
                 });
             }
             Err(failure) => {
-                probe.armed = false;
+                probe.disarm();
                 let retryable = failure.retryable;
                 if backend.unavailable.is_some() || failure.never_sent {
                     // Never sent: neither a failure nor a success of the backend.

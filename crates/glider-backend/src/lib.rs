@@ -1,7 +1,7 @@
 //! Backend clients (spec package `backend`) and the resilient half of `orchestrator`:
 //! [`client`] speaks HTTP to one backend, [`breaker`] is its circuit breaker,
 //! [`cooldown`] holds back callers a 429 told to wait, [`credentials`] decides whose key
-//! a request carries, [`health`] probes it (and [`capabilities`] reads what its models
+//! a request carries, [`pool`] spreads sessions over a backend's replicas, [`health`] probes it (and [`capabilities`] reads what its models
 //! can do), and [`executor`] runs the backup sequence over candidates.
 
 pub mod breaker;
@@ -12,6 +12,7 @@ pub mod credentials;
 pub mod executor;
 pub mod failure;
 pub mod health;
+pub mod pool;
 
 pub use breaker::{BreakerState, CircuitBreaker};
 pub use capabilities::Capabilities;
@@ -20,3 +21,4 @@ pub use credentials::Credentials;
 pub use executor::{Candidate, Executed, execute, execute_prepared};
 pub use failure::AttemptFailure;
 pub use health::Health;
+pub use pool::{SESSION_KEY_HEADER, session_key_digest};

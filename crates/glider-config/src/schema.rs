@@ -247,6 +247,12 @@ pub struct BackendConfig {
     /// while its wire stays the kind's. Ollama and vLLM backends are always local.
     #[serde(default)]
     pub local: bool,
+    /// A pool: more base URLs serving the same models as `base_url`, which is the
+    /// pool's first replica (and where health and model probes go). A session keeps to
+    /// one replica (rendezvous hash on its key); a failing replica's sessions move to
+    /// the next one (docs/scale.md). Empty (the default): `base_url` alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<String>,
 }
 
 /// Per-backend limits a local request is fitted to (see docs/local-models.md).
@@ -306,6 +312,28 @@ impl FitConfig {
             .values()
             .any(|names| names.iter().any(|n| n == tool))
     }
+}
+
+/// What is wrong with a backend's `replicas`: a URL that is not HTTP, or one listed
+/// twice or equal to `base_url` (a duplicate would double its share of the sessions).
+fn replica_problems(at: &str, base_url: &str, replicas: &[String]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (i, url) in replicas.iter().enumerate() {
+        if !is_http_url(url) {
+            problems.push(format!(
+                "{at}: replicas[{i}] must start with http:// or https://, got {url:?}"
+            ));
+        }
+        if url == base_url || replicas[..i].contains(url) {
+            problems.push(format!("{at}: replicas[{i}] {url:?} is listed twice"));
+        }
+    }
+    problems
+}
+
+/// A URL Glider can send HTTP to (or a `${VAR}` that will say so once resolved).
+fn is_http_url(url: &str) -> bool {
+    url.starts_with("http://") || url.starts_with("https://") || url.starts_with("${")
 }
 
 fn default_connect_timeout() -> u64 {
@@ -1143,12 +1171,12 @@ impl Config {
                 problems.push(format!("{at}: duplicate backend name"));
             }
             let url = &backend.base_url;
-            if !(url.starts_with("http://") || url.starts_with("https://") || url.starts_with("${"))
-            {
+            if !is_http_url(url) {
                 problems.push(format!(
                     "{at}: base_url must start with http:// or https://, got {url:?}"
                 ));
             }
+            problems.extend(replica_problems(&at, url, &backend.replicas));
             if backend.is_local() && backend.models.is_empty() {
                 problems.push(format!(
                     "{at}: a local backend must list the models it serves"
@@ -1395,6 +1423,24 @@ mod tests {
             panic!("expected invalid");
         };
         assert_eq!(problems.len(), 4, "{problems:?}");
+    }
+
+    #[test]
+    fn replicas_must_be_http_and_distinct() {
+        let yaml = "backends:\n  - {name: p, type: vllm, base_url: 'http://a/v1', models: [m], replicas: ['http://b/v1', 'ftp://c', 'http://b/v1', 'http://a/v1']}\n";
+        let Err(ConfigError::Invalid { problems, .. }) = Config::parse(yaml, "t") else {
+            panic!("expected invalid");
+        };
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems[0].contains("replicas[1] must start with http"),
+            "{problems:?}"
+        );
+        assert!(problems[1].contains("replicas[2] \"http://b/v1\" is listed twice"));
+        assert!(problems[2].contains("replicas[3] \"http://a/v1\" is listed twice"));
+        let good = "backends:\n  - {name: p, type: vllm, base_url: 'http://a/v1', models: [m], replicas: ['http://b/v1']}\n";
+        let config = Config::parse(good, "t").expect("valid pool");
+        assert_eq!(config.backends[0].replicas, ["http://b/v1"]);
     }
 
     #[test]

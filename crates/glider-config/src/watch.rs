@@ -23,6 +23,9 @@ struct Inner {
     current: ArcSwap<Config>,
     path: Option<PathBuf>,
     changed: watch::Sender<Arc<Config>>,
+    /// Why the latest reload was rejected (`None` until one is), for the hot-swap
+    /// record: a broken file never reaches the modules, yet it is a failed swap.
+    rejected: watch::Sender<Option<String>>,
 }
 
 /// What one reload did.
@@ -42,11 +45,13 @@ impl ConfigHandle {
     pub fn new(config: Config, path: Option<PathBuf>) -> Self {
         let config = Arc::new(config);
         let (changed, _) = watch::channel(config.clone());
+        let (rejected, _) = watch::channel(None);
         ConfigHandle {
             inner: Arc::new(Inner {
                 current: ArcSwap::new(config),
                 path,
                 changed,
+                rejected,
             }),
         }
     }
@@ -66,6 +71,11 @@ impl ConfigHandle {
         self.inner.changed.subscribe()
     }
 
+    /// A receiver told of every rejected reload, with why.
+    pub fn subscribe_rejections(&self) -> watch::Receiver<Option<String>> {
+        self.inner.rejected.subscribe()
+    }
+
     /// Re-read the file now and apply what can be applied.
     pub fn reload(&self) -> ReloadOutcome {
         let Some(path) = &self.inner.path else {
@@ -75,6 +85,7 @@ impl ConfigHandle {
             Ok(next) => self.apply(next),
             Err(err) => {
                 tracing::error!(error = %err, "config reload rejected; the previous config stays");
+                self.inner.rejected.send_replace(Some(err.to_string()));
                 ReloadOutcome::Rejected {
                     error: err.to_string(),
                 }

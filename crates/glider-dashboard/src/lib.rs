@@ -211,6 +211,7 @@ impl Dashboard {
             .route("/api/stats/series", get(rest::series))
             .route("/api/config", get(rest::config))
             .route("/api/config/reload", post(rest::reload))
+            .route("/api/hotswap", get(rest::hotswap))
             .route("/api/vendors", get(rest::vendors))
             .route("/api/vendors/discover", post(rest::discover_vendors))
             .route("/api/mitm/enrollment", post(rest::enrollment))

@@ -411,3 +411,10 @@ pub async fn enrollment(State(shared): State<Arc<Shared>>, body: axum::body::Byt
     };
     Json(json!({"pids": pids, "active": active})).into_response()
 }
+
+/// `GET /api/hotswap`: the modules that accept a new config, and every reload of each
+/// (module, version, time, outcome; a rejected config file as module `config`).
+pub async fn hotswap(State(shared): State<Arc<Shared>>) -> Response {
+    let registry = shared.engine.hotswap();
+    Json(json!({"modules": registry.names(), "swaps": registry.history()})).into_response()
+}

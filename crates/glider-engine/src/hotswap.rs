@@ -1,11 +1,47 @@
 //! Hot swap: the registry of modules that accept a new config. A reload builds each
 //! module's next state before swapping it in; a request in flight keeps the snapshot it
-//! loaded (an `Arc`), and a failed build keeps the current state and says why.
+//! loaded (an `Arc`), and a failed build keeps the current state and says why. Every
+//! reload of every module is recorded ([`SwapRecord`]: module, version, time, outcome)
+//! for `/api/hotswap`; so is a config file rejected before any module saw it.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use glider_config::Config;
+use serde::Serialize;
+
+use crate::events::unix_ms;
+
+/// How many swap records the registry keeps (the oldest go first).
+const RECORDS_KEPT: usize = 200;
+
+/// The module name under which a rejected config file is recorded.
+pub const CONFIG_MODULE: &str = "config";
+
+/// One reload of one module.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SwapRecord {
+    pub module: &'static str,
+    /// The module's version after this reload: it counts the swaps that took, from 1
+    /// (the state it started with); a failed reload leaves it where it was.
+    pub version: u64,
+    pub at_ms: u64,
+    /// Flattened: `"outcome": "ok"`, or `"outcome": "failed", "why": ...`.
+    #[serde(flatten)]
+    pub outcome: SwapOutcome,
+}
+
+/// Whether a reload swapped the module's state in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum SwapOutcome {
+    Ok,
+    /// The module kept its previous state.
+    Failed {
+        why: String,
+    },
+}
 
 /// One module that accepts a new config.
 pub trait HotSwap: Send + Sync {
@@ -48,6 +84,14 @@ impl<T> Swap<T> {
 #[derive(Default)]
 pub struct Registry {
     modules: Mutex<Vec<Arc<dyn HotSwap>>>,
+    history: Mutex<History>,
+}
+
+#[derive(Default)]
+struct History {
+    /// Each module's swaps that took (its version less one).
+    swaps: HashMap<&'static str, u64>,
+    records: VecDeque<SwapRecord>,
 }
 
 impl Registry {
@@ -67,8 +111,41 @@ impl Registry {
         let modules = self.lock().clone();
         modules
             .iter()
-            .filter_map(|m| m.reload(config).err().map(|why| (m.name(), why)))
+            .filter_map(|m| {
+                let outcome = m.reload(config);
+                self.record(m.name(), outcome.clone());
+                outcome.err().map(|why| (m.name(), why))
+            })
             .collect()
+    }
+
+    /// Record one reload of `module` (a registered one, or [`CONFIG_MODULE`]).
+    pub fn record(&self, module: &'static str, outcome: Result<(), String>) {
+        let mut history = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+        let swaps = history.swaps.entry(module).or_default();
+        let outcome = match outcome {
+            Ok(()) => {
+                *swaps += 1;
+                SwapOutcome::Ok
+            }
+            Err(why) => SwapOutcome::Failed { why },
+        };
+        let record = SwapRecord {
+            module,
+            version: *swaps + 1,
+            at_ms: unix_ms(),
+            outcome,
+        };
+        if history.records.len() == RECORDS_KEPT {
+            history.records.pop_front();
+        }
+        history.records.push_back(record);
+    }
+
+    /// The swap records kept, oldest first.
+    pub fn history(&self) -> Vec<SwapRecord> {
+        let history = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+        history.records.iter().cloned().collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<dyn HotSwap>>> {
@@ -118,6 +195,14 @@ mod tests {
             [("counter", "no backends".to_owned())]
         );
         assert_eq!(*module.value.snapshot(), 7);
+        let failed = &registry.history()[0];
+        assert_eq!((failed.module, failed.version), ("counter", 1));
+        assert_eq!(
+            failed.outcome,
+            SwapOutcome::Failed {
+                why: "no backends".into()
+            }
+        );
 
         let one = Arc::new(
             Config::parse(
@@ -129,5 +214,11 @@ mod tests {
         assert!(registry.reload(&one).is_empty());
         assert_eq!(*module.value.snapshot(), 1);
         assert_eq!(*held, 7, "a request in flight keeps its snapshot");
+        let records = registry.history();
+        assert_eq!(records.len(), 2);
+        assert_eq!(
+            (records[1].version, &records[1].outcome),
+            (2, &SwapOutcome::Ok)
+        );
     }
 }

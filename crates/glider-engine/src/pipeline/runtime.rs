@@ -150,7 +150,8 @@ impl HotSwap for RuntimeModule {
 
 impl Engine {
     /// Rebuild the runtime whenever the config changes (backends whose settings did not
-    /// change keep their breaker and health), then say so on the bus.
+    /// change keep their breaker and health), then say so on the bus; record a config
+    /// file the reload rejected as a failed swap.
     pub fn follow_config(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         let handle = self.config.clone();
@@ -166,6 +167,24 @@ impl Engine {
                         let Some(engine) = weak.upgrade() else { break };
                         let config = changes.borrow_and_update().clone();
                         engine.rebuild(config);
+                    }
+                }
+            },
+        );
+        let weak = Arc::downgrade(self);
+        let handle = self.config.clone();
+        glider_sys::safego::spawn_named(
+            "config rejection recorder",
+            glider_sys::safego::Restart::BACKOFF,
+            move || {
+                let (weak, mut rejections) = (weak.clone(), handle.subscribe_rejections());
+                async move {
+                    while rejections.changed().await.is_ok() {
+                        let Some(engine) = weak.upgrade() else { break };
+                        let why = rejections.borrow_and_update().clone();
+                        if let Some(why) = why {
+                            engine.hotswap.record(crate::hotswap::CONFIG_MODULE, Err(why));
+                        }
                     }
                 }
             },

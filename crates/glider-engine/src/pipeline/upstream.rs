@@ -1,19 +1,21 @@
 //! The upstream request for one candidate: the client's bytes with the model replaced
 //! when nothing else changes, else the ngl request re-encoded in the backend's
-//! dialect; and the client headers a backend should see.
+//! dialect; and the headers a backend should see (the client's it may have, and the
+//! session key for a pool or an OpenAI-compatible server).
 
 use bytes::Bytes;
-use glider_backend::{Backend, Candidate, UpstreamRequest};
+use glider_backend::{Backend, Candidate, SESSION_KEY_HEADER, UpstreamRequest, session_key_digest};
 use glider_dialects::codec;
 use glider_ngl::{Dialect, Request, Role, Turn};
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::json_scan::top_level_string;
 use super::stops;
 
 /// The request for `candidate`. `body` is the client's body (routing flag stripped),
 /// absent when the request was built as ngl; `adapted` is the request as bounding and
-/// the transform left it for this candidate, if they changed it.
+/// the transform left it for this candidate, if they changed it; `session` is the
+/// router's session key for the request.
 pub(crate) fn for_candidate(
     front: Dialect,
     headers: &HeaderMap,
@@ -21,6 +23,7 @@ pub(crate) fn for_candidate(
     request: &Request,
     adapted: Option<Request>,
     candidate: &Candidate,
+    session: Option<&str>,
 ) -> UpstreamRequest {
     let backend = &candidate.backend;
     let dialect = backend.dialect_for(front);
@@ -48,8 +51,33 @@ pub(crate) fn for_candidate(
         dialect,
         body,
         stream: request.stream || glider_stops,
-        headers: forward_headers(front, headers, backend),
+        headers: with_session_key(
+            forward_headers(front, headers, backend),
+            backend,
+            dialect,
+            session,
+        ),
     }
+}
+
+/// `headers` plus [`SESSION_KEY_HEADER`] for a backend that can use it: a replica pool
+/// (it picks the session's replica by it) or an OpenAI-compatible server (a vLLM
+/// Router in front of workers hashes it, vLLM itself ignores it). The Anthropic cloud
+/// and Ollama are not sent it.
+fn with_session_key(
+    mut headers: HeaderMap,
+    backend: &Backend,
+    dialect: Dialect,
+    session: Option<&str>,
+) -> HeaderMap {
+    let openai_compatible = matches!(dialect, Dialect::OpenAiChat | Dialect::OpenAiResponses);
+    if let Some(session) = session
+        && (openai_compatible || backend.pool.is_some())
+        && let Ok(value) = HeaderValue::from_str(&session_key_digest(session))
+    {
+        headers.insert(HeaderName::from_static(SESSION_KEY_HEADER), value);
+    }
+    headers
 }
 
 /// Gather every system turn into one leading turn. Claude Code puts a system entry

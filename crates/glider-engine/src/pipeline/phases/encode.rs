@@ -30,6 +30,7 @@ impl Phase for Encode {
                     &job.request,
                     adapted,
                     candidate,
+                    decision.session.as_deref(),
                 )
             })
             .collect();
