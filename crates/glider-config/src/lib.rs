@@ -4,12 +4,14 @@
 
 pub mod pricing;
 pub mod schema;
+pub mod fan_out;
 pub mod vram;
 pub mod watch;
 
 pub use notify::RecommendedWatcher as FileWatcher;
 pub use pricing::{ModelPrice, PricingConfig};
 pub use schema::*;
+pub use fan_out::{FanOutConfig, FanOutMode, FanOutPolicy, FanOutRoute};
 pub use vram::{MonitorKind, Strategy, VramConfig, VramModel};
 pub use watch::{ConfigHandle, ReloadOutcome, watch_path};
 

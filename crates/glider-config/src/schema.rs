@@ -43,6 +43,9 @@ pub struct Config {
     pub pricing: crate::pricing::PricingConfig,
     /// GPU memory: the monitor and how local models share it (hot; docs/vram.md).
     pub vram: crate::vram::VramConfig,
+    /// Sending a request to more than one candidate: hedge, first (hot;
+    /// docs/fan-out.md).
+    pub fan_out: crate::fan_out::FanOutConfig,
 }
 
 /// Listeners. Changing any of these needs a restart.
@@ -1161,6 +1164,7 @@ impl Config {
             }
         }
         problems.extend(self.vram.problems());
+        problems.extend(self.fan_out.problems());
         let wait = self.routing.max_cold_wait_secs;
         if !(wait.is_finite() && wait >= 0.0) {
             problems.push("routing.max_cold_wait_secs must be a non-negative number".into());

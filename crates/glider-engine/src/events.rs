@@ -67,6 +67,9 @@ pub struct RequestRecord {
     /// What bounded context left out of each local candidate's request (turns and
     /// estimated tokens), and whether the session's continuity record stood in.
     pub context_left_out: Vec<ContextLeftOut>,
+    /// What the fan-out did (hedge, first), when it ran: which backend won, whether
+    /// the hedge fired, which attempts were cancelled.
+    pub fan_out: Option<crate::pipeline::FanOutRecord>,
 }
 
 /// One local candidate's bounded context, for the route record.
@@ -205,6 +208,7 @@ impl Bus {
             session: None,
             context_left_out: Vec::new(),
             budget_stop: None,
+            fan_out: None,
         };
         Tracker {
             bus: self.clone(),

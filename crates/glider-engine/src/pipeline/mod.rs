@@ -5,6 +5,7 @@
 //! forwarded as bytes.
 
 mod count_tokens;
+mod fan_out;
 mod json_scan;
 mod models;
 mod phases;
@@ -23,6 +24,7 @@ use glider_dialects::codec;
 use glider_ngl::{ApiError, Dialect, ErrorKind, Request};
 use http::HeaderMap;
 
+pub use fan_out::{FanOutRecord, TtftBook};
 pub use models::ModelInfo;
 pub use probes::HEALTH_INTERVAL;
 pub use reply::{CompleteError, Completion, CompletionBody, decode_events, stream_error_event};
@@ -53,6 +55,8 @@ pub struct Engine {
     kit: Arc<ContextKit>,
     /// GPU memory for local models (docs/vram.md), when attached.
     vram: OnceLock<Arc<glider_vram::Vram>>,
+    /// Each backend's measured time to first byte, for the hedge's delay.
+    ttft: Arc<TtftBook>,
 }
 
 /// A request decoded, aliased, estimated and routed: the decision is made once, and
@@ -137,6 +141,7 @@ impl Engine {
             context: OnceLock::new(),
             kit: Arc::default(),
             vram: OnceLock::new(),
+            ttft: Arc::default(),
         })
     }
 
@@ -349,6 +354,7 @@ impl Engine {
             context: self.context.get().cloned(),
             compaction: false,
             vram: self.vram.get().cloned(),
+            ttft: self.ttft.clone(),
         }
     }
 }

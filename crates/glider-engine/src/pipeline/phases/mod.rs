@@ -166,6 +166,8 @@ pub(crate) struct Job {
     /// GPU memory for local models, when attached: route passes over a cold model
     /// that would wait too long; execute makes room and reserves the model.
     pub vram: Option<Arc<glider_vram::Vram>>,
+    /// Each backend's measured time to first byte (the hedge's delay).
+    pub ttft: Arc<super::TtftBook>,
 }
 
 pub(crate) fn not_routed() -> ApiError {
