@@ -149,9 +149,14 @@ mod tests {
     #[test]
     fn an_unknown_route_is_named() {
         let mut config = FanOutConfig::default();
-        config.routes.insert("clasifier".into(), FanOutRoute::default());
+        config
+            .routes
+            .insert("clasifier".into(), FanOutRoute::default());
         let problems = config.problems();
         assert_eq!(problems.len(), 1);
-        assert!(problems[0].contains("fan_out.routes.clasifier"), "{problems:?}");
+        assert!(
+            problems[0].contains("fan_out.routes.clasifier"),
+            "{problems:?}"
+        );
     }
 }

@@ -2,16 +2,16 @@
 //! validation ([`schema`]), `${VAR}` interpolation of secrets ([`Secret`]), and the live
 //! snapshot with hot reload ([`watch`]). A request reads one immutable `Arc<Config>`.
 
+pub mod fan_out;
 pub mod pricing;
 pub mod schema;
-pub mod fan_out;
 pub mod vram;
 pub mod watch;
 
+pub use fan_out::{FanOutConfig, FanOutMode, FanOutPolicy, FanOutRoute};
 pub use notify::RecommendedWatcher as FileWatcher;
 pub use pricing::{ModelPrice, PricingConfig};
 pub use schema::*;
-pub use fan_out::{FanOutConfig, FanOutMode, FanOutPolicy, FanOutRoute};
 pub use vram::{MonitorKind, Strategy, VramConfig, VramModel};
 pub use watch::{ConfigHandle, ReloadOutcome, watch_path};
 

@@ -228,8 +228,7 @@ impl LiveSessions {
     pub(crate) fn preloaded(&mut self, conn: &Connection, batch: Vec<(String, Live)>) {
         let mut admitted = Vec::new();
         for (session, live) in batch {
-            if self.sessions.contains_key(&session) || self.sessions.len() >= MAX_LIVE_SESSIONS
-            {
+            if self.sessions.contains_key(&session) || self.sessions.len() >= MAX_LIVE_SESSIONS {
                 continue;
             }
             let live = match store::last_id(conn, &session) {

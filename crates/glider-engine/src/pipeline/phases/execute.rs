@@ -40,33 +40,34 @@ impl Phase for Execute {
             };
             let fan_out = &job.runtime.config.fan_out;
             let policy = fan_out.policy_for(decision.rule.as_str());
-            let mut executed = match fan_out::applies(
-                policy.mode,
-                &decision.candidates,
-                decision.local_reserve,
-            ) {
-                Some(order) => {
-                    let local = decision.candidates[order[0]].backend.name();
-                    let delay = fan_out::hedge_delay(fan_out, policy.delay, &job.ttft, local);
-                    let ran = fan_out::run(
-                        policy.mode,
-                        &decision.candidates,
-                        &job.upstream,
-                        order,
-                        delay,
-                        &job.ttft,
-                    )
-                    .await;
-                    ran.map(|(executed, record)| {
-                        job.tracker.record.fan_out = Some(record);
-                        executed
-                    })
-                }
-                None => {
-                    execute_prepared(&decision.candidates, &job.upstream, decision.local_reserve)
+            let mut executed =
+                match fan_out::applies(policy.mode, &decision.candidates, decision.local_reserve) {
+                    Some(order) => {
+                        let local = decision.candidates[order[0]].backend.name();
+                        let delay = fan_out::hedge_delay(fan_out, policy.delay, &job.ttft, local);
+                        let ran = fan_out::run(
+                            policy.mode,
+                            &decision.candidates,
+                            &job.upstream,
+                            order,
+                            delay,
+                            &job.ttft,
+                        )
+                        .await;
+                        ran.map(|(executed, record)| {
+                            job.tracker.record.fan_out = Some(record);
+                            executed
+                        })
+                    }
+                    None => {
+                        execute_prepared(
+                            &decision.candidates,
+                            &job.upstream,
+                            decision.local_reserve,
+                        )
                         .await
-                }
-            };
+                    }
+                };
             if let (Some(vram), Ok(executed)) = (vram, &mut executed) {
                 hold_while_streaming(vram, decision, executed, first);
             }
