@@ -214,7 +214,7 @@ pub(crate) async fn run(
                         let record = FanOutRecord {
                             mode: if hedging { "hedge" } else { "first" }.to_owned(),
                             fired,
-                            delay_ms: hedging.then(|| delay.as_millis() as u64),
+                            delay_ms: hedging.then_some(delay.as_millis() as u64),
                             winner: name.to_owned(),
                             cancelled,
                         };
