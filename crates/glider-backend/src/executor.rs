@@ -109,40 +109,8 @@ async fn run_sequence<'r>(
             break;
         }
         let candidate = &candidates[index];
-        let backend = &candidate.backend;
-        let admission = backend.breaker.admit();
-        if admission == Admission::Refused {
-            // The breaker opened on failures like the last ones: as unreachable as they.
-            failures.push(AttemptFailure {
-                unreachable: backend.breaker_opened_unreachable(),
-                ..AttemptFailure::not_sent(
-                    backend.name(),
-                    ErrorKind::Unavailable,
-                    "circuit breaker open after repeated failures",
-                )
-            });
-            continue;
-        }
-        let mut probe = ProbeGuard::new(&backend.breaker, admission);
-        let request = match request_for(index, candidate) {
-            Ok(request) => request,
-            Err(failure) => {
-                failures.push(failure);
-                continue;
-            }
-        };
-        let caller = backend.cooldown.caller(&request.headers);
-        if let Some(wait) = backend.cooldown.remaining(caller) {
-            // Told to wait by a 429: skipping it is no verdict on the backend.
-            failures.push(cooling_down(backend.name(), wait));
-            continue;
-        }
-        match backend.send(&request).await {
-            Ok(mut response) => {
-                probe.disarm();
-                backend.breaker.success();
-                backend.answered();
-                response.rest = watch_stream(backend.clone(), response.rest);
+        match attempt(candidate, || request_for(index, candidate)).await {
+            Ok(response) => {
                 return Ok(Executed {
                     index,
                     response,
@@ -150,23 +118,7 @@ async fn run_sequence<'r>(
                 });
             }
             Err(failure) => {
-                probe.disarm();
                 let retryable = failure.retryable;
-                if backend.unavailable.is_some() || failure.never_sent {
-                    // Never sent: neither a failure nor a success of the backend.
-                    backend.breaker.abandon_probe();
-                } else if failure.backend_unwell() {
-                    backend.failed(failure.unreachable);
-                } else {
-                    // The backend answered; the request, its key or its pace was refused.
-                    backend.breaker.success();
-                    if failure.status == Some(429)
-                        && let Some(secs) = failure.retry_after_secs
-                    {
-                        backend.cooldown.cool(caller, Duration::from_secs(secs));
-                    }
-                }
-                tracing::warn!(backend = backend.name(), model = %candidate.model, error = %failure.message, "backend attempt failed");
                 failures.push(failure);
                 if !retryable {
                     return Err(failures);
@@ -175,6 +127,65 @@ async fn run_sequence<'r>(
         }
     }
     Err(failures)
+}
+
+/// One attempt on `candidate` under its breaker and its caller's cooldown, until the
+/// first byte of a good reply; the backend's breaker and health learn the outcome.
+/// `request` is asked for only once the breaker admits the attempt. Dropping the
+/// future before it resolves cancels the attempt: its connection is dropped, and a
+/// half-open probe it held is given back (the fan-out cancels a hedge's loser so).
+pub async fn attempt<'r>(
+    candidate: &Candidate,
+    request: impl FnOnce() -> Result<Cow<'r, UpstreamRequest>, AttemptFailure>,
+) -> Result<UpstreamResponse, AttemptFailure> {
+    let backend = &candidate.backend;
+    let admission = backend.breaker.admit();
+    if admission == Admission::Refused {
+        // The breaker opened on failures like the last ones: as unreachable as they.
+        return Err(AttemptFailure {
+            unreachable: backend.breaker_opened_unreachable(),
+            ..AttemptFailure::not_sent(
+                backend.name(),
+                ErrorKind::Unavailable,
+                "circuit breaker open after repeated failures",
+            )
+        });
+    }
+    let mut probe = ProbeGuard::new(&backend.breaker, admission);
+    let request = request()?;
+    let caller = backend.cooldown.caller(&request.headers);
+    if let Some(wait) = backend.cooldown.remaining(caller) {
+        // Told to wait by a 429: skipping it is no verdict on the backend.
+        return Err(cooling_down(backend.name(), wait));
+    }
+    match backend.send(&request).await {
+        Ok(mut response) => {
+            probe.disarm();
+            backend.breaker.success();
+            backend.answered();
+            response.rest = watch_stream(backend.clone(), response.rest);
+            Ok(response)
+        }
+        Err(failure) => {
+            probe.disarm();
+            if backend.unavailable.is_some() || failure.never_sent {
+                // Never sent: neither a failure nor a success of the backend.
+                backend.breaker.abandon_probe();
+            } else if failure.backend_unwell() {
+                backend.failed(failure.unreachable);
+            } else {
+                // The backend answered; the request, its key or its pace was refused.
+                backend.breaker.success();
+                if failure.status == Some(429)
+                    && let Some(secs) = failure.retry_after_secs
+                {
+                    backend.cooldown.cool(caller, Duration::from_secs(secs));
+                }
+            }
+            tracing::warn!(backend = backend.name(), model = %candidate.model, error = %failure.message, "backend attempt failed");
+            Err(failure)
+        }
+    }
 }
 
 /// A failure after the first byte still counts against the backend's breaker.

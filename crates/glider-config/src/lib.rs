@@ -4,6 +4,7 @@
 
 pub mod mcp;
 pub mod plugins;
+pub mod fan_out;
 pub mod pricing;
 pub mod schema;
 pub mod tools;
@@ -11,6 +12,7 @@ pub mod vram;
 pub mod watch;
 
 pub use mcp::{McpConfig, McpServerConfig};
+pub use fan_out::{FanOutConfig, FanOutMode, FanOutPolicy, FanOutRoute};
 pub use notify::RecommendedWatcher as FileWatcher;
 pub use plugins::PluginConfig;
 pub use pricing::{ModelPrice, PricingConfig};

@@ -50,6 +50,9 @@ pub struct Config {
     pub tools: crate::tools::ToolsConfig,
     /// Out-of-process plugins (hot; docs/plugins.md).
     pub plugins: Vec<crate::plugins::PluginConfig>,
+    /// Sending a request to more than one candidate: hedge, first (hot;
+    /// docs/fan-out.md).
+    pub fan_out: crate::fan_out::FanOutConfig,
 }
 
 /// Listeners. Changing any of these needs a restart.
@@ -1237,6 +1240,7 @@ impl Config {
         problems.extend(self.vram.problems());
         problems.extend(self.mcp.problems());
         crate::plugins::problems(&self.plugins, &mut problems);
+        problems.extend(self.fan_out.problems());
         let wait = self.routing.max_cold_wait_secs;
         if !(wait.is_finite() && wait >= 0.0) {
             problems.push("routing.max_cold_wait_secs must be a non-negative number".into());

@@ -80,6 +80,14 @@ struct TaskLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FanOutLabels {
+    mode: String,
+    /// `hedged` (the next candidate started) or `alone` (the first answered in time).
+    outcome: String,
+    winner: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DropLabels {
     source: String,
 }
@@ -119,6 +127,8 @@ pub struct Metrics {
     /// safego's counts, caught up at each scrape.
     task_panics: Family<TaskLabels, Counter>,
     task_restarts: Family<TaskLabels, Counter>,
+    fan_outs: Family<FanOutLabels, Counter>,
+    fan_out_cancelled: Family<BackendLabels, Counter>,
     stats: Mutex<Stats>,
 }
 
@@ -251,8 +261,22 @@ impl Metrics {
             "Agent loops Glider ended with its own final reply, by limit (turn_budget or loop_guard)",
             budget_stops.clone(),
         );
+        let fan_outs = Family::<FanOutLabels, Counter>::default();
+        registry.register(
+            "fan_outs",
+            "Requests sent to more than one candidate at once (fan_out), by mode, whether the hedge fired, and the backend that won",
+            fan_outs.clone(),
+        );
+        let fan_out_cancelled = Family::<BackendLabels, Counter>::default();
+        registry.register(
+            "fan_out_cancelled",
+            "Upstream attempts a fan-out cancelled (their connection dropped) because another candidate won, by backend",
+            fan_out_cancelled.clone(),
+        );
         Metrics {
             registry,
+            fan_outs,
+            fan_out_cancelled,
             budget_stops,
             context_compactions,
             context_written,
@@ -312,6 +336,22 @@ impl Metrics {
                     limit: stop.limit.as_str().to_owned(),
                 })
                 .inc();
+        }
+        if let Some(fan_out) = &record.fan_out {
+            self.fan_outs
+                .get_or_create(&FanOutLabels {
+                    mode: fan_out.mode.clone(),
+                    outcome: if fan_out.fired { "hedged" } else { "alone" }.to_owned(),
+                    winner: fan_out.winner.clone(),
+                })
+                .inc();
+            for loser in &fan_out.cancelled {
+                self.fan_out_cancelled
+                    .get_or_create(&BackendLabels {
+                        backend: loser.clone(),
+                    })
+                    .inc();
+            }
         }
         if is_error(status) {
             self.errors
@@ -690,5 +730,41 @@ mod tests {
             one.push(v);
         }
         assert_eq!(one.percentiles().map(|p| p.samples), Some(SAMPLES));
+    }
+}
+
+#[cfg(test)]
+mod fan_out_tests {
+    use super::*;
+
+    #[test]
+    fn a_hedge_and_its_cancelled_loser_are_counted() {
+        let metrics = Metrics::new();
+        let bus = glider_engine::Bus::default();
+        let mut record = bus
+            .start("gateway", glider_ngl::Dialect::OpenAiChat, None)
+            .record
+            .clone();
+        record.status = Some(200);
+        record.backend = Some("cloud".into());
+        record.fan_out = Some(glider_engine::FanOutRecord {
+            mode: "hedge".into(),
+            fired: true,
+            delay_ms: Some(50),
+            winner: "cloud".into(),
+            cancelled: vec!["local".into()],
+        });
+        metrics.finished(&record, false, &PricingConfig::default());
+        let text = metrics.encode(&[], None);
+        assert!(
+            text.contains(
+                "glider_fan_outs_total{mode=\"hedge\",outcome=\"hedged\",winner=\"cloud\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("glider_fan_out_cancelled_total{backend=\"local\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -72,6 +72,9 @@ pub struct RequestRecord {
     /// What plugins did not do for this request (skipped, timed out, refused), and
     /// which rewrote it.
     pub plugins: Vec<String>,
+    /// What the fan-out did (hedge, first), when it ran: which backend won, whether
+    /// the hedge fired, which attempts were cancelled.
+    pub fan_out: Option<crate::pipeline::FanOutRecord>,
 }
 
 /// One local candidate's bounded context, for the route record.
@@ -212,6 +215,7 @@ impl Bus {
             budget_stop: None,
             tool_calls: Vec::new(),
             plugins: Vec::new(),
+            fan_out: None,
         };
         Tracker {
             bus: self.clone(),

@@ -23,7 +23,7 @@ pub use events::{
     BackendState, Bus, ContextLeftOut, PipelineEvent, RequestRecord, Tracker, unix_ms,
 };
 pub use pipeline::{
-    CompleteError, Completion, CompletionBody, CompletionRequest, Door, Engine, ModelInfo,
-    Prepared, decode_events, stream_error_event,
+    CompleteError, Completion, CompletionBody, CompletionRequest, Door, Engine, FanOutRecord,
+    ModelInfo, Prepared, decode_events, stream_error_event,
 };
 pub use router::{RouteDecision, RuleName};

@@ -38,6 +38,9 @@ pub struct MockConfig {
     /// Streaming: delay before the first body chunk (headers go out at once).
     /// Non-streaming: delay before the response (plus `delta_delay` per extra delta).
     pub first_byte_delay: Duration,
+    /// When not empty, the n-th generation request waits `first_byte_delays[n % len]`
+    /// instead of `first_byte_delay` (a scripted, e.g. long-tailed, time to first byte).
+    pub first_byte_delays: Vec<Duration>,
     /// Delay before each content delta after the first.
     pub delta_delay: Duration,
     /// Ollama models that accept `think: true`; other models refuse it.
@@ -82,6 +85,7 @@ impl Default for MockConfig {
         MockConfig {
             deltas: 4,
             first_byte_delay: Duration::ZERO,
+            first_byte_delays: Vec::new(),
             delta_delay: Duration::ZERO,
             thinking_models: Vec::new(),
             models: Vec::new(),

@@ -26,6 +26,8 @@ pub(crate) struct MockState {
     busy: Mutex<BTreeMap<String, usize>>,
     ids: AtomicU64,
     call_ids: AtomicU64,
+    /// Generation replies started, for [`MockConfig::first_byte_delays`].
+    replies: AtomicUsize,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -44,6 +46,7 @@ impl MockState {
             busy: Mutex::new(BTreeMap::new()),
             ids: AtomicU64::new(0),
             call_ids: AtomicU64::new(0),
+            replies: AtomicUsize::new(0),
             shutdown,
         }
     }
@@ -103,6 +106,15 @@ impl MockState {
             }
             ref other => other.clone(),
         }
+    }
+
+    /// The first-byte delay of the next generation reply.
+    pub fn next_first_byte_delay(&self) -> Duration {
+        let script = &self.config.first_byte_delays;
+        if script.is_empty() {
+            return self.config.first_byte_delay;
+        }
+        script[self.replies.fetch_add(1, Ordering::Relaxed) % script.len()]
     }
 
     pub fn open_streams(&self) -> usize {

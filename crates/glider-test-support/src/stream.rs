@@ -123,7 +123,7 @@ pub(crate) fn streamed_busy(
         let cfg = &st.guard.state().config;
         let mut delay = Duration::ZERO;
         if st.first {
-            delay += cfg.first_byte_delay;
+            delay += st.guard.state().next_first_byte_delay();
             st.first = false;
         }
         if frame.delta && st.deltas_sent > 0 {
@@ -168,7 +168,7 @@ pub(crate) async fn complete(
     extra_headers: &[(&'static str, String)],
 ) -> Response {
     let cfg = &state.config;
-    let delay = cfg.first_byte_delay + cfg.delta_delay * (deltas.saturating_sub(1) as u32);
+    let delay = state.next_first_byte_delay() + cfg.delta_delay * (deltas.saturating_sub(1) as u32);
     if !state.sleep(delay).await {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     }

@@ -5,6 +5,7 @@
 //! forwarded as bytes.
 
 mod count_tokens;
+mod fan_out;
 mod json_scan;
 mod models;
 mod phases;
@@ -23,6 +24,7 @@ use glider_dialects::codec;
 use glider_ngl::{ApiError, Dialect, ErrorKind, Request};
 use http::HeaderMap;
 
+pub use fan_out::{FanOutRecord, TtftBook};
 pub use models::ModelInfo;
 pub use probes::HEALTH_INTERVAL;
 pub use reply::{CompleteError, Completion, CompletionBody, decode_events, stream_error_event};
@@ -55,6 +57,8 @@ pub struct Engine {
     vram: OnceLock<Arc<glider_vram::Vram>>,
     /// The configured plugins (docs/plugins.md), once attached.
     plugins: OnceLock<Arc<Swap<glider_plugin::Plugins>>>,
+    /// Each backend's measured time to first byte, for the hedge's delay.
+    ttft: Arc<TtftBook>,
 }
 
 /// A request decoded, aliased, estimated and routed: the decision is made once, and
@@ -140,6 +144,7 @@ impl Engine {
             kit: Arc::default(),
             vram: OnceLock::new(),
             plugins: OnceLock::new(),
+            ttft: Arc::default(),
         })
     }
 
@@ -381,6 +386,7 @@ impl Engine {
             compaction: false,
             vram: self.vram.get().cloned(),
             plugins: self.plugins.get().map(|p| p.snapshot()),
+            ttft: self.ttft.clone(),
         }
     }
 }

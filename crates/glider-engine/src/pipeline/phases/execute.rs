@@ -4,12 +4,14 @@
 //! `local_fallback` with why, for the route header, the record and the history. With
 //! VRAM attached, the local model tried first is reserved and made room for (a planned
 //! eviction and load) before it is sent; the one that answered stays reserved until its
-//! body ends or is dropped (docs/vram.md).
+//! body ends or is dropped (docs/vram.md). A route with `fan_out` on sends to more than
+//! one candidate at once instead ([`super::super::fan_out`]).
 
 use glider_backend::executor::{attempt_order, summarise};
 use glider_backend::{AttemptFailure, Executed, execute_prepared};
 use glider_vram::{Reservation, ReservedStream};
 
+use super::super::fan_out;
 use super::{Flow, Job, Phase, PhaseFuture, not_routed};
 use crate::router::{RouteDecision, RuleName};
 
@@ -36,8 +38,36 @@ impl Phase for Execute {
                 Some(vram) => make_room_first(vram, &job.runtime.config, decision).await,
                 None => None,
             };
+            let fan_out = &job.runtime.config.fan_out;
+            let policy = fan_out.policy_for(decision.rule.as_str());
             let mut executed =
-                execute_prepared(&decision.candidates, &job.upstream, decision.local_reserve).await;
+                match fan_out::applies(policy.mode, &decision.candidates, decision.local_reserve) {
+                    Some(order) => {
+                        let local = decision.candidates[order[0]].backend.name();
+                        let delay = fan_out::hedge_delay(fan_out, policy.delay, &job.ttft, local);
+                        let ran = fan_out::run(
+                            policy.mode,
+                            &decision.candidates,
+                            &job.upstream,
+                            order,
+                            delay,
+                            &job.ttft,
+                        )
+                        .await;
+                        ran.map(|(executed, record)| {
+                            job.tracker.record.fan_out = Some(record);
+                            executed
+                        })
+                    }
+                    None => {
+                        execute_prepared(
+                            &decision.candidates,
+                            &job.upstream,
+                            decision.local_reserve,
+                        )
+                        .await
+                    }
+                };
             if let (Some(vram), Ok(executed)) = (vram, &mut executed) {
                 hold_while_streaming(vram, decision, executed, first);
             }

@@ -173,6 +173,8 @@ pub(crate) struct Job {
     pub vram: Option<Arc<glider_vram::Vram>>,
     /// The plugins this request uses from start to end, when attached.
     pub plugins: Option<Arc<glider_plugin::Plugins>>,
+    /// Each backend's measured time to first byte (the hedge's delay).
+    pub ttft: Arc<super::TtftBook>,
 }
 
 pub(crate) fn not_routed() -> ApiError {
