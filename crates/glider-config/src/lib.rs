@@ -2,17 +2,17 @@
 //! validation ([`schema`]), `${VAR}` interpolation of secrets ([`Secret`]), and the live
 //! snapshot with hot reload ([`watch`]). A request reads one immutable `Arc<Config>`.
 
+pub mod fan_out;
 pub mod mcp;
 pub mod plugins;
-pub mod fan_out;
 pub mod pricing;
 pub mod schema;
 pub mod tools;
 pub mod vram;
 pub mod watch;
 
-pub use mcp::{McpConfig, McpServerConfig};
 pub use fan_out::{FanOutConfig, FanOutMode, FanOutPolicy, FanOutRoute};
+pub use mcp::{McpConfig, McpServerConfig};
 pub use notify::RecommendedWatcher as FileWatcher;
 pub use plugins::PluginConfig;
 pub use pricing::{ModelPrice, PricingConfig};

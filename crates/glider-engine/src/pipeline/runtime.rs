@@ -183,7 +183,9 @@ impl Engine {
                         let Some(engine) = weak.upgrade() else { break };
                         let why = rejections.borrow_and_update().clone();
                         if let Some(why) = why {
-                            engine.hotswap.record(crate::hotswap::CONFIG_MODULE, Err(why));
+                            engine
+                                .hotswap
+                                .record(crate::hotswap::CONFIG_MODULE, Err(why));
                         }
                     }
                 }
