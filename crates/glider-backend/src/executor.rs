@@ -72,16 +72,26 @@ pub async fn execute_prepared(
 ) -> Result<Executed, Vec<AttemptFailure>> {
     let reserve = reserve.unwrap_or(candidates.len());
     run_sequence(candidates, reserve, |index, candidate| {
-        requests.get(index).map(Cow::Borrowed).ok_or_else(|| {
-            AttemptFailure::new(
-                candidate.backend.name(),
-                ErrorKind::Internal,
-                "no upstream request was prepared for this candidate",
-                true,
-            )
-        })
+        prepared_request(requests, index, candidate)
     })
     .await
+}
+
+/// Candidate `index`'s request among those prepared (one per candidate, same order);
+/// a missing one is that candidate's failure, never a panic.
+pub fn prepared_request<'a>(
+    requests: &'a [UpstreamRequest],
+    index: usize,
+    candidate: &Candidate,
+) -> Result<Cow<'a, UpstreamRequest>, AttemptFailure> {
+    requests.get(index).map(Cow::Borrowed).ok_or_else(|| {
+        AttemptFailure::new(
+            candidate.backend.name(),
+            ErrorKind::Internal,
+            "no upstream request was prepared for this candidate",
+            true,
+        )
+    })
 }
 
 /// Run the backup sequence. `build` makes the request body for a candidate (its

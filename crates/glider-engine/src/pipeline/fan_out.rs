@@ -7,7 +7,6 @@
 //! Nothing reaches the client until a winner is chosen, so there is never a second
 //! stream, nor a hedge after the first byte went out. docs/fan-out.md.
 
-use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
@@ -17,10 +16,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use glider_backend::executor::{attempt, attempt_order};
+use glider_backend::executor::{attempt, attempt_order, prepared_request};
 use glider_backend::{AttemptFailure, Candidate, Executed, UpstreamRequest, UpstreamResponse};
 use glider_config::{FanOutConfig, FanOutMode};
-use glider_ngl::ErrorKind;
 use serde::Serialize;
 
 /// First-byte times kept per backend for its p95 (the most recent ones).
@@ -125,16 +123,7 @@ fn start<'a>(
 ) -> Attempt<'a> {
     Box::pin(async move {
         let candidate = &candidates[index];
-        let request = || {
-            requests.get(index).map(Cow::Borrowed).ok_or_else(|| {
-                AttemptFailure::new(
-                    candidate.backend.name(),
-                    ErrorKind::Internal,
-                    "no upstream request was prepared for this candidate",
-                    true,
-                )
-            })
-        };
+        let request = || prepared_request(requests, index, candidate);
         let mut result = attempt(candidate, request).await;
         if whole && let Ok(response) = result {
             result = read_whole(response).await;
