@@ -7,7 +7,6 @@
 //! The hub's small API ([`McpHub::tools`], [`McpHub::call`]) is what both `/mcp` and a
 //! tool loop use; it speaks plain JSON so neither needs to know rmcp.
 
-mod leftovers;
 pub mod server;
 mod supervise;
 
@@ -23,7 +22,6 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use leftovers::end_leftover_servers;
 pub use supervise::ServerState;
 
 /// One tool the hub offers.

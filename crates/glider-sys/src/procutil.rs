@@ -166,23 +166,60 @@ fn kill_args(pgid: u32) -> [String; 3] {
     ["-KILL".to_owned(), "--".to_owned(), format!("-{pgid}")]
 }
 
-/// The processes whose process group is `pgid` (field 5 of `/proc/<pid>/stat`); empty
-/// where there is no `/proc`. For checking that a group is gone.
-pub fn group_members(pgid: u32) -> Vec<u32> {
+/// One process as `/proc/<pid>/stat` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStat {
+    pub pid: u32,
+    /// Its process group (field 5).
+    pub pgrp: u32,
+    /// The kernel's short name (field 2, without its parentheses).
+    pub comm: String,
+    /// When it started, in Unix seconds (field 22 after the boot time).
+    pub started_at: u64,
+}
+
+/// Every process `/proc` lists now; empty where there is no `/proc`.
+pub fn processes() -> Vec<ProcStat> {
+    // /proc times are in USER_HZ, which Linux fixes at 100 for userspace.
+    const TICKS_PER_SEC: u64 = 100;
+    let boot = std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|stat| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let after = stat.rsplit_once(')')?.1.to_owned();
-                    after.split_whitespace().nth(2)?.parse::<u32>().ok()
-                })
-                == Some(pgid)
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid pgrp ... starttime`: comm may hold spaces and
+            // parentheses, so the fields are counted from the last `)`.
+            let (head, after) = stat.rsplit_once(')')?;
+            let comm = head.split_once('(')?.1.to_owned();
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            let pgrp = fields.get(2)?.parse().ok()?;
+            let start_ticks: u64 = fields.get(19)?.parse().ok()?;
+            Some(ProcStat {
+                pid,
+                pgrp,
+                comm,
+                started_at: boot + start_ticks / TICKS_PER_SEC,
+            })
         })
+        .collect()
+}
+
+/// The processes whose process group is `pgid`; empty where there is no `/proc`. For
+/// checking that a group is gone.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    processes()
+        .into_iter()
+        .filter(|p| p.pgrp == pgid)
+        .map(|p| p.pid)
         .collect()
 }
 

@@ -2,7 +2,9 @@
 //! writes `GLIDER_HOME/runstate.json` when it starts and marks it clean when it stops.
 //! A crash or SIGKILL runs no code, so it leaves state behind that Glider cannot see
 //! then (redirect rules, orphaned delegate processes); the NEXT start finds the mark
-//! missing and says what to check. It warns; it does not repair.
+//! missing and says what to check. It warns and does not repair, except for the
+//! process groups Glider started for itself (stdio MCP servers, plugins), which the
+//! next start ends when they are plainly its own ([`end_orphaned_groups`]).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -363,31 +365,80 @@ pub fn leftover_delegates(delegates: &[DelegateProcess]) -> Vec<(&DelegateProces
     if delegates.is_empty() {
         return Vec::new();
     }
-    let processes: Vec<(u32, u32, String)> = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            // `pid (comm) state ppid pgrp ...`: comm may hold spaces and parentheses.
-            let (head, after) = stat.rsplit_once(')')?;
-            let comm = head.split_once('(')?.1.to_owned();
-            let pgrp = after.split_whitespace().nth(2)?.parse().ok()?;
-            Some((pid, pgrp, comm))
-        })
-        .collect();
+    let processes = crate::procutil::processes();
     delegates
         .iter()
         .filter_map(|delegate| {
             let alive: Vec<String> = processes
                 .iter()
-                .filter(|(_, pgrp, _)| *pgrp == delegate.pgid)
-                .map(|(pid, _, comm)| format!("pid {pid} ({comm})"))
+                .filter(|p| p.pgrp == delegate.pgid)
+                .map(|p| format!("pid {} ({})", p.pid, p.comm))
                 .collect();
             (!alive.is_empty()).then_some((delegate, alive))
         })
         .collect()
+}
+
+/// End the process groups `previous` (an unclean run) left running whose recorded
+/// name starts with one of `prefixes` (`mcp:` stdio servers, `plugin:` plugins), when
+/// each is plainly the group that run left: its leader, if still there, started when the
+/// group was recorded, and every member started no earlier. (A group id cannot be handed
+/// out again while any member of the old group lives, so members found under it are the
+/// old group's unless that group had died out whole and a stranger's took its number:
+/// the stranger's leader then started later, and is left alone.) Delegate CLIs are not
+/// ended here: they run a person's session, and the warning names them instead. Returns
+/// one line per group ended, for the log.
+pub fn end_orphaned_groups(previous: &Previous, prefixes: &[&str]) -> Vec<String> {
+    let Previous::Unclean(record) = previous else {
+        return Vec::new();
+    };
+    let servers: Vec<&DelegateProcess> = record
+        .delegates
+        .iter()
+        .filter(|d| prefixes.iter().any(|p| d.cli.starts_with(p)))
+        .collect();
+    if servers.is_empty() {
+        return Vec::new();
+    }
+    let processes = crate::procutil::processes();
+    let mut ended = Vec::new();
+    for server in servers {
+        let members: Vec<&crate::procutil::ProcStat> =
+            processes.iter().filter(|p| p.pgrp == server.pgid).collect();
+        if members.is_empty() {
+            continue;
+        }
+        let leader_is_ours = members
+            .iter()
+            .find(|p| p.pid == server.pgid)
+            .is_none_or(|leader| leader.started_at.abs_diff(server.started_at) <= 2);
+        let orphaned = leader_is_ours
+            && members
+                .iter()
+                .all(|p| p.started_at + 2 >= server.started_at);
+        if !orphaned {
+            tracing::warn!(
+                pgid = server.pgid,
+                server = %server.cli,
+                "a recorded process group has members that do not look like Glider's orphans; left alone"
+            );
+            continue;
+        }
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", server.pgid)])
+            .status();
+        match killed {
+            Ok(status) if status.success() => ended.push(format!(
+                "ended {} (process group {}, {} process(es)) left running by the previous run",
+                server.cli,
+                server.pgid,
+                members.len()
+            )),
+            Ok(status) => tracing::warn!(pgid = server.pgid, %status, "kill failed"),
+            Err(e) => tracing::warn!(pgid = server.pgid, error = %e, "could not run kill"),
+        }
+    }
+    ended
 }
 
 impl RunState {

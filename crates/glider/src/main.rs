@@ -319,9 +319,9 @@ async fn serve(
     let (mut runstate, previous) =
         glider_sys::runstate::RunState::start(&home, env!("CARGO_PKG_VERSION"), &features)
             .with_context(|| format!("cannot record the run state in {}", home.display()))?;
-    // Stdio MCP servers a killed run left behind are ended before the warning below
-    // looks at what is still running.
-    for ended in glider_mcp::end_leftover_servers(&previous) {
+    // Stdio MCP servers and plugins a killed run left behind are ended before the
+    // warning below looks at what is still running.
+    for ended in glider_sys::runstate::end_orphaned_groups(&previous, &["mcp:", "plugin:"]) {
         tracing::warn!("{ended}");
     }
     if let Some(warning) = previous.warning() {
