@@ -399,3 +399,64 @@ async fn plugins_added_changed_and_removed_by_reload_under_load_fail_no_request(
     gw.engine.stop_plugins().await;
     assert!(common::procs::group_gone(last).await.is_empty());
 }
+
+/// The process group the run state in `home` records for plugin `name`.
+fn recorded_group(home: &std::path::Path, name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string(home.join("runstate.json")).ok()?;
+    let state: Value = serde_json::from_str(&text).ok()?;
+    state["delegates"]
+        .as_array()?
+        .iter()
+        .find(|d| d["cli"] == format!("plugin:{name}"))?["pgid"]
+        .as_u64()
+        .and_then(|pgid| u32::try_from(pgid).ok())
+}
+
+#[tokio::test]
+async fn a_plugin_left_running_by_a_sigkilled_glider_is_ended_at_the_next_start() {
+    use common::procs::{group_members, until};
+    let home = tempfile::tempdir().expect("home");
+    let dir = tempfile::tempdir().expect("lab");
+    // A plugin whose helper ignores the end of Glider's pipes: only a group kill ends it.
+    let wrapper = dir.path().join("leaky.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nsleep 1000 >/dev/null 2>&1 &\nexec python3 '{}'\n",
+            example("observe_log.py")
+        ),
+    )
+    .expect("wrapper");
+    let log = dir.path().join("observed.jsonl");
+    let yaml = format!(
+        "plugins:\n  - {{name: leaky, command: [sh, '{}'], env: {{GLIDER_PLUGIN_LOG: '{}'}}}}\n",
+        wrapper.display(),
+        log.display()
+    );
+    let mut served = common::serve::serve_yaml(home.path(), &yaml);
+    let mut pgid = None;
+    assert!(
+        until(|| {
+            pgid = recorded_group(home.path(), "leaky");
+            pgid.is_some_and(|g| group_members(g).len() >= 2)
+        })
+        .await,
+        "the plugin's group (plugin and helper) was never recorded"
+    );
+    let pgid = pgid.expect("recorded");
+    served.child.kill().expect("SIGKILL glider");
+    served.child.wait().expect("reaped");
+    drop(served);
+    assert!(
+        !group_members(pgid).is_empty(),
+        "the helper outlives a SIGKILLed Glider"
+    );
+
+    let served = common::serve::serve_yaml(home.path(), &yaml);
+    assert!(
+        until(|| group_members(pgid).is_empty()).await,
+        "the old plugin's group is still there: {:?}",
+        group_members(pgid)
+    );
+    served.stop();
+}

@@ -37,24 +37,8 @@ impl DelegateLab {
     }
 }
 
-/// Processes whose process group is `pgid` (from /proc/<pid>/stat, field 5).
-pub fn group_members(pgid: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let after = stat.rsplit_once(')')?.1;
-                    after.split_whitespace().nth(2)?.parse::<u32>().ok()
-                })
-                == Some(pgid)
-        })
-        .collect()
-}
+/// Processes whose process group is `pgid`.
+pub use glider_sys::procutil::group_members;
 
 /// Wait (bounded) until no process of group `pgid` remains; the members left if any.
 pub async fn group_gone(pgid: u32) -> Vec<u32> {
