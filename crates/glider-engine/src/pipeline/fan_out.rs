@@ -84,7 +84,9 @@ pub(crate) fn applies(
     candidates: &[Candidate],
     reserve: Option<usize>,
 ) -> Option<Vec<usize>> {
-    if reserve.is_some() || candidates.len() < 2 {
+    // Off (the default) is told before the attempt order is worked out: the backup
+    // sequence works it out again itself.
+    if mode == FanOutMode::Off || reserve.is_some() || candidates.len() < 2 {
         return None;
     }
     let order = attempt_order(candidates, candidates.len());

@@ -20,7 +20,7 @@ use glider_tools::{ToolError, ToolSpec};
 use super::encode::Encode;
 use super::execute::Execute;
 use super::record::collect;
-use super::{Flow, Job, Phase, PhaseFuture, not_routed};
+use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
 use crate::contextkit::{LoopBudget, LoopLimit, MAX_TOOL_ARGUMENT_CHARS, ToolRun};
 use crate::pipeline::reply::{Answered, decode_events};
 
@@ -32,13 +32,12 @@ impl Phase for ToolLoop {
     }
 
     fn run<'a>(&'a self, job: &'a mut Job) -> PhaseFuture<'a> {
-        PhaseFuture::waiting(async move {
-            let specs = match loop_tools(job) {
-                Some(specs) if !specs.is_empty() => specs,
-                _ => return Flow::Continue,
-            };
-            run_loop(job, specs).await
-        })
+        // Decided before any future is boxed: with the loop off (the default) this
+        // phase costs a request a few comparisons, nothing more.
+        match loop_tools(job) {
+            Some(specs) if !specs.is_empty() => PhaseFuture::waiting(run_loop(job, specs)),
+            _ => ready(Flow::Continue),
+        }
     }
 }
 
