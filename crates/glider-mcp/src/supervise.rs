@@ -211,9 +211,7 @@ fn backoff(sup: &Supervisor, attempt: u32) -> Duration {
         }
         None => (Duration::from_millis(500), Duration::from_secs(30)),
     };
-    initial
-        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
-        .min(max)
+    glider_sys::safego::backoff_wait(initial, max, attempt.saturating_sub(1))
 }
 
 async fn connect(sup: &Supervisor) -> Result<Connection, String> {
