@@ -151,7 +151,8 @@ fn episode_root(turns: &[Turn]) -> Option<usize> {
     root
 }
 
-fn has_text(turn: &Turn) -> bool {
+/// Whether `turn` holds text that is more than whitespace.
+pub(crate) fn has_text(turn: &Turn) -> bool {
     turn.parts
         .iter()
         .any(|p| matches!(p, Part::Text { text, .. } if !text.trim().is_empty()))

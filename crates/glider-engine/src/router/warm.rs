@@ -142,19 +142,14 @@ pub fn prewarm_sticky(
 /// Whether `request` starts a user turn: its last turn (system text aside: Claude Code
 /// sends one after the user's) is the user's own text, not a tool result.
 fn starts_user_turn(request: &Request) -> bool {
-    request
-        .turns
-        .iter()
-        .rev()
-        .find(|turn| turn.role != Role::System)
-        .is_some_and(|turn| {
-            turn.role == Role::User
-                && !turn.plain_text().trim().is_empty()
-                && !turn
-                    .parts
-                    .iter()
-                    .any(|part| matches!(part, Part::ToolResult { .. }))
-        })
+    request.last_turn().is_some_and(|turn| {
+        turn.role == Role::User
+            && crate::transform::has_text(turn)
+            && !turn
+                .parts
+                .iter()
+                .any(|part| matches!(part, Part::ToolResult { .. }))
+    })
 }
 
 #[cfg(test)]
