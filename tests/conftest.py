@@ -66,6 +66,16 @@ class Process:
             if match:
                 return match
 
+    def output(self):
+        """Every line the child has printed so far (for a failure message)."""
+        while True:
+            try:
+                line = self._queue.get_nowait()
+            except queue.Empty:
+                return "".join(self.lines)
+            if line is not None:
+                self.lines.append(line)
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -116,6 +126,13 @@ class _ChatHandler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        path = self.path.split("?")[0].rstrip("/")
+        if path == "/v1/chat/completions/render":
+            self.render(body)
+            return
+        if path != "/v1/chat/completions":
+            self.reply(b'{"error": {"message": "not found"}}', "application/json", status=404)
+            return
         with self.server.lock:
             self.server.bodies.append(body)
             self.server.session_keys.append(self.headers.get("x-session-id"))
@@ -137,6 +154,21 @@ class _ChatHandler(http.server.BaseHTTPRequestHandler):
             reply = {**base, "object": "chat.completion", "usage": usage, "choices": [
                 {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
             self.reply(json.dumps(reply).encode(), "application/json")
+
+    def render(self, body):
+        """vLLM's `POST /v1/chat/completions/render`: the request as the worker would run
+        it (a GenerateRequest), prompt token ids included, without generating. A router
+        (vllm-router's `cache_aware`) keys its prefix tree on these ids. The mock's chat
+        template puts each message as `<|role|>content\n`, its tokenizer one id per UTF-8
+        byte, so a conversation's ids only grow at the end from turn to turn, as a real
+        template's do."""
+        prompt = "".join(f"<|{m['role']}|>{m.get('content') or ''}\n" for m in body["messages"])
+        prompt += "<|assistant|>"
+        rendered = {"request_id": f"chatcmpl-render-{id(body)}", "model": body["model"],
+                    "token_ids": list(prompt.encode()),
+                    "sampling_params": {"max_tokens": body.get("max_tokens")},
+                    "stream": bool(body.get("stream"))}
+        self.reply(json.dumps(rendered).encode(), "application/json")
 
     def reply(self, payload, content_type, status=200):
         self.send_response(status)

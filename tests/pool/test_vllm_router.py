@@ -2,8 +2,9 @@
 Router (PyPI `vllm-router`, its prebuilt Rust binary) in front of three OpenAI-compatible
 workers on loopback, each logging the requests it served. Several Claude Code-like
 sessions go through Glider; from the workers' logs each session stayed on one worker,
-under the router's default `cache_aware` policy (which keys on the prompt text, so it
-needs the session's prefix byte-stable: `context.bound_local: false`) and under `consistent_hash` (which hashes the
+under the router's default `cache_aware` policy (which keys on the prompt's token ids,
+got from each worker's `POST /v1/chat/completions/render` as vLLM serves it, so it needs
+the session's prefix stable: `context.bound_local: false`) and under `consistent_hash` (which hashes the
 `x-session-id` header Glider sends). Stopping a worker moves its sessions to the others
 and no request fails."""
 
@@ -145,7 +146,9 @@ context: {{bound_local: {"false" if policy == "cache_aware" else "true"}}}
             before.pop(None, None)
             assert len(before) == SESSIONS, before
             for tag, served_by in before.items():
-                assert len(served_by) == 1, f"{policy}: session {tag} went to workers {served_by}"
+                assert len(served_by) == 1, (
+                    f"{policy}: session {tag} went to workers {served_by}; the router said:\n"
+                    + router.output()[-12000:])
             # One key per session, the same on every request, never the client's id.
             assert None not in before and not any("router-session" in k for k in before), before
 
