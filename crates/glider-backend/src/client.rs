@@ -20,6 +20,7 @@ use crate::breaker::{CircuitBreaker, ProbeGuard};
 use crate::cooldown::{Cooldown, retry_after_secs};
 use crate::credentials::{self, Credentials};
 use crate::failure::AttemptFailure;
+use crate::foreground::Foreground;
 use crate::health::HealthCell;
 use crate::pool::{Pool, Replica, SESSION_KEY_HEADER};
 
@@ -77,6 +78,9 @@ pub struct Backend {
     endpoints: [Option<reqwest::Url>; 4],
     /// The replica pool, when `replicas` is configured (`base_url` is its first).
     pub pool: Option<Pool>,
+    /// The client requests started on its server ([`Backend::send`], by any backend
+    /// with its origin), which Glider's own background work there yields to.
+    pub foreground: Arc<Foreground>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -151,6 +155,7 @@ impl Backend {
         });
         let unavailable = (!problems.is_empty()).then(|| problems.join("; "));
         let endpoints = endpoints_under(&base_url);
+        let foreground = crate::foreground::for_origin(&base_url);
         Arc::new(Backend {
             config: BackendConfig { base_url, ..config },
             api_key,
@@ -164,6 +169,7 @@ impl Backend {
             http,
             endpoints,
             pool,
+            foreground,
         })
     }
 
@@ -339,6 +345,16 @@ impl Backend {
     /// that says whether another backend may be tried; one that could not reach the
     /// backend says what to check.
     pub async fn send(
+        &self,
+        request: &UpstreamRequest,
+    ) -> Result<UpstreamResponse, AttemptFailure> {
+        self.foreground.start();
+        self.send_background(request).await
+    }
+
+    /// [`Backend::send`] for Glider's own work (a summary): not counted as a client's
+    /// request, so it does not make other background work yield.
+    pub async fn send_background(
         &self,
         request: &UpstreamRequest,
     ) -> Result<UpstreamResponse, AttemptFailure> {

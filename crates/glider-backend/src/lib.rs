@@ -1,7 +1,8 @@
 //! Backend clients (spec package `backend`) and the resilient half of `orchestrator`:
 //! [`client`] speaks HTTP to one backend, [`breaker`] is its circuit breaker,
 //! [`cooldown`] holds back callers a 429 told to wait, [`credentials`] decides whose key
-//! a request carries, [`pool`] spreads sessions over a backend's replicas, [`health`] probes it (and [`capabilities`] reads what its models
+//! a request carries, [`foreground`] counts a backend's client requests (which background
+//! work yields to), [`pool`] spreads sessions over a backend's replicas, [`health`] probes it (and [`capabilities`] reads what its models
 //! can do), and [`executor`] runs the backup sequence over candidates.
 
 pub mod breaker;
@@ -11,6 +12,7 @@ pub mod cooldown;
 pub mod credentials;
 pub mod executor;
 pub mod failure;
+pub mod foreground;
 pub mod health;
 pub mod pool;
 

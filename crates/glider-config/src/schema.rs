@@ -799,6 +799,10 @@ pub struct SummarizerConfig {
     pub timeout_secs: u64,
     /// A session silent this long has its open episode compacted too.
     pub idle_secs: u64,
+    /// Drop a summary in flight when a client's request to the same backend starts,
+    /// and try it again `idle_secs` later: a local server with one slot otherwise makes
+    /// the client's turn wait for the whole summary.
+    pub yield_to_clients: bool,
 }
 
 impl Config {
@@ -856,6 +860,7 @@ impl Default for SummarizerConfig {
             max_input_tokens: 6000,
             timeout_secs: 120,
             idle_secs: 60,
+            yield_to_clients: true,
         }
     }
 }

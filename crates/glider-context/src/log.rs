@@ -64,6 +64,9 @@ pub struct Counters {
     pub compactions_accepted: AtomicU64,
     /// Summaries rejected, or runs that failed (the structural record stood).
     pub compactions_rejected: AtomicU64,
+    /// Summaries dropped mid-run because a client's request to the same backend
+    /// started (`context.summarizer.yield_to_clients`); each is tried again later.
+    pub compactions_yielded: AtomicU64,
     /// Dropped events not yet told by a gap event.
     unreported: AtomicU64,
 }

@@ -274,3 +274,114 @@ async fn a_disabled_summarizer_compacts_once_a_reload_enables_it() {
     assert!(first.accepted, "{first:?}");
     assert_eq!(first.trigger, "episode");
 }
+
+/// A source handing the summarizer one shared client, as `glider serve` hands it the
+/// engine's: the test's own requests through it are a client's.
+struct Shared {
+    config: ConfigHandle,
+    backend: Arc<glider_backend::Backend>,
+}
+
+impl glider_context::SummarizerSource for Shared {
+    fn config(&self) -> Arc<Config> {
+        self.config.snapshot()
+    }
+
+    fn backend(&self, _: &glider_config::BackendConfig) -> Arc<glider_backend::Backend> {
+        self.backend.clone()
+    }
+}
+
+#[tokio::test]
+async fn a_summary_in_flight_yields_to_a_client_request_and_runs_again_later() {
+    let narrative =
+        "The user wants the parser fixed. parse.rs was edited; `cargo test` still fails.";
+    // The first generation (the summary) would take a minute; the client's and the
+    // retried summary answer at once.
+    let mock = MockVendor::start(MockConfig {
+        first_byte_delays: vec![
+            Duration::from_secs(60),
+            Duration::ZERO,
+            Duration::ZERO,
+            Duration::ZERO,
+        ],
+        ..mock_replying(narrative)
+    })
+    .await;
+    let yaml = format!(
+        "backends:\n  - {{name: local, type: ollama, base_url: '{}', models: [qwen]}}\n\
+         context: {{summarizer: {{idle_secs: 1, timeout_secs: 120}}}}\n",
+        mock.base_url()
+    );
+    let config = ConfigHandle::new(Config::parse(&yaml, "t").expect("valid"), None);
+    let backend = glider_backend::Backend::new(config.snapshot().backends[0].clone());
+    let home = tempfile::tempdir().expect("tempdir");
+    let context = Context::start(home.path(), &config.snapshot().context)
+        .expect("starts")
+        .expect("context.enabled");
+    let _summarizer = Summarizer::start(
+        &context,
+        Arc::new(Shared {
+            config,
+            backend: backend.clone(),
+        }),
+    )
+    .expect("starts");
+    write_session(&context);
+
+    // The summary is at the model, held there.
+    for _ in 0..3000 {
+        if !mock.requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(mock.requests().len(), 1, "the summary was asked for");
+
+    // A client's request to the same backend: the summary steps aside.
+    let request = glider_ngl::Request {
+        model: "qwen".into(),
+        turns: vec![glider_ngl::Turn::text(glider_ngl::Role::User, "hi")],
+        max_tokens: Some(8),
+        ..glider_ngl::Request::default()
+    };
+    let dialect = backend.dialect_for(glider_ngl::Dialect::OpenAiChat);
+    let body = glider_dialects::codec(dialect)
+        .encode_request(&request)
+        .to_string();
+    let reply = backend
+        .send(&glider_backend::UpstreamRequest {
+            dialect,
+            body: body.into(),
+            stream: false,
+            headers: http::HeaderMap::new(),
+        })
+        .await
+        .expect("the client is answered");
+    reply.collect().await.expect("its body");
+    let yielded = || {
+        context
+            .log()
+            .counters()
+            .compactions_yielded
+            .load(Ordering::Relaxed)
+    };
+    for _ in 0..3000 {
+        if yielded() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(yielded(), 1, "the summary yielded");
+    assert_eq!(
+        counted(&context),
+        (0, 0),
+        "a yielded run is neither accepted nor rejected"
+    );
+
+    // idle_secs later it runs again, and this time it is answered.
+    let compacted = compactions(&context, 1).await.remove(0);
+    assert!(compacted.accepted, "{compacted:?}");
+    assert_eq!(compacted.narrative, narrative);
+    assert!(mock.requests().len() >= 3, "summary, client, summary again");
+}

@@ -449,6 +449,7 @@ impl Metrics {
             for (outcome, count) in [
                 ("accepted", &context.compactions_accepted),
                 ("rejected", &context.compactions_rejected),
+                ("yielded", &context.compactions_yielded),
             ] {
                 let labels = OutcomeLabels {
                     outcome: outcome.to_owned(),

@@ -6,7 +6,9 @@
 //! ([`compaction::render_input`]), asks the configured model within its time and token
 //! budget, and checks the answer against the graph: accepted only when it names every
 //! file edited and every error still open in its range. Either way the run is a
-//! `compaction` event, and the structural record stands when it is rejected.
+//! `compaction` event, and the structural record stands when it is rejected. A run
+//! yields to the clients: a client's request to the same backend drops it
+//! (`context.summarizer.yield_to_clients`), and it is tried again later.
 
 pub mod compaction;
 
@@ -179,6 +181,23 @@ impl Pending {
         Next::Compact(session, trigger)
     }
 
+    /// A run of `session` for `trigger` yielded to a client before it ended: due again
+    /// `idle` from now (an ended episode keeps the `compacted` time [`Pending::next`]
+    /// gave it, so it waits as long); a session active since keeps its newer state.
+    fn yielded(&self, session: &str, trigger: Trigger) {
+        let now = Instant::now();
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let waiting = sessions.entry(session.to_owned()).or_insert(Waiting {
+            last_active: now,
+            episode_ended: false,
+            compacted: None,
+        });
+        if matches!(trigger, Trigger::Episode) {
+            waiting.episode_ended = true;
+            waiting.compacted.get_or_insert(now);
+        }
+    }
+
     fn clear(&self) {
         self.sessions
             .lock()
@@ -323,17 +342,40 @@ impl Worker {
         );
         let backend = self.source.backend(backend_config);
         let started = Instant::now();
-        let answer = tokio::time::timeout(
+        let mark = backend.foreground.mark();
+        let asking = tokio::time::timeout(
             Duration::from_secs(settings.timeout_secs),
             ask(&backend, &model, &input, settings.max_tokens),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(format!(
-                "no summary within {} s (context.summarizer.timeout_secs)",
-                settings.timeout_secs
-            ))
-        });
+        );
+        let yielding = async {
+            if settings.yield_to_clients {
+                backend.foreground.next_after(mark).await
+            } else {
+                std::future::pending().await
+            }
+        };
+        let answer = tokio::select! {
+            answer = asking => answer.unwrap_or_else(|_| {
+                Err(format!(
+                    "no summary within {} s (context.summarizer.timeout_secs)",
+                    settings.timeout_secs
+                ))
+            }),
+            () = yielding => {
+                // Dropping the request closes its connection: the server stops the
+                // summary and its slot is the client's.
+                self.pending.yielded(session, trigger);
+                if let Some(context) = self.context.upgrade() {
+                    context
+                        .log()
+                        .counters()
+                        .compactions_yielded
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                tracing::debug!(session, backend = backend.name(), "summary yielded to a client request");
+                return;
+            }
+        };
         let mut event = CompactionEvent {
             source: "summarizer".into(),
             until_ms: range.until_ms,
@@ -439,7 +481,7 @@ async fn ask(
     };
     let failed = |what: String| format!("backend {} failed: {what}", backend.name());
     let reply = backend
-        .send(&upstream)
+        .send_background(&upstream)
         .await
         .map_err(|f| failed(f.to_string()))?;
     let body = reply.collect().await.map_err(|f| failed(f.to_string()))?;
