@@ -18,7 +18,7 @@ pub use plugins::PluginConfig;
 pub use pricing::{ModelPrice, PricingConfig};
 pub use schema::*;
 pub use tools::{SandboxMode, ToolLoopConfig, ToolsConfig};
-pub use vram::{MonitorKind, Strategy, VramConfig, VramModel};
+pub use vram::{MonitorKind, SleepConfig, Strategy, VramConfig, VramModel};
 pub use watch::{ConfigHandle, ReloadOutcome, watch_path};
 
 /// What can be wrong with a config file.

@@ -1242,7 +1242,7 @@ impl Config {
                 problems.push(format!("{key} must be at least 1"));
             }
         }
-        problems.extend(self.vram.problems());
+        problems.extend(self.vram.problems(&self.backends));
         problems.extend(self.mcp.problems());
         crate::plugins::problems(&self.plugins, &mut problems);
         problems.extend(self.fan_out.problems());

@@ -115,9 +115,10 @@ function renderVram(v) {
     body.append(el("tr", {},
       el("td", {}, m.backend),
       el("td", {}, m.model),
-      el("td", {}, m.loaded ? "yes" : el("span", { class: "muted" }, "no")),
+      el("td", {}, m.loaded ? "yes" : el("span", { class: "muted" }, m.sleep_level ? `asleep (level ${m.sleep_level})` : "no")),
       el("td", { class: "num" }, m.memory_mib === null ? "–" : `${m.memory_mib} MiB`),
       el("td", { class: "num" }, m.load_secs === null ? "–" : `${m.load_secs.toFixed(1)} s`),
+      el("td", { class: "num" }, m.wake_secs === null ? "–" : `${m.wake_secs.toFixed(2)} s`),
       el("td", { class: "num" }, String(m.in_flight)),
       el("td", {}, m.reserve ? "reserved" : ""),
     ));

@@ -134,6 +134,15 @@ pub fn with_gauges(mut text: String, shared: &Shared) -> String {
             .collect(),
     );
     family(
+        "glider_vram_model_wake_seconds",
+        "A vLLM model's last measured wake from sleep mode.",
+        Some("seconds"),
+        view.models
+            .iter()
+            .filter_map(|m| Some((model(m), m.wake_secs?.to_string())))
+            .collect(),
+    );
+    family(
         "glider_vram_model_in_flight",
         "Requests and streams holding a local model now.",
         None,

@@ -16,6 +16,7 @@ mod script;
 mod server;
 mod state;
 mod stream;
+mod vllm;
 
 use std::io;
 use std::net::SocketAddr;
@@ -75,6 +76,18 @@ pub struct MockConfig {
     pub model_memory_mib: Vec<(String, u64)>,
     /// Ollama: how long loading a cold model takes (an explicit load or a chat).
     pub load_delay: Duration,
+    /// vLLM run with `--enable-sleep-mode` and `VLLM_SERVER_DEV_MODE=1`: serve
+    /// `POST /sleep?level=N`, `POST /wake_up` and `GET /is_sleeping` (else they are 404,
+    /// as on a server without them). While asleep its models take no GPU memory and a
+    /// generation request is refused with 503, so a client that forgot to wake it
+    /// finds out.
+    pub vllm_sleep_mode: bool,
+    /// vLLM sleep mode: how long `POST /wake_up` takes.
+    pub wake_delay: Duration,
+    /// The fake GPU's use, written as one number (MiB) whenever it changes: what the
+    /// loaded Ollama models take, or what an awake vLLM server's models take (each
+    /// [`MockConfig::model_memory_mib`]). A fake `nvidia-smi` reads it.
+    pub gpu_use_file: Option<std::path::PathBuf>,
 }
 
 /// MiB a mock Ollama model takes loaded unless [`MockConfig::model_memory_mib`] says.
@@ -97,6 +110,9 @@ impl Default for MockConfig {
             gpu_total_mib: None,
             model_memory_mib: Vec::new(),
             load_delay: Duration::ZERO,
+            vllm_sleep_mode: false,
+            wake_delay: Duration::ZERO,
+            gpu_use_file: None,
         }
     }
 }
@@ -183,6 +199,7 @@ impl MockVendor {
         let addr = listener.local_addr()?;
         let (tx, rx) = watch::channel(false);
         let state = Arc::new(MockState::new(config, rx.clone()));
+        state.report_gpu_use();
         let task = tokio::spawn(server::serve(listener, state.clone(), rx));
         Ok(MockVendor {
             addr,
@@ -215,6 +232,11 @@ impl MockVendor {
     /// Ollama: the models loaded now, least recently used first.
     pub fn loaded_models(&self) -> Vec<String> {
         self.state.warm_models()
+    }
+
+    /// vLLM sleep mode: the level it sleeps at now (`None`: awake).
+    pub fn sleeping(&self) -> Option<u8> {
+        self.state.sleeping()
     }
 
     /// Response streams (and hanging requests) currently open.

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use crate::Failure;
 use crate::state::{MockState, OpenStream};
 use crate::stream::{self, Frame, NDJSON_CONTENT_TYPE, SSE_CONTENT_TYPE};
-use crate::{anthropic, ollama, openai_chat, openai_responses};
+use crate::{anthropic, ollama, openai_chat, openai_responses, vllm};
 
 /// A request body, already recorded.
 pub(crate) struct Incoming {
@@ -130,6 +130,9 @@ fn router(state: Arc<MockState>) -> Router {
         .route("/api/ps", get(ollama::ps))
         .route("/api/show", post(ollama::show))
         .route("/", get(ollama::root))
+        .route("/sleep", post(vllm::sleep))
+        .route("/wake_up", post(vllm::wake_up))
+        .route("/is_sleeping", get(vllm::is_sleeping))
         .fallback(not_found)
         .with_state(state)
 }
@@ -160,6 +163,9 @@ async fn not_found(_inc: Incoming) -> Response {
 }
 
 async fn generate(wire: Wire, state: Arc<MockState>, inc: Incoming) -> Response {
+    if let Some(level) = state.sleeping() {
+        return vllm::asleep(level);
+    }
     let stream = wire.wants_stream(&inc.body);
     let mut close_after = None;
     match state.take_failure() {

@@ -22,6 +22,8 @@ pub(crate) struct MockState {
     open_streams: AtomicUsize,
     /// Loaded models, least recently used first.
     warm: Mutex<Vec<String>>,
+    /// vLLM sleep mode: the level it sleeps at (`None`: awake).
+    asleep: Mutex<Option<u8>>,
     /// Requests and streams running on each model: never evicted while they run.
     busy: Mutex<BTreeMap<String, usize>>,
     ids: AtomicU64,
@@ -43,6 +45,7 @@ impl MockState {
             failure: Mutex::new(Failure::None),
             open_streams: AtomicUsize::new(0),
             warm: Mutex::new(Vec::new()),
+            asleep: Mutex::new(None),
             busy: Mutex::new(BTreeMap::new()),
             ids: AtomicU64::new(0),
             call_ids: AtomicU64::new(0),
@@ -166,6 +169,45 @@ impl MockState {
         let mut warm = lock(&self.warm);
         if !warm.iter().any(|m| m == model) {
             warm.push(model.to_string());
+            drop(warm);
+            self.report_gpu_use();
+        }
+    }
+
+    /// vLLM sleep mode: the level it sleeps at now.
+    pub fn sleeping(&self) -> Option<u8> {
+        *lock(&self.asleep)
+    }
+
+    /// vLLM sleep mode: sleep at `level`, or wake with `None`.
+    pub fn set_sleeping(&self, level: Option<u8>) {
+        *lock(&self.asleep) = level;
+        self.report_gpu_use();
+    }
+
+    /// MiB the fake GPU holds for this server now: an awake vLLM server its models,
+    /// an Ollama server its loaded ones.
+    fn gpu_use_mib(&self) -> u64 {
+        if self.config.vllm_sleep_mode {
+            if self.sleeping().is_some() {
+                return 0;
+            }
+            return self.config.models.iter().map(|m| self.memory_mib(m)).sum();
+        }
+        lock(&self.warm).iter().map(|m| self.memory_mib(m)).sum()
+    }
+
+    /// Write [`MockState::gpu_use_mib`] to [`MockConfig::gpu_use_file`], atomically (a
+    /// fake `nvidia-smi` may read it at any moment).
+    pub fn report_gpu_use(&self) {
+        let Some(path) = &self.config.gpu_use_file else {
+            return;
+        };
+        let partial = path.with_extension("partial");
+        let written = std::fs::write(&partial, self.gpu_use_mib().to_string())
+            .and_then(|()| std::fs::rename(&partial, path));
+        if let Err(e) = written {
+            eprintln!("glider-test-support: cannot write {}: {e}", path.display());
         }
     }
 
@@ -235,6 +277,7 @@ impl MockState {
     pub fn unload(&self, model: &str) {
         let wanted = normalize(model);
         lock(&self.warm).retain(|m| normalize(m) != wanted);
+        self.report_gpu_use();
     }
 
     pub fn warm_models(&self) -> Vec<String> {

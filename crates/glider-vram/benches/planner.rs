@@ -9,6 +9,7 @@ fn loaded(count: usize) -> Vec<LoadedModel> {
     (0..count)
         .map(|i| LoadedModel {
             name: format!("model-{i}"),
+            backend: "ollama".into(),
             memory_mib: 2000 + (i as u64 * 977) % 6000,
             reload_secs: 1.0 + (i as f64 * 1.7) % 9.0,
             in_use: i % 5 == 0,
@@ -22,6 +23,7 @@ fn loaded(count: usize) -> Vec<LoadedModel> {
 fn planner(c: &mut Criterion) {
     let need = Need {
         name: "wanted".into(),
+        backend: "ollama".into(),
         memory_mib: 14_000,
         priority: 0,
     };

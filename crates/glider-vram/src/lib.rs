@@ -1,7 +1,8 @@
 //! GPU memory for local models (spec package `vram`): the monitor that samples the GPUs
 //! ([`monitor`]), the eviction planner ([`planner`]), reservations a request holds on
 //! its model ([`reserve`]), the measured cost of each model's load kept across restarts
-//! ([`measured`]), and Ollama's load and unload ([`ollama`]). [`Vram`] ties them
+//! ([`measured`]), Ollama's load and unload ([`ollama`]) and vLLM's sleep and wake
+//! ([`vllm`]). [`Vram`] ties them
 //! together for the engine (plan and make room before a cold model is sent a request;
 //! the warm condition of the backup sequence) and the dashboard (`/api/vram`, `/ws`,
 //! the Prometheus gauges). With no GPU, or `vram.enabled: false`, every rule here steps
@@ -12,6 +13,7 @@ pub mod monitor;
 pub mod ollama;
 pub mod planner;
 pub mod reserve;
+pub mod vllm;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -28,6 +30,7 @@ use monitor::{GpuSample, Monitor};
 use ollama::{Ollama, same_model};
 use planner::{LoadedModel, Need, Plan, Room};
 pub use reserve::{Reservation, ReservedStream};
+use vllm::Vllm;
 
 /// The last GPU sample.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -85,15 +88,31 @@ pub enum VramEvent {
         backend: String,
         model: String,
     },
+    /// A vLLM model was put to sleep (`POST /sleep?level=N`) to make room.
+    Slept {
+        backend: String,
+        model: String,
+        level: u8,
+    },
+    /// A sleeping vLLM model was woken (`POST /wake_up`) for a request.
+    Woke {
+        backend: String,
+        model: String,
+        secs: f64,
+        memory_mib: Option<u64>,
+    },
 }
 
 /// What waiting for a cold model would cost, as planned from what is known now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ColdWait {
-    /// Seconds its load is expected to take.
+    /// Seconds its load (or, for a sleeping vLLM model, its wake) is expected to take.
     pub wait_secs: f64,
-    /// Whether that is a measurement (else `vram.unmeasured_load_secs`).
+    /// Whether that is a measurement (else `prior`).
     pub measured: bool,
+    /// The key the unmeasured figure comes from: `vram.unmeasured_load_secs` or
+    /// `vram.unmeasured_wake_secs`.
+    pub prior: &'static str,
     pub plan: Plan,
 }
 
@@ -106,6 +125,11 @@ pub struct ModelView {
     pub memory_mib: Option<u64>,
     pub load_secs: Option<f64>,
     pub loads: u64,
+    /// Seconds its last wake took (a vLLM model in sleep mode).
+    pub wake_secs: Option<f64>,
+    pub wakes: u64,
+    /// `vram.sleep.<backend>.level` when Glider drives the backend's sleep mode.
+    pub sleep_level: Option<u8>,
     /// Requests and streams holding it now.
     pub in_flight: usize,
     pub reserve: bool,
@@ -135,19 +159,30 @@ fn now_ms() -> u64 {
 }
 
 /// Whether Glider plans memory for this backend's models: Ollama loads and unloads on
-/// request; an OpenAI-compatible server (vLLM, llama.cpp) keeps its one model loaded.
-fn managed(backend: &Backend) -> bool {
-    backend.is_local() && backend.kind() == BackendKind::Ollama
+/// request, a vLLM backend named in `vram.sleep` sleeps and wakes; any other
+/// OpenAI-compatible server (vLLM without it, llama.cpp) keeps its one model loaded.
+fn managed(config: &VramConfig, backend: &Backend) -> bool {
+    backend.is_local()
+        && (backend.kind() == BackendKind::Ollama || sleep_level(config, backend).is_some())
 }
 
-/// Whether the backend's last probe saw `model` loaded.
-fn loaded_on(backend: &Backend, model: &str) -> bool {
-    !managed(backend)
-        || backend
-            .health()
-            .warm_models
-            .iter()
-            .any(|m| same_model(m, model))
+/// `vram.sleep.<backend>.level`, for a vLLM backend whose sleep mode Glider drives.
+fn sleep_level(config: &VramConfig, backend: &Backend) -> Option<u8> {
+    (backend.kind() == BackendKind::Vllm)
+        .then(|| config.sleep.get(backend.name()).map(|s| s.level))
+        .flatten()
+}
+
+/// The name a plan gives a model: with its backend, as several share the GPU.
+fn label(backend: &str, model: &str) -> String {
+    format!("{backend}/{model}")
+}
+
+/// A loaded model as planned, with where it is and what it is called there.
+struct Resident {
+    backend: String,
+    model: String,
+    planned: LoadedModel,
 }
 
 /// `vram.models` settings of `model`, whether the config names it with its tag or not.
@@ -171,6 +206,9 @@ pub struct Vram {
     /// of the load on the word of an older probe.
     prewarming: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
     last_used: Mutex<BTreeMap<String, u64>>,
+    /// Whether each vLLM backend in sleep mode was asleep when last asked or told
+    /// (`/is_sleeping`, a sleep, a wake); absent until then.
+    asleep: Mutex<BTreeMap<String, bool>>,
     last_plan: Mutex<Option<PlanRecord>>,
     /// One plan at a time: two plans at once would each count the same free memory.
     planning: tokio::sync::Mutex<()>,
@@ -214,6 +252,7 @@ impl Vram {
             reservations: Arc::default(),
             prewarming: Mutex::default(),
             last_used: Mutex::default(),
+            asleep: Mutex::default(),
             last_plan: Mutex::default(),
             planning: tokio::sync::Mutex::new(()),
             events: broadcast::channel(64).0,
@@ -309,25 +348,156 @@ impl Vram {
         self.reservations.count(&key(backend, model))
     }
 
-    fn loaded_model(
+    /// Whether `model` is loaded as far as Glider knows without asking: Ollama's last
+    /// probe, a vLLM backend in sleep mode awake when last asked (or never asked yet),
+    /// any other local server always.
+    fn loaded_on(&self, config: &VramConfig, backend: &Backend, model: &str) -> bool {
+        if !managed(config, backend) {
+            return true;
+        }
+        if sleep_level(config, backend).is_some() {
+            return !lock(&self.asleep)
+                .get(backend.name())
+                .copied()
+                .unwrap_or(false);
+        }
+        backend
+            .health()
+            .warm_models
+            .iter()
+            .any(|m| same_model(m, model))
+    }
+
+    /// Seconds to have `model` of `backend` back once it is gone, and whether that is a
+    /// measurement: a wake for a vLLM backend in sleep mode, else a load.
+    fn return_secs(
         &self,
         config: &VramConfig,
-        backend: &str,
-        name: &str,
-        memory_mib: u64,
-    ) -> LoadedModel {
-        let key = key(backend, name);
-        let settings = settings(config, name);
-        let cost = lock(&self.measured).get(&key);
-        LoadedModel {
-            name: name.to_owned(),
-            memory_mib,
-            reload_secs: cost.load_secs.unwrap_or(config.unmeasured_load_secs),
-            in_use: self.reservations.count(&key) > 0,
-            reserved: settings.reserve,
-            priority: settings.priority,
-            last_used_ms: lock(&self.last_used).get(&key).copied().unwrap_or(0),
+        backend: &Backend,
+        model: &str,
+    ) -> (f64, bool, &'static str) {
+        let cost = lock(&self.measured).get(&key(backend.name(), model));
+        match sleep_level(config, backend) {
+            Some(level) => match cost.wake_secs {
+                Some(secs) => (secs, true, "vram.unmeasured_wake_secs"),
+                // A level 2 wake reloads the weights: it is priced as a load.
+                None if level >= 2 => (
+                    config.unmeasured_load_secs,
+                    false,
+                    "vram.unmeasured_load_secs",
+                ),
+                None => (
+                    config.unmeasured_wake_secs,
+                    false,
+                    "vram.unmeasured_wake_secs",
+                ),
+            },
+            None => (
+                cost.load_secs.unwrap_or(config.unmeasured_load_secs),
+                cost.load_secs.is_some(),
+                "vram.unmeasured_load_secs",
+            ),
         }
+    }
+
+    /// MiB `model` is expected to take loaded: measured, else `vram.models.<m>.memory_mib`.
+    fn expected_mib(&self, config: &VramConfig, backend: &str, model: &str) -> Option<u64> {
+        lock(&self.measured)
+            .get(&key(backend, model))
+            .memory_mib
+            .or(settings(config, model).memory_mib)
+    }
+
+    fn resident(
+        &self,
+        config: &VramConfig,
+        backend: &Backend,
+        model: &str,
+        memory_mib: u64,
+    ) -> Resident {
+        let key = key(backend.name(), model);
+        let settings = settings(config, model);
+        Resident {
+            backend: backend.name().to_owned(),
+            model: model.to_owned(),
+            planned: LoadedModel {
+                name: label(backend.name(), model),
+                backend: backend.name().to_owned(),
+                memory_mib,
+                reload_secs: self.return_secs(config, backend, model).0,
+                in_use: self.reservations.count(&key) > 0,
+                reserved: settings.reserve,
+                priority: settings.priority,
+                last_used_ms: lock(&self.last_used).get(&key).copied().unwrap_or(0),
+            },
+        }
+    }
+
+    /// What the last probes and answers say is loaded on the local backends Glider
+    /// plans for, without asking them again.
+    fn known_residents(&self, config: &VramConfig, backends: &[Arc<Backend>]) -> Vec<Resident> {
+        let mut residents = Vec::new();
+        for backend in backends
+            .iter()
+            .filter(|b| b.config.enabled && managed(config, b))
+        {
+            let models: Vec<String> = if sleep_level(config, backend).is_some() {
+                backend.config.concrete_models()
+            } else {
+                backend.health().warm_models.clone()
+            };
+            for model in models {
+                if self.loaded_on(config, backend, &model) {
+                    let mib = self.expected_mib(config, backend.name(), &model);
+                    residents.push(self.resident(config, backend, &model, mib.unwrap_or(0)));
+                }
+            }
+        }
+        residents
+    }
+
+    /// Ask `backend` what it has loaded now (Ollama's `/api/ps`, vLLM's `/is_sleeping`),
+    /// noting what that says.
+    async fn ask_residents(
+        &self,
+        config: &VramConfig,
+        backend: &Backend,
+    ) -> Result<Vec<Resident>, String> {
+        let name = backend.name();
+        if sleep_level(config, backend).is_some() {
+            let vllm = Vllm {
+                http: &self.http,
+                base_url: &backend.config.base_url,
+            };
+            let asleep = vllm.is_sleeping().await?;
+            lock(&self.asleep).insert(name.to_owned(), asleep);
+            if asleep {
+                return Ok(Vec::new());
+            }
+            return Ok(backend
+                .config
+                .concrete_models()
+                .iter()
+                .map(|m| {
+                    let mib = self.expected_mib(config, name, m).unwrap_or(0);
+                    self.resident(config, backend, m, mib)
+                })
+                .collect());
+        }
+        let ollama = Ollama {
+            http: &self.http,
+            base_url: &backend.config.base_url,
+        };
+        let running = ollama.running().await?;
+        let mut measured = lock(&self.measured);
+        for r in &running {
+            measured.saw_memory(&key(name, &r.name), r.vram_mib);
+        }
+        drop(measured);
+        Ok(running
+            .iter()
+            .map(|r| self.resident(config, backend, &r.name, r.vram_mib))
+            .collect())
     }
 
     /// Memory held for reserved models of `backend` that are not loaded (`pinned`).
@@ -339,14 +509,20 @@ impl Vram {
         config
             .models
             .iter()
-            .filter(|(name, m)| m.reserve && !loaded.iter().any(|l| same_model(&l.name, name)))
+            .filter(|(name, m)| {
+                m.reserve
+                    && !loaded
+                        .iter()
+                        .any(|l| same_model(&l.name, &label(backend, name)))
+            })
             .filter_map(|(name, _)| measured.get(&key(backend, name)).memory_mib)
             .sum()
     }
 
-    /// Free memory for planning: the GPUs' total less what the loaded models take and
-    /// what anything else uses (the sampled use beyond the models). The loaded models
-    /// are read fresh, so a sample taken before a load or an unload does not mislead.
+    /// Free memory for planning: the GPUs' total less what the loaded models (on every
+    /// local backend) take and what anything else uses (the sampled use beyond the
+    /// models). The loaded models are read fresh, so a sample taken before a load or an
+    /// unload does not mislead.
     fn room(&self, config: &VramConfig, backend: &str, loaded: &[LoadedModel]) -> Room {
         let gpus = lock(&self.gpu).gpus.clone();
         let total: u64 = gpus.iter().map(|g| g.total_mib).sum();
@@ -361,53 +537,61 @@ impl Vram {
         }
     }
 
+    fn need(&self, config: &VramConfig, backend: &str, model: &str, memory_mib: u64) -> Need {
+        Need {
+            name: label(backend, model),
+            backend: backend.to_owned(),
+            memory_mib,
+            priority: settings(config, model).priority,
+        }
+    }
+
     /// What a request for cold `model` would wait, planned from the last probe and the
-    /// measurements; `None` when VRAM steps aside or the model is loaded.
+    /// measurements, among the models loaded on `backends` (every configured backend:
+    /// a vLLM model may make room for an Ollama one and the other way round); `None`
+    /// when VRAM steps aside or the model is loaded.
     pub fn cold_wait(
         &self,
         config: &VramConfig,
         backend: &Backend,
         model: &str,
+        backends: &[Arc<Backend>],
     ) -> Option<ColdWait> {
-        if self.steps_aside(config) || loaded_on(backend, model) {
+        if self.steps_aside(config) || self.loaded_on(config, backend, model) {
             return None;
         }
         let name = backend.name();
-        let loaded: Vec<LoadedModel> = backend
-            .health()
-            .warm_models
-            .iter()
-            .map(|m| {
-                let memory = lock(&self.measured).get(&key(name, m)).memory_mib;
-                self.loaded_model(config, name, m, memory.unwrap_or(0))
-            })
+        let loaded: Vec<LoadedModel> = self
+            .known_residents(config, backends)
+            .into_iter()
+            .map(|r| r.planned)
             .collect();
-        let cost = lock(&self.measured).get(&key(name, model));
-        let need = Need {
-            name: model.to_owned(),
-            memory_mib: cost.memory_mib.unwrap_or(0),
-            priority: settings(config, model).priority,
-        };
+        let mib = self.expected_mib(config, name, model).unwrap_or(0);
+        let need = self.need(config, name, model, mib);
         let plan = planner::plan(&need, &loaded, &self.room(config, name, &loaded));
+        let (wait_secs, measured, prior) = self.return_secs(config, backend, model);
         Some(ColdWait {
-            wait_secs: cost.load_secs.unwrap_or(config.unmeasured_load_secs),
-            measured: cost.load_secs.is_some(),
+            wait_secs,
+            measured,
+            prior,
             plan,
         })
     }
 
     /// Before a request is sent to `model` (or for `cause`): if it is not loaded, plan
-    /// room for it, unload the plan's victims and load it, measuring the load. The
-    /// caller holds a reservation on `model` so no other plan evicts it meanwhile.
-    /// `None` when VRAM steps aside or the model is loaded.
+    /// room for it among the models loaded on `backends`, unload or put to sleep the
+    /// plan's victims and load or wake it, measuring that. The caller holds a
+    /// reservation on `model` so no other plan evicts it meanwhile. `None` when VRAM
+    /// steps aside or the model is loaded.
     pub async fn make_room(
         self: &Arc<Self>,
         config: &VramConfig,
         backend: &Backend,
         model: &str,
         cause: Cause,
+        backends: &[Arc<Backend>],
     ) -> Option<PlanRecord> {
-        if self.steps_aside(config) || !managed(backend) {
+        if self.steps_aside(config) || !managed(config, backend) {
             return None;
         }
         if cause != Cause::Prewarm {
@@ -420,12 +604,17 @@ impl Vram {
         }
         // A model the last probe saw loaded is sent its request at once, as `cold_wait`
         // judges it: a warm request never waits on a round trip or on another plan. A
-        // prewarm checks afresh: the probe may be older than an eviction.
-        if cause != Cause::Prewarm && loaded_on(backend, model) {
+        // prewarm checks afresh: the probe may be older than an eviction. A vLLM
+        // backend never asked yet is asked (it may be asleep since a run before).
+        let never_asked = sleep_level(config, backend).is_some()
+            && !lock(&self.asleep).contains_key(backend.name());
+        if cause != Cause::Prewarm && !never_asked && self.loaded_on(config, backend, model) {
             return None;
         }
         let _one_at_a_time = self.planning.lock().await;
-        let record = self.plan_and_load(config, backend, model, cause).await;
+        let record = self
+            .plan_and_load(config, backend, model, cause, backends)
+            .await;
         lock(&self.measured).save();
         record
     }
@@ -435,8 +624,14 @@ impl Vram {
     /// probe) and load it again if not, in the background while the request's other
     /// phases run. The model is reserved meanwhile, and the request's own
     /// [`Vram::make_room`] waits for this one to finish. One prewarm per model at once.
-    pub fn prewarm(self: &Arc<Self>, config: VramConfig, backend: Arc<Backend>, model: String) {
-        if self.steps_aside(&config) || !managed(&backend) {
+    pub fn prewarm(
+        self: &Arc<Self>,
+        config: VramConfig,
+        backend: Arc<Backend>,
+        model: String,
+        backends: Vec<Arc<Backend>>,
+    ) {
+        if self.steps_aside(&config) || !managed(&config, &backend) {
             return;
         }
         let key = key(backend.name(), &model);
@@ -454,7 +649,7 @@ impl Vram {
         let held = self.reserve(backend.name(), &model);
         let vram = self.clone();
         tokio::spawn(async move {
-            vram.make_room(&config, &backend, &model, Cause::Prewarm)
+            vram.make_room(&config, &backend, &model, Cause::Prewarm, &backends)
                 .await;
             let mut prewarming = lock(&vram.prewarming);
             if prewarming.get(&key).is_some_and(|g| Arc::ptr_eq(g, &gate)) {
@@ -471,12 +666,9 @@ impl Vram {
         backend: &Backend,
         model: &str,
         cause: Cause,
+        backends: &[Arc<Backend>],
     ) -> Option<PlanRecord> {
         let name = backend.name();
-        let ollama = Ollama {
-            http: &self.http,
-            base_url: &backend.config.base_url,
-        };
         let record = |need_mib, free_mib, plan, outcome: String| PlanRecord {
             at_ms: now_ms(),
             cause,
@@ -487,8 +679,8 @@ impl Vram {
             plan,
             outcome,
         };
-        let running = match ollama.running().await {
-            Ok(running) => running,
+        let mut residents = match self.ask_residents(config, backend).await {
+            Ok(residents) => residents,
             Err(e) => {
                 let reason = format!("cannot read what is loaded: {e}");
                 let plan = Plan::CannotFit {
@@ -497,42 +689,61 @@ impl Vram {
                 return Some(self.publish(record(0, 0, plan, reason)));
             }
         };
-        if running.iter().any(|r| same_model(&r.name, model)) {
+        if residents.iter().any(|r| same_model(&r.model, model)) {
             return None;
         }
-        for r in &running {
-            lock(&self.measured).saw_memory(&key(name, &r.name), r.vram_mib);
+        for peer in backends
+            .iter()
+            .filter(|b| b.name() != name && b.config.enabled && managed(config, b))
+        {
+            match self.ask_residents(config, peer).await {
+                Ok(theirs) => residents.extend(theirs),
+                // Its memory still counts through the GPU sample, as "anything else".
+                Err(e) => {
+                    tracing::warn!(backend = %peer.name(), error = %e, "VRAM: cannot read what is loaded")
+                }
+            }
         }
         self.sample().await;
-        let loaded: Vec<LoadedModel> = running
-            .iter()
-            .map(|r| self.loaded_model(config, name, &r.name, r.vram_mib))
-            .collect();
-        let measured_mib = lock(&self.measured).get(&key(name, model)).memory_mib;
-        let need_mib = match measured_mib {
+        let loaded: Vec<LoadedModel> = residents.iter().map(|r| r.planned.clone()).collect();
+        let need_mib = match self.expected_mib(config, name, model) {
             Some(mib) => mib,
-            None => ollama.file_mib(model).await.unwrap_or(0),
+            None if sleep_level(config, backend).is_none() => {
+                let ollama = Ollama {
+                    http: &self.http,
+                    base_url: &backend.config.base_url,
+                };
+                ollama.file_mib(model).await.unwrap_or(0)
+            }
+            None => 0,
         };
-        let need = Need {
-            name: model.to_owned(),
-            memory_mib: need_mib,
-            priority: settings(config, model).priority,
-        };
+        let need = self.need(config, name, model, need_mib);
         let room = self.room(config, name, &loaded);
         let plan = planner::plan(&need, &loaded, &room);
-        let outcome = self.carry_out(&ollama, name, model, &plan).await;
-        // The backup sequence reads warm state from the backend's last probe.
+        let outcome = self
+            .carry_out(config, backend, model, &plan, &residents, backends)
+            .await;
+        // The backup sequence reads warm state from each backend's last probe.
         backend.probe().await;
+        for peer in backends
+            .iter()
+            .filter(|b| b.name() != name && residents.iter().any(|r| r.backend == b.name()))
+        {
+            peer.probe().await;
+        }
         Some(self.publish(record(need_mib, room.free_mib, plan, outcome)))
     }
 
-    /// Unload the plan's victims, then load the model; what happened, in words.
+    /// Unload or put to sleep the plan's victims, then load or wake the model; what
+    /// happened, in words.
     async fn carry_out(
-        &self,
-        ollama: &Ollama<'_>,
-        backend: &str,
+        self: &Arc<Self>,
+        config: &VramConfig,
+        backend: &Backend,
         model: &str,
         plan: &Plan,
+        residents: &[Resident],
+        backends: &[Arc<Backend>],
     ) -> String {
         let victims: &[String] = match plan {
             Plan::Loaded => return "already loaded".into(),
@@ -540,20 +751,121 @@ impl Vram {
             Plan::Fits => &[],
             Plan::Evict { victims, .. } => victims,
         };
+        let mut made_room = Vec::new();
         for victim in victims {
-            if let Err(e) = ollama.unload(victim).await {
-                return format!("unloading {victim} failed: {e}");
+            let Some(resident) = residents.iter().find(|r| &r.planned.name == victim) else {
+                return format!("the plan's victim {victim} is not among the loaded models");
+            };
+            let host = backends
+                .iter()
+                .map(|b| &**b)
+                .chain(std::iter::once(backend))
+                .find(|b| b.name() == resident.backend);
+            let Some(host) = host else {
+                return format!("the plan's victim {victim} is on no configured backend");
+            };
+            match self.remove(config, host, &resident.model).await {
+                Ok(how) => made_room.push(format!("{how} {victim}")),
+                Err(e) => return format!("making room ({victim}) failed: {e}"),
             }
-            let _ = self.events.send(VramEvent::Unloaded {
-                backend: backend.to_owned(),
-                model: victim.clone(),
-            });
         }
-        let took = match ollama.load(model).await {
-            Ok(took) => took.as_secs_f64(),
-            Err(e) => return format!("loading failed: {e}"),
+        let (verb, took) = match self.bring_in(config, backend, model).await {
+            Ok(done) => done,
+            Err(e) => return e,
         };
-        let key = key(backend, model);
+        let after = if made_room.is_empty() {
+            String::new()
+        } else {
+            format!(" after {}", made_room.join(", "))
+        };
+        format!("{verb} in {took:.2}s{after}")
+    }
+
+    /// Unload `model` (Ollama) or put it to sleep (vLLM in sleep mode); how, in words.
+    async fn remove(
+        &self,
+        config: &VramConfig,
+        backend: &Backend,
+        model: &str,
+    ) -> Result<&'static str, String> {
+        let base_url = &backend.config.base_url;
+        if let Some(level) = sleep_level(config, backend) {
+            Vllm {
+                http: &self.http,
+                base_url,
+            }
+            .sleep(level)
+            .await?;
+            lock(&self.asleep).insert(backend.name().to_owned(), true);
+            let _ = self.events.send(VramEvent::Slept {
+                backend: backend.name().to_owned(),
+                model: model.to_owned(),
+                level,
+            });
+            return Ok("putting to sleep");
+        }
+        Ollama {
+            http: &self.http,
+            base_url,
+        }
+        .unload(model)
+        .await?;
+        let _ = self.events.send(VramEvent::Unloaded {
+            backend: backend.name().to_owned(),
+            model: model.to_owned(),
+        });
+        Ok("unloading")
+    }
+
+    /// Load `model` (Ollama) or wake it (vLLM in sleep mode), measuring the seconds and
+    /// the memory it takes: Ollama's `size_vram`, or for a wake what the GPU sample
+    /// grew by. The verb and the seconds, or what failed.
+    async fn bring_in(
+        self: &Arc<Self>,
+        config: &VramConfig,
+        backend: &Backend,
+        model: &str,
+    ) -> Result<(&'static str, f64), String> {
+        let name = backend.name();
+        let key = key(name, model);
+        let base_url = &backend.config.base_url;
+        if sleep_level(config, backend).is_some() {
+            let used = |gpu: &GpuState| gpu.gpus.iter().map(|g| g.used_mib).sum::<u64>();
+            let before = used(&self.sample().await);
+            let took = Vllm {
+                http: &self.http,
+                base_url,
+            }
+            .wake_up()
+            .await
+            .map_err(|e| format!("waking failed: {e}"))?
+            .as_secs_f64();
+            lock(&self.asleep).insert(name.to_owned(), false);
+            let grew = used(&self.sample().await).saturating_sub(before);
+            let memory_mib = (grew > 0).then_some(grew);
+            let mut measured = lock(&self.measured);
+            measured.woke(&key, took);
+            if let Some(mib) = memory_mib {
+                measured.saw_memory(&key, mib);
+            }
+            drop(measured);
+            let _ = self.events.send(VramEvent::Woke {
+                backend: name.to_owned(),
+                model: model.to_owned(),
+                secs: took,
+                memory_mib,
+            });
+            return Ok(("woke", took));
+        }
+        let ollama = Ollama {
+            http: &self.http,
+            base_url,
+        };
+        let took = ollama
+            .load(model)
+            .await
+            .map_err(|e| format!("loading failed: {e}"))?
+            .as_secs_f64();
         lock(&self.measured).loaded(&key, took);
         let memory_mib = match ollama.running().await {
             Ok(running) => running
@@ -566,17 +878,12 @@ impl Vram {
             lock(&self.measured).saw_memory(&key, mib);
         }
         let _ = self.events.send(VramEvent::Loaded {
-            backend: backend.to_owned(),
+            backend: name.to_owned(),
             model: model.to_owned(),
             secs: took,
             memory_mib,
         });
-        let evicted = if victims.is_empty() {
-            String::new()
-        } else {
-            format!(" after unloading {}", victims.join(", "))
-        };
-        format!("loaded in {took:.2}s{evicted}")
+        Ok(("loaded", took))
     }
 
     fn publish(&self, record: PlanRecord) -> PlanRecord {
@@ -588,7 +895,6 @@ impl Vram {
 
     /// Everything `/api/vram` shows, for the local models of `backends`.
     pub fn view(&self, config: &VramConfig, backends: &[Arc<Backend>]) -> VramView {
-        let measured = lock(&self.measured);
         let models = backends
             .iter()
             .filter(|b| b.config.enabled && b.is_local())
@@ -599,14 +905,17 @@ impl Vram {
                     .into_iter()
                     .map(|model| {
                         let key = key(backend.name(), &model);
-                        let cost = measured.get(&key);
+                        let cost = lock(&self.measured).get(&key);
                         let settings = settings(config, &model);
                         ModelView {
                             backend: backend.name().to_owned(),
-                            loaded: loaded_on(backend, &model),
+                            loaded: self.loaded_on(config, backend, &model),
                             memory_mib: cost.memory_mib,
                             load_secs: cost.load_secs,
                             loads: cost.loads,
+                            wake_secs: cost.wake_secs,
+                            wakes: cost.wakes,
+                            sleep_level: sleep_level(config, backend),
                             in_flight: self.reservations.count(&key),
                             reserve: settings.reserve,
                             priority: settings.priority,

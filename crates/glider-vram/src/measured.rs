@@ -1,5 +1,5 @@
 //! What loading each local model has been measured to cost — memory once loaded,
-//! seconds to load — kept under `GLIDER_HOME/vram/measured.json` (written atomically)
+//! seconds to load, seconds to wake (a vLLM model in sleep mode) — kept under `GLIDER_HOME/vram/measured.json` (written atomically)
 //! so a restart plans with what the last run learnt.
 
 use std::collections::BTreeMap;
@@ -17,6 +17,10 @@ pub struct ModelCost {
     pub load_secs: Option<f64>,
     /// Loads measured so far.
     pub loads: u64,
+    /// Seconds the last wake of a sleeping vLLM model (`POST /wake_up`) took.
+    pub wake_secs: Option<f64>,
+    /// Wakes measured so far.
+    pub wakes: u64,
 }
 
 /// Every model's measurements, by `backend/model`.
@@ -81,6 +85,14 @@ impl Measured {
         self.dirty = true;
     }
 
+    /// Note a measured wake (kept at the next [`Measured::save`]).
+    pub fn woke(&mut self, key: &str, secs: f64) {
+        let cost = self.models.entry(key.to_owned()).or_default();
+        cost.wake_secs = Some(secs);
+        cost.wakes += 1;
+        self.dirty = true;
+    }
+
     /// Write what changed since the last save: once per plan, however many
     /// measurements it noted.
     pub fn save(&mut self) {
@@ -112,6 +124,7 @@ mod tests {
         let mut measured = Measured::open(Some(dir.path()));
         measured.saw_memory(&key("ollama", "a"), 4445);
         measured.loaded(&key("ollama", "a:latest"), 2.5);
+        measured.woke(&key("ollama", "a"), 0.25);
         measured.save();
         let again = Measured::open(Some(dir.path()));
         assert_eq!(
@@ -119,7 +132,9 @@ mod tests {
             ModelCost {
                 memory_mib: Some(4445),
                 load_secs: Some(2.5),
-                loads: 1
+                loads: 1,
+                wake_secs: Some(0.25),
+                wakes: 1,
             }
         );
         std::fs::write(dir.path().join("measured.json"), b"{not json").expect("write");

@@ -2,14 +2,19 @@
 //! free, the headroom to keep, and the models loaded with their measured reload costs,
 //! which set to unload so the model fits at the least summed reload cost — or why it
 //! cannot fit. A model in use (a stream holds a reservation), one marked `reserve`, and
-//! one of higher priority than the model needed are never chosen.
+//! one of higher priority than the model needed are never chosen. The loaded models
+//! may be on several backends sharing the GPU (an Ollama model and a vLLM model in
+//! sleep mode); each is named with its backend, and `max_loaded` counts per backend.
 
 use serde::Serialize;
 
 /// A model loaded on the GPU, as the planner sees it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LoadedModel {
+    /// The name the plan gives it (`backend/model`).
     pub name: String,
+    /// The backend it is loaded on (`max_loaded` counts per backend).
+    pub backend: String,
     pub memory_mib: u64,
     /// Seconds to load it again if evicted (measured, or the unmeasured default).
     pub reload_secs: f64,
@@ -26,6 +31,7 @@ pub struct LoadedModel {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Need {
     pub name: String,
+    pub backend: String,
     pub memory_mib: u64,
     pub priority: i32,
 }
@@ -39,7 +45,7 @@ pub struct Room {
     pub headroom_mib: u64,
     /// Held for reserved models that are not loaded (`strategy: pinned`).
     pub held_mib: u64,
-    /// The most models loaded at once (`vram.max_loaded`).
+    /// The most models loaded at once on the needed model's backend (`vram.max_loaded`).
     pub max_loaded: Option<usize>,
 }
 
@@ -76,19 +82,25 @@ pub fn plan(need: &Need, loaded: &[LoadedModel], room: &Room) -> Plan {
         .saturating_sub(room.held_mib);
     let short_mib = need.memory_mib.saturating_sub(usable);
     // Loading one more must leave at most `max_loaded`.
+    let on_backend = loaded.iter().filter(|m| m.backend == need.backend).count();
     let short_count = room
         .max_loaded
-        .map_or(0, |max| (loaded.len() + 1).saturating_sub(max));
+        .map_or(0, |max| (on_backend + 1).saturating_sub(max));
     if short_mib == 0 && short_count == 0 {
         return Plan::Fits;
     }
     let (evictable, kept): (Vec<&LoadedModel>, Vec<&LoadedModel>) = loaded
         .iter()
         .partition(|m| !m.in_use && !m.reserved && m.priority <= need.priority);
+    let short = Short {
+        mib: short_mib,
+        count: short_count,
+        backend: &need.backend,
+    };
     let best = if evictable.len() <= EXACT_UP_TO {
-        cheapest_exact(&evictable, short_mib, short_count)
+        cheapest_exact(&evictable, &short)
     } else {
-        cheapest_greedy(&evictable, short_mib, short_count)
+        cheapest_greedy(&evictable, &short)
     };
     match best {
         Some(chosen) => {
@@ -100,15 +112,26 @@ pub fn plan(need: &Need, loaded: &[LoadedModel], room: &Room) -> Plan {
             }
         }
         None => Plan::CannotFit {
-            reason: cannot_fit_reason(need, usable, &evictable, &kept, short_count),
+            reason: cannot_fit_reason(need, usable, &evictable, &kept, &short),
         },
     }
 }
 
+/// What the plan must free: memory, and models on the needed model's backend.
+struct Short<'a> {
+    mib: u64,
+    count: usize,
+    backend: &'a str,
+}
+
 /// Whether unloading the models at `chosen` covers both shortfalls.
-fn covers(models: &[&LoadedModel], chosen: &[usize], short_mib: u64, short_count: usize) -> bool {
-    chosen.len() >= short_count
-        && chosen.iter().map(|&i| models[i].memory_mib).sum::<u64>() >= short_mib
+fn covers(models: &[&LoadedModel], chosen: &[usize], short: &Short) -> bool {
+    chosen
+        .iter()
+        .filter(|&&i| models[i].backend == short.backend)
+        .count()
+        >= short.count
+        && chosen.iter().map(|&i| models[i].memory_mib).sum::<u64>() >= short.mib
 }
 
 /// The order of two plans `(reload cost, models, latest use)`: least reload cost, then
@@ -122,15 +145,14 @@ fn better(a: (f64, usize, u64), b: (f64, usize, u64)) -> bool {
 
 /// Every subset, the cheapest that covers: each set is a bit mask, its sums taken over
 /// its bits (no allocation per set).
-fn cheapest_exact(
-    models: &[&LoadedModel],
-    short_mib: u64,
-    short_count: usize,
-) -> Option<Vec<usize>> {
+fn cheapest_exact(models: &[&LoadedModel], short: &Short) -> Option<Vec<usize>> {
+    let same_backend: u32 = (0..models.len())
+        .filter(|&i| models[i].backend == short.backend)
+        .fold(0, |mask, i| mask | (1 << i));
     let mut best: Option<(u32, (f64, usize, u64))> = None;
     for mask in 1u32..(1u32 << models.len()) {
         let count = mask.count_ones() as usize;
-        if count < short_count {
+        if ((mask & same_backend).count_ones() as usize) < short.count {
             continue;
         }
         let (mut memory, mut cost, mut last_used) = (0u64, 0f64, 0u64);
@@ -142,7 +164,7 @@ fn cheapest_exact(
             cost += model.reload_secs;
             last_used = last_used.max(model.last_used_ms);
         }
-        if memory < short_mib {
+        if memory < short.mib {
             continue;
         }
         let key = (cost, count, last_used);
@@ -154,22 +176,18 @@ fn cheapest_exact(
 }
 
 /// Cheapest reload cost per MiB first, until both shortfalls are covered.
-fn cheapest_greedy(
-    models: &[&LoadedModel],
-    short_mib: u64,
-    short_count: usize,
-) -> Option<Vec<usize>> {
+fn cheapest_greedy(models: &[&LoadedModel], short: &Short) -> Option<Vec<usize>> {
     let mut order: Vec<usize> = (0..models.len()).collect();
     let per_mib = |m: &LoadedModel| m.reload_secs / m.memory_mib.max(1) as f64;
     order.sort_by(|&a, &b| per_mib(models[a]).total_cmp(&per_mib(models[b])));
     let mut chosen = Vec::new();
     for i in order {
-        if covers(models, &chosen, short_mib, short_count) {
+        if covers(models, &chosen, short) {
             break;
         }
         chosen.push(i);
     }
-    covers(models, &chosen, short_mib, short_count).then_some(chosen)
+    covers(models, &chosen, short).then_some(chosen)
 }
 
 fn cannot_fit_reason(
@@ -177,7 +195,7 @@ fn cannot_fit_reason(
     usable: u64,
     evictable: &[&LoadedModel],
     kept: &[&LoadedModel],
-    short_count: usize,
+    short: &Short,
 ) -> String {
     let idle: u64 = evictable.iter().map(|m| m.memory_mib).sum();
     let why_kept: Vec<String> = kept
@@ -198,11 +216,14 @@ fn cannot_fit_reason(
     } else {
         format!("; kept: {}", why_kept.join(", "))
     };
-    if short_count > evictable.len() {
+    let evictable_here = evictable
+        .iter()
+        .filter(|m| m.backend == short.backend)
+        .count();
+    if short.count > evictable_here {
         return format!(
-            "{} would pass vram.max_loaded and only {} loaded model(s) may be evicted{kept}",
-            need.name,
-            evictable.len()
+            "{} would pass vram.max_loaded and only {evictable_here} model(s) loaded on {} may be evicted{kept}",
+            need.name, short.backend
         );
     }
     format!(
@@ -218,6 +239,7 @@ mod tests {
     fn model(name: &str, memory_mib: u64, reload_secs: f64) -> LoadedModel {
         LoadedModel {
             name: name.into(),
+            backend: "b".into(),
             memory_mib,
             reload_secs,
             in_use: false,
@@ -230,6 +252,7 @@ mod tests {
     fn need(memory_mib: u64) -> Need {
         Need {
             name: "wanted".into(),
+            backend: "b".into(),
             memory_mib,
             priority: 0,
         }
@@ -416,6 +439,36 @@ mod tests {
             Plan::CannotFit { .. }
         ));
         assert_eq!(plan(&need(2000), &[], &held), Plan::Fits);
+    }
+
+    #[test]
+    fn a_model_on_another_backend_frees_memory_but_not_a_place_under_max_loaded() {
+        let other = LoadedModel {
+            backend: "vllm".into(),
+            ..model("vllm/q", 8000, 0.2)
+        };
+        // Memory: the other backend's model is the cheapest to put aside (a wake).
+        let plan_ = plan(
+            &need(6000),
+            &[model("b/a", 8000, 9.0), other.clone()],
+            &room(0),
+        );
+        assert_eq!(victims(&plan_), ["vllm/q"]);
+        // max_loaded 1 on backend b: only b's own model makes a place.
+        let one = Room {
+            max_loaded: Some(1),
+            ..room(50_000)
+        };
+        let plan_ = plan(&need(1000), &[model("b/a", 8000, 9.0), other.clone()], &one);
+        assert_eq!(victims(&plan_), ["b/a"]);
+        let busy = LoadedModel {
+            in_use: true,
+            ..model("b/a", 8000, 9.0)
+        };
+        let Plan::CannotFit { reason } = plan(&need(1000), &[busy, other], &one) else {
+            panic!("only a busy model holds backend b's one place");
+        };
+        assert!(reason.contains("0 model(s) loaded on b"), "{reason}");
     }
 
     #[test]

@@ -162,7 +162,7 @@ async fn a_cold_model_is_loaded_after_a_planned_eviction_and_the_costs_survive_a
     let plan = view.last_plan.expect("a plan ran");
     assert_eq!(plan.model, "big");
     assert!(
-        matches!(&plan.plan, Plan::Evict { victims, .. } if victims == &["small:latest"]),
+        matches!(&plan.plan, Plan::Evict { victims, .. } if victims == &["local/small:latest"]),
         "{plan:?}"
     );
     assert!(plan.outcome.starts_with("loaded in "), "{}", plan.outcome);
@@ -685,4 +685,260 @@ async fn scenario_two_models_that_do_not_fit_together_with_alternating_sessions(
             outcome.by_cloud
         );
     }
+}
+
+/// A fake `nvidia-smi` whose one GPU of `total_mib` has in use what the mocks' fake GPU
+/// files say (each mock writes the MiB its loaded models take).
+fn fake_nvidia_smi_reading(dir: &Path, total_mib: u64, files: &[&Path]) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("nvidia-smi");
+    let sum: Vec<String> = files
+        .iter()
+        .map(|f| format!("$(cat '{}')", f.display()))
+        .collect();
+    let script = format!(
+        "#!/bin/sh\n\
+         case \"$*\" in\n\
+         *--query-gpu=index,memory.total,memory.used,utilization.gpu*) ;;\n\
+         *) echo \"unexpected arguments: $*\" >&2; exit 2 ;;\n\
+         esac\n\
+         echo \"0, {total_mib}, $(( {} )), 5\"\n",
+        sum.join(" + ")
+    );
+    std::fs::write(&path, script).expect("write fake nvidia-smi");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+/// One GPU of 10000 MiB shared by an Ollama server (`small`, 6000 MiB) and a vLLM
+/// server in sleep mode (`qwen`, 6000 MiB awake): the two do not fit together.
+struct SharedGpu {
+    home: tempfile::TempDir,
+    ollama: MockVendor,
+    vllm: MockVendor,
+    cloud: MockVendor,
+    smi: PathBuf,
+}
+
+impl SharedGpu {
+    async fn start(vllm_stream_delay: Duration) -> SharedGpu {
+        let home = tempfile::tempdir().expect("home");
+        let (ollama_mib, vllm_mib) = (home.path().join("ollama.mib"), home.path().join("vllm.mib"));
+        let smi = fake_nvidia_smi_reading(home.path(), 10_000, &[&ollama_mib, &vllm_mib]);
+        let ollama = MockVendor::start(MockConfig {
+            models: vec!["small".into()],
+            model_memory_mib: vec![("small".into(), 6000)],
+            load_delay: Duration::from_millis(50),
+            gpu_use_file: Some(ollama_mib),
+            ..MockConfig::default()
+        })
+        .await;
+        let vllm = MockVendor::start(MockConfig {
+            models: vec!["qwen".into()],
+            model_memory_mib: vec![("qwen".into(), 6000)],
+            vllm_sleep_mode: true,
+            wake_delay: Duration::from_millis(50),
+            delta_delay: vllm_stream_delay,
+            gpu_use_file: Some(vllm_mib),
+            ..MockConfig::default()
+        })
+        .await;
+        let cloud = MockVendor::start(Default::default()).await;
+        SharedGpu {
+            home,
+            ollama,
+            vllm,
+            cloud,
+            smi,
+        }
+    }
+
+    /// The config: `sleep` is the `vram.sleep` entry for the vLLM backend, or none.
+    fn config(&self, sleep: Option<&str>) -> String {
+        let sleep = sleep.map_or(String::new(), |s| format!(", sleep: {{vllm: {s}}}"));
+        format!(
+            "backends:\n\
+             \x20 - {{name: local, type: ollama, base_url: '{}', models: [small]}}\n\
+             \x20 - {{name: vllm, type: vllm, base_url: '{}/v1', models: [qwen]}}\n\
+             \x20 - {{name: cloud, type: openai, base_url: '{}/v1', api_key: k, models: ['gpt-*'], default_model: gpt-x}}\n\
+             routing: {{classifier: {{enabled: false}}}}\n\
+             vram: {{monitor: nvidia_smi, nvidia_smi: '{}', headroom_mib: 0, models: {{qwen: {{memory_mib: 6000}}}}{sleep}}}\n",
+            self.ollama.base_url(),
+            self.vllm.base_url(),
+            self.cloud.base_url(),
+            self.smi.display()
+        )
+    }
+
+    /// The vLLM mock's sleep-mode requests (`/sleep`, `/wake_up`, `/is_sleeping`).
+    fn sleep_calls(&self) -> Vec<String> {
+        self.vllm
+            .requests()
+            .iter()
+            .filter(|r| ["/sleep", "/wake_up", "/is_sleeping"].contains(&r.path.as_str()))
+            .map(|r| r.path.clone())
+            .collect()
+    }
+}
+
+fn last_plan(vram: &Vram, gw: &Gateway) -> glider_vram::PlanRecord {
+    let config = gw.config.snapshot();
+    vram.view(&config.vram, &gw.engine.runtime().backends)
+        .last_plan
+        .expect("a plan ran")
+}
+
+fn victims(plan: &glider_vram::PlanRecord) -> Vec<String> {
+    match &plan.plan {
+        Plan::Evict { victims, .. } => victims.clone(),
+        other => panic!("expected an eviction, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_idle_vllm_model_is_put_to_sleep_for_an_ollama_model_then_woken_and_its_wake_is_kept() {
+    let gpu = SharedGpu::start(Duration::ZERO).await;
+    let gw = gateway(&gpu.config(Some("{level: 1}"))).await;
+    let vram = attach(&gw, gpu.home.path()).await;
+
+    let reply = ask(&gw, "qwen", false).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(gpu.vllm.sleeping(), None);
+
+    // small does not fit beside the awake qwen: qwen, idle, is put to sleep.
+    let reply = ask(&gw, "small", false).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        gpu.vllm.sleeping(),
+        Some(1),
+        "qwen was put to sleep at level 1"
+    );
+    assert_eq!(gpu.ollama.loaded_models(), ["small:latest"]);
+    let plan = last_plan(&vram, &gw);
+    assert_eq!(
+        victims(&plan),
+        ["vllm/qwen"],
+        "the victim is named with its backend"
+    );
+    let route = reply.header("x-glider-route");
+    assert!(route.contains("VRAM: loaded in "), "{route}");
+    assert!(
+        route.contains("after putting to sleep vllm/qwen"),
+        "{route}"
+    );
+
+    // A request for qwen wakes it, making room by unloading the idle small.
+    let reply = ask(&gw, "qwen", false).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(gpu.vllm.sleeping(), None, "qwen was woken");
+    assert_eq!(unloads(&gpu.ollama), ["small:latest"]);
+    let plan = last_plan(&vram, &gw);
+    assert_eq!(victims(&plan), ["local/small:latest"]);
+    assert!(plan.outcome.starts_with("woke in "), "{}", plan.outcome);
+    assert!(
+        reply
+            .header("x-glider-route")
+            .contains("after unloading local/small:latest"),
+        "{}",
+        reply.header("x-glider-route")
+    );
+    assert_eq!(
+        gpu.sleep_calls(),
+        [
+            "/is_sleeping",
+            "/is_sleeping",
+            "/sleep",
+            "/is_sleeping",
+            "/wake_up"
+        ],
+        "asked once before the first request, at each plan, slept once and woke once"
+    );
+
+    // A restart reads the wake: seconds, and the memory the GPU sample grew by.
+    let config = gw.config.snapshot();
+    let again = Vram::new(&config.vram, Some(gpu.home.path()));
+    let view = again.view(&config.vram, &gw.engine.runtime().backends);
+    let qwen = view
+        .models
+        .iter()
+        .find(|m| m.model == "qwen")
+        .expect("listed");
+    assert!(qwen.wake_secs.is_some_and(|s| s >= 0.05), "{qwen:?}");
+    assert_eq!(
+        (qwen.wakes, qwen.memory_mib, qwen.sleep_level),
+        (1, Some(6000), Some(1))
+    );
+}
+
+#[tokio::test]
+async fn a_vllm_model_with_a_stream_in_flight_is_never_put_to_sleep() {
+    // Four deltas 2 s apart: the stream is open while the competing request runs.
+    let gpu = SharedGpu::start(Duration::from_secs(2)).await;
+    let gw = gateway(&gpu.config(Some("{level: 1}"))).await;
+    let vram = attach(&gw, gpu.home.path()).await;
+    let stream = open_stream(&gw, "qwen").await;
+    assert_eq!(stream.status(), 200);
+    until("qwen's reservation", || vram.in_flight("vllm", "qwen") == 1).await;
+
+    let reply = ask(&gw, "small", false).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let plan = last_plan(&vram, &gw);
+    match &plan.plan {
+        Plan::CannotFit { reason } => assert!(reason.contains("vllm/qwen (in use)"), "{reason}"),
+        other => panic!("qwen is streaming, nothing may be evicted: {other:?}"),
+    }
+    assert_eq!(gpu.vllm.sleeping(), None);
+    assert!(
+        !gpu.sleep_calls().iter().any(|p| p == "/sleep"),
+        "{:?}",
+        gpu.sleep_calls()
+    );
+    drop(stream);
+    until("the release", || vram.in_flight("vllm", "qwen") == 0).await;
+}
+
+#[tokio::test]
+async fn a_vllm_backend_without_sleep_enabled_stays_loaded_and_is_never_sent_a_sleep_call() {
+    let gpu = SharedGpu::start(Duration::ZERO).await;
+    let gw = gateway(&gpu.config(None)).await;
+    let vram = attach(&gw, gpu.home.path()).await;
+    assert_eq!(ask(&gw, "qwen", false).await.status, 200);
+    let reply = ask(&gw, "small", false).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(gpu.sleep_calls().is_empty(), "{:?}", gpu.sleep_calls());
+    assert_eq!(gpu.vllm.sleeping(), None);
+    let config = gw.config.snapshot();
+    let view = vram.view(&config.vram, &gw.engine.runtime().backends);
+    let qwen = view
+        .models
+        .iter()
+        .find(|m| m.model == "qwen")
+        .expect("listed");
+    assert!(qwen.loaded && qwen.sleep_level.is_none(), "{qwen:?}");
+}
+
+#[tokio::test]
+async fn a_reservation_is_released_when_the_upstream_fails_mid_stream_and_the_model_may_then_go() {
+    let home = tempfile::tempdir().expect("home");
+    let smi = fake_nvidia_smi(home.path(), 10_000, 0);
+    // The mock cuts the stream when its second delta is due, a second after the first.
+    let local = ollama(Duration::from_secs(1)).await;
+    let cloud = MockVendor::start(Default::default()).await;
+    let vram_yaml = format!("nvidia_smi: '{}', headroom_mib: 0", smi.display());
+    let gw = gateway(&config(&local, &cloud, &vram_yaml, 30.0)).await;
+    let vram = attach(&gw, home.path()).await;
+    local.set_failure(glider_test_support::Failure::CloseMidStream { after_deltas: 1 });
+    let response = open_stream(&gw, "small").await;
+    assert_eq!(response.status(), 200);
+    until("the reservation", || vram.in_flight("local", "small") == 1).await;
+    // The body ends in an error (the upstream cut the stream); the client reads it out.
+    let _ = response.bytes().await;
+    until("the release after the upstream error", || {
+        vram.in_flight("local", "small") == 0
+    })
+    .await;
+    local.set_failure(glider_test_support::Failure::None);
+    let reply = ask(&gw, "big", false).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(victims(&last_plan(&vram, &gw)), ["local/small:latest"]);
 }

@@ -257,7 +257,12 @@ impl Engine {
         };
         let mut decision = runtime.router(&self.sticky).decide(&input, explain)?;
         if let Some(vram) = self.vram.get() {
-            crate::router::warm::pass_over_cold(&mut decision, vram, &runtime.config);
+            crate::router::warm::pass_over_cold(
+                &mut decision,
+                vram,
+                &runtime.config,
+                &runtime.backends,
+            );
         }
         Ok(decision)
     }

@@ -1,7 +1,7 @@
 //! The warm condition of the backup sequence: a local candidate whose model is cold and
 //! whose planned load (measured, evictions included) exceeds `routing.max_cold_wait_secs`,
 //! or that cannot fit without evicting a model in use, is passed over for the next
-//! candidate; the decision's reason says so (the route record, `glider route explain`).
+//! candidate; a sleeping vLLM model's load is its wake. The decision's reason says so (the route record, `glider route explain`).
 //! With nothing else to go to it stays, and the request waits; so does a request the
 //! user sent there (explicit or sticky), whose model the execute phase then loads. The
 //! breaker and health rules are the executor's, unchanged. A sticky local session's
@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use glider_backend::Candidate;
 use glider_backend::executor::attempt_order;
+use glider_backend::{Backend, Candidate};
 use glider_config::Config;
 use glider_ngl::{Part, Request, Role};
 use glider_vram::planner::Plan;
@@ -19,11 +19,13 @@ use glider_vram::{Cause, Vram};
 use super::{RouteDecision, RuleName};
 
 /// Move the cold candidates that would wait too long behind the others (ahead of any
-/// local reserve); the ones moved, for a background load.
+/// local reserve); the ones moved, for a background load. `backends` are all the
+/// configured ones: the plan counts the models loaded on each.
 pub fn pass_over_cold(
     decision: &mut RouteDecision,
     vram: &Vram,
     config: &Config,
+    backends: &[Arc<Backend>],
 ) -> Vec<Candidate> {
     let end = decision
         .local_reserve
@@ -41,7 +43,9 @@ pub fn pass_over_cold(
         if !candidate.backend.is_local() {
             continue;
         }
-        let Some(wait) = vram.cold_wait(&config.vram, &candidate.backend, &candidate.model) else {
+        let Some(wait) =
+            vram.cold_wait(&config.vram, &candidate.backend, &candidate.model, backends)
+        else {
             continue;
         };
         let why = match &wait.plan {
@@ -52,7 +56,7 @@ pub fn pass_over_cold(
                 if wait.measured {
                     "measured"
                 } else {
-                    "vram.unmeasured_load_secs"
+                    wait.prior
                 }
             ),
             _ => continue,
@@ -96,13 +100,20 @@ pub fn pass_over_cold(
 
 /// Load a passed-over model while the request goes elsewhere, so the next finds it warm
 /// (`vram.background_load`).
-pub fn load_in_background(vram: Arc<Vram>, config: Arc<Config>, candidate: Candidate) {
+pub fn load_in_background(
+    vram: Arc<Vram>,
+    config: Arc<Config>,
+    candidate: Candidate,
+    backends: &[Arc<Backend>],
+) {
+    let backends = backends.to_vec();
     tokio::spawn(async move {
         vram.make_room(
             &config.vram,
             &candidate.backend,
             &candidate.model,
             Cause::Background,
+            &backends,
         )
         .await;
     });
@@ -117,6 +128,7 @@ pub fn prewarm_sticky(
     request: &Request,
     vram: &Arc<Vram>,
     config: &Config,
+    backends: &[Arc<Backend>],
 ) {
     if decision.rule != RuleName::Sticky
         || vram.steps_aside(&config.vram)
@@ -136,6 +148,7 @@ pub fn prewarm_sticky(
         config.vram.clone(),
         candidate.backend.clone(),
         candidate.model.clone(),
+        backends.to_vec(),
     );
 }
 

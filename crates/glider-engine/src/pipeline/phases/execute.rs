@@ -35,7 +35,16 @@ impl Phase for Execute {
                 .as_ref()
                 .filter(|vram| !vram.steps_aside(&job.runtime.config.vram));
             let first = match vram {
-                Some(vram) => make_room_first(vram, &job.runtime.config, decision).await,
+                Some(vram) => {
+                    let (first, made_room) = make_room_first(vram, &job.runtime, decision).await;
+                    if let Some(made_room) = made_room {
+                        // What was unloaded or put to sleep for it, by backend, goes in
+                        // the route record with the rest of the decision.
+                        decision.reason = format!("{}; VRAM: {made_room}", decision.reason);
+                        job.tracker.record.reason = Some(decision.reason.clone());
+                    }
+                    first
+                }
                 None => None,
             };
             let fan_out = &job.runtime.config.fan_out;
@@ -109,28 +118,36 @@ impl Phase for Execute {
     }
 }
 
-/// Reserve the local model the backup sequence tries first and make room for it;
-/// its index and the reservation.
+/// Reserve the local model the backup sequence tries first and make room for it
+/// (among the models of every configured backend); its index and the reservation, and
+/// the plan's outcome when it had to unload or put to sleep another model.
 async fn make_room_first(
     vram: &std::sync::Arc<glider_vram::Vram>,
-    config: &glider_config::Config,
+    runtime: &crate::pipeline::runtime::Runtime,
     decision: &RouteDecision,
-) -> Option<(usize, Reservation)> {
+) -> (Option<(usize, Reservation)>, Option<String>) {
     let reserve = decision.local_reserve.unwrap_or(decision.candidates.len());
-    let index = *attempt_order(&decision.candidates, reserve).first()?;
+    let Some(&index) = attempt_order(&decision.candidates, reserve).first() else {
+        return (None, None);
+    };
     let candidate = &decision.candidates[index];
     if !candidate.backend.is_local() {
-        return None;
+        return (None, None);
     }
     let reservation = vram.reserve(candidate.backend.name(), &candidate.model);
-    vram.make_room(
-        &config.vram,
-        &candidate.backend,
-        &candidate.model,
-        glider_vram::Cause::Request,
-    )
-    .await;
-    Some((index, reservation))
+    let record = vram
+        .make_room(
+            &runtime.config.vram,
+            &candidate.backend,
+            &candidate.model,
+            glider_vram::Cause::Request,
+            &runtime.backends,
+        )
+        .await;
+    let made_room = record
+        .filter(|r| matches!(r.plan, glider_vram::planner::Plan::Evict { .. }))
+        .map(|r| r.outcome);
+    (Some((index, reservation)), made_room)
 }
 
 /// The local model that answered stays reserved for as long as its body lives.

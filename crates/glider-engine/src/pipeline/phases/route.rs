@@ -101,13 +101,14 @@ fn decide(job: &mut Job, plugin: Option<&RouteOpinion>) -> Result<RouteDecision,
 fn settle(job: &mut Job, mut decision: RouteDecision) -> Flow {
     if let Some(vram) = &job.vram {
         let config = &job.runtime.config;
-        let passed_over = warm::pass_over_cold(&mut decision, vram, config);
+        let backends = &job.runtime.backends;
+        let passed_over = warm::pass_over_cold(&mut decision, vram, config, backends);
         if config.vram.background_load {
             for candidate in passed_over {
-                warm::load_in_background(vram.clone(), config.clone(), candidate);
+                warm::load_in_background(vram.clone(), config.clone(), candidate, backends);
             }
         }
-        warm::prewarm_sticky(&decision, &job.request, vram, config);
+        warm::prewarm_sticky(&decision, &job.request, vram, config, backends);
     }
     if let Some(flag) = &decision.flag {
         explicit::strip_from_request(&mut job.request, flag);
