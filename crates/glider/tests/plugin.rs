@@ -195,9 +195,13 @@ async fn an_observer_gets_route_and_finish_events_without_prompt_text() {
 
 #[tokio::test]
 async fn a_local_model_calls_a_plugin_declared_tool_in_the_tool_loop() {
-    // No workspace: the internal tools are off, so the plugin's tool is the loop's only one.
+    // The loop's reduced set names only the plugin's tool (the internal ones are left out).
+    let workspace = tempfile::tempdir().expect("workspace");
     let (mock, gw) = with_plugins_and(
-        "tools: {loop: {enabled: true, max_turns: 4}}\n",
+        &format!(
+            "tools: {{workspace: '{}', loop: {{enabled: true, max_turns: 4, tools: [word_count]}}}}\n",
+            workspace.path().display()
+        ),
         &entry("tools", &[example("tools_declare.py")], ""),
     )
     .await;
@@ -216,10 +220,10 @@ async fn a_local_model_calls_a_plugin_declared_tool_in_the_tool_loop() {
     assert!(text.contains("tool result: 4 words"), "{answer}");
     let sent = mock.requests();
     assert_eq!(sent.len(), 2, "two model turns");
+    let offered = sent[0].body.to_string();
     assert!(
-        sent[0].body.to_string().contains("\"word_count\""),
-        "the plugin's tool is offered: {}",
-        sent[0].body
+        offered.contains("\"word_count\"") && !offered.contains("\"grep\""),
+        "the plugin's tool is offered, alone: {offered}"
     );
     let record = common::next_finished(&mut events).await;
     let call = &record.tool_calls[0];
