@@ -5,10 +5,13 @@
 //! concurrency 1: per-request latency p50/p99 and what the hook adds to it; at
 //! concurrency `--connections` (50): requests per second and its ratio to no plugin.
 //! The hooks get a generous deadline and breaker so that every call is measured (the
-//! hook counts are printed: a timeout would show there). Not part of the test suite.
+//! hook counts are printed: a timeout would show there). The cases run interleaved in
+//! `--rounds` rounds, and what a hook adds is the median over the rounds of its
+//! difference to the round's no-plugin case, so load that drifts on a shared machine
+//! weighs on both sides. Not part of the test suite.
 //!
 //! ```text
-//! glider-plugins [--seconds S] [--warmup S] [--connections N] [--examples DIR]   # prints BENCH_JSON {...}
+//! glider-plugins [--seconds S] [--warmup-ms MS] [--connections N] [--rounds N] [--examples DIR]   # prints BENCH_JSON {...}
 //! ```
 
 use std::process::ExitCode;
@@ -26,6 +29,7 @@ struct Opts {
     seconds: Duration,
     warmup: Duration,
     connections: usize,
+    rounds: usize,
     examples: String,
 }
 
@@ -145,38 +149,51 @@ fn at<'a>(case: &'a Value, point: usize, key: &str) -> &'a Value {
     &case["points"][point][key]
 }
 
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 async fn main_async(opts: &Opts) -> Result<Value, String> {
-    let mut cases = Vec::new();
-    for (name, plugin) in [
+    const CASES: [(&str, Option<(&str, &str)>); 3] = [
         ("none", None),
         ("rewrite", Some(("note", "rewrite_system_note.py"))),
         ("route", Some(("small", "route_small_local.py"))),
-    ] {
-        cases.push(case(name, plugin, opts).await?);
+    ];
+    let mut rounds = Vec::new();
+    for _ in 0..opts.rounds.max(1) {
+        let mut cases = Vec::new();
+        for (name, plugin) in CASES {
+            cases.push(case(name, plugin, opts).await?);
+        }
+        rounds.push(cases);
     }
-    // What each hook adds at c1 (p50, p99) and keeps of the throughput at cN.
-    let base = cases[0].clone();
-    let added: Vec<Value> = cases[1..]
-        .iter()
-        .map(|c| {
-            let diff = |p: &str| {
-                at(c, 0, "latency_us")[p].as_i64().unwrap_or(0)
-                    - at(&base, 0, "latency_us")[p].as_i64().unwrap_or(0)
+    // What each hook adds at c1 (p50, p99) and keeps of the throughput at cN: per
+    // round against that round's no-plugin case, then the median over the rounds.
+    let added: Vec<Value> = (1..CASES.len())
+        .map(|hook| {
+            let over_rounds = |of: &dyn Fn(&[Value]) -> f64| {
+                median(rounds.iter().map(|cases| of(cases)).collect())
             };
-            let ratio = at(c, 1, "rps").as_f64().unwrap_or(0.0)
-                / at(&base, 1, "rps").as_f64().unwrap_or(f64::NAN);
+            let latency = |cases: &[Value], c: usize, p: &str| {
+                at(&cases[c], 0, "latency_us")[p].as_f64().unwrap_or(f64::NAN)
+            };
+            let rps = |cases: &[Value], c: usize| at(&cases[c], 1, "rps").as_f64().unwrap_or(f64::NAN);
             json!({
-                "case": c["case"],
-                "added_p50_us_c1": diff("p50"),
-                "added_p99_us_c1": diff("p99"),
-                "throughput_ratio_cN": (ratio * 1000.0).round() / 1000.0,
+                "case": CASES[hook].0,
+                "added_p50_us_c1": over_rounds(&|cs| latency(cs, hook, "p50") - latency(cs, 0, "p50")),
+                "added_p99_us_c1": over_rounds(&|cs| latency(cs, hook, "p99") - latency(cs, 0, "p99")),
+                "throughput_ratio_cN": (over_rounds(&|cs| rps(cs, hook) / rps(cs, 0)) * 1000.0).round() / 1000.0,
             })
         })
         .collect();
     Ok(json!({
         "seconds_per_point": opts.seconds.as_secs_f64(),
         "connections": opts.connections,
-        "cases": cases,
+        "rounds": rounds.len(),
+        // The last round's cases in full; every round's in `rounds_cases`.
+        "cases": rounds.last().cloned().unwrap_or_default(),
+        "rounds_cases": rounds,
         "versus_none": added,
     }))
 }
@@ -188,6 +205,7 @@ fn parse() -> Result<Opts, String> {
         seconds: Duration::from_secs(flags.number("seconds", 3)?),
         warmup: Duration::from_millis(flags.number("warmup-ms", 500)?),
         connections: flags.number("connections", 50)? as usize,
+        rounds: flags.number("rounds", 3)? as usize,
         examples: flags.get("examples").unwrap_or(default_examples).to_owned(),
     })
 }
