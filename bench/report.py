@@ -323,6 +323,8 @@ def plugins_section(res):
     if failed(pl):
         return [f"\n## Plugin hooks\n\nfailed: {pl.get('failed')}"]
     out = [f"\n## Plugin hooks (glider-plugins, {pl['seconds_per_point']:g} s per point)\n",
+           f"The last of {pl.get('rounds', 1)} interleaved rounds; the added figures below are "
+           "medians over the rounds of each hook's difference to its round's no-plugin case.\n",
            "| case | c1 p50 µs | c1 p99 µs | c1 errors | c{0} req/s | c{0} errors |".format(pl["connections"]),
            "|---|---:|---:|---:|---:|---:|"]
     for case in pl["cases"]:
