@@ -228,8 +228,22 @@ async fn a_local_model_calls_a_plugin_declared_tool_in_the_tool_loop() {
     let record = common::next_finished(&mut events).await;
     let call = &record.tool_calls[0];
     assert_eq!((call.tool.as_str(), call.ok), ("word_count", true));
+    // The tool's own error (`isError`) goes back to the model as the call's result.
+    let reply = ask(&gw, "m-ollama", r#"count [[call:word_count {"text":5}]]"#).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let text = reply.json()["choices"][0]["message"]["content"].to_string();
+    assert!(
+        text.contains("tool result: error: `text` must be a string"),
+        "{text}"
+    );
+    let record = common::next_finished(&mut events).await;
+    assert_eq!(
+        (record.tool_calls[0].tool.as_str(), record.tool_calls[0].ok),
+        ("word_count", false)
+    );
+    // Both calls reached the plugin; an answered error is not a failed call.
     let tool = &plugins.hosts()[0].counts.tool;
-    assert_eq!(tool.calls.load(Ordering::Relaxed), 1);
+    assert_eq!(tool.calls.load(Ordering::Relaxed), 2);
     assert_eq!(tool.failures.load(Ordering::Relaxed), 0);
 }
 
