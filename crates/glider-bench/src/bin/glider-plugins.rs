@@ -211,31 +211,7 @@ fn parse() -> Result<Opts, String> {
 }
 
 fn main() -> ExitCode {
-    let opts = match parse() {
-        Ok(opts) => opts,
-        Err(e) => {
-            eprintln!("glider-plugins: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("glider-plugins: no runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(main_async(&opts)) {
-        Ok(report) => {
-            println!("BENCH_JSON {report}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("glider-plugins: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    glider_bench::run_case("glider-plugins", parse, |opts| async move {
+        main_async(&opts).await
+    })
 }
