@@ -311,7 +311,32 @@ def render(res):
     elif hp:
         L.append(f"\n## Glider's own hot path\n\nfailed: {hp.get('failed')}")
     L.extend(context_section(res))
+    L.extend(plugins_section(res))
     return "\n".join(L) + "\n"
+
+
+def plugins_section(res):
+    """glider-plugins: each hook's added latency at c1 and throughput ratio at c50."""
+    pl = res.get("plugins")
+    if not pl:
+        return []
+    if failed(pl):
+        return [f"\n## Plugin hooks\n\nfailed: {pl.get('failed')}"]
+    out = [f"\n## Plugin hooks (glider-plugins, {pl['seconds_per_point']:g} s per point)\n",
+           f"The last of {pl.get('rounds', 1)} interleaved rounds; the added figures below are "
+           "medians over the rounds of each hook's difference to its round's no-plugin case.\n",
+           "| case | c1 p50 µs | c1 p99 µs | c1 errors | c{0} req/s | c{0} errors |".format(pl["connections"]),
+           "|---|---:|---:|---:|---:|---:|"]
+    for case in pl["cases"]:
+        one, many = case["points"]
+        out.append(f"| {case['case']} | {one['latency_us']['p50']} | {one['latency_us']['p99']} | "
+                   f"{one['errors']} | {many['rps']} | {many['errors']} |")
+    out.append("\n| hook | added p50 µs (c1) | added p99 µs (c1) | throughput vs none (c{}) |".format(pl["connections"]))
+    out.append("|---|---:|---:|---:|")
+    for row in pl["versus_none"]:
+        out.append(f"| {row['case']} | {row['added_p50_us_c1']} | {row['added_p99_us_c1']} | "
+                   f"{row['throughput_ratio_cN']} |")
+    return out
 
 
 def nginx_section(res):

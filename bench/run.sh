@@ -72,7 +72,7 @@ if [[ "${BENCH_SKIP_INSTALL:-0}" != 1 ]]; then
 fi
 
 if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
-  say "building glider, glider-mock, glider-load, glider-hotpath (release)"
+  say "building glider, glider-mock, glider-load, glider-hotpath, glider-plugins (release)"
   # One invocation, so features unify the same way every time and nothing rebuilds.
   nice -n 10 cargo build --release --quiet -p glider -p glider-test-support -p glider-bench --bins
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""A Glider plugin (standard library only) that declares a tool in its manifest.
-Glider keeps declared tools with the manifest; serving them to the tool loop and
-`/mcp` comes with the MCP client and is not done yet (docs/plugins.md)."""
+"""A Glider plugin (standard library only) that provides a tool to the tool loop:
+`word_count`. Glider offers the tools a plugin declares to a local model (with
+`tools.loop` on), and runs the model's calls as `tools/call` here; the result is in
+MCP's shape (`content` parts, `isError`). Protocol: docs/plugins.md."""
 import json
 import sys
 
@@ -13,7 +14,11 @@ MANIFEST = {
             {
                 "name": "word_count",
                 "description": "Count the words of a text.",
-                "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}},
+                    "required": ["text"],
+                },
             }
         ]
     },
@@ -25,11 +30,23 @@ def reply(msg_id, result):
     sys.stdout.flush()
 
 
+def call_tool(params):
+    if params.get("name") != "word_count":
+        return {"content": [{"type": "text", "text": f"no tool {params.get('name')!r}"}], "isError": True}
+    text = params.get("arguments", {}).get("text")
+    if not isinstance(text, str):
+        return {"content": [{"type": "text", "text": "`text` must be a string"}], "isError": True}
+    return {"content": [{"type": "text", "text": f"{len(text.split())} words"}]}
+
+
 for line in sys.stdin:
     msg = json.loads(line)
-    if msg.get("method") == "initialize":
+    method = msg.get("method")
+    if method == "initialize":
         reply(msg["id"], {"protocol_version": 1, "manifest": MANIFEST})
-    elif msg.get("method") == "shutdown":
+    elif method == "tools/call":
+        reply(msg["id"], call_tool(msg.get("params", {})))
+    elif method == "shutdown":
         reply(msg["id"], {})
         break
     elif "id" in msg:

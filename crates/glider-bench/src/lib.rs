@@ -1,5 +1,9 @@
-//! Shared bits of the benchmark binaries (`glider-load`, `glider-hotpath`): latency
-//! summaries and a tiny flag parser. The harness that runs them is `bench/run.sh`.
+//! Shared bits of the benchmark binaries (`glider-load`, `glider-hotpath`,
+//! `glider-hedge`, `glider-plugins`): latency summaries, a tiny flag parser, and the
+//! `main` of an in-process case ([`run_case`]). The harness that runs them is `bench/run.sh`.
+
+use std::future::Future;
+use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
@@ -88,6 +92,46 @@ impl Flags {
 
     pub fn switch(&self, name: &str) -> bool {
         self.switches.iter().any(|s| s == name)
+    }
+}
+
+/// The `main` of an in-process bench binary `name`: its options from `parse` (a bad
+/// one exits 2), then `work` on a multi-thread runtime; the report is printed as one
+/// `BENCH_JSON {...}` line (what bench/harness.py reads), an error on stderr.
+pub fn run_case<O, F>(
+    name: &str,
+    parse: impl FnOnce() -> Result<O, String>,
+    work: impl FnOnce(O) -> F,
+) -> ExitCode
+where
+    F: Future<Output = Result<Value, String>>,
+{
+    let opts = match parse() {
+        Ok(opts) => opts,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("{name}: no runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(work(opts)) {
+        Ok(report) => {
+            println!("BENCH_JSON {report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -33,6 +33,13 @@ pub struct PluginConfig {
     pub breaker_open_secs: u64,
     /// Observe events queued for the plugin; past it, events are dropped and counted.
     pub observe_queue: usize,
+    /// How long `initialize` may take (the plugin's own start-up: an interpreter loading).
+    pub initialize_deadline_ms: u64,
+    /// Seconds between `heartbeat` calls to a running plugin; 0 for none.
+    pub heartbeat_secs: u64,
+    /// How long one call of a tool the plugin declared may take (tools do real work:
+    /// longer than a hook's `deadline_ms`).
+    pub tool_deadline_ms: u64,
 }
 
 impl Default for PluginConfig {
@@ -49,6 +56,9 @@ impl Default for PluginConfig {
             breaker_failures: 5,
             breaker_open_secs: 30,
             observe_queue: 1024,
+            initialize_deadline_ms: 10_000,
+            heartbeat_secs: 5,
+            tool_deadline_ms: 30_000,
         }
     }
 }
@@ -75,6 +85,12 @@ pub(crate) fn problems(plugins: &[PluginConfig], problems: &mut Vec<String>) {
         if plugin.breaker_failures == 0 {
             problems.push(format!("{at}: breaker_failures must be at least 1"));
         }
+        if plugin.initialize_deadline_ms == 0 {
+            problems.push(format!("{at}: initialize_deadline_ms must be at least 1"));
+        }
+        if plugin.tool_deadline_ms == 0 {
+            problems.push(format!("{at}: tool_deadline_ms must be at least 1"));
+        }
         if plugin.observe_queue == 0 {
             problems.push(format!("{at}: observe_queue must be at least 1"));
         }
@@ -92,8 +108,16 @@ mod tests {
         let plugin = &config.plugins[0];
         assert!(plugin.enabled && !plugin.allow_prompt_text);
         assert_eq!((plugin.deadline_ms, plugin.memory_mb), (250, 512));
+        assert_eq!(
+            (
+                plugin.initialize_deadline_ms,
+                plugin.heartbeat_secs,
+                plugin.tool_deadline_ms
+            ),
+            (10_000, 5, 30_000)
+        );
         let bad = Config::parse(
-            "plugins:\n  - {name: p, command: []}\n  - {name: p, command: [x], deadline_ms: 0}\n",
+            "plugins:\n  - {name: p, command: []}\n  - {name: p, command: [x], deadline_ms: 0, initialize_deadline_ms: 0}\n",
             "t",
         );
         let error = bad.expect_err("invalid").to_string();
@@ -101,6 +125,7 @@ mod tests {
             "plugins[0] (p): command must name a program",
             "plugins[1] (p): duplicate plugin name",
             "plugins[1] (p): deadline_ms must be at least 1",
+            "plugins[1] (p): initialize_deadline_ms must be at least 1",
         ] {
             assert!(error.contains(expected), "{error}");
         }

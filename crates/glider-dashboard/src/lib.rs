@@ -11,6 +11,7 @@ pub mod history;
 pub mod ledger;
 mod mcp;
 pub mod metrics;
+mod plugins;
 mod redact;
 mod rest;
 mod security;
@@ -222,6 +223,7 @@ impl Dashboard {
             )
             .route("/api/vram", get(vram::view))
             .route("/api/mcp", get(mcp::view))
+            .route("/api/plugins", get(plugins::view))
             .route("/metrics", get(rest::metrics))
             .route("/ws", get(ws::upgrade))
             .fallback(rest::not_found)

@@ -341,10 +341,13 @@ pub async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        crate::vram::with_gauges(
-            shared.metrics.encode(
-                &states,
-                shared.options.context.as_ref().map(|c| c.counters.as_ref()),
+        crate::plugins::with_families(
+            crate::vram::with_gauges(
+                shared.metrics.encode(
+                    &states,
+                    shared.options.context.as_ref().map(|c| c.counters.as_ref()),
+                ),
+                &shared,
             ),
             &shared,
         ),

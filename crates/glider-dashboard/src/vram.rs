@@ -48,7 +48,7 @@ pub fn spawn_forward(shared: &Arc<Shared>) -> Option<tokio::task::JoinHandle<()>
 }
 
 /// An OpenMetrics label value.
-fn label(value: &str) -> String {
+pub(crate) fn label(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
@@ -151,11 +151,16 @@ pub fn with_gauges(mut text: String, shared: &Shared) -> String {
             .map(|m| (model(m), m.in_flight.to_string()))
             .collect(),
     );
-    match text.rfind("# EOF") {
-        Some(at) => text.insert_str(at, &out),
-        None => text.push_str(&out),
-    }
+    before_eof(&mut text, &out);
     text
+}
+
+/// `families` inserted before the closing `# EOF` of the OpenMetrics `text`.
+pub(crate) fn before_eof(text: &mut String, families: &str) {
+    match text.rfind("# EOF") {
+        Some(at) => text.insert_str(at, families),
+        None => text.push_str(families),
+    }
 }
 
 #[cfg(test)]

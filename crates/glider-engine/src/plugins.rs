@@ -1,7 +1,8 @@
 //! The engine's plugins (crates/glider-plugin): the set built from `plugins:`, swapped
 //! through the [`hotswap`](crate::hotswap) registry on reload (a removed or changed
 //! plugin is told `shutdown` and ended; an unchanged one keeps its process), and the
-//! `observe` events taken from the bus (request finished, budget stop).
+//! `observe` events taken from the bus (request finished, budget stop), and the tool
+//! loop's tools joined by the ones plugins declare ([`with_plugin_tools`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -105,4 +106,17 @@ pub(crate) fn attach(
         }
     });
     (current, module)
+}
+
+/// `tools` (the runtime's: internal, MCP) and after them the tools the request's plugins
+/// declare; a name an earlier provider offers stays the earlier one's. The request's
+/// own snapshot of the plugins, so a reload mid-loop changes nothing for it.
+pub(crate) fn with_plugin_tools(
+    tools: &glider_tools::ToolSet,
+    plugins: Option<&Arc<Plugins>>,
+) -> glider_tools::ToolSet {
+    match plugins {
+        Some(plugins) if !plugins.is_empty() => tools.clone().with(plugins.clone()),
+        _ => tools.clone(),
+    }
 }

@@ -19,10 +19,6 @@ use tokio::sync::mpsc;
 
 use crate::manifest::{Initialized, Manifest, PROTOCOL_VERSIONS};
 
-/// How long `initialize` may take (a plugin's own start-up: an interpreter loading).
-const INITIALIZE_DEADLINE: Duration = Duration::from_secs(10);
-/// How often a running plugin is asked `heartbeat`.
-const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 /// How long `shutdown` and the exit after it may take before the group is killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 const RESTART_BACKOFF: Backoff = Backoff {
@@ -30,10 +26,67 @@ const RESTART_BACKOFF: Backoff = Backoff {
     max: Duration::from_secs(30),
 };
 
+/// The calls Glider makes to a plugin, each counted on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    Route,
+    Rewrite,
+    /// A call of a tool the plugin declared.
+    Tool,
+    Heartbeat,
+}
+
+impl Hook {
+    pub const ALL: [Hook; 4] = [Hook::Route, Hook::Rewrite, Hook::Tool, Hook::Heartbeat];
+
+    /// Its name in counts and metrics labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hook::Route => "route",
+            Hook::Rewrite => "rewrite",
+            Hook::Tool => "tool",
+            Hook::Heartbeat => "heartbeat",
+        }
+    }
+
+    /// The JSON-RPC method the plugin is called with.
+    pub fn method(self) -> &'static str {
+        match self {
+            Hook::Tool => "tools/call",
+            other => other.name(),
+        }
+    }
+}
+
+/// The calls of one hook.
+#[derive(Debug, Default, Serialize)]
+pub struct HookCounts {
+    pub calls: AtomicU64,
+    /// An error, no reply within the deadline, or the plugin down.
+    pub failures: AtomicU64,
+    pub timeouts: AtomicU64,
+}
+
+impl HookCounts {
+    fn called(&self, outcome: &Result<Value, RpcError>) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        match outcome {
+            Ok(_) => {}
+            Err(RpcError::Timeout) => {
+                self.timeouts.fetch_add(1, Ordering::Relaxed);
+                self.failures.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 /// A plugin's counts since it was configured.
 #[derive(Debug, Default, Serialize)]
 pub struct Counts {
-    /// Hook calls made (route, rewrite).
+    /// Calls made through the breaker (route, rewrite, tool), all hooks together.
     pub calls: AtomicU64,
     /// Calls that failed: an error, no reply within the deadline, or the plugin down.
     pub failures: AtomicU64,
@@ -47,6 +100,22 @@ pub struct Counts {
     pub observe_dropped: AtomicU64,
     /// Times the breaker opened.
     pub breaker_opened: AtomicU64,
+    pub route: HookCounts,
+    pub rewrite: HookCounts,
+    pub tool: HookCounts,
+    /// Heartbeats asked; a failed one ends the process (a restart follows).
+    pub heartbeat: HookCounts,
+}
+
+impl Counts {
+    pub fn hook(&self, hook: Hook) -> &HookCounts {
+        match hook {
+            Hook::Route => &self.route,
+            Hook::Rewrite => &self.rewrite,
+            Hook::Tool => &self.tool,
+            Hook::Heartbeat => &self.heartbeat,
+        }
+    }
 }
 
 /// What a hook call gave.
@@ -137,6 +206,11 @@ impl Host {
         self.supervisor.starts()
     }
 
+    /// How many times it was started again after its first start.
+    pub fn restarts(&self) -> u64 {
+        self.starts().saturating_sub(1)
+    }
+
     /// The running child's process group.
     pub fn pgid(&self) -> Option<u32> {
         self.supervisor.running().and_then(|c| c.pgid())
@@ -152,6 +226,7 @@ impl Host {
         if let Some(why) = self.refused() {
             return Err(format!("refused: {why}"));
         }
+        let initialize_deadline = Duration::from_millis(self.config.initialize_deadline_ms);
         let outcome = self
             .supervisor
             .child(|child| async move {
@@ -164,14 +239,14 @@ impl Host {
                             "name": self.config.name,
                             "grants": {"prompt_text": self.config.allow_prompt_text},
                         }),
-                        INITIALIZE_DEADLINE,
+                        initialize_deadline,
                     )
                     .await?;
                 match Initialized::parse(result) {
                     Ok(initialized) => {
                         *lock(&self.manifest) = Some(initialized.manifest);
                         child
-                            .notify("ready", json!({}), INITIALIZE_DEADLINE)
+                            .notify("ready", json!({}), initialize_deadline)
                             .await
                     }
                     Err(why) => {
@@ -205,14 +280,19 @@ impl Host {
         });
     }
 
-    /// Call hook `method` within the deadline, through the breaker.
-    pub async fn call(self: &Arc<Self>, method: &str, params: Value) -> Called {
+    /// Call `hook` within its deadline (`tool_deadline_ms` for a tool, `deadline_ms`
+    /// for the others), through the breaker.
+    pub async fn call(self: &Arc<Self>, hook: Hook, params: Value) -> Called {
+        let method = hook.method();
         if self.breaker_open() {
             self.counts.skipped.fetch_add(1, Ordering::Relaxed);
             return Called::Without(format!("{}: skipped, its breaker is open", self.name()));
         }
         self.counts.calls.fetch_add(1, Ordering::Relaxed);
-        let deadline = Duration::from_millis(self.config.deadline_ms);
+        let deadline = Duration::from_millis(match hook {
+            Hook::Tool => self.config.tool_deadline_ms,
+            _ => self.config.deadline_ms,
+        });
         let running = match self.refused() {
             Some(why) => Err(format!("refused: {why}")),
             None => self.supervisor.running().ok_or_else(|| {
@@ -221,15 +301,24 @@ impl Host {
             }),
         };
         let outcome = match running {
-            Err(why) => Err(why),
-            Ok(child) => match child.call(method, params, deadline).await {
-                Ok(result) => Ok(result),
-                Err(RpcError::Timeout) => {
-                    self.counts.timeouts.fetch_add(1, Ordering::Relaxed);
-                    Err(RpcError::Timeout.to_string())
+            Err(why) => {
+                self.counts
+                    .hook(hook)
+                    .called(&Err(RpcError::Closed(why.clone())));
+                Err(why)
+            }
+            Ok(child) => {
+                let outcome = child.call(method, params, deadline).await;
+                self.counts.hook(hook).called(&outcome);
+                match outcome {
+                    Ok(result) => Ok(result),
+                    Err(RpcError::Timeout) => {
+                        self.counts.timeouts.fetch_add(1, Ordering::Relaxed);
+                        Err(RpcError::Timeout.to_string())
+                    }
+                    Err(other) => Err(other.to_string()),
                 }
-                Err(other) => Err(other.to_string()),
-            },
+            }
         };
         match outcome {
             Ok(result) => {
@@ -310,17 +399,27 @@ async fn send_observed(host: Weak<Host>, mut queue: mpsc::Receiver<Value>) {
     }
 }
 
-/// Ask a running plugin `heartbeat` every few seconds; one that does not answer within
-/// its deadline is ended (the supervisor starts it again on the next call).
+/// Ask a running plugin `heartbeat` every `heartbeat_secs`; one that does not answer
+/// within its deadline is ended (the supervisor starts it again on the next call).
 async fn heartbeat(host: Weak<Host>) {
+    let every = match host.upgrade() {
+        Some(host) if host.config.heartbeat_secs > 0 => {
+            Duration::from_secs(host.config.heartbeat_secs)
+        }
+        _ => return,
+    };
     loop {
-        tokio::time::sleep(HEARTBEAT_EVERY).await;
+        tokio::time::sleep(every).await;
         let Some(host) = host.upgrade() else { return };
         let Some(child) = host.supervisor.running() else {
             continue;
         };
         let deadline = Duration::from_millis(host.config.deadline_ms).max(Duration::from_secs(1));
-        if let Err(why) = child.call("heartbeat", json!({}), deadline).await {
+        let outcome = child
+            .call(Hook::Heartbeat.method(), json!({}), deadline)
+            .await;
+        host.counts.heartbeat.called(&outcome);
+        if let Err(why) = outcome {
             tracing::warn!(plugin = %host.config.name, %why, "plugin missed its heartbeat; it is restarted");
             child.stop(Duration::ZERO).await;
         }

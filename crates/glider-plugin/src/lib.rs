@@ -1,13 +1,14 @@
 //! Plugins (spec package `plugin`): small programs in any language that Glider runs as
 //! child processes and talks to over stdio JSON-RPC (docs/plugins.md has the protocol).
 //! Each declares a [`manifest`] — `observe`, `route`, `rewrite` (with a scope), `tools`
-//! — and Glider calls it only within it, within a deadline, through a breaker; a plugin
+//! (served to the tool loop, [`tools`]) — and Glider calls it only within it, within a deadline, through a breaker; a plugin
 //! sees Glider's own typed values ([`view`]), never a vendor's wire format. [`Plugins`]
 //! is the configured set, rebuilt on reload (a plugin whose entry did not change keeps
 //! its process).
 
 pub mod host;
 pub mod manifest;
+pub mod tools;
 pub mod view;
 
 use std::path::Path;
@@ -20,7 +21,7 @@ use glider_sys::runstate::DelegatePids;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-pub use host::{Called, Host};
+pub use host::{Called, Hook, Host};
 pub use manifest::{Manifest, Scope};
 
 /// A plugin's routing opinion: a side or a backend name, and why.
@@ -58,6 +59,8 @@ pub struct PluginStats<'a> {
     pub refused: Option<String>,
     pub breaker_open: bool,
     pub starts: u64,
+    /// Starts after the first (a crash, a missed heartbeat, an over-long line).
+    pub restarts: u64,
     pub counts: &'a host::Counts,
 }
 
@@ -120,6 +123,7 @@ impl Plugins {
                 refused: h.refused(),
                 breaker_open: h.breaker_open(),
                 starts: h.starts(),
+                restarts: h.restarts(),
                 counts: &h.counts,
             })
             .collect()
@@ -173,7 +177,7 @@ impl Plugins {
                 "estimated_tokens": ask.estimated_tokens,
                 "session": ask.session,
             });
-            let result = match host.call("route", params).await {
+            let result = match host.call(Hook::Route, params).await {
                 Called::Result(result) => result,
                 Called::Without(note) => {
                     notes.push(note);
@@ -214,7 +218,7 @@ impl Plugins {
                 "request": view::request(request, &manifest.reads, host.config.allow_prompt_text),
                 "route": {"backend": ask.backend, "model": ask.model, "local": ask.local},
             });
-            let result = match host.call("rewrite", params).await {
+            let result = match host.call(Hook::Rewrite, params).await {
                 Called::Result(result) => result,
                 Called::Without(note) => {
                     notes.push(note);

@@ -61,8 +61,7 @@ pub struct Rewrite {
     pub scope: Scope,
 }
 
-/// A tool the plugin offers (declared only in this version: serving plugin tools to
-/// the tool loop and `/mcp` waits for the MCP client).
+/// A tool the plugin offers to the tool loop (`tools/call` runs it; crate::tools).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Tool {
     pub name: String,
@@ -139,6 +138,15 @@ impl Initialized {
                 FIELDS.join(", ")
             ));
         }
+        let mut names = std::collections::HashSet::new();
+        for tool in &manifest.capabilities.tools {
+            if tool.name.trim().is_empty() {
+                return Err("it declares a tool with no name".to_owned());
+            }
+            if !names.insert(tool.name.as_str()) {
+                return Err(format!("it declares the tool {:?} twice", tool.name));
+            }
+        }
         Ok(initialized)
     }
 }
@@ -175,6 +183,10 @@ mod tests {
             (
                 json!({"protocol_version": 1, "manifest": {"name": "p", "capabilities": {"exec": {}}}}),
                 "not a manifest",
+            ),
+            (
+                json!({"protocol_version": 1, "manifest": {"name": "p", "capabilities": {"tools": [{"name": "t"}, {"name": "t"}]}}}),
+                "the tool \"t\" twice",
             ),
         ] {
             let error = Initialized::parse(bad).expect_err("refused");

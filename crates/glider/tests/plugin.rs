@@ -41,7 +41,15 @@ fn entry(name: &str, args: &[String], extra: &str) -> String {
 
 /// The gateway with `plugins` attached, once every plugin has given its manifest.
 async fn with_plugins(plugins: &str) -> (glider_test_support::MockVendor, Gateway) {
-    let (mock, yaml) = mock_and_config(&format!("plugins:\n{plugins}")).await;
+    with_plugins_and("", plugins).await
+}
+
+/// [`with_plugins`] with `extra` config YAML besides the plugins.
+async fn with_plugins_and(
+    extra: &str,
+    plugins: &str,
+) -> (glider_test_support::MockVendor, Gateway) {
+    let (mock, yaml) = mock_and_config(&format!("{extra}plugins:\n{plugins}")).await;
     let gw = gateway(&yaml).await;
     gw.engine.attach_plugins(None);
     assert!(
@@ -186,12 +194,57 @@ async fn an_observer_gets_route_and_finish_events_without_prompt_text() {
 }
 
 #[tokio::test]
-async fn declared_tools_are_kept_in_the_manifest() {
-    let (_mock, gw) = with_plugins(&entry("tools", &[example("tools_declare.py")], "")).await;
+async fn a_local_model_calls_a_plugin_declared_tool_in_the_tool_loop() {
+    // The loop's reduced set names only the plugin's tool (the internal ones are left out).
+    let workspace = tempfile::tempdir().expect("workspace");
+    let (mock, gw) = with_plugins_and(
+        &format!(
+            "tools: {{workspace: '{}', loop: {{enabled: true, max_turns: 4, tools: [word_count]}}}}\n",
+            workspace.path().display()
+        ),
+        &entry("tools", &[example("tools_declare.py")], ""),
+    )
+    .await;
     let plugins = gw.engine.plugins();
-    let manifest = plugins.hosts()[0].manifest().expect("initialised");
-    assert_eq!(manifest.capabilities.tools[0].name, "word_count");
     assert!(!plugins.routes() && !plugins.rewrites(true) && !plugins.rewrites(false));
+    let mut events = gw.engine.bus().subscribe();
+    let reply = ask(
+        &gw,
+        "m-ollama",
+        r#"count these [[call:word_count {"text":"one two three four"}]]"#,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let answer = reply.json();
+    let text = answer["choices"][0]["message"]["content"].to_string();
+    assert!(text.contains("tool result: 4 words"), "{answer}");
+    let sent = mock.requests();
+    assert_eq!(sent.len(), 2, "two model turns");
+    let offered = sent[0].body.to_string();
+    assert!(
+        offered.contains("\"word_count\"") && !offered.contains("\"grep\""),
+        "the plugin's tool is offered, alone: {offered}"
+    );
+    let record = common::next_finished(&mut events).await;
+    let call = &record.tool_calls[0];
+    assert_eq!((call.tool.as_str(), call.ok), ("word_count", true));
+    // The tool's own error (`isError`) goes back to the model as the call's result.
+    let reply = ask(&gw, "m-ollama", r#"count [[call:word_count {"text":5}]]"#).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let text = reply.json()["choices"][0]["message"]["content"].to_string();
+    assert!(
+        text.contains("tool result: error: `text` must be a string"),
+        "{text}"
+    );
+    let record = common::next_finished(&mut events).await;
+    assert_eq!(
+        (record.tool_calls[0].tool.as_str(), record.tool_calls[0].ok),
+        ("word_count", false)
+    );
+    // Both calls reached the plugin; an answered error is not a failed call.
+    let tool = &plugins.hosts()[0].counts.tool;
+    assert_eq!(tool.calls.load(Ordering::Relaxed), 2);
+    assert_eq!(tool.failures.load(Ordering::Relaxed), 0);
 }
 
 fn misbehave(fault: &str, starts: &std::path::Path, extra: &str) -> String {
@@ -457,6 +510,106 @@ async fn a_plugin_left_running_by_a_sigkilled_glider_is_ended_at_the_next_start(
         until(|| group_members(pgid).is_empty()).await,
         "the old plugin's group is still there: {:?}",
         group_members(pgid)
+    );
+    served.stop();
+}
+
+#[tokio::test]
+async fn the_dashboard_counts_each_plugins_calls_per_hook_on_rest_and_metrics() {
+    let home = tempfile::tempdir().expect("home");
+    let starts = home.path().join("starts");
+    let (_mock, yaml) = mock_and_config("").await;
+    // In config order: `hang` times out until its breaker opens, `crash` exits on each
+    // call (restarted), `small` answers every route call.
+    let plugins = [
+        misbehave(
+            "hang",
+            &starts,
+            "deadline_ms: 100, breaker_failures: 2, breaker_open_secs: 600",
+        ),
+        misbehave("crash", &starts, "breaker_failures: 1000"),
+        entry("small", &[example("route_small_local.py")], ""),
+    ]
+    .concat();
+    let served = common::serve::serve_yaml(home.path(), &format!("{yaml}plugins:\n{plugins}"));
+    let started = |body: &Value| {
+        body["plugins"]
+            .as_array()
+            .is_some_and(|p| p.len() == 3 && p.iter().all(|p| p["manifest"].is_object()))
+    };
+    served.poll_json("/api/plugins", started).await;
+    let client = reqwest::Client::new();
+    let mut sent: u64 = 0;
+    let body = loop {
+        let reply = client
+            .post(format!("{}/v1/chat/completions", served.gateway))
+            .json(&chat("m-openai", "hello"))
+            .send()
+            .await
+            .expect("the gateway answered");
+        assert_eq!(reply.status(), 200);
+        sent += 1;
+        let body = served.poll_json("/api/plugins", |_| true).await;
+        if body["plugins"][1]["restarts"].as_u64() >= Some(1) || sent >= 2000 {
+            break body;
+        }
+    };
+    let (hang, crash, small) = (
+        &body["plugins"][0],
+        &body["plugins"][1],
+        &body["plugins"][2],
+    );
+    assert!(crash["restarts"].as_u64() >= Some(1), "{crash}");
+    assert!(
+        crash["counts"]["route"]["failures"].as_u64() >= Some(1),
+        "{crash}"
+    );
+    assert_eq!(hang["breaker_open"], true, "{hang}");
+    assert_eq!(hang["counts"]["route"]["calls"], 2, "{hang}");
+    assert_eq!(hang["counts"]["route"]["timeouts"], 2, "{hang}");
+    assert_eq!(hang["counts"]["skipped"], sent - 2, "{hang}");
+    assert_eq!(hang["restarts"], 0, "{hang}");
+    assert_eq!(small["counts"]["route"]["calls"], sent, "{small}");
+    assert_eq!(small["counts"]["route"]["failures"], 0, "{small}");
+    assert_eq!(small["counts"]["rewrite"]["calls"], 0, "{small}");
+
+    let metrics = served.metrics().await;
+    let sample = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no sample {name} in:\n{metrics}"))
+    };
+    assert_eq!(
+        sample(r#"glider_plugin_calls_total{plugin="hang",hook="route"}"#),
+        2
+    );
+    assert_eq!(
+        sample(r#"glider_plugin_timeouts_total{plugin="hang",hook="route"}"#),
+        2
+    );
+    assert_eq!(
+        sample(r#"glider_plugin_failures_total{plugin="hang",hook="route"}"#),
+        2
+    );
+    assert_eq!(sample(r#"glider_plugin_breaker_open{plugin="hang"}"#), 1);
+    assert_eq!(sample(r#"glider_plugin_breaker_open{plugin="small"}"#), 0);
+    assert_eq!(
+        sample(r#"glider_plugin_skipped_total{plugin="hang"}"#),
+        sent - 2
+    );
+    assert_eq!(
+        sample(r#"glider_plugin_calls_total{plugin="small",hook="route"}"#),
+        sent
+    );
+    assert_eq!(
+        sample(r#"glider_plugin_calls_total{plugin="small",hook="tool"}"#),
+        0
+    );
+    assert!(sample(r#"glider_plugin_restarts_total{plugin="crash"}"#) >= 1);
+    assert!(
+        metrics.contains("# TYPE glider_plugin_calls counter"),
+        "{metrics}"
     );
     served.stop();
 }

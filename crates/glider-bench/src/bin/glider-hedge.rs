@@ -145,31 +145,9 @@ async fn main_async(flags: &Flags) -> Result<Value, String> {
 }
 
 fn main() -> ExitCode {
-    let flags = match Flags::parse(std::env::args().skip(1), &[]) {
-        Ok(flags) => flags,
-        Err(e) => {
-            eprintln!("glider-hedge: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("glider-hedge: no runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(main_async(&flags)) {
-        Ok(report) => {
-            println!("BENCH_JSON {report}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("glider-hedge: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    glider_bench::run_case(
+        "glider-hedge",
+        || Flags::parse(std::env::args().skip(1), &[]),
+        |flags| async move { main_async(&flags).await },
+    )
 }

@@ -1,6 +1,7 @@
 //! Tool loop (`tools.loop`, opt-in): when a local model answers a client that will not
 //! run tools for it, Glider gives the model a reduced tool set (`tools.loop.tools` of
-//! the runtime's [`glider_tools::ToolSet`]: the internal tools, later MCP ones), runs
+//! the runtime's [`glider_tools::ToolSet`]: the internal tools, later MCP ones, and the
+//! tools plugins declare), runs
 //! the calls it makes itself, appends the results and asks again — encode and execute
 //! once per model turn — bounded by contextkit's [`LoopBudget`] (turns and time). The
 //! client gets the final answer in its dialect (a stream built from it when it asked
@@ -23,6 +24,7 @@ use super::record::collect;
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
 use crate::contextkit::{LoopBudget, LoopLimit, MAX_TOOL_ARGUMENT_CHARS, ToolRun};
 use crate::pipeline::reply::{Answered, decode_events};
+use crate::plugins::with_plugin_tools;
 
 pub(crate) struct ToolLoop;
 
@@ -53,7 +55,8 @@ fn loop_tools(job: &Job) -> Option<Vec<ToolSpec>> {
             .as_ref()
             .and_then(|d| d.candidates.first())
             .is_some_and(|c| c.backend.is_local());
-    applies.then(|| job.runtime.tools.specs(&config.tools))
+    applies
+        .then(|| with_plugin_tools(&job.runtime.tools, job.plugins.as_ref()).specs(&config.tools))
 }
 
 /// `specs` added to the request's own tools (a name the client already has stays
@@ -206,10 +209,10 @@ async fn run_call(
     arguments: serde_json::Value,
 ) -> Part {
     let started = Instant::now();
-    let runtime = job.runtime.clone();
+    let tools = with_plugin_tools(&job.runtime.tools, job.plugins.as_ref());
     let outcome = match tokio::time::timeout(
         budget.time_left(),
-        runtime.tools.call(&name, arguments.clone()),
+        tools.call(&name, arguments.clone()),
     )
     .await
     {
