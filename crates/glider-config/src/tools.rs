@@ -71,6 +71,9 @@ pub struct ToolLoopConfig {
     pub max_secs: f64,
     /// The tools the model is given; empty: every internal tool.
     pub tools: Vec<String>,
+    /// `*` patterns on prefixed MCP tool names (`files__read_*`) the loop may call;
+    /// empty (the default): no MCP tool, since an MCP tool may write or reach out.
+    pub mcp: Vec<String>,
 }
 
 impl Default for ToolLoopConfig {
@@ -81,7 +84,17 @@ impl Default for ToolLoopConfig {
             max_turns: 8,
             max_secs: 120.0,
             tools: Vec::new(),
+            mcp: Vec::new(),
         }
+    }
+}
+
+impl ToolLoopConfig {
+    /// Whether the loop offers the tool `name` (`from_mcp`: one of an MCP server's):
+    /// it must be in `tools` when that is set, and an MCP tool must match `mcp` too.
+    pub fn offers(&self, name: &str, from_mcp: bool) -> bool {
+        let listed = self.tools.is_empty() || self.tools.iter().any(|t| t == name);
+        listed && (!from_mcp || self.mcp.iter().any(|p| crate::glob_match(p, name)))
     }
 }
 

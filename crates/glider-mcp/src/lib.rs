@@ -4,9 +4,11 @@
 //! server's `allow` / `deny`, and forwards calls ([`McpHub`]); and the gateway's `/mcp`
 //! Streamable HTTP server that offers the union of those tools ([`server`]).
 //!
-//! The hub's small API ([`McpHub::tools`], [`McpHub::call`]) is what both `/mcp` and a
-//! tool loop use; it speaks plain JSON so neither needs to know rmcp.
+//! The hub's small API ([`McpHub::tools`], [`McpHub::call`]) is what both `/mcp` and
+//! the tool loop use (the loop through the hub's `glider_tools::ToolProvider`,
+//! [`provider`]); it speaks plain JSON so neither needs to know rmcp.
 
+mod provider;
 pub mod server;
 mod supervise;
 
@@ -263,6 +265,12 @@ impl McpHub {
             .values()
             .map(|running| running.live.view())
             .collect()
+    }
+
+    /// Tell `/mcp` that tools it serves besides the hub's (the internal ones) may have
+    /// changed; its clients are notified only if the list it serves did change.
+    pub fn tools_may_have_changed(&self) {
+        self.inner.tools_changed();
     }
 
     /// A receiver that sees a new number whenever the offered tools change.

@@ -1,7 +1,8 @@
 //! The gateway's `/mcp`: a Streamable HTTP MCP server (rmcp's, mounted in axum) that
-//! offers the union of the hub's tools and forwards each call to its server. Every
-//! connected client is sent `notifications/tools/list_changed` when the offered tools
-//! change. Who may reach it (Host, Origin, `server.gateway_token`) is the gateway's own
+//! offers the union of the hub's tools, forwarding each call to its server, and of
+//! Glider's own tools (the internal ones over `tools.workspace`, run sandboxed exactly
+//! as the tool loop runs them). Every connected client is sent
+//! `notifications/tools/list_changed` when the offered tools change. Who may reach it (Host, Origin, `server.gateway_token`) is the gateway's own
 //! guard, which sits in front of this router, so rmcp's Host check is off here.
 
 use std::sync::{Arc, Mutex};
@@ -17,15 +18,25 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{RoleServer, ServerHandler};
 use tokio_util::sync::CancellationToken;
 
+use glider_tools::{MCP_PROVIDER, ToolProvider, ToolSet, ToolSpec};
+
 use crate::{McpHub, ToolError, lock};
+
+/// Glider's current tool set (the engine runtime's, reloaded with the config); `/mcp`
+/// serves its providers other than the hub next to the hub's own tools.
+pub type LocalTools = Arc<dyn Fn() -> ToolSet + Send + Sync>;
 
 /// The path the gateway serves MCP on.
 pub const PATH: &str = "/mcp";
 
-/// An axum router serving `/mcp` over `hub`, until `stop` resolves (which also ends its
-/// open sessions and the task that tells clients about tool changes). Needs a Tokio
-/// runtime.
-pub fn router(hub: McpHub, stop: impl Future<Output = ()> + Send + 'static) -> axum::Router {
+/// An axum router serving `/mcp` over `hub` and `local`, until `stop` resolves (which
+/// also ends its open sessions and the task that tells clients about tool changes).
+/// Needs a Tokio runtime.
+pub fn router(
+    hub: McpHub,
+    local: LocalTools,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> axum::Router {
     let stop = {
         let token = CancellationToken::new();
         let cancel = token.clone();
@@ -36,12 +47,12 @@ pub fn router(hub: McpHub, stop: impl Future<Output = ()> + Send + 'static) -> a
         token
     };
     let clients: Arc<Mutex<Vec<Peer<RoleServer>>>> = Arc::default();
-    tokio::spawn(tell_tool_changes(
-        hub.clone(),
-        clients.clone(),
-        stop.clone(),
-    ));
-    let endpoint = Endpoint { hub, clients };
+    let endpoint = Endpoint {
+        hub,
+        local,
+        clients,
+    };
+    tokio::spawn(tell_tool_changes(endpoint.clone(), stop.clone()));
     let service: StreamableHttpService<Endpoint, LocalSessionManager> = StreamableHttpService::new(
         move || Ok(endpoint.clone()),
         Default::default(),
@@ -56,8 +67,39 @@ pub fn router(hub: McpHub, stop: impl Future<Output = ()> + Send + 'static) -> a
 #[derive(Clone)]
 struct Endpoint {
     hub: McpHub,
+    local: LocalTools,
     /// Every session that finished `initialize`, to be told about tool changes.
     clients: Arc<Mutex<Vec<Peer<RoleServer>>>>,
+}
+
+impl Endpoint {
+    /// Glider's own providers (not the hub, whose tools are served from it directly).
+    fn local(&self) -> ToolSet {
+        (self.local)().without(MCP_PROVIDER)
+    }
+
+    /// Every tool served: the hub's, then Glider's own, each name once.
+    fn served(&self) -> Vec<ToolSpec> {
+        let mut specs = ToolProvider::specs(&self.hub);
+        for spec in self.local().specs(&[]) {
+            if !specs.iter().any(|served| served.name == spec.name) {
+                specs.push(spec);
+            }
+        }
+        specs
+    }
+
+    /// Run one of Glider's own tools; a refusal or failure is a tool error the model
+    /// can read, as in the tool loop.
+    async fn call_local(&self, local: ToolSet, request: CallToolRequestParams) -> CallToolResult {
+        let arguments = request
+            .arguments
+            .map_or(serde_json::json!({}), serde_json::Value::Object);
+        match local.call(&request.name, arguments).await {
+            Ok(output) => CallToolResult::success(vec![ContentBlock::text(output.into_text())]),
+            Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
+        }
+    }
 }
 
 impl ServerHandler for Endpoint {
@@ -81,10 +123,15 @@ impl ServerHandler for Endpoint {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let tools = self
-            .hub
-            .tools()
+            .served()
             .into_iter()
-            .map(|spec| Tool::new(spec.name, spec.description, Arc::new(spec.input_schema)))
+            .map(|spec| {
+                let schema = match spec.input_schema {
+                    serde_json::Value::Object(schema) => schema,
+                    _ => serde_json::Map::new(),
+                };
+                Tool::new(spec.name, spec.description, Arc::new(schema))
+            })
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
@@ -94,6 +141,13 @@ impl ServerHandler for Endpoint {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let local = self.local();
+        let hub_offers = self.hub.tools().iter().any(|t| t.name == request.name);
+        if !hub_offers && local.specs(&[]).iter().any(|t| t.name == request.name) {
+            return Ok(CallToolResponse::Complete(
+                self.call_local(local, request).await,
+            ));
+        }
         let arguments = request
             .arguments
             .map_or(serde_json::Value::Null, serde_json::Value::Object);
@@ -111,20 +165,24 @@ impl ServerHandler for Endpoint {
     }
 }
 
-/// Send `notifications/tools/list_changed` to every session whenever the hub's tools
-/// change; a session the notification cannot reach any more is forgotten.
-async fn tell_tool_changes(
-    hub: McpHub,
-    clients: Arc<Mutex<Vec<Peer<RoleServer>>>>,
-    stop: CancellationToken,
-) {
-    let mut changes = hub.subscribe();
+/// Send `notifications/tools/list_changed` to every session whenever the served tools
+/// change (a wake-up that leaves the list as it was sends nothing); a session the
+/// notification cannot reach any more is forgotten.
+async fn tell_tool_changes(endpoint: Endpoint, stop: CancellationToken) {
+    let mut changes = endpoint.hub.subscribe();
+    let mut told = endpoint.served();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             changed = changes.changed() => if changed.is_err() { return },
         }
-        let peers: Vec<Peer<RoleServer>> = lock(&clients).clone();
+        let now = endpoint.served();
+        if now == told {
+            continue;
+        }
+        told = now;
+        let clients = &endpoint.clients;
+        let peers: Vec<Peer<RoleServer>> = lock(clients).clone();
         let mut gone = Vec::new();
         for (index, peer) in peers.iter().enumerate() {
             if peer.notify_tool_list_changed().await.is_err() {
@@ -132,7 +190,7 @@ async fn tell_tool_changes(
             }
         }
         if !gone.is_empty() {
-            let mut clients = lock(&clients);
+            let mut clients = lock(clients);
             let mut index = 0;
             // Drop exactly the peers that failed; sessions added meanwhile stay.
             clients.retain(|_| {

@@ -70,6 +70,10 @@ pub enum ToolError {
     Failed(String),
 }
 
+/// The name the MCP hub goes by as a provider: the tool loop offers its tools only
+/// where `tools.loop.mcp` allows them, and `/mcp` serves them from the hub itself.
+pub const MCP_PROVIDER: &str = "mcp";
+
 /// A boxed future, so [`ToolProvider`] stays object-safe.
 pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send + 'a>>;
 
@@ -116,11 +120,16 @@ impl ToolSet {
     /// Every tool offered, first provider first, each name once; with `only` non-empty,
     /// just the tools it names (the reduced set a small model is given).
     pub fn specs(&self, only: &[String]) -> Vec<ToolSpec> {
+        self.specs_where(|_, spec| only.is_empty() || only.contains(&spec.name))
+    }
+
+    /// [`ToolSet::specs`] of the tools `keep` accepts, given the provider's name.
+    pub fn specs_where(&self, keep: impl Fn(&str, &ToolSpec) -> bool) -> Vec<ToolSpec> {
         let mut seen = std::collections::HashSet::new();
         let mut specs = Vec::new();
         for provider in &self.providers {
             for spec in provider.specs() {
-                if !only.is_empty() && !only.contains(&spec.name) {
+                if !keep(provider.name(), &spec) {
                     continue;
                 }
                 if seen.insert(spec.name.clone()) {
@@ -135,6 +144,18 @@ impl ToolSet {
             }
         }
         specs
+    }
+
+    /// The set without the providers named `name`.
+    pub fn without(&self, name: &str) -> ToolSet {
+        ToolSet {
+            providers: self
+                .providers
+                .iter()
+                .filter(|p| p.name() != name)
+                .cloned()
+                .collect(),
+        }
     }
 
     /// Run `name` on the first provider that offers it.
@@ -179,6 +200,20 @@ mod tests {
         let names: Vec<String> = set.specs(&[]).into_iter().map(|s| s.name).collect();
         assert_eq!(names, ["x", "y"]);
         assert_eq!(set.specs(&["y".into()]).len(), 1);
+        let from_b: Vec<String> = set
+            .specs_where(|provider, _| provider == "b")
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(from_b, ["x"], "a filter sees each provider's own tools");
+        let without_a = set.without("a");
+        assert_eq!(
+            without_a
+                .call("x", Value::Null)
+                .await
+                .map(ToolOutput::into_text),
+            Ok("b".to_owned())
+        );
         let out = set.call("x", Value::Null).await.expect("runs");
         assert_eq!(out.into_text(), "a");
         assert_eq!(

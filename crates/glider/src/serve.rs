@@ -108,6 +108,41 @@ pub fn start_mcp(
     hub
 }
 
+/// Join the hub and the engine's tools (docs/tools.md): the hub's tools enter the
+/// engine's tool set (the loop offers those `tools.loop.mcp` allows), and `/mcp` serves
+/// the engine's current set beside the hub's, its clients told after a reload that
+/// changed it.
+fn join_mcp(engine: &Arc<Engine>, hub: &glider_mcp::McpHub) -> glider_mcp::server::LocalTools {
+    engine.attach_tools(Arc::new(hub.clone()));
+    let (mut events, follower) = (engine.bus().subscribe(), hub.clone());
+    tokio::spawn(async move {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            match events.recv().await {
+                Ok(event)
+                    if matches!(
+                        *event,
+                        glider_engine::events::PipelineEvent::ConfigReloaded { .. }
+                    ) =>
+                {
+                    follower.tools_may_have_changed();
+                }
+                Ok(_) => {}
+                // Events were missed: one of them may have been a reload.
+                Err(RecvError::Lagged(_)) => follower.tools_may_have_changed(),
+                Err(RecvError::Closed) => return,
+            }
+        }
+    });
+    let engine = Arc::downgrade(engine);
+    Arc::new(move || {
+        engine
+            .upgrade()
+            .map(|engine| engine.runtime().tools.clone())
+            .unwrap_or_default()
+    })
+}
+
 /// What `/api/mcp` shows: each MCP server's state, tools and counters.
 pub fn mcp_surface(hub: &glider_mcp::McpHub) -> glider_dashboard::McpSurface {
     let hub = hub.clone();
@@ -216,7 +251,8 @@ pub async fn start_gateway(
     home: &Path,
     drain: &Drain,
 ) -> anyhow::Result<Listening<impl Future<Output = std::io::Result<()>> + use<>>> {
-    let mcp_router = glider_mcp::server::router(mcp.clone(), drain.draining());
+    let mcp_router =
+        glider_mcp::server::router(mcp.clone(), join_mcp(engine, mcp), drain.draining());
     let router = glider_gateway::router_with_mcp(
         engine.clone(),
         delegator.clone(),

@@ -398,3 +398,182 @@ async fn stdio_servers_left_by_a_sigkilled_glider_are_ended_at_the_next_start() 
     // A clean stop ends the group too.
     assert!(until(|| group_members(new_pgid).is_empty()).await);
 }
+
+/// Every `tool_calls` entry of the records `/api/requests` shows.
+fn tool_calls_shown(requests: &serde_json::Value) -> Vec<serde_json::Value> {
+    match requests {
+        serde_json::Value::Object(map) => map
+            .iter()
+            .flat_map(|(key, value)| match (key.as_str(), value) {
+                ("tool_calls", serde_json::Value::Array(calls)) => calls.clone(),
+                _ => tool_calls_shown(value),
+            })
+            .collect(),
+        serde_json::Value::Array(items) => items.iter().flat_map(tool_calls_shown).collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn the_tool_loop_runs_an_allowed_mcp_tool_and_the_model_reads_its_real_result() {
+    let workspace = tempfile::tempdir().expect("workspace");
+    let home = tempfile::tempdir().expect("home");
+    // Only echo is let into the loop: the server's other tools stay out of it.
+    let extra = format!(
+        "tools: {{workspace: '{}', loop: {{enabled: true, mcp: [everything__echo]}}}}\nmcp:\n  servers:\n    everything: {{command: node, args: ['{}', stdio]}}\n",
+        workspace.path().display(),
+        everything()
+    );
+    let (mock, yaml) = common::mock_and_config(&extra).await;
+    let served = serve_yaml(home.path(), &yaml);
+    served
+        .poll_json("/api/mcp", |v| {
+            v["servers"][0]["tools"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|n| n == "everything__echo"))
+        })
+        .await;
+
+    let request = common::text_request(
+        "m-ollama",
+        r#"say it back [[call:everything__echo {"message":"via the loop"}]]"#,
+        false,
+    );
+    let front = glider_ngl::Dialect::Anthropic;
+    let reply = common::post(
+        &served.gateway,
+        common::front_path(front),
+        common::wire(front, &request).to_string(),
+        &[],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let response = reply.decode(front, false).expect("an Anthropic reply");
+    assert!(
+        response
+            .plain_text()
+            .contains("tool result: Echo: via the loop"),
+        "the model answered from the echo: {}",
+        response.plain_text()
+    );
+    // Health probes reach the mock too; the model turns are the chats.
+    let sent: Vec<_> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/api/chat")
+        .collect();
+    assert_eq!(sent.len(), 2, "two model turns");
+    let offered = sent[0].body.to_string();
+    assert!(offered.contains("everything__echo"), "{offered}");
+    assert!(
+        !offered.contains("everything__get-env") && !offered.contains("everything__get-sum"),
+        "tools.loop.mcp keeps the server's other tools out: {offered}"
+    );
+    assert!(
+        offered.contains("\"grep\""),
+        "the internal tools stay offered"
+    );
+    let second = sent[1].body.to_string();
+    assert!(
+        second.contains("Echo: via the loop"),
+        "the server's real result reaches the model's next request: {second}"
+    );
+    let shown = served
+        .poll_json("/api/requests", |v| !tool_calls_shown(v).is_empty())
+        .await;
+    let calls = tool_calls_shown(&shown);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["tool"], "everything__echo");
+    assert_eq!(calls[0]["ok"], true);
+    let view = served.poll_json("/api/mcp", |_| true).await;
+    assert_eq!(
+        view["servers"][0]["calls"], 1,
+        "the call went through the hub"
+    );
+    served.stop();
+}
+
+#[tokio::test]
+async fn glider_mcp_serves_the_internal_tools_sandboxed_and_says_when_they_appear() {
+    let workspace = tempfile::tempdir().expect("workspace");
+    std::fs::write(workspace.path().join("notes.txt"), "read through /mcp\n").expect("written");
+    let home = tempfile::tempdir().expect("home");
+    let base = "backends:\n  - {name: idle, type: ollama, base_url: 'http://127.0.0.1:9', models: [qwen]}\n";
+    let served = serve_yaml(home.path(), base);
+    let changed = ListChanged::default();
+    let client = changed
+        .clone()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", served.gateway)),
+        ))
+        .await
+        .expect("an MCP session with Glider's /mcp");
+    let names = |tools: &[rmcp::model::Tool]| -> Vec<String> {
+        tools.iter().map(|t| t.name.to_string()).collect()
+    };
+    let before = client.list_all_tools().await.expect("tools/list");
+    assert!(
+        names(&before).is_empty(),
+        "no workspace, no tools: {:?}",
+        names(&before)
+    );
+
+    // Setting tools.workspace (a hot reload) brings the internal tools, and says so.
+    std::fs::write(
+        home.path().join("glider.yaml"),
+        format!(
+            "{base}tools: {{workspace: '{}'}}\n",
+            workspace.path().display()
+        ),
+    )
+    .expect("config rewritten");
+    tokio::time::timeout(Duration::from_secs(30), changed.0.notified())
+        .await
+        .expect("notifications/tools/list_changed once the internal tools are there");
+    let after = names(&client.list_all_tools().await.expect("tools/list"));
+    let internal = [
+        "read_file",
+        "list_dir",
+        "glob",
+        "grep",
+        "git_status",
+        "git_diff",
+        "git_log",
+    ];
+    for tool in internal {
+        assert!(after.contains(&tool.to_owned()), "{tool} listed: {after:?}");
+    }
+
+    let call = |name: &str, args: serde_json::Value| {
+        CallToolRequestParams::new(name.to_owned())
+            .with_arguments(args.as_object().cloned().unwrap_or_default())
+    };
+    let read = client
+        .call_tool(call("read_file", json!({"path": "notes.txt"})))
+        .await
+        .expect("read_file through /mcp");
+    assert_ne!(read.is_error, Some(true), "{read:?}");
+    let text: Vec<&str> = read
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect();
+    assert_eq!(text, ["1\tread through /mcp\n"]);
+    // The workspace confines a call on /mcp exactly as it does the loop's.
+    let outside = client
+        .call_tool(call("read_file", json!({"path": "../../etc/passwd"})))
+        .await
+        .expect("a tool result");
+    assert_eq!(outside.is_error, Some(true), "{outside:?}");
+    let why: String = outside
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect();
+    assert!(
+        why.contains("refused") && why.contains("outside the workspace"),
+        "{why}"
+    );
+    let _ = client.cancel().await;
+    served.stop();
+}

@@ -45,6 +45,8 @@ use runtime::{RuntimeModule, config_dir};
 pub struct Engine {
     config: ConfigHandle,
     runtime: Arc<Swap<Runtime>>,
+    /// Rebuilds `runtime`; holds the tool providers attached to it.
+    runtime_module: Arc<RuntimeModule>,
     /// Every module a config reload is handed to (the runtime, today).
     hotswap: Registry,
     bus: Bus,
@@ -128,15 +130,23 @@ impl Prepared {
 impl Engine {
     pub fn new(config: ConfigHandle) -> Arc<Engine> {
         let base = config_dir(&config);
-        let runtime = Arc::new(Swap::new(Runtime::build(config.snapshot(), None, &base)));
+        let runtime = Arc::new(Swap::new(Runtime::build(
+            config.snapshot(),
+            None,
+            &base,
+            &[],
+        )));
         let hotswap = Registry::default();
-        hotswap.register(Arc::new(RuntimeModule {
+        let runtime_module = Arc::new(RuntimeModule {
             current: runtime.clone(),
             base,
-        }));
+            providers: Default::default(),
+        });
+        hotswap.register(runtime_module.clone());
         Arc::new(Engine {
             config,
             runtime,
+            runtime_module,
             hotswap,
             bus: Bus::default(),
             sticky: Arc::default(),
@@ -173,6 +183,12 @@ impl Engine {
     /// Say `shutdown` to every plugin and end their processes (Glider is stopping).
     pub async fn stop_plugins(&self) {
         self.plugins().stop().await;
+    }
+
+    /// Offer `provider`'s tools (after the internal tools and those attached before)
+    /// in every runtime's tool set from now on: the tool loop's, and `/mcp`'s.
+    pub fn attach_tools(&self, provider: Arc<dyn glider_tools::ToolProvider>) {
+        self.runtime_module.attach_tools(provider);
     }
 
     /// Plan GPU memory with `vram` from now on (once: a second is handed back).

@@ -3,7 +3,7 @@
 //! rebuilds the snapshot through the [`hotswap`](crate::hotswap) registry.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use glider_backend::Backend;
 use glider_config::{Config, ConfigHandle};
@@ -34,7 +34,12 @@ impl Runtime {
     /// Build from `config`, reusing `previous` backends whose config did not change (so
     /// their breaker and health survive the reload). `base` is the directory relative
     /// paths in the config are read from.
-    pub(crate) fn build(config: Arc<Config>, previous: Option<&Runtime>, base: &Path) -> Runtime {
+    pub(crate) fn build(
+        config: Arc<Config>,
+        previous: Option<&Runtime>,
+        base: &Path,
+        providers: &[Arc<dyn glider_tools::ToolProvider>],
+    ) -> Runtime {
         let backends = config
             .backends
             .iter()
@@ -57,7 +62,7 @@ impl Runtime {
                 (None, Some(error))
             }
         };
-        let tools = tool_set(&config, base);
+        let tools = tool_set(&config, base, providers);
         Runtime {
             config,
             backends,
@@ -133,6 +138,39 @@ pub(crate) struct RuntimeModule {
     pub(crate) current: Arc<Swap<Runtime>>,
     /// Where relative paths in the config are read from.
     pub(crate) base: PathBuf,
+    /// The tool providers attached besides the internal tools (the MCP hub, …), in
+    /// order. Held locked while a runtime is built and swapped in, so an attach and a
+    /// reload never lose each other's change.
+    pub(crate) providers: Mutex<Vec<Arc<dyn glider_tools::ToolProvider>>>,
+}
+
+impl RuntimeModule {
+    /// Rebuild the runtime from `config` with the attached providers.
+    fn rebuild_with(
+        &self,
+        config: &Arc<Config>,
+        attach: Option<Arc<dyn glider_tools::ToolProvider>>,
+    ) {
+        let mut providers = self
+            .providers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        providers.extend(attach);
+        let _ = self.current.swap_with(|previous| {
+            Ok(Runtime::build(
+                config.clone(),
+                Some(previous),
+                &self.base,
+                &providers,
+            ))
+        });
+    }
+
+    /// Add `provider` to every runtime from now on (the current one rebuilt with it).
+    pub(crate) fn attach_tools(&self, provider: Arc<dyn glider_tools::ToolProvider>) {
+        let config = self.current.snapshot().config.clone();
+        self.rebuild_with(&config, Some(provider));
+    }
 }
 
 impl HotSwap for RuntimeModule {
@@ -143,8 +181,8 @@ impl HotSwap for RuntimeModule {
     /// Never fails as a whole: a Starlark file that does not compile leaves the rule
     /// out of the new snapshot and says why in `Runtime::starlark_error`.
     fn reload(&self, config: &Arc<Config>) -> Result<(), String> {
-        self.current
-            .swap_with(|previous| Ok(Runtime::build(config.clone(), Some(previous), &self.base)))
+        self.rebuild_with(config, None);
+        Ok(())
     }
 }
 
@@ -234,8 +272,12 @@ impl Engine {
 }
 
 /// The internal tools over `tools.workspace` (a relative root is read from `base`, the
-/// config file's directory). Off without a workspace; a later provider (MCP) joins here.
-fn tool_set(config: &Config, base: &Path) -> glider_tools::ToolSet {
+/// config file's directory; off without a workspace), then the attached `providers`.
+fn tool_set(
+    config: &Config,
+    base: &Path,
+    providers: &[Arc<dyn glider_tools::ToolProvider>],
+) -> glider_tools::ToolSet {
     let mut tools = config.tools.clone();
     if let Some(root) = &tools.workspace {
         tools.workspace = Some(base.join(root).display().to_string());
@@ -244,5 +286,8 @@ fn tool_set(config: &Config, base: &Path) -> glider_tools::ToolSet {
     if let (Some(why), true) = (internal.unavailable(), config.tools.workspace.is_some()) {
         tracing::error!(error = %why, "the internal tools are off");
     }
-    glider_tools::ToolSet::new().with(Arc::new(internal))
+    providers.iter().fold(
+        glider_tools::ToolSet::new().with(Arc::new(internal)),
+        |set, p| set.with(p.clone()),
+    )
 }

@@ -1,7 +1,8 @@
 //! Tool loop (`tools.loop`, opt-in): when a local model answers a client that will not
 //! run tools for it, Glider gives the model a reduced tool set (`tools.loop.tools` of
-//! the runtime's [`glider_tools::ToolSet`]: the internal tools, later MCP ones, and the
-//! tools plugins declare), runs
+//! the runtime's [`glider_tools::ToolSet`]: the internal tools, the MCP tools that
+//! `tools.loop.mcp` allows — none by default, as an MCP tool may write — and the tools
+//! plugins declare), runs
 //! the calls it makes itself, appends the results and asks again — encode and execute
 //! once per model turn — bounded by contextkit's [`LoopBudget`] (turns and time). The
 //! client gets the final answer in its dialect (a stream built from it when it asked
@@ -55,8 +56,11 @@ fn loop_tools(job: &Job) -> Option<Vec<ToolSpec>> {
             .as_ref()
             .and_then(|d| d.candidates.first())
             .is_some_and(|c| c.backend.is_local());
-    applies
-        .then(|| with_plugin_tools(&job.runtime.tools, job.plugins.as_ref()).specs(&config.tools))
+    applies.then(|| {
+        with_plugin_tools(&job.runtime.tools, job.plugins.as_ref()).specs_where(
+            |provider, spec| config.offers(&spec.name, provider == glider_tools::MCP_PROVIDER),
+        )
+    })
 }
 
 /// `specs` added to the request's own tools (a name the client already has stays
