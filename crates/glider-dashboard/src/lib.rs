@@ -14,6 +14,7 @@ pub mod metrics;
 mod redact;
 mod rest;
 mod security;
+pub mod shadow;
 mod ui;
 mod vram;
 mod ws;
@@ -145,6 +146,8 @@ pub(crate) struct Shared {
     pub ledger_seeded: std::sync::atomic::AtomicBool,
     /// History entries read into the ledger at start.
     pub ledger_seeded_rows: AtomicU64,
+    /// Fan-out `shadow`'s samples (`GLIDER_HOME/shadow/`, `/api/shadow`).
+    pub shadow: shadow::ShadowBook,
 }
 
 /// A running dashboard: cheap to clone; serve its [`Dashboard::router`].
@@ -158,6 +161,7 @@ impl Dashboard {
     /// backend watcher. Call inside a tokio runtime, before requests flow.
     pub fn start(engine: Arc<Engine>, options: Options) -> std::io::Result<Dashboard> {
         let history = history::History::start(options.history.clone())?;
+        let shadow = shadow::ShadowBook::start(&options.home.join("shadow"), &options.history)?;
         let last_seq = history::last_seq(&options.history.dir);
         let seeded = history::read_before(&options.history.dir, None, options.recent);
         let events = engine.bus().subscribe();
@@ -180,6 +184,7 @@ impl Dashboard {
             sessions_forgotten: AtomicU64::new(0),
             ledger_seeded: std::sync::atomic::AtomicBool::new(false),
             ledger_seeded_rows: AtomicU64::new(0),
+            shadow,
             options,
         });
         let mut tasks = vec![
@@ -222,6 +227,7 @@ impl Dashboard {
             )
             .route("/api/vram", get(vram::view))
             .route("/api/mcp", get(mcp::view))
+            .route("/api/shadow", get(shadow::view))
             .route("/metrics", get(rest::metrics))
             .route("/ws", get(ws::upgrade))
             .fallback(rest::not_found)
@@ -291,5 +297,6 @@ impl Dashboard {
             task.abort();
         }
         self.shared.history.close().await;
+        self.shared.shadow.close().await;
     }
 }
