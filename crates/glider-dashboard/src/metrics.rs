@@ -93,7 +93,7 @@ struct ShadowLabels {
     shadow: String,
     /// `compared`, `failed`, `skipped` or `primary_unfinished`.
     outcome: String,
-    /// `sample_rate`, `max_concurrent` or `max_per_minute` when skipped; else empty.
+    /// `local_busy`, `sample_rate`, `max_concurrent` or `max_per_minute` when skipped; else empty.
     skipped_by: String,
 }
 
@@ -802,16 +802,8 @@ mod fan_out_tests {
     fn shadow_copies_are_counted_by_outcome_and_budget_limit() {
         let metrics = Metrics::new();
         let sample = |outcome, skipped_by: Option<&str>| glider_engine::ShadowSample {
-            request_id: 1,
-            at_ms: 0,
-            route: "model".into(),
-            primary_backend: "cloud".into(),
-            shadow_backend: "local".into(),
-            outcome,
             skipped_by: skipped_by.map(str::to_owned),
-            primary: None,
-            shadow: None,
-            agreement: None,
+            ..crate::shadow::tests::sample(outcome, None, 0)
         };
         use glider_engine::ShadowOutcome::{Failed, Skipped};
         metrics.shadow_sampled(&sample(Skipped, Some("max_concurrent")));

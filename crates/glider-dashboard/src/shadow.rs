@@ -294,7 +294,7 @@ pub(crate) async fn view(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use glider_engine::{Agreement, AnswerSummary};
 
@@ -312,7 +312,12 @@ mod tests {
         }
     }
 
-    fn sample(outcome: ShadowOutcome, agrees: Option<bool>, shadow_ms: u64) -> ShadowSample {
+    /// A `local`-shadowing-`cloud` sample on route `model`; compared when `agrees` is set.
+    pub(crate) fn sample(
+        outcome: ShadowOutcome,
+        agrees: Option<bool>,
+        shadow_ms: u64,
+    ) -> ShadowSample {
         let compared = agrees.is_some();
         ShadowSample {
             request_id: 1,

@@ -5,8 +5,10 @@
 //! have ended the two answers are compared ([`super::compare`]) and published as a
 //! [`ShadowSample`] on the bus (the dashboard stores it, `/api/shadow` and
 //! `glider shadow report` read it). A budget (`fan_out.shadow`: sample rate, max at
-//! once, max per minute) bounds the copies; a copy skipped or failed is published too,
-//! counted and never fatal. docs/fan-out.md#mode-shadow.
+//! once, max per minute) bounds the copies, and with VRAM attached a local shadow model
+//! that is serving a request already is left alone (the copy holds a reservation on it
+//! while it runs); a copy skipped or failed is published too, counted and never fatal.
+//! docs/fan-out.md#mode-shadow.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -70,7 +72,7 @@ pub struct ShadowSample {
     pub primary_backend: String,
     pub shadow_backend: String,
     pub outcome: ShadowOutcome,
-    /// `sample_rate`, `max_concurrent` or `max_per_minute`, when skipped.
+    /// `local_busy`, `sample_rate`, `max_concurrent` or `max_per_minute`, when skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped_by: Option<String>,
     pub primary: Option<AnswerSummary>,
@@ -159,6 +161,8 @@ pub(crate) struct ShadowRequest<'a> {
     pub requests: &'a [UpstreamRequest],
     /// The primary's attempt started then (its latency is measured from there).
     pub primary_started: Instant,
+    /// GPU memory, when attached: a local shadow model in use is not sent a copy.
+    pub vram: Option<&'a Arc<glider_vram::Vram>>,
 }
 
 impl ShadowRequest<'_> {
@@ -182,8 +186,16 @@ impl ShadowRequest<'_> {
             shadow: None,
             agreement: None,
         };
+        let vram = self.vram.filter(|_| shadow.backend.is_local());
+        let admitted = match vram {
+            // The copy must not queue behind (or slow) a request the model is serving.
+            Some(vram) if vram.in_flight(shadow.backend.name(), &shadow.model) > 0 => {
+                Err("local_busy")
+            }
+            _ => self.budget.admit(self.config),
+        };
         let (slot, primary_request, shadow_request) = match (
-            self.budget.admit(self.config),
+            admitted,
             self.requests.get(answered),
             self.requests.get(index),
         ) {
@@ -207,8 +219,11 @@ impl ShadowRequest<'_> {
         });
         let primary_model = primary.model.clone();
         let bus = self.bus;
+        // Held while the copy runs: the model is busy for the next request's copy, and
+        // the VRAM planner does not evict it under the copy.
+        let held = vram.map(|vram| vram.reserve(shadow.backend.name(), &shadow.model));
         tokio::spawn(async move {
-            let _slot = slot;
+            let _held = (slot, held);
             let started = Instant::now();
             let shadow_answer = match shadow_attempt(&shadow, &shadow_request).await {
                 Ok(body) => Answer::decode(

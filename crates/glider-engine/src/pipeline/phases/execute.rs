@@ -88,6 +88,7 @@ impl Phase for Execute {
                     candidates: &decision.candidates,
                     requests: &job.upstream,
                     primary_started,
+                    vram,
                 }
                 .send(executed.index, &mut executed.response);
             }
