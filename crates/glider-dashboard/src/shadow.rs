@@ -321,7 +321,8 @@ pub(crate) mod tests {
         let compared = agrees.is_some();
         ShadowSample {
             request_id: 1,
-            at_ms: 0,
+            // Now: a line of a day past `keep_days` is deleted when written.
+            at_ms: crate::unix_ms(),
             route: "model".into(),
             primary_backend: "cloud".into(),
             shadow_backend: "local".into(),
