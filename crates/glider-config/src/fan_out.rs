@@ -1,7 +1,10 @@
 //! The `fan_out:` section: whether a request goes to more than one candidate at once
 //! (`hedge`: the next candidate starts when the local one is slow to its first byte;
-//! `first`: every candidate starts and the first complete answer wins), by default and
-//! per route (the rule that decided). docs/fan-out.md says what each key does.
+//! `first`: every candidate starts and the first complete answer wins; `all`: every
+//! candidate answers and the route's own choice is kept, the others recorded beside it;
+//! `shadow`: the primary answers as usual and a copy goes to a second candidate off the
+//! request path, within `shadow`'s budget), by default and per route (the rule that
+//! decided). docs/fan-out.md says what each key does.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -31,6 +34,39 @@ pub enum FanOutMode {
     /// Every usable candidate starts at once (non-streamed replies); the first
     /// complete answer wins and the others are cancelled.
     First,
+    /// Every usable candidate answers (read whole); the client gets the route's own
+    /// choice and every other answer is recorded beside it for comparison.
+    All,
+    /// The primary answers exactly as with fan-out off; a copy goes to a second
+    /// candidate off the request path, within the budget, and the two are compared.
+    Shadow,
+}
+
+/// The budget that keeps `mode: shadow` bounded, and whose key it may spend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShadowConfig {
+    /// The share of eligible requests copied, 0.0 to 1.0 (deterministic: with 0.25,
+    /// every fourth one).
+    pub sample_rate: f64,
+    /// Shadow copies running at once; a request past it is skipped.
+    pub max_concurrent: usize,
+    /// Shadow copies started per minute (a sliding minute); past it a request is skipped.
+    pub max_per_minute: usize,
+    /// Whether a cloud backend may be the shadow (spending its key). Off: only local
+    /// backends shadow.
+    pub allow_cloud: bool,
+}
+
+impl Default for ShadowConfig {
+    fn default() -> Self {
+        ShadowConfig {
+            sample_rate: 1.0,
+            max_concurrent: 1,
+            max_per_minute: 10,
+            allow_cloud: false,
+        }
+    }
 }
 
 /// One route's fan-out; a key left out takes the section's default.
@@ -58,6 +94,8 @@ pub struct FanOutConfig {
     /// Per route (the rule that decided: explicit, sticky, classifier, starlark,
     /// model, token_limit): its own mode and delay.
     pub routes: BTreeMap<String, FanOutRoute>,
+    /// `mode: shadow`: the budget and which backends may shadow.
+    pub shadow: ShadowConfig,
 }
 
 impl Default for FanOutConfig {
@@ -68,6 +106,7 @@ impl Default for FanOutConfig {
             initial_delay_ms: 1000,
             min_samples: 20,
             routes: BTreeMap::new(),
+            shadow: ShadowConfig::default(),
         }
     }
 }
@@ -105,6 +144,12 @@ impl FanOutConfig {
         }
         if self.min_samples == 0 {
             problems.push("fan_out.min_samples must be at least 1".to_owned());
+        }
+        if !(0.0..=1.0).contains(&self.shadow.sample_rate) {
+            problems.push(format!(
+                "fan_out.shadow.sample_rate is {}; it must be between 0.0 and 1.0",
+                self.shadow.sample_rate
+            ));
         }
         problems
     }

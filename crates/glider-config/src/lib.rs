@@ -11,7 +11,7 @@ pub mod tools;
 pub mod vram;
 pub mod watch;
 
-pub use fan_out::{FanOutConfig, FanOutMode, FanOutPolicy, FanOutRoute};
+pub use fan_out::{FanOutConfig, FanOutMode, FanOutPolicy, FanOutRoute, ShadowConfig};
 pub use mcp::{McpConfig, McpServerConfig};
 pub use notify::RecommendedWatcher as FileWatcher;
 pub use plugins::PluginConfig;

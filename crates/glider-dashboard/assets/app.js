@@ -156,6 +156,33 @@ async function loadMcp() {
   }
 }
 
+// ---- Shadow comparisons (/api/shadow) ---------------------------------------------
+
+async function loadShadow() {
+  const data = await api("/api/shadow?limit=0");
+  const body = $("shadow").tBodies[0];
+  body.replaceChildren();
+  const pct = (v) => (v == null ? "–" : `${Math.round(v * 100)}%`);
+  const ms = (v) => (v == null ? "–" : `${v} ms`);
+  for (const r of data.summary || []) {
+    body.append(el("tr", {},
+      el("td", {}, r.shadow_models.length ? `${r.shadow_backend} (${r.shadow_models.join(", ")})` : r.shadow_backend),
+      el("td", {}, r.route),
+      el("td", {}, r.primary_backend),
+      el("td", { class: "num" }, String(r.samples)),
+      el("td", { class: "num" }, String(r.compared)),
+      el("td", { class: "num" }, pct(r.agreement)),
+      el("td", { class: "num" }, r.mean_text_similarity == null ? "–" : r.mean_text_similarity.toFixed(2)),
+      el("td", { class: "num" }, String(r.failed)),
+      el("td", { class: "num" }, String(r.skipped)),
+      el("td", { class: "num" }, `${ms(r.shadow_p50_ms)} / ${ms(r.primary_p50_ms)}`),
+    ));
+  }
+  if (!body.rows.length) {
+    body.append(el("tr", {}, el("td", { colspan: "10", class: "muted" }, "no samples (fan_out.mode: shadow)")));
+  }
+}
+
 async function resetBreaker(name) {
   try {
     await api(`/api/backends/${encodeURIComponent(name)}/reset`, { method: "POST" });
@@ -744,7 +771,7 @@ function connect() {
     setConn("ok", "live");
     $("notice").hidden = true;
     // Read everything after the socket is open, so nothing falls between the two.
-    Promise.all([loadStatus(), loadBackends(), loadVram(), loadMcp(), loadVendors(), loadRequests(), loadStats(), loadConfig(), loadCharts()]).catch(showError);
+    Promise.all([loadStatus(), loadBackends(), loadVram(), loadMcp(), loadShadow(), loadVendors(), loadRequests(), loadStats(), loadConfig(), loadCharts()]).catch(showError);
     if (state.view === "sessions") {
       loadSessions().catch(showError);
       if (state.selected) loadSession(state.selected).catch(showError);
@@ -769,6 +796,7 @@ window.addEventListener("hashchange", showView);
 showView();
 setInterval(() => { if (document.visibilityState === "visible") loadStatus().catch(() => {}); }, 10000);
 setInterval(() => { if (document.visibilityState === "visible") loadMcp().catch(() => {}); }, 5000);
+setInterval(() => { if (document.visibilityState === "visible") loadShadow().catch(() => {}); }, 5000);
 // The charts' buckets move on with time even when no request finishes.
 setInterval(() => { if (document.visibilityState === "visible" && state.view === "overview") loadCharts().catch(() => {}); }, 30000);
 connect();

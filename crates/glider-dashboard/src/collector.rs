@@ -123,6 +123,10 @@ fn handle(shared: &Shared, event: &PipelineEvent) {
             broadcast_event(shared, &WsEvent::RequestFinished { request: &entry });
             lock(&shared.recent).push(value);
         }
+        PipelineEvent::ShadowSampled(sample) => {
+            shared.metrics.shadow_sampled(sample);
+            shared.shadow.add(sample);
+        }
         PipelineEvent::BackendStateChanged(state) => {
             broadcast_event(shared, &WsEvent::BackendStateChanged { backend: state });
         }

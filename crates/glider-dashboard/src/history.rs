@@ -470,6 +470,12 @@ pub fn read_before(dir: &Path, before: Option<u64>, limit: usize) -> Vec<Value> 
         .collect()
 }
 
+/// The newest entry under `dir` that `wanted` accepts, read from the files' ends (one
+/// block in memory at a time), e.g. a request by its id for `route explain --compare`.
+pub fn newest_where(dir: &Path, wanted: impl FnMut(&Value) -> bool) -> Option<Value> {
+    entries_backwards(list_files(dir), |_| true).find(wanted)
+}
+
 /// The highest `seq` written so far (0 for an empty history), so numbering continues
 /// across restarts: the last entry of the newest file that has one, since the one writer
 /// appends entries in `seq` order.

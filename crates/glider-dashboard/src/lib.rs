@@ -15,6 +15,7 @@ mod plugins;
 mod redact;
 mod rest;
 mod security;
+pub mod shadow;
 mod ui;
 mod vram;
 mod ws;
@@ -146,6 +147,8 @@ pub(crate) struct Shared {
     pub ledger_seeded: std::sync::atomic::AtomicBool,
     /// History entries read into the ledger at start.
     pub ledger_seeded_rows: AtomicU64,
+    /// Fan-out `shadow`'s samples (`GLIDER_HOME/shadow/`, `/api/shadow`).
+    pub shadow: shadow::ShadowBook,
 }
 
 /// A running dashboard: cheap to clone; serve its [`Dashboard::router`].
@@ -159,6 +162,7 @@ impl Dashboard {
     /// backend watcher. Call inside a tokio runtime, before requests flow.
     pub fn start(engine: Arc<Engine>, options: Options) -> std::io::Result<Dashboard> {
         let history = history::History::start(options.history.clone())?;
+        let shadow = shadow::ShadowBook::start(&options.home.join("shadow"), &options.history)?;
         let last_seq = history::last_seq(&options.history.dir);
         let seeded = history::read_before(&options.history.dir, None, options.recent);
         let events = engine.bus().subscribe();
@@ -181,6 +185,7 @@ impl Dashboard {
             sessions_forgotten: AtomicU64::new(0),
             ledger_seeded: std::sync::atomic::AtomicBool::new(false),
             ledger_seeded_rows: AtomicU64::new(0),
+            shadow,
             options,
         });
         let mut tasks = vec![
@@ -224,6 +229,7 @@ impl Dashboard {
             .route("/api/vram", get(vram::view))
             .route("/api/mcp", get(mcp::view))
             .route("/api/plugins", get(plugins::view))
+            .route("/api/shadow", get(shadow::view))
             .route("/metrics", get(rest::metrics))
             .route("/ws", get(ws::upgrade))
             .fallback(rest::not_found)
@@ -293,5 +299,6 @@ impl Dashboard {
             task.abort();
         }
         self.shared.history.close().await;
+        self.shared.shadow.close().await;
     }
 }

@@ -88,6 +88,16 @@ struct FanOutLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowLabels {
+    /// The backend the copy went to.
+    shadow: String,
+    /// `compared`, `failed`, `skipped` or `primary_unfinished`.
+    outcome: String,
+    /// `local_busy`, `sample_rate`, `max_concurrent` or `max_per_minute` when skipped; else empty.
+    skipped_by: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DropLabels {
     source: String,
 }
@@ -129,6 +139,7 @@ pub struct Metrics {
     task_restarts: Family<TaskLabels, Counter>,
     fan_outs: Family<FanOutLabels, Counter>,
     fan_out_cancelled: Family<BackendLabels, Counter>,
+    shadow_samples: Family<ShadowLabels, Counter>,
     stats: Mutex<Stats>,
 }
 
@@ -273,8 +284,15 @@ impl Metrics {
             "Upstream attempts a fan-out cancelled (their connection dropped) because another candidate won, by backend",
             fan_out_cancelled.clone(),
         );
+        let shadow_samples = Family::<ShadowLabels, Counter>::default();
+        registry.register(
+            "shadow_samples",
+            "Shadow copies (fan_out mode shadow), by shadow backend and outcome: compared, failed, skipped (by which budget limit) or primary_unfinished",
+            shadow_samples.clone(),
+        );
         Metrics {
             registry,
+            shadow_samples,
             fan_outs,
             fan_out_cancelled,
             budget_stops,
@@ -299,6 +317,17 @@ impl Metrics {
             unpriced,
             stats: Mutex::new(Stats::new(crate::unix_ms())),
         }
+    }
+
+    /// A shadow copy ended, failed or was skipped.
+    pub fn shadow_sampled(&self, sample: &glider_engine::ShadowSample) {
+        self.shadow_samples
+            .get_or_create(&ShadowLabels {
+                shadow: sample.shadow_backend.clone(),
+                outcome: sample.outcome.as_str().to_owned(),
+                skipped_by: sample.skipped_by.clone().unwrap_or_default(),
+            })
+            .inc();
     }
 
     /// A request started.
@@ -754,6 +783,7 @@ mod fan_out_tests {
             delay_ms: Some(50),
             winner: "cloud".into(),
             cancelled: vec!["local".into()],
+            answers: Vec::new(),
         });
         metrics.finished(&record, false, &PricingConfig::default());
         let text = metrics.encode(&[], None);
@@ -765,6 +795,30 @@ mod fan_out_tests {
         );
         assert!(
             text.contains("glider_fan_out_cancelled_total{backend=\"local\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn shadow_copies_are_counted_by_outcome_and_budget_limit() {
+        let metrics = Metrics::new();
+        let sample = |outcome, skipped_by: Option<&str>| glider_engine::ShadowSample {
+            skipped_by: skipped_by.map(str::to_owned),
+            ..crate::shadow::tests::sample(outcome, None, 0)
+        };
+        use glider_engine::ShadowOutcome::{Failed, Skipped};
+        metrics.shadow_sampled(&sample(Skipped, Some("max_concurrent")));
+        metrics.shadow_sampled(&sample(Skipped, Some("max_concurrent")));
+        metrics.shadow_sampled(&sample(Failed, None));
+        let text = metrics.encode(&[], None);
+        assert!(
+            text.contains("glider_shadow_samples_total{shadow=\"local\",outcome=\"skipped\",skipped_by=\"max_concurrent\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "glider_shadow_samples_total{shadow=\"local\",outcome=\"failed\",skipped_by=\"\"} 1"
+            ),
             "{text}"
         );
     }

@@ -72,8 +72,8 @@ pub struct RequestRecord {
     /// What plugins did not do for this request (skipped, timed out, refused), and
     /// which rewrote it.
     pub plugins: Vec<String>,
-    /// What the fan-out did (hedge, first), when it ran: which backend won, whether
-    /// the hedge fired, which attempts were cancelled.
+    /// What the fan-out did (hedge, first, all, shadow), when it ran: which backend won,
+    /// whether the hedge fired, which attempts were cancelled, every answer under `all`.
     pub fan_out: Option<crate::pipeline::FanOutRecord>,
 }
 
@@ -144,6 +144,9 @@ pub enum PipelineEvent {
         /// The backends of the new config, in order.
         backends: Vec<String>,
     },
+    /// A request's shadow copy ended, failed or was skipped (fan-out `shadow`): once the
+    /// copy and the primary's reply have both ended, or at once when skipped.
+    ShadowSampled(crate::pipeline::ShadowSample),
 }
 
 /// The sending side, cheap to clone.
@@ -306,6 +309,11 @@ impl Tracker {
 
     pub fn id(&self) -> u64 {
         self.record.id
+    }
+
+    /// The bus this record is published on (for what a request leaves running).
+    pub(crate) fn bus(&self) -> &Bus {
+        &self.bus
     }
 
     /// The first byte of the reply is on its way to the client.

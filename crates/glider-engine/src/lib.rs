@@ -22,6 +22,7 @@ pub use contextkit::{BUDGET_BACKEND, BudgetStop, ContextKit, SessionBudget, Stop
 pub use events::{
     BackendState, Bus, ContextLeftOut, PipelineEvent, RequestRecord, Tracker, unix_ms,
 };
+pub use pipeline::{Agreement, AnswerSummary, ComparedAnswer, ShadowOutcome, ShadowSample};
 pub use pipeline::{
     CompleteError, Completion, CompletionBody, CompletionRequest, Door, Engine, FanOutRecord,
     ModelInfo, Prepared, decode_events, stream_error_event,

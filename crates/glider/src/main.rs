@@ -3,6 +3,7 @@
 //! pipeline lives here.
 
 mod explain;
+mod fan_out_commands;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -110,6 +111,25 @@ enum Command {
         #[command(subcommand)]
         action: RouteAction,
     },
+    /// Fan-out `shadow`'s samples: `glider shadow report` (reads GLIDER_HOME/shadow).
+    Shadow {
+        #[command(subcommand)]
+        action: ShadowAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum ShadowAction {
+    /// Per shadow backend and route: samples, agreement with the primary (same tools,
+    /// same stop reason), text similarity, latency and output tokens against the primary.
+    Report {
+        /// The newest samples read.
+        #[arg(long, default_value_t = fan_out_commands::REPORT_SAMPLES)]
+        last: usize,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -139,6 +159,10 @@ enum RouteAction {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Instead of routing a body: a request `fan_out: {mode: all}` answered, by its
+        /// record id, every candidate's answer side by side (from GLIDER_HOME/history).
+        #[arg(long, value_name = "REQUEST_ID")]
+        compare: Option<u64>,
     },
 }
 
@@ -171,31 +195,37 @@ fn main() -> std::process::ExitCode {
         Command::Route {
             action:
                 RouteAction::Explain {
+                    json,
+                    compare: Some(id),
+                    ..
+                },
+        } => print_or_fail(
+            "glider route explain --compare",
+            fan_out_commands::compare(&glider_home(), id, json),
+        ),
+        Command::Shadow {
+            action: ShadowAction::Report { last, json },
+        } => print_or_fail(
+            "glider shadow report",
+            fan_out_commands::shadow_report(&glider_home(), last, json),
+        ),
+        Command::Route {
+            action:
+                RouteAction::Explain {
                     config,
                     dialect,
                     headers,
                     json,
+                    compare: None,
                 },
-        } => match explain::explain(config, dialect, headers, json) {
-            Ok(text) => {
-                println!("{text}");
-                std::process::ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("glider route explain: {e:#}");
-                std::process::ExitCode::FAILURE
-            }
-        },
-        Command::Context { action } => match context_commands::run(action, &glider_home()) {
-            Ok(text) => {
-                println!("{text}");
-                std::process::ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("glider context: {e:#}");
-                std::process::ExitCode::FAILURE
-            }
-        },
+        } => print_or_fail(
+            "glider route explain",
+            explain::explain(config, dialect, headers, json),
+        ),
+        Command::Context { action } => print_or_fail(
+            "glider context",
+            context_commands::run(action, &glider_home()),
+        ),
         Command::Ca { action, config } => ca(action, config.as_deref()),
         Command::Run { config, command } => run_cli(config.as_deref(), &command),
         Command::Transparent { action, config } => transparent(action, config.as_deref()),
@@ -219,6 +249,20 @@ fn main() -> std::process::ExitCode {
                     std::process::ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// A subcommand's text on standard output, or its error (exit 1).
+fn print_or_fail(command: &str, result: anyhow::Result<String>) -> std::process::ExitCode {
+    match result {
+        Ok(text) => {
+            println!("{text}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{command}: {e:#}");
+            std::process::ExitCode::FAILURE
         }
     }
 }

@@ -2,8 +2,11 @@
 //! candidate at once instead of one after another. `hedge` starts the next candidate
 //! when the local one has sent no first byte by the delay (a fixed `fan_out.delay_ms`,
 //! else the local backend's measured p95 time to first byte) and keeps whichever sends
-//! a byte first; `first` starts every candidate and keeps the first complete answer.
-//! A loser is cancelled at once: its attempt is dropped, which drops its connection.
+//! a byte first; `first` starts every candidate and keeps the first complete answer;
+//! `all` waits for every candidate and keeps the route's own choice, each other answer
+//! recorded beside it ([`super::compare`]). A loser of `hedge` or `first` is cancelled
+//! at once: its attempt is dropped, which drops its connection. (`shadow` answers through
+//! the backup sequence; [`super::shadow`] sends its copy.)
 //! Nothing reaches the client until a winner is chosen, so there is never a second
 //! stream, nor a hedge after the first byte went out. docs/fan-out.md.
 
@@ -19,15 +22,17 @@ use futures_util::stream::FuturesUnordered;
 use glider_backend::executor::{attempt, attempt_order, prepared_request};
 use glider_backend::{AttemptFailure, Candidate, Executed, UpstreamRequest, UpstreamResponse};
 use glider_config::{FanOutConfig, FanOutMode};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+use super::compare::{Agreement, Answer, AnswerSummary};
 
 /// First-byte times kept per backend for its p95 (the most recent ones).
 const TTFT_SAMPLES: usize = 256;
 
 /// What the fan-out did for one request, for its record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FanOutRecord {
-    /// `hedge` or `first`.
+    /// `hedge`, `first` or `all`.
     pub mode: String,
     /// Hedge: whether the next candidate was started (the local one was too slow).
     pub fired: bool,
@@ -37,6 +42,34 @@ pub struct FanOutRecord {
     pub winner: String,
     /// Backends whose attempts were still running and were cancelled.
     pub cancelled: Vec<String>,
+    /// `all`: every candidate's answer in attempt order, the client's first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answers: Vec<ComparedAnswer>,
+}
+
+impl FanOutRecord {
+    /// Mode `shadow`'s record: the primary answered alone (the copy is its own sample).
+    pub(crate) fn shadowed(primary: &str) -> FanOutRecord {
+        FanOutRecord {
+            mode: "shadow".to_owned(),
+            fired: false,
+            delay_ms: None,
+            winner: primary.to_owned(),
+            cancelled: Vec::new(),
+            answers: Vec::new(),
+        }
+    }
+}
+
+/// One candidate's answer under `all`, and how it compares with the client's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComparedAnswer {
+    #[serde(flatten)]
+    pub answer: AnswerSummary,
+    /// The client got this answer.
+    pub chosen: bool,
+    /// Against the chosen answer; `None` for the chosen one and for a failure.
+    pub agreement: Option<Agreement>,
 }
 
 /// Each backend's recent times to first byte, measured by the fan-out's own attempts:
@@ -91,12 +124,12 @@ pub(crate) fn applies(
     }
     let order = attempt_order(candidates, candidates.len());
     match mode {
-        FanOutMode::Off => None,
+        FanOutMode::Off | FanOutMode::Shadow => None,
         FanOutMode::Hedge => order
             .first()
             .is_some_and(|&i| candidates[i].backend.is_local())
             .then_some(order),
-        FanOutMode::First => Some(order),
+        FanOutMode::First | FanOutMode::All => Some(order),
     }
 }
 
@@ -112,11 +145,16 @@ pub(crate) fn hedge_delay(
         .unwrap_or(Duration::from_millis(config.initial_delay_ms))
 }
 
-type Attempt<'a> =
-    Pin<Box<dyn Future<Output = (usize, Result<UpstreamResponse, AttemptFailure>)> + Send + 'a>>;
+type Attempt<'a> = Pin<
+    Box<
+        dyn Future<Output = (usize, Result<UpstreamResponse, AttemptFailure>, Duration)>
+            + Send
+            + 'a,
+    >,
+>;
 
-/// One candidate's attempt, tagged with its index. `whole`: read the reply to its end
-/// before it counts as an answer (mode `first`).
+/// One candidate's attempt, tagged with its index and how long it took. `whole`: read
+/// the reply to its end before it counts as an answer (modes `first` and `all`).
 fn start<'a>(
     candidates: &'a [Candidate],
     requests: &'a [UpstreamRequest],
@@ -124,18 +162,21 @@ fn start<'a>(
     whole: bool,
 ) -> Attempt<'a> {
     Box::pin(async move {
+        let started = Instant::now();
         let candidate = &candidates[index];
         let request = || prepared_request(requests, index, candidate);
         let mut result = attempt(candidate, request).await;
         if whole && let Ok(response) = result {
             result = read_whole(response).await;
         }
-        (index, result)
+        (index, result, started.elapsed())
     })
 }
 
 /// The reply read to its end, as one chunk (a stream's events, all at once).
-async fn read_whole(response: UpstreamResponse) -> Result<UpstreamResponse, AttemptFailure> {
+pub(crate) async fn read_whole(
+    response: UpstreamResponse,
+) -> Result<UpstreamResponse, AttemptFailure> {
     let status = response.status;
     let content_type = response.content_type.clone();
     let body: Bytes = response.collect().await?;
@@ -157,6 +198,9 @@ pub(crate) async fn run(
     delay: Duration,
     book: &TtftBook,
 ) -> Result<(Executed, FanOutRecord), Vec<AttemptFailure>> {
+    if mode == FanOutMode::All {
+        return run_all(candidates, requests, order).await;
+    }
     let hedging = mode == FanOutMode::Hedge;
     let started = Instant::now();
     let mut waiting = order.into_iter();
@@ -182,7 +226,7 @@ pub(crate) async fn run(
     loop {
         tokio::select! {
             finished = running.next() => {
-                let Some((index, result)) = finished else {
+                let Some((index, result, _)) = finished else {
                     return Err(failures);
                 };
                 running_on.retain(|&i| i != index);
@@ -208,6 +252,7 @@ pub(crate) async fn run(
                             delay_ms: hedging.then_some(delay.as_millis() as u64),
                             winner: name.to_owned(),
                             cancelled,
+                            answers: Vec::new(),
                         };
                         return Ok((Executed { index, response, failures }, record));
                     }
@@ -240,6 +285,90 @@ pub(crate) async fn run(
             }
         }
     }
+}
+
+/// Mode `all`: every candidate runs to the end of its answer; the client gets the
+/// first in attempt order that answered (the route's own choice, or what the backup
+/// sequence would have fallen back to), and every answer is compared with it.
+async fn run_all(
+    candidates: &[Candidate],
+    requests: &[UpstreamRequest],
+    order: Vec<usize>,
+) -> Result<(Executed, FanOutRecord), Vec<AttemptFailure>> {
+    let mut running: FuturesUnordered<Attempt<'_>> = order
+        .iter()
+        .map(|&index| start(candidates, requests, index, true))
+        .collect();
+    let mut results = HashMap::new();
+    while let Some((index, result, took)) = running.next().await {
+        results.insert(index, (result, took));
+    }
+    let mut chosen: Option<(usize, UpstreamResponse)> = None;
+    let mut failures = Vec::new();
+    let mut answers = Vec::new();
+    for &index in &order {
+        let Some((result, took)) = results.remove(&index) else {
+            continue;
+        };
+        let candidate = &candidates[index];
+        let (backend, model) = (candidate.backend.name(), candidate.model.as_str());
+        let answer = match result {
+            Ok(response) => {
+                // It answered, so its request was there to send.
+                let answer = match requests.get(index) {
+                    Some(request) => {
+                        Answer::decode(backend, model, request, &response.first_chunk, took)
+                    }
+                    None => Answer::failed(backend, model, "no request prepared".into(), took),
+                };
+                if chosen.is_none() {
+                    chosen = Some((index, response));
+                }
+                answer
+            }
+            Err(failure) => {
+                let answer = Answer::failed(backend, model, failure.to_string(), took);
+                if chosen.is_none() {
+                    failures.push(failure);
+                }
+                answer
+            }
+        };
+        answers.push((index, answer));
+    }
+    let Some((index, response)) = chosen else {
+        return Err(failures);
+    };
+    let chosen_answer = answers
+        .iter()
+        .find(|(i, _)| *i == index)
+        .map(|(_, answer)| answer);
+    let compared = answers
+        .iter()
+        .map(|(i, answer)| ComparedAnswer {
+            answer: answer.summary.clone(),
+            chosen: *i == index,
+            agreement: chosen_answer
+                .filter(|_| *i != index)
+                .and_then(|chosen| answer.against(chosen)),
+        })
+        .collect();
+    let record = FanOutRecord {
+        mode: "all".to_owned(),
+        fired: false,
+        delay_ms: None,
+        winner: candidates[index].backend.name().to_owned(),
+        cancelled: Vec::new(),
+        answers: compared,
+    };
+    Ok((
+        Executed {
+            index,
+            response,
+            failures,
+        },
+        record,
+    ))
 }
 
 #[cfg(test)]

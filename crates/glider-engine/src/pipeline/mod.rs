@@ -4,6 +4,7 @@
 //! both sides and nothing to rewrite but the model: the body and the reply are
 //! forwarded as bytes.
 
+mod compare;
 mod count_tokens;
 mod fan_out;
 mod json_scan;
@@ -13,6 +14,7 @@ mod probes;
 mod reply;
 mod request;
 mod runtime;
+mod shadow;
 mod stops;
 mod upstream;
 
@@ -24,12 +26,14 @@ use glider_dialects::codec;
 use glider_ngl::{ApiError, Dialect, ErrorKind, Request};
 use http::HeaderMap;
 
-pub use fan_out::{FanOutRecord, TtftBook};
+pub use compare::{Agreement, AnswerSummary};
+pub use fan_out::{ComparedAnswer, FanOutRecord, TtftBook};
 pub use models::ModelInfo;
 pub use probes::HEALTH_INTERVAL;
 pub use reply::{CompleteError, Completion, CompletionBody, decode_events, stream_error_event};
 pub use request::{CompletionRequest, Door};
 pub use runtime::{Runtime, rules_path};
+pub use shadow::{ShadowBudget, ShadowOutcome, ShadowSample};
 
 use crate::context::{ContextSink, DecidedTurn, ReplyCapture};
 use crate::contextkit::{ContextKit, SessionBudget};
@@ -61,6 +65,8 @@ pub struct Engine {
     plugins: OnceLock<Arc<Swap<glider_plugin::Plugins>>>,
     /// Each backend's measured time to first byte, for the hedge's delay.
     ttft: Arc<TtftBook>,
+    /// The shadow copies' budget (fan-out `shadow`).
+    shadow: Arc<ShadowBudget>,
 }
 
 /// A request decoded, aliased, estimated and routed: the decision is made once, and
@@ -155,6 +161,7 @@ impl Engine {
             vram: OnceLock::new(),
             plugins: OnceLock::new(),
             ttft: Arc::default(),
+            shadow: Arc::default(),
         })
     }
 
@@ -408,6 +415,7 @@ impl Engine {
             vram: self.vram.get().cloned(),
             plugins: self.plugins.get().map(|p| p.snapshot()),
             ttft: self.ttft.clone(),
+            shadow: self.shadow.clone(),
         }
     }
 }

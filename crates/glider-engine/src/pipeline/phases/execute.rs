@@ -5,13 +5,15 @@
 //! VRAM attached, the local model tried first is reserved and made room for (a planned
 //! eviction and load) before it is sent; the one that answered stays reserved until its
 //! body ends or is dropped (docs/vram.md). A route with `fan_out` on sends to more than
-//! one candidate at once instead ([`super::super::fan_out`]).
+//! one candidate at once instead ([`super::super::fan_out`]); one with `mode: shadow`
+//! answers as usual and sends a copy off the request path ([`super::super::shadow`]).
 
 use glider_backend::executor::{attempt_order, summarise};
 use glider_backend::{AttemptFailure, Executed, execute_prepared};
 use glider_vram::{Reservation, ReservedStream};
 
 use super::super::fan_out;
+use super::super::shadow::ShadowRequest;
 use super::{Flow, Job, Phase, PhaseFuture, not_routed};
 use crate::router::{RouteDecision, RuleName};
 
@@ -49,6 +51,7 @@ impl Phase for Execute {
             };
             let fan_out = &job.runtime.config.fan_out;
             let policy = fan_out.policy_for(decision.rule.as_str());
+            let primary_started = std::time::Instant::now();
             let mut executed =
                 match fan_out::applies(policy.mode, &decision.candidates, decision.local_reserve) {
                     Some(order) => {
@@ -79,6 +82,24 @@ impl Phase for Execute {
                 };
             if let (Some(vram), Ok(executed)) = (vram, &mut executed) {
                 hold_while_streaming(vram, decision, executed, first);
+            }
+            if let (glider_config::FanOutMode::Shadow, Ok(executed)) = (policy.mode, &mut executed)
+            {
+                job.tracker.record.fan_out = Some(fan_out::FanOutRecord::shadowed(
+                    decision.candidates[executed.index].backend.name(),
+                ));
+                ShadowRequest {
+                    budget: &job.shadow,
+                    config: &fan_out.shadow,
+                    bus: job.tracker.bus().clone(),
+                    request_id: job.tracker.id(),
+                    route: decision.rule.as_str(),
+                    candidates: &decision.candidates,
+                    requests: &job.upstream,
+                    primary_started,
+                    vram,
+                }
+                .send(executed.index, &mut executed.response);
             }
             let failures = match &executed {
                 Ok(executed) => &executed.failures,

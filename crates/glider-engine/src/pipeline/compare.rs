@@ -1,0 +1,231 @@
+//! How two answers to one request compare, for fan-out `all` and `shadow`: each
+//! answer's latency, output tokens, stop reason, tool calls and a digest of its text,
+//! and whether another answer agrees with the one the client got. Cheap on purpose (no
+//! model judges): two answers agree when they chose the same tools (by name, in order)
+//! and stopped for the same reason; beside that, the texts' token-Jaccard similarity
+//! and whether they are identical. docs/fan-out.md#comparing-answers.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use glider_backend::UpstreamRequest;
+use glider_dialects::codec;
+use glider_ngl::{Response, ResponseBuilder};
+use serde::{Deserialize, Serialize};
+
+/// One candidate's answer, as a record keeps it (never its text).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AnswerSummary {
+    pub backend: String,
+    pub model: String,
+    /// Milliseconds from the start of its attempt to the end of its answer.
+    pub latency_ms: u64,
+    pub output_tokens: u64,
+    /// `end_turn`, `tool_use`, `max_tokens`…; `None` when it failed.
+    pub stop_reason: Option<String>,
+    /// The tools it called, by name, in order.
+    pub tool_calls: Vec<String>,
+    pub text_chars: usize,
+    /// A stable 64-bit digest of its text, in hex: equal digests, equal texts.
+    pub digest: String,
+    /// Why there is no answer (the attempt failed, or its reply did not decode).
+    pub error: Option<String>,
+}
+
+/// How an answer compares with the one the client got.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Agreement {
+    /// Same tools called (names, in order) and same stop reason.
+    pub agrees: bool,
+    pub same_tools: bool,
+    pub same_stop: bool,
+    /// The texts are identical.
+    pub exact: bool,
+    /// Token-Jaccard similarity of the texts (lower-cased words), 0.0 to 1.0.
+    pub text_similarity: f64,
+}
+
+/// An answer as compared: its summary and the text only the comparison reads.
+pub(crate) struct Answer {
+    pub summary: AnswerSummary,
+    text: String,
+}
+
+impl Answer {
+    /// `body` (the whole reply to `request`, streamed or not) decoded in its dialect.
+    pub fn decode(
+        backend: &str,
+        model: &str,
+        request: &UpstreamRequest,
+        body: &[u8],
+        took: Duration,
+    ) -> Answer {
+        match decode_reply(request, body) {
+            Ok(response) => Answer::of(backend, model, &response, took),
+            Err(error) => Answer::failed(backend, model, error, took),
+        }
+    }
+
+    fn of(backend: &str, model: &str, response: &Response, took: Duration) -> Answer {
+        let text = response.plain_text();
+        Answer {
+            summary: AnswerSummary {
+                backend: backend.to_owned(),
+                model: model.to_owned(),
+                latency_ms: took.as_millis() as u64,
+                output_tokens: response.usage.output_tokens,
+                stop_reason: serde_json::to_value(response.stop_reason)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned)),
+                tool_calls: glider_ngl::tool_calls(&response.parts)
+                    .map(|(_, name, _)| name.to_owned())
+                    .collect(),
+                text_chars: text.chars().count(),
+                // The same stable digest the session key uses (FNV-1a, mixed).
+                digest: glider_backend::session_key_digest(&text),
+                error: None,
+            },
+            text,
+        }
+    }
+
+    /// A candidate that gave no answer.
+    pub fn failed(backend: &str, model: &str, error: String, took: Duration) -> Answer {
+        Answer {
+            summary: AnswerSummary {
+                backend: backend.to_owned(),
+                model: model.to_owned(),
+                latency_ms: took.as_millis() as u64,
+                output_tokens: 0,
+                stop_reason: None,
+                tool_calls: Vec::new(),
+                text_chars: 0,
+                digest: String::new(),
+                error: Some(error),
+            },
+            text: String::new(),
+        }
+    }
+
+    /// How `self` compares with `chosen` (the answer the client got); `None` when
+    /// either has no answer.
+    pub fn against(&self, chosen: &Answer) -> Option<Agreement> {
+        if self.summary.error.is_some() || chosen.summary.error.is_some() {
+            return None;
+        }
+        let same_tools = self.summary.tool_calls == chosen.summary.tool_calls;
+        let same_stop = self.summary.stop_reason == chosen.summary.stop_reason;
+        Some(Agreement {
+            agrees: same_tools && same_stop,
+            same_tools,
+            same_stop,
+            exact: self.text == chosen.text,
+            text_similarity: token_jaccard(&self.text, &chosen.text),
+        })
+    }
+}
+
+/// A whole reply in `request`'s dialect, a stream's events gathered into one answer.
+fn decode_reply(request: &UpstreamRequest, body: &[u8]) -> Result<Response, String> {
+    let codec = codec(request.dialect);
+    if !request.stream {
+        return codec.decode_response(body).map_err(|e| e.message);
+    }
+    let mut decoder = codec.stream_decoder();
+    let mut builder = ResponseBuilder::new();
+    for event in decoder.feed(body).map_err(|e| e.message)? {
+        builder.push(&event);
+    }
+    for event in decoder.finish() {
+        builder.push(&event);
+    }
+    builder.finish().map_err(|e| e.message)
+}
+
+/// |A ∩ B| / |A ∪ B| over the lower-cased words of each text, rounded to three places;
+/// two empty texts are identical (1.0).
+fn token_jaccard(a: &str, b: &str) -> f64 {
+    let words = |text: &str| -> HashSet<String> {
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let (a, b) = (words(a), words(b));
+    let union = a.union(&b).count();
+    if union == 0 {
+        return 1.0;
+    }
+    let shared = a.intersection(&b).count();
+    (shared as f64 / union as f64 * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use glider_ngl::{Part, StopReason, Usage};
+
+    fn response(text: &str, tools: &[&str], stop: StopReason) -> Response {
+        let mut parts = vec![Part::text(text)];
+        for name in tools {
+            parts.push(Part::ToolCall {
+                id: format!("call_{name}"),
+                name: (*name).to_owned(),
+                arguments: serde_json::json!({}),
+            });
+        }
+        Response {
+            id: "r".into(),
+            model: "m".into(),
+            parts,
+            stop_reason: stop,
+            stop_sequence: None,
+            usage: Usage {
+                output_tokens: 7,
+                ..Usage::default()
+            },
+        }
+    }
+
+    #[test]
+    fn the_same_tool_and_stop_agree_even_when_the_words_differ() {
+        let took = Duration::from_millis(5);
+        let chosen = Answer::of(
+            "cloud",
+            "c",
+            &response("I will read the file", &["read"], StopReason::ToolUse),
+            took,
+        );
+        let other = Answer::of(
+            "local",
+            "l",
+            &response("reading the file now", &["read"], StopReason::ToolUse),
+            took,
+        );
+        let agreement = other.against(&chosen).expect("both answered");
+        assert!(agreement.agrees && !agreement.exact, "{agreement:?}");
+        // {reading, the, file, now} and {i, will, read, the, file}: 2 of 7.
+        assert_eq!(agreement.text_similarity, 0.286);
+        assert_eq!(other.summary.tool_calls, vec!["read".to_owned()]);
+        assert_eq!(other.summary.stop_reason.as_deref(), Some("tool_use"));
+    }
+
+    #[test]
+    fn another_tool_or_stop_disagrees_and_a_failure_is_not_compared() {
+        let took = Duration::ZERO;
+        let chosen = Answer::of(
+            "c",
+            "c",
+            &response("x", &["edit"], StopReason::ToolUse),
+            took,
+        );
+        let other = Answer::of("l", "l", &response("x", &[], StopReason::EndTurn), took);
+        let agreement = other.against(&chosen).expect("both answered");
+        assert!(!agreement.agrees && !agreement.same_tools && !agreement.same_stop);
+        assert!(agreement.exact);
+        assert_eq!(agreement.text_similarity, 1.0);
+        assert_eq!(chosen.summary.digest, other.summary.digest);
+        let failed = Answer::failed("l", "l", "boom".into(), took);
+        assert!(failed.against(&chosen).is_none());
+    }
+}

@@ -1,0 +1,352 @@
+//! Shadow comparison (fan-out `shadow`): the primary answers the client through the
+//! backup sequence exactly as with fan-out off, and a copy of the request goes to a
+//! second candidate in a task of its own, so it never blocks or delays the client's
+//! reply. The primary's reply bytes are copied as they pass to the client; once both
+//! have ended the two answers are compared ([`super::compare`]) and published as a
+//! [`ShadowSample`] on the bus (the dashboard stores it, `/api/shadow` and
+//! `glider shadow report` read it). A budget (`fan_out.shadow`: sample rate, max at
+//! once, max per minute) bounds the copies, and with VRAM attached a local shadow model
+//! that is serving a request already is left alone (the copy holds a reservation on it
+//! while it runs); a copy skipped or failed is published too, counted and never fatal.
+//! docs/fan-out.md#mode-shadow.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use glider_backend::executor::{attempt, attempt_order};
+use glider_backend::{AttemptFailure, BodyStream, Candidate, UpstreamRequest, UpstreamResponse};
+use glider_config::ShadowConfig;
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use super::compare::{Agreement, Answer, AnswerSummary};
+use super::fan_out::read_whole;
+use crate::events::{Bus, PipelineEvent, unix_ms};
+
+/// Largest primary reply copied for the comparison; a longer one is not compared.
+const MAX_COPIED_BODY: usize = 8 * 1024 * 1024;
+/// The window `max_per_minute` counts over.
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// What became of one request's shadow copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShadowOutcome {
+    /// Both answered; the two are compared.
+    Compared,
+    /// The shadow gave no answer (its failure is counted, never the client's).
+    Failed,
+    /// The budget left it out (`skipped_by` says which limit).
+    Skipped,
+    /// The primary's reply did not reach its end (the client left, or it was longer
+    /// than what is copied), so there is nothing to compare with.
+    PrimaryUnfinished,
+}
+
+impl ShadowOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShadowOutcome::Compared => "compared",
+            ShadowOutcome::Failed => "failed",
+            ShadowOutcome::Skipped => "skipped",
+            ShadowOutcome::PrimaryUnfinished => "primary_unfinished",
+        }
+    }
+}
+
+/// One request's shadow copy: a labelled pair of answers (never their text).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShadowSample {
+    /// The request's record id.
+    pub request_id: u64,
+    /// Unix milliseconds when the sample was taken (its end, or the skip).
+    pub at_ms: u64,
+    /// The rule that decided the request (`classifier`, `model`…).
+    pub route: String,
+    pub primary_backend: String,
+    pub shadow_backend: String,
+    pub outcome: ShadowOutcome,
+    /// `local_busy`, `sample_rate`, `max_concurrent` or `max_per_minute`, when skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped_by: Option<String>,
+    pub primary: Option<AnswerSummary>,
+    pub shadow: Option<AnswerSummary>,
+    /// The shadow's answer against the primary's, when both answered.
+    pub agreement: Option<Agreement>,
+}
+
+/// The shadow copies' budget: how many run now, when the last minute's started, and
+/// how many requests were offered (for the deterministic sample rate).
+#[derive(Default)]
+pub struct ShadowBudget {
+    running: AtomicUsize,
+    offered: AtomicU64,
+    started: Mutex<VecDeque<Instant>>,
+}
+
+/// A running shadow copy's place in the budget, given back when dropped.
+struct Slot(Arc<ShadowBudget>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl ShadowBudget {
+    /// A slot for one more copy, or the limit that refuses it.
+    fn admit(self: &Arc<Self>, config: &ShadowConfig) -> Result<Slot, &'static str> {
+        let offered = self.offered.fetch_add(1, Ordering::Relaxed);
+        if !sampled(offered, config.sample_rate) {
+            return Err("sample_rate");
+        }
+        let took = self
+            .running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+                (running < config.max_concurrent).then_some(running + 1)
+            });
+        if took.is_err() {
+            return Err("max_concurrent");
+        }
+        let slot = Slot(self.clone());
+        let now = Instant::now();
+        let mut started = self
+            .started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while started
+            .front()
+            .is_some_and(|at| now.duration_since(*at) >= MINUTE)
+        {
+            started.pop_front();
+        }
+        if started.len() >= config.max_per_minute {
+            return Err("max_per_minute");
+        }
+        started.push_back(now);
+        Ok(slot)
+    }
+}
+
+/// Whether the `offered`-th request (from 0) is in the sample: with rate r, the one at
+/// which floor(n * r) steps up, so exactly r of every run of requests, evenly spaced.
+fn sampled(offered: u64, rate: f64) -> bool {
+    let step = |n: u64| (n as f64 * rate).floor() as u64;
+    step(offered + 1) > step(offered)
+}
+
+/// The candidate a request's copy goes to: the first in attempt order that is not the
+/// one that answered, local unless `allow_cloud` (the user's cloud key is not spent on
+/// a copy unless the config says so).
+fn target(candidates: &[Candidate], answered: usize, config: &ShadowConfig) -> Option<usize> {
+    attempt_order(candidates, candidates.len())
+        .into_iter()
+        .find(|&i| i != answered && (config.allow_cloud || candidates[i].backend.is_local()))
+}
+
+/// What the execute phase hands over for one request whose primary answered.
+pub(crate) struct ShadowRequest<'a> {
+    pub budget: &'a Arc<ShadowBudget>,
+    pub config: &'a ShadowConfig,
+    pub bus: Bus,
+    pub request_id: u64,
+    pub route: &'a str,
+    pub candidates: &'a [Candidate],
+    pub requests: &'a [UpstreamRequest],
+    /// The primary's attempt started then (its latency is measured from there).
+    pub primary_started: Instant,
+    /// GPU memory, when attached: a local shadow model in use is not sent a copy.
+    pub vram: Option<&'a Arc<glider_vram::Vram>>,
+}
+
+impl ShadowRequest<'_> {
+    /// Send the copy (or publish why not) for the primary `answered`, whose reply is
+    /// `response`: its body is copied as it passes, and the copy runs in its own task.
+    pub fn send(self, answered: usize, response: &mut UpstreamResponse) {
+        let Some(index) = target(self.candidates, answered, self.config) else {
+            return;
+        };
+        let primary = &self.candidates[answered];
+        let shadow = self.candidates[index].clone();
+        let mut sample = ShadowSample {
+            request_id: self.request_id,
+            at_ms: unix_ms(),
+            route: self.route.to_owned(),
+            primary_backend: primary.backend.name().to_owned(),
+            shadow_backend: shadow.backend.name().to_owned(),
+            outcome: ShadowOutcome::Skipped,
+            skipped_by: None,
+            primary: None,
+            shadow: None,
+            agreement: None,
+        };
+        let vram = self.vram.filter(|_| shadow.backend.is_local());
+        let admitted = match vram {
+            // The copy must not queue behind (or slow) a request the model is serving.
+            Some(vram) if vram.in_flight(shadow.backend.name(), &shadow.model) > 0 => {
+                Err("local_busy")
+            }
+            _ => self.budget.admit(self.config),
+        };
+        let (slot, primary_request, shadow_request) = match (
+            admitted,
+            self.requests.get(answered),
+            self.requests.get(index),
+        ) {
+            (Ok(slot), Some(primary), Some(shadow)) => (slot, primary.clone(), shadow.clone()),
+            (Err(limit), ..) => {
+                sample.skipped_by = Some(limit.to_owned());
+                self.bus.publish(PipelineEvent::ShadowSampled(sample));
+                return;
+            }
+            // A candidate without a prepared request is the pipeline's own bug; the
+            // copy is left out rather than sent something else.
+            _ => return,
+        };
+        let (copied, primary_body) = oneshot::channel();
+        let rest = std::mem::replace(&mut response.rest, Box::pin(futures_util::stream::empty()));
+        response.rest = Box::pin(CopiedBody {
+            rest,
+            body: response.first_chunk.to_vec(),
+            started: self.primary_started,
+            copied: Some(copied),
+        });
+        let primary_model = primary.model.clone();
+        let bus = self.bus;
+        // Held while the copy runs: the model is busy for the next request's copy, and
+        // the VRAM planner does not evict it under the copy.
+        let held = vram.map(|vram| vram.reserve(shadow.backend.name(), &shadow.model));
+        tokio::spawn(async move {
+            let _held = (slot, held);
+            let started = Instant::now();
+            let shadow_answer = match shadow_attempt(&shadow, &shadow_request).await {
+                Ok(body) => Answer::decode(
+                    shadow.backend.name(),
+                    &shadow.model,
+                    &shadow_request,
+                    &body,
+                    started.elapsed(),
+                ),
+                Err(failure) => Answer::failed(
+                    shadow.backend.name(),
+                    &shadow.model,
+                    failure.to_string(),
+                    started.elapsed(),
+                ),
+            };
+            let primary_answer = primary_body.await.ok().map(|(body, took)| {
+                Answer::decode(
+                    &sample.primary_backend,
+                    &primary_model,
+                    &primary_request,
+                    &body,
+                    took,
+                )
+            });
+            sample.at_ms = unix_ms();
+            sample.outcome = match &primary_answer {
+                None => ShadowOutcome::PrimaryUnfinished,
+                Some(_) if shadow_answer.summary.error.is_some() => ShadowOutcome::Failed,
+                Some(primary) => {
+                    sample.agreement = shadow_answer.against(primary);
+                    ShadowOutcome::Compared
+                }
+            };
+            sample.primary = primary_answer.map(|answer| answer.summary);
+            sample.shadow = Some(shadow_answer.summary);
+            bus.publish(PipelineEvent::ShadowSampled(sample));
+        });
+    }
+}
+
+/// The copy's whole reply body.
+async fn shadow_attempt(
+    candidate: &Candidate,
+    request: &UpstreamRequest,
+) -> Result<Bytes, AttemptFailure> {
+    let response = attempt(candidate, || Ok(std::borrow::Cow::Borrowed(request))).await?;
+    Ok(read_whole(response).await?.first_chunk)
+}
+
+/// The primary's body on its way to the client, copied as it passes; at its end the
+/// copy (and how long the primary took) goes to the shadow task. Dropped before the
+/// end, or longer than [`MAX_COPIED_BODY`], it sends nothing.
+struct CopiedBody {
+    rest: BodyStream,
+    body: Vec<u8>,
+    started: Instant,
+    copied: Option<oneshot::Sender<(Vec<u8>, Duration)>>,
+}
+
+impl Stream for CopiedBody {
+    type Item = Result<Bytes, AttemptFailure>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let polled = self.rest.as_mut().poll_next(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(chunk))) => {
+                if self.body.len() + chunk.len() > MAX_COPIED_BODY {
+                    self.copied = None;
+                } else if self.copied.is_some() {
+                    self.body.extend_from_slice(chunk);
+                }
+            }
+            Poll::Ready(Some(Err(_))) => self.copied = None,
+            Poll::Ready(None) => {
+                if let Some(copied) = self.copied.take() {
+                    let body = std::mem::take(&mut self.body);
+                    // The shadow task may be gone (the runtime shutting down).
+                    let _ = copied.send((body, self.started.elapsed()));
+                }
+            }
+            Poll::Pending => {}
+        }
+        polled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(rate: f64, at_once: usize, per_minute: usize) -> ShadowConfig {
+        ShadowConfig {
+            sample_rate: rate,
+            max_concurrent: at_once,
+            max_per_minute: per_minute,
+            allow_cloud: false,
+        }
+    }
+
+    #[test]
+    fn the_sample_rate_takes_evenly_spaced_requests() {
+        let taken: Vec<u64> = (0..12).filter(|&n| sampled(n, 0.25)).collect();
+        assert_eq!(taken, vec![3, 7, 11]);
+        assert!((0..50).all(|n| sampled(n, 1.0)));
+        assert!((0..50).all(|n| !sampled(n, 0.0)));
+    }
+
+    #[test]
+    fn the_budget_refuses_past_each_limit_and_frees_a_slot_when_a_copy_ends() {
+        let budget = Arc::new(ShadowBudget::default());
+        let at_once = config(1.0, 1, 10);
+        let first = budget.admit(&at_once).expect("the first fits");
+        assert_eq!(budget.admit(&at_once).err(), Some("max_concurrent"));
+        drop(first);
+        let second = budget.admit(&at_once).expect("its slot came back");
+        drop(second);
+        // Two started this minute already (the ones above): a third is one too many.
+        assert_eq!(
+            budget.admit(&config(1.0, 5, 2)).err(),
+            Some("max_per_minute")
+        );
+        assert_eq!(budget.running.load(Ordering::Acquire), 0);
+        assert_eq!(budget.admit(&config(0.0, 5, 10)).err(), Some("sample_rate"));
+    }
+}
