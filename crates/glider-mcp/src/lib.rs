@@ -7,6 +7,7 @@
 //! The hub's small API ([`McpHub::tools`], [`McpHub::call`]) is what both `/mcp` and a
 //! tool loop use; it speaks plain JSON so neither needs to know rmcp.
 
+pub mod auth;
 pub mod server;
 mod supervise;
 
@@ -105,6 +106,8 @@ struct Inner {
     tools_changed: watch::Sender<u64>,
     /// Where stdio servers' process groups are recorded while they run.
     pids: Option<DelegatePids>,
+    /// Where `oauth:` servers' tokens are kept ([`auth::token_dir`]).
+    token_dir: std::sync::OnceLock<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy)]
@@ -133,8 +136,14 @@ impl McpHub {
                 settings: Mutex::new(settings_of(&defaults)),
                 tools_changed: watch::channel(0).0,
                 pids,
+                token_dir: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Keep `oauth:` servers' tokens in `dir` (set once, before [`McpHub::apply`]).
+    pub fn set_token_dir(&self, dir: std::path::PathBuf) {
+        let _ = self.inner.token_dir.set(dir);
     }
 
     /// Bring the servers in line with `config`: start new ones, restart changed ones,

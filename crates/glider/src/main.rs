@@ -16,6 +16,7 @@ use glider_sys::listen::Drain;
 mod context_commands;
 mod discovery;
 mod doctor_commands;
+mod mcp_commands;
 mod mitm_commands;
 mod serve;
 mod setup_commands;
@@ -105,6 +106,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// MCP servers' OAuth logins: `login NAME`, `logout NAME` (docs/tools.md).
+    Mcp {
+        #[command(subcommand)]
+        action: mcp_commands::McpAction,
+        /// Config file whose mcp.servers to use. Default: the embedded profile.
+        #[arg(short, long, env = "GLIDER_CONFIG", global = true)]
+        config: Option<PathBuf>,
+    },
     /// Routing tools.
     Route {
         #[command(subcommand)]
@@ -193,6 +202,16 @@ fn main() -> std::process::ExitCode {
             }
             Err(e) => {
                 eprintln!("glider context: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        },
+        Command::Mcp { action, config } => match mcp_commands::run(action, config.as_deref()) {
+            Ok(text) => {
+                println!("{text}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("glider mcp: {e:#}");
                 std::process::ExitCode::FAILURE
             }
         },
@@ -375,7 +394,7 @@ async fn serve_recorded(
         stop.stopped(),
         std::time::Duration::from_secs(snapshot.server.shutdown_grace_secs),
     );
-    let mcp = serve::start_mcp(&handle, runstate);
+    let mcp = serve::start_mcp(&handle, runstate, &home);
     let gateway = serve::start_gateway(
         &engine,
         &delegator,
