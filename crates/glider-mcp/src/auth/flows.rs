@@ -445,8 +445,8 @@ mod tests {
     #[test]
     fn s256_matches_rfc_7636_appendix_b() {
         let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(
-            sha2::Sha256::digest(b"dBjftJeZ4CVP-mJ92K9o3KtXxdEcU1x7h0BVJUdGrhA"),
+            sha2::Sha256::digest(b"dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
         );
-        assert_eq!(challenge, "E9Melhoa2OwvFD8JBpI6gVDRy0Fs6jKXpEqDA4LjNjY");
+        assert_eq!(challenge, "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM");
     }
 }
