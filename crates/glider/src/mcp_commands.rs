@@ -47,6 +47,9 @@ pub fn run(action: McpAction, config: Option<&Path>) -> anyhow::Result<String> {
             ))
         }
         McpAction::Logout { name } => {
+            if !glider_config::mcp::valid_server_name(&name) {
+                anyhow::bail!("{name:?} is not an MCP server name");
+            }
             let path = glider_mcp::auth::token_path(&dir, &name);
             match std::fs::remove_file(&path) {
                 Ok(()) => Ok(format!("removed {}", path.display())),

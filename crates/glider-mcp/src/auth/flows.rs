@@ -232,7 +232,20 @@ async fn device_flow(
     if let Some(resource) = &plan.resource {
         form.push(("resource", resource));
     }
-    let code: DeviceCode = post_form(http, endpoint, &form).await?;
+    // An endpoint that refuses (GitHub: `device_flow_disabled`) says why in `error`.
+    let reply: serde_json::Value = post_form(http, endpoint, &form).await?;
+    if let Some(error) = reply.get("error").and_then(|e| e.as_str()) {
+        let description = reply
+            .get("error_description")
+            .and_then(|d| d.as_str())
+            .map(|d| format!(": {d}"))
+            .unwrap_or_default();
+        return Err(AuthError::Failed(format!(
+            "{endpoint} refused the device authorization: {error}{description}"
+        )));
+    }
+    let code: DeviceCode = serde_json::from_value(reply)
+        .map_err(|e| AuthError::Failed(format!("{endpoint} sent no device code: {e}")))?;
     say(&format!(
         "open {} and enter the code {}",
         code.verification_uri, code.user_code
