@@ -39,6 +39,9 @@ pub struct McpServerConfig {
     pub deny: Vec<String>,
     /// Set false to keep the entry but not connect.
     pub enabled: bool,
+    /// Streamable HTTP: log in with OAuth (`glider mcp login NAME`) and send the stored
+    /// token as the bearer, refreshed before it expires.
+    pub oauth: Option<McpOAuthConfig>,
 }
 
 impl Default for McpServerConfig {
@@ -54,6 +57,7 @@ impl Default for McpServerConfig {
             allow: Vec::new(),
             deny: Vec::new(),
             enabled: true,
+            oauth: None,
         }
     }
 }
@@ -64,6 +68,100 @@ impl McpServerConfig {
         let allowed =
             self.allow.is_empty() || self.allow.iter().any(|p| crate::glob_match(p, tool));
         allowed && !self.deny.iter().any(|p| crate::glob_match(p, tool))
+    }
+}
+
+/// How `glider mcp login` obtains a server's token (`mcp.servers.NAME.oauth`). Each
+/// endpoint left unset is discovered from the server (its protected-resource metadata,
+/// then its authorization server's metadata) or taken from the `provider` preset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpOAuthConfig {
+    /// A preset of endpoints: `github` (the device flow at github.com).
+    pub provider: Option<String>,
+    /// `device` (RFC 8628, works from a terminal) or `code` (authorization code + PKCE
+    /// with a loopback redirect). Default: `device` for `provider: github`, else `code`.
+    pub flow: Option<String>,
+    /// The OAuth client's id; unset, the client registers itself where the
+    /// authorization server offers dynamic registration.
+    pub client_id: Option<String>,
+    /// Scopes asked for (default: the ones the server's metadata lists, if any).
+    pub scopes: Vec<String>,
+    pub authorization_endpoint: Option<String>,
+    pub token_endpoint: Option<String>,
+    pub device_authorization_endpoint: Option<String>,
+    /// The code flow's loopback redirect port (0 picks a free one).
+    pub redirect_port: u16,
+    /// Refresh a token this many seconds before it expires.
+    pub refresh_before_secs: u64,
+}
+
+impl Default for McpOAuthConfig {
+    fn default() -> Self {
+        McpOAuthConfig {
+            provider: None,
+            flow: None,
+            client_id: None,
+            scopes: Vec::new(),
+            authorization_endpoint: None,
+            token_endpoint: None,
+            device_authorization_endpoint: None,
+            redirect_port: 0,
+            refresh_before_secs: 60,
+        }
+    }
+}
+
+/// The OAuth providers with built-in endpoints.
+pub const OAUTH_PROVIDERS: &[&str] = &["github"];
+
+impl McpOAuthConfig {
+    /// The flow used: `flow`, or the provider's default.
+    pub fn flow(&self) -> &str {
+        match (&self.flow, self.provider.as_deref()) {
+            (Some(flow), _) => flow,
+            (None, Some("github")) => "device",
+            (None, _) => "code",
+        }
+    }
+
+    fn problems(&self, at: &str, problems: &mut Vec<String>) {
+        if let Some(provider) = &self.provider
+            && !OAUTH_PROVIDERS.contains(&provider.as_str())
+        {
+            problems.push(format!(
+                "{at}.oauth.provider: unknown provider {provider:?} (known: {})",
+                OAUTH_PROVIDERS.join(", ")
+            ));
+        }
+        if !matches!(self.flow(), "device" | "code") {
+            problems.push(format!(
+                "{at}.oauth.flow must be device or code, got {:?}",
+                self.flow()
+            ));
+        }
+        if self.provider.as_deref() == Some("github") && self.client_id.is_none() {
+            problems.push(format!(
+                "{at}.oauth.client_id: GitHub's device flow needs an OAuth app's client id"
+            ));
+        }
+        let endpoints = [
+            ("authorization_endpoint", &self.authorization_endpoint),
+            ("token_endpoint", &self.token_endpoint),
+            (
+                "device_authorization_endpoint",
+                &self.device_authorization_endpoint,
+            ),
+        ];
+        for (key, value) in endpoints {
+            if let Some(url) = value
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                problems.push(format!(
+                    "{at}.oauth.{key} must start with http:// or https://, got {url:?}"
+                ));
+            }
+        }
     }
 }
 
@@ -117,6 +215,7 @@ impl McpConfig {
                     let url_keys = [
                         ("headers", !server.headers.is_empty()),
                         ("bearer_token_env", server.bearer_token_env.is_some()),
+                        ("oauth", server.oauth.is_some()),
                     ];
                     for (key, set) in url_keys {
                         if set {
@@ -143,6 +242,12 @@ impl McpConfig {
                                 "{at}.{key} is for a command server; a url server takes headers"
                             ));
                         }
+                    }
+                    if let Some(oauth) = &server.oauth {
+                        if server.bearer_token_env.is_some() {
+                            problems.push(format!("{at}: set bearer_token_env or oauth, not both"));
+                        }
+                        oauth.problems(&at, &mut problems);
                     }
                 }
             }
@@ -213,6 +318,36 @@ mod tests {
                 "{needle:?} missing in:\n{problems}"
             );
         }
+    }
+
+    #[test]
+    fn oauth_keys_validate() {
+        let config = parse(
+            "servers:\n  gh: {url: 'https://h/mcp', oauth: {provider: github, client_id: abc}}\n  spec: {url: 'https://h/mcp', oauth: {}}\n  bad: {url: 'https://h/mcp', bearer_token_env: T, oauth: {provider: gitlab, flow: x, token_endpoint: 'ftp://t'}}\n  nogh: {url: 'https://h/mcp', oauth: {provider: github}}\n",
+        );
+        assert_eq!(
+            config.servers["gh"].oauth.as_ref().map(|o| o.flow()),
+            Some("device")
+        );
+        assert_eq!(
+            config.servers["spec"].oauth.as_ref().map(|o| o.flow()),
+            Some("code")
+        );
+        let problems = config.problems().join("\n");
+        for needle in [
+            "mcp.servers.bad: set bearer_token_env or oauth",
+            "mcp.servers.bad.oauth.provider: unknown provider \"gitlab\"",
+            "mcp.servers.bad.oauth.flow must be device or code",
+            "mcp.servers.bad.oauth.token_endpoint must start with http",
+            "mcp.servers.nogh.oauth.client_id",
+        ] {
+            assert!(
+                problems.contains(needle),
+                "{needle:?} missing in:\n{problems}"
+            );
+        }
+        assert!(!problems.contains("mcp.servers.gh"), "{problems}");
+        assert!(!problems.contains("mcp.servers.spec"), "{problems}");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! the tool loop use (the loop through the hub's `glider_tools::ToolProvider`,
 //! [`provider`]); it speaks plain JSON so neither needs to know rmcp.
 
+pub mod auth;
 mod provider;
 pub mod server;
 mod supervise;
@@ -107,6 +108,8 @@ struct Inner {
     tools_changed: watch::Sender<u64>,
     /// Where stdio servers' process groups are recorded while they run.
     pids: Option<DelegatePids>,
+    /// Where `oauth:` servers' tokens are kept ([`auth::token_dir`]).
+    token_dir: std::sync::OnceLock<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy)]
@@ -135,8 +138,14 @@ impl McpHub {
                 settings: Mutex::new(settings_of(&defaults)),
                 tools_changed: watch::channel(0).0,
                 pids,
+                token_dir: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Keep `oauth:` servers' tokens in `dir` (set once, before [`McpHub::apply`]).
+    pub fn set_token_dir(&self, dir: std::path::PathBuf) {
+        let _ = self.inner.token_dir.set(dir);
     }
 
     /// Bring the servers in line with `config`: start new ones, restart changed ones,

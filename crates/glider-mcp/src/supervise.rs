@@ -229,7 +229,7 @@ async fn connect(sup: &Supervisor) -> Result<Connection, String> {
             })
         }
         (None, Some(url)) => Ok(Connection {
-            service: connect_http(&sup.config, url, handler).await?,
+            service: connect_http(sup, url, handler).await?,
             tools_changed,
             group: None,
         }),
@@ -287,10 +287,11 @@ async fn connect_stdio(
 }
 
 async fn connect_http(
-    config: &McpServerConfig,
+    sup: &Supervisor,
     url: &str,
     handler: Handler,
 ) -> Result<RunningService<RoleClient, Handler>, String> {
+    let config = &sup.config;
     let mut headers = HashMap::new();
     for (key, value) in &config.headers {
         let name = http::HeaderName::from_bytes(key.as_bytes())
@@ -315,6 +316,28 @@ async fn connect_http(
         .connect_timeout(Duration::from_secs(10))
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    if let Some(oauth) = &config.oauth {
+        let dir = sup
+            .hub
+            .upgrade()
+            .and_then(|hub| hub.token_dir.get().cloned())
+            .ok_or("no token directory is set for OAuth servers")?;
+        let tokens = Arc::new(crate::auth::TokenSource::new(
+            &sup.live.name,
+            url,
+            &dir,
+            Duration::from_secs(oauth.refresh_before_secs),
+            client.clone(),
+        ));
+        // Fail with the error that says to log in before talking to the server at all.
+        tokens.bearer().await.map_err(|e| e.to_string())?;
+        let client = crate::auth::AuthorizedClient::new(client, tokens);
+        let transport = StreamableHttpClientTransport::with_client(client, transport_config);
+        return handler
+            .serve(transport)
+            .await
+            .map_err(|e| format!("initialize failed at {url}: {e}"));
+    }
     let transport = StreamableHttpClientTransport::with_client(client, transport_config);
     handler
         .serve(transport)

@@ -17,6 +17,7 @@ use glider_sys::listen::Drain;
 mod context_commands;
 mod discovery;
 mod doctor_commands;
+mod mcp_commands;
 mod mitm_commands;
 mod serve;
 mod setup_commands;
@@ -105,6 +106,14 @@ enum Command {
         /// Print JSON (the shape is in docs/doctor.md).
         #[arg(long)]
         json: bool,
+    },
+    /// MCP servers' OAuth logins: `login NAME`, `logout NAME` (docs/tools.md).
+    Mcp {
+        #[command(subcommand)]
+        action: mcp_commands::McpAction,
+        /// Config file whose mcp.servers to use. Default: the embedded profile.
+        #[arg(short, long, env = "GLIDER_CONFIG", global = true)]
+        config: Option<PathBuf>,
     },
     /// Routing tools.
     Route {
@@ -225,6 +234,10 @@ fn main() -> std::process::ExitCode {
         Command::Context { action } => print_or_fail(
             "glider context",
             context_commands::run(action, &glider_home()),
+        ),
+        Command::Mcp { action, config } => print_or_fail(
+            "glider mcp",
+            mcp_commands::run(action, config.as_deref()),
         ),
         Command::Ca { action, config } => ca(action, config.as_deref()),
         Command::Run { config, command } => run_cli(config.as_deref(), &command),
@@ -419,7 +432,7 @@ async fn serve_recorded(
         stop.stopped(),
         std::time::Duration::from_secs(snapshot.server.shutdown_grace_secs),
     );
-    let mcp = serve::start_mcp(&handle, runstate);
+    let mcp = serve::start_mcp(&handle, runstate, &home);
     let gateway = serve::start_gateway(
         &engine,
         &delegator,

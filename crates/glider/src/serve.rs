@@ -94,8 +94,10 @@ pub fn start_vram(engine: &Arc<Engine>, handle: &ConfigHandle, home: &Path) {
 pub fn start_mcp(
     handle: &ConfigHandle,
     runstate: &glider_sys::runstate::RunState,
+    home: &std::path::Path,
 ) -> glider_mcp::McpHub {
     let hub = glider_mcp::McpHub::new(Some(runstate.delegate_pids()));
+    hub.set_token_dir(glider_mcp::auth::token_dir(home));
     hub.apply(&handle.snapshot().mcp);
     let mut changes = handle.subscribe();
     let follower = hub.clone();
