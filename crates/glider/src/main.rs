@@ -235,10 +235,9 @@ fn main() -> std::process::ExitCode {
             "glider context",
             context_commands::run(action, &glider_home()),
         ),
-        Command::Mcp { action, config } => print_or_fail(
-            "glider mcp",
-            mcp_commands::run(action, config.as_deref()),
-        ),
+        Command::Mcp { action, config } => {
+            print_or_fail("glider mcp", mcp_commands::run(action, config.as_deref()))
+        }
         Command::Ca { action, config } => ca(action, config.as_deref()),
         Command::Run { config, command } => run_cli(config.as_deref(), &command),
         Command::Transparent { action, config } => transparent(action, config.as_deref()),

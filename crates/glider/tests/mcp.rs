@@ -235,6 +235,21 @@ impl Drop for HttpServer {
     }
 }
 
+/// An MCP session with the Glider `/mcp` at `gateway`, `changed` told of its
+/// `tools/list_changed` notifications.
+async fn connect_to_glider(
+    changed: &ListChanged,
+    gateway: &str,
+) -> rmcp::service::RunningService<rmcp::RoleClient, ListChanged> {
+    changed
+        .clone()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(format!("{gateway}/mcp")),
+        ))
+        .await
+        .expect("an MCP session with Glider's /mcp")
+}
+
 #[tokio::test]
 async fn everything_over_streamable_http_behind_glider_mcp() {
     let port = free_port();
@@ -259,13 +274,7 @@ async fn everything_over_streamable_http_behind_glider_mcp() {
     let served = serve_yaml(home.path(), &base);
 
     let changed = ListChanged::default();
-    let client = changed
-        .clone()
-        .serve(StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", served.gateway)),
-        ))
-        .await
-        .expect("an MCP session with Glider's /mcp");
+    let client = connect_to_glider(&changed, &served.gateway).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let tools = client.list_all_tools().await.expect("tools/list");
@@ -501,13 +510,7 @@ async fn glider_mcp_serves_the_internal_tools_sandboxed_and_says_when_they_appea
     let base = "backends:\n  - {name: idle, type: ollama, base_url: 'http://127.0.0.1:9', models: [qwen]}\n";
     let served = serve_yaml(home.path(), base);
     let changed = ListChanged::default();
-    let client = changed
-        .clone()
-        .serve(StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", served.gateway)),
-        ))
-        .await
-        .expect("an MCP session with Glider's /mcp");
+    let client = connect_to_glider(&changed, &served.gateway).await;
     let names = |tools: &[rmcp::model::Tool]| -> Vec<String> {
         tools.iter().map(|t| t.name.to_string()).collect()
     };

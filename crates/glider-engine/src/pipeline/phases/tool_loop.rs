@@ -57,9 +57,9 @@ fn loop_tools(job: &Job) -> Option<Vec<ToolSpec>> {
             .and_then(|d| d.candidates.first())
             .is_some_and(|c| c.backend.is_local());
     applies.then(|| {
-        with_plugin_tools(&job.runtime.tools, job.plugins.as_ref()).specs_where(
-            |provider, spec| config.offers(&spec.name, provider == glider_tools::MCP_PROVIDER),
-        )
+        with_plugin_tools(&job.runtime.tools, job.plugins.as_ref()).specs_where(|provider, spec| {
+            config.offers(&spec.name, provider == glider_tools::MCP_PROVIDER)
+        })
     })
 }
 
