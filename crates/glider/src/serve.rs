@@ -112,8 +112,8 @@ pub fn start_mcp(
 
 /// Join the hub and the engine's tools (docs/tools.md): the hub's tools enter the
 /// engine's tool set (the loop offers those `tools.loop.mcp` allows), and `/mcp` serves
-/// the engine's current set beside the hub's, its clients told after a reload that
-/// changed it.
+/// the engine's current set and the plugins' tools beside the hub's, its clients told
+/// after a reload that changed it.
 fn join_mcp(engine: &Arc<Engine>, hub: &glider_mcp::McpHub) -> glider_mcp::server::LocalTools {
     engine.attach_tools(Arc::new(hub.clone()));
     let (mut events, follower) = (engine.bus().subscribe(), hub.clone());
@@ -140,7 +140,7 @@ fn join_mcp(engine: &Arc<Engine>, hub: &glider_mcp::McpHub) -> glider_mcp::serve
     Arc::new(move || {
         engine
             .upgrade()
-            .map(|engine| engine.runtime().tools.clone())
+            .map(|engine| engine.served_tools())
             .unwrap_or_default()
     })
 }

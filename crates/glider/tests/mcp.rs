@@ -580,3 +580,53 @@ async fn glider_mcp_serves_the_internal_tools_sandboxed_and_says_when_they_appea
     let _ = client.cancel().await;
     served.stop();
 }
+
+#[tokio::test]
+async fn glider_mcp_serves_the_tools_a_plugin_declares() {
+    // A plugin declaring `word_count` (examples/plugins/tools_declare.py) and no MCP
+    // server: /mcp offers the plugin's tool, and a call reaches the plugin process.
+    let home = tempfile::tempdir().expect("home");
+    let plugin = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/plugins/tools_declare.py");
+    let yaml = format!(
+        "backends:\n  - {{name: idle, type: ollama, base_url: 'http://127.0.0.1:9', models: [qwen]}}\n\
+         plugins:\n  - {{name: counter, command: [python3, '{}']}}\n",
+        plugin.display()
+    );
+    let served = serve_yaml(home.path(), &yaml);
+    let changed = ListChanged::default();
+    let client = connect_to_glider(&changed, &served.gateway).await;
+    // The plugin gives its manifest a moment after the server is up.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let tools = client.list_all_tools().await.expect("tools/list");
+        if tools.iter().any(|t| t.name == "word_count") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "word_count never listed: {tools:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let counted = client
+        .call_tool(
+            CallToolRequestParams::new("word_count".to_owned()).with_arguments(
+                json!({"text": "one two three"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        )
+        .await
+        .expect("word_count through /mcp");
+    assert_ne!(counted.is_error, Some(true), "{counted:?}");
+    let text: Vec<&str> = counted
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect();
+    assert_eq!(text, ["3 words"]);
+    let _ = client.cancel().await;
+    served.stop();
+}

@@ -187,6 +187,12 @@ impl Engine {
         self.plugins.get().map(|p| p.snapshot()).unwrap_or_default()
     }
 
+    /// The tools Glider serves now: the runtime's set (internal, attached providers)
+    /// and after them the ones the configured plugins declare — what `/mcp` offers.
+    pub fn served_tools(&self) -> glider_tools::ToolSet {
+        crate::plugins::with_plugin_tools(&self.runtime().tools, Some(&self.plugins()))
+    }
+
     /// Say `shutdown` to every plugin and end their processes (Glider is stopping).
     pub async fn stop_plugins(&self) {
         self.plugins().stop().await;
