@@ -716,3 +716,48 @@ async fn a_run_sse_carries_out_the_decision_its_append_made() {
         "the origin never saw the RunSSE"
     );
 }
+
+#[tokio::test]
+async fn a_local_root_turn_runs_the_tool_loop_and_cursor_gets_the_final_text() {
+    // Cursor runs no tool for a turn Glider answers (Glider sends text frames only), so
+    // with `tools.loop` on, the local model's call to an internal tool is run by Glider
+    // and Cursor is streamed the answer written after it.
+    let workspace = tempfile::tempdir().expect("workspace");
+    std::fs::write(workspace.path().join("notes.txt"), "cursor notes\n").expect("written");
+    let stack = cursor_stack(
+        OLLAMA_LOCAL,
+        &format!(
+            "tools: {{workspace: '{}', loop: {{enabled: true, max_turns: 4, tools: [read_file]}}}}\n",
+            workspace.path().display()
+        ),
+    )
+    .await;
+    let mut client = cursor_client(&stack).await;
+    let reader = tokio::spawn(run_sse(client.clone(), "root-tools".into()));
+    bounded("the RunSSE waiting in the hub", async {
+        while stack.mitm.agent_rpc().hub.sizes().0 == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    append(
+        &mut client,
+        &Turn {
+            request_id: "root-tools",
+            model: "cursor-local",
+            text: r#"read it [[call:read_file {"path":"notes.txt"}]]"#,
+            conversation: "conv-tools",
+            subagent: None,
+            other_action: None,
+        },
+    )
+    .await;
+    let (_, frames) = bounded("local reply", reader).await.expect("task");
+    let text = text_of(&frames);
+    assert!(
+        text.contains("tool result:") && text.contains("cursor notes"),
+        "the answer written after the tool ran: {text:?}"
+    );
+    assert!(ended_cleanly(&frames), "{frames:?}");
+    assert!(stack.origin.seen(RUN_SSE).is_empty(), "answered by Glider");
+}
