@@ -93,6 +93,9 @@ pub struct ServerView {
     /// Unix seconds of the last restart, if any.
     pub last_restart: Option<u64>,
     pub restarts: u64,
+    /// The protocol revision negotiated (`2026-07-28` stateless, or a session-based
+    /// one such as `2025-11-25`), while connected.
+    pub protocol: Option<String>,
 }
 
 /// The MCP servers Glider is connected to. Cheap to clone.

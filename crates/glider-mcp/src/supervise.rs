@@ -12,10 +12,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use glider_config::McpServerConfig;
 use glider_config::mcp::TOOL_SEPARATOR;
 use glider_sys::procutil::{GroupGuard, spawn_group_leader};
+use rmcp::model::ProtocolVersion;
 use rmcp::service::{NotificationContext, Peer, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
 use serde::Serialize;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::Notify;
@@ -71,6 +72,8 @@ pub(crate) struct Live {
     errors: AtomicU64,
     restarts: AtomicU64,
     last_restart: Mutex<Option<u64>>,
+    /// The protocol revision negotiated with the server now connected.
+    protocol: Mutex<Option<String>>,
 }
 
 impl Live {
@@ -86,6 +89,7 @@ impl Live {
             errors: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
             last_restart: Mutex::new(None),
+            protocol: Mutex::new(None),
         }
     }
 
@@ -126,6 +130,7 @@ impl Live {
             errors: self.errors.load(Ordering::Relaxed),
             last_restart: *lock(&self.last_restart),
             restarts: self.restarts.load(Ordering::Relaxed),
+            protocol: lock(&self.protocol).clone(),
         }
     }
 
@@ -214,6 +219,16 @@ fn backoff(sup: &Supervisor, attempt: u32) -> Duration {
     glider_sys::safego::backoff_wait(initial, max, attempt.saturating_sub(1))
 }
 
+/// How a connection starts: `server/discover` for the stateless 2026-07-28 revision,
+/// falling back to the `initialize` handshake of the session-based revisions when the
+/// server says it does not know it (rmcp's `Auto`).
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: None,
+    }
+}
+
 async fn connect(sup: &Supervisor) -> Result<Connection, String> {
     let tools_changed = Arc::new(Notify::new());
     let handler = Handler {
@@ -280,7 +295,7 @@ async fn connect_stdio(
         });
     }
     let service = handler
-        .serve((stdout, stdin))
+        .serve_with_lifecycle((stdout, stdin), lifecycle())
         .await
         .map_err(|e| format!("initialize failed: {e}"))?;
     Ok((service, group))
@@ -334,13 +349,13 @@ async fn connect_http(
         let client = crate::auth::AuthorizedClient::new(client, tokens);
         let transport = StreamableHttpClientTransport::with_client(client, transport_config);
         return handler
-            .serve(transport)
+            .serve_with_lifecycle(transport, lifecycle())
             .await
             .map_err(|e| format!("initialize failed at {url}: {e}"));
     }
     let transport = StreamableHttpClientTransport::with_client(client, transport_config);
     handler
-        .serve(transport)
+        .serve_with_lifecycle(transport, lifecycle())
         .await
         .map_err(|e| format!("initialize failed at {url}: {e}"))
 }
@@ -354,6 +369,9 @@ async fn serve_until_down(sup: &Supervisor, connection: Connection) -> Option<St
         group,
     } = connection;
     let peer = service.peer().clone();
+    *lock(&sup.live.protocol) = service
+        .peer_info()
+        .map(|info| info.protocol_version.to_string());
     let why = match refresh_tools(sup, &peer).await {
         Err(why) => {
             drop(service);

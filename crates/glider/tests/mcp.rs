@@ -630,3 +630,51 @@ async fn glider_mcp_serves_the_tools_a_plugin_declares() {
     let _ = client.cancel().await;
     served.stop();
 }
+
+#[tokio::test]
+async fn the_revision_is_negotiated_stateless_with_a_new_server_and_initialize_with_an_older() {
+    // Glider's own /mcp (rmcp's server) knows the stateless 2026-07-28 revision:
+    // `server/discover` is answered. server-everything from npm does not: the hub falls
+    // back to the `initialize` handshake of a session-based revision.
+    let workspace = tempfile::tempdir().expect("workspace");
+    std::fs::write(workspace.path().join("notes.txt"), "negotiated\n").expect("written");
+    let home = tempfile::tempdir().expect("home");
+    let served = serve_yaml(
+        home.path(),
+        &format!(
+            "backends:\n  - {{name: idle, type: ollama, base_url: 'http://127.0.0.1:9', models: [qwen]}}\n\
+             tools: {{workspace: '{}'}}\n",
+            workspace.path().display()
+        ),
+    );
+    let hub = McpHub::new(None);
+    hub.apply(&mcp_config(&format!(
+        "servers:\n  glider: {{url: '{}/mcp'}}\n  everything: {{command: node, args: ['{}', stdio]}}\n",
+        served.gateway,
+        everything()
+    )));
+    offered(&hub, "glider__read_file").await;
+    offered(&hub, "everything__echo").await;
+    let protocol = |name: &str| {
+        hub.servers()
+            .into_iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.protocol)
+    };
+    assert_eq!(protocol("glider").as_deref(), Some("2026-07-28"));
+    let older = protocol("everything").expect("a negotiated revision");
+    assert_ne!(older, "2026-07-28");
+    // Both kinds of connection carry calls.
+    let read = hub
+        .call("glider__read_file", json!({"path": "notes.txt"}))
+        .await
+        .expect("read_file over the stateless revision");
+    assert_eq!(read.text(), "1\tnegotiated\n");
+    let echo = hub
+        .call("everything__echo", json!({"message": "older"}))
+        .await
+        .expect("echo over the session-based revision");
+    assert_eq!(echo.text(), "Echo: older");
+    hub.shutdown().await;
+    served.stop();
+}
