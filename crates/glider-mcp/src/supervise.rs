@@ -219,6 +219,9 @@ fn backoff(sup: &Supervisor, attempt: u32) -> Duration {
     glider_sys::safego::backoff_wait(initial, max, attempt.saturating_sub(1))
 }
 
+/// How long a stopped stdio server has, after SIGTERM, before its group is killed.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
 /// How a connection starts: `server/discover` for the stateless 2026-07-28 revision,
 /// falling back to the `initialize` handshake of the session-based revisions when the
 /// server says it does not know it (rmcp's `Auto`).
@@ -408,9 +411,14 @@ async fn serve_until_down(sup: &Supervisor, connection: Connection) -> Option<St
     *lock(&sup.live.peer) = None;
     lock(&sup.live.tools).clear();
     notify_hub(sup);
-    if let Some(mut group) = group
-        && let Err(e) = group.finish().await
-    {
+    // Stopped (not crashed): its stdin is closed by now; SIGTERM and a grace period
+    // before SIGKILL, so it can flush and clean up as MCP's stdio shutdown expects.
+    let ended = match (group, &why) {
+        (Some(mut group), None) => Some(group.terminate(STOP_GRACE).await),
+        (Some(mut group), Some(_)) => Some(group.finish().await),
+        (None, _) => None,
+    };
+    if let Some(Err(e)) = ended {
         tracing::warn!(server = %sup.live.name, error = %e, "could not reap the MCP server");
     }
     why

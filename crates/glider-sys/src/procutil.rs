@@ -97,6 +97,24 @@ impl GroupGuard {
         self.leader = None;
         Ok(status)
     }
+
+    /// Stop the group gently: SIGTERM to every member, up to `grace` for them to exit
+    /// (polled in `/proc`; the unreaped leader keeps the group's number reserved
+    /// meanwhile), then [`GroupGuard::finish`] (SIGKILL to what is left, reap the leader).
+    pub async fn terminate(&mut self, grace: std::time::Duration) -> std::io::Result<ExitStatus> {
+        if self.leader.is_some() {
+            let term = signal_command(&self.kill, "-TERM", self.pgid);
+            if let Err(e) = Command::from(term).status().await {
+                tracing::warn!(pgid = self.pgid, error = %e, "could not run kill -TERM for a process group");
+            }
+            let deadline = tokio::time::Instant::now() + grace;
+            let running = |pgid: u32| processes().iter().any(|p| p.pgrp == pgid && p.state != 'Z');
+            while running(self.pgid) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        self.finish().await
+    }
 }
 
 impl Drop for GroupGuard {
@@ -152,18 +170,18 @@ impl Drop for Reaper {
 /// `kill` (the program at `kill`) set to SIGKILL every member of group `pgid`, quietly;
 /// a std `Command`, which converts into a Tokio one where it is awaited.
 fn kill_command(kill: &Path, pgid: u32) -> std::process::Command {
+    signal_command(kill, "-KILL", pgid)
+}
+
+/// `kill SIGNAL -- -PGID`: `signal` to every member of group `pgid`.
+fn signal_command(kill: &Path, signal: &str, pgid: u32) -> std::process::Command {
     let mut command = std::process::Command::new(kill);
     command
-        .args(kill_args(pgid))
+        .args([signal.to_owned(), "--".to_owned(), format!("-{pgid}")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     command
-}
-
-/// `kill`'s arguments that send SIGKILL to every member of group `pgid`.
-fn kill_args(pgid: u32) -> [String; 3] {
-    ["-KILL".to_owned(), "--".to_owned(), format!("-{pgid}")]
 }
 
 /// One process as `/proc/<pid>/stat` describes it.
@@ -176,6 +194,8 @@ pub struct ProcStat {
     pub comm: String,
     /// When it started, in Unix seconds (field 22 after the boot time).
     pub started_at: u64,
+    /// Its state (field 3): `R`, `S`, ..., `Z` for a zombie not yet reaped.
+    pub state: char,
 }
 
 /// Every process `/proc` lists now; empty where there is no `/proc`.
@@ -201,6 +221,7 @@ pub fn processes() -> Vec<ProcStat> {
             let (head, after) = stat.rsplit_once(')')?;
             let comm = head.split_once('(')?.1.to_owned();
             let fields: Vec<&str> = after.split_whitespace().collect();
+            let state = fields.first()?.chars().next()?;
             let pgrp = fields.get(2)?.parse().ok()?;
             let start_ticks: u64 = fields.get(19)?.parse().ok()?;
             Some(ProcStat {
@@ -208,6 +229,7 @@ pub fn processes() -> Vec<ProcStat> {
                 pgrp,
                 comm,
                 started_at: boot + start_ticks / TICKS_PER_SEC,
+                state,
             })
         })
         .collect()

@@ -678,3 +678,27 @@ async fn the_revision_is_negotiated_stateless_with_a_new_server_and_initialize_w
     hub.shutdown().await;
     served.stop();
 }
+
+#[tokio::test]
+async fn a_stopped_stdio_server_gets_sigterm_and_a_grace_period_before_sigkill() {
+    // A shell leads the group and runs server-everything; on SIGTERM it writes a mark
+    // and exits. Killed outright (SIGKILL), it could write nothing.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mark = dir.path().join("terminated");
+    let script = format!(
+        "trap 'echo cleaned-up > \"{mark}\"; exit 0' TERM; exec 3<&0; node '{server}' stdio <&3 & wait",
+        mark = mark.display(),
+        server = everything()
+    );
+    let hub = McpHub::new(None);
+    hub.apply(&mcp_config(&format!(
+        "servers:\n  graceful: {{command: sh, args: ['-c', {}]}}\n",
+        serde_json::to_string(&script).expect("json string")
+    )));
+    offered(&hub, "graceful__echo").await;
+    hub.shutdown().await;
+    assert_eq!(
+        std::fs::read_to_string(&mark).expect("the server saw SIGTERM and cleaned up"),
+        "cleaned-up\n"
+    );
+}
