@@ -323,6 +323,16 @@ async fn run_sse(
     (Response::from_parts(parts, ()), frames)
 }
 
+/// Until a RunSSE waits in the hub (Cursor opens it before it appends the prompt).
+async fn run_sse_waiting(stack: &CursorStack) {
+    bounded("the RunSSE waiting in the hub", async {
+        while stack.mitm.agent_rpc().hub.sizes().0 == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
 fn text_of(frames: &[Frame]) -> String {
     frames
         .iter()
@@ -356,12 +366,7 @@ async fn a_root_turn_is_answered_locally_and_the_append_still_reaches_the_origin
     // Cursor opens the reply stream first, then appends the prompt: the append is sent
     // only once the RunSSE waits in the hub, so the waiter path is the one exercised.
     let reader = tokio::spawn(run_sse(client.clone(), "root-1".into()));
-    bounded("the RunSSE waiting in the hub", async {
-        while stack.mitm.agent_rpc().hub.sizes().0 == 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    run_sse_waiting(&stack).await;
     append(
         &mut client,
         &Turn {
@@ -734,12 +739,7 @@ async fn a_local_root_turn_runs_the_tool_loop_and_cursor_gets_the_final_text() {
     .await;
     let mut client = cursor_client(&stack).await;
     let reader = tokio::spawn(run_sse(client.clone(), "root-tools".into()));
-    bounded("the RunSSE waiting in the hub", async {
-        while stack.mitm.agent_rpc().hub.sizes().0 == 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    run_sse_waiting(&stack).await;
     append(
         &mut client,
         &Turn {
