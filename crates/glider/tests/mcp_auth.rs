@@ -372,6 +372,20 @@ struct Logged {
     child: Child,
 }
 
+impl Logged {
+    /// Wait (bounded) for the child to exit, and require success; its log says why not.
+    async fn succeeded(&mut self, log: &Path) {
+        let exited = until(|| matches!(self.child.try_wait(), Ok(Some(_)))).await;
+        assert!(exited, "glider mcp login never finished");
+        let status = self.child.wait().expect("status");
+        assert!(
+            status.success(),
+            "{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    }
+}
+
 impl Drop for Logged {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -528,14 +542,7 @@ async fn code_flow_from_a_401_then_refresh_before_expiry_and_after_a_revoke() {
         landing.text().await.expect("page"),
         "Glider is authorized. You can close this tab."
     );
-    let exited = until(|| matches!(login.child.try_wait(), Ok(Some(_)))).await;
-    assert!(exited, "glider mcp login never finished");
-    let status = login.child.wait().expect("status");
-    assert!(
-        status.success(),
-        "{}",
-        std::fs::read_to_string(&login_log).unwrap_or_default()
-    );
+    login.succeeded(&login_log).await;
     line_with(&login_log, "logged in to remote").await;
     let registered = lock(&fake.registered).clone();
     assert_eq!(registered.len(), 1);
@@ -613,14 +620,7 @@ async fn github_device_flow_waits_while_pending_and_slows_down() {
         "open https://github.com/login/device and enter the code WDJB-MJHT",
     )
     .await;
-    let exited = until(|| matches!(login.child.try_wait(), Ok(Some(_)))).await;
-    assert!(exited, "glider mcp login never finished");
-    let status = login.child.wait().expect("status");
-    assert!(
-        status.success(),
-        "{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    login.succeeded(&log).await;
 
     let device = lock(&fake.device_request)
         .clone()

@@ -116,6 +116,17 @@ fn without_clock(body: &[u8]) -> String {
     out
 }
 
+/// POST `body` to the gateway's Chat Completions; it must be answered 200.
+async fn chat_ok(client: &reqwest::Client, gateway: &str, body: &Value) {
+    let reply = client
+        .post(format!("{gateway}/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .expect("the gateway answered");
+    assert_eq!(reply.status(), 200);
+}
+
 #[tokio::test]
 async fn a_slow_shadow_neither_changes_nor_delays_the_client_and_the_next_copy_is_skipped() {
     // The same reply without fan-out, from a mock in the same state.
@@ -315,13 +326,7 @@ async fn serve_stores_the_samples_for_the_report_and_every_answer_for_compare() 
         &text_request("m-local", "hello there", false),
     );
     for _ in 0..3 {
-        let reply = client
-            .post(format!("{}/v1/chat/completions", served.gateway))
-            .json(&body)
-            .send()
-            .await
-            .expect("the gateway answered");
-        assert_eq!(reply.status(), 200);
+        chat_ok(&client, &served.gateway, &body).await;
     }
     let view = served
         .poll_json("/api/shadow", |v| v["summary"][0]["compared"] == 3)
@@ -356,13 +361,7 @@ async fn serve_stores_the_samples_for_the_report_and_every_answer_for_compare() 
 
     // The same home under `mode: all`: the request's answers side by side.
     let served = serve_yaml(home.path(), &config(&local, &cloud, "{mode: all}"));
-    let reply = client
-        .post(format!("{}/v1/chat/completions", served.gateway))
-        .json(&body)
-        .send()
-        .await
-        .expect("the gateway answered");
-    assert_eq!(reply.status(), 200);
+    chat_ok(&client, &served.gateway, &body).await;
     let requests = served
         .poll_json("/api/requests", |v| {
             v["requests"]
