@@ -534,17 +534,11 @@ async fn glider_mcp_serves_the_internal_tools_sandboxed_and_says_when_they_appea
         .await
         .expect("notifications/tools/list_changed once the internal tools are there");
     let after = names(&client.list_all_tools().await.expect("tools/list"));
-    let internal = [
-        "read_file",
-        "list_dir",
-        "glob",
-        "grep",
-        "git_status",
-        "git_diff",
-        "git_log",
-    ];
-    for tool in internal {
-        assert!(after.contains(&tool.to_owned()), "{tool} listed: {after:?}");
+    for tool in glider_tools::internal::INTERNAL_TOOLS {
+        assert!(
+            after.contains(&(*tool).to_owned()),
+            "{tool} listed: {after:?}"
+        );
     }
 
     let call = |name: &str, args: serde_json::Value| {
