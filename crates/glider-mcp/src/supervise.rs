@@ -72,8 +72,6 @@ pub(crate) struct Live {
     errors: AtomicU64,
     restarts: AtomicU64,
     last_restart: Mutex<Option<u64>>,
-    /// The protocol revision negotiated with the server now connected.
-    protocol: Mutex<Option<String>>,
 }
 
 impl Live {
@@ -89,7 +87,6 @@ impl Live {
             errors: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
             last_restart: Mutex::new(None),
-            protocol: Mutex::new(None),
         }
     }
 
@@ -130,7 +127,11 @@ impl Live {
             errors: self.errors.load(Ordering::Relaxed),
             last_restart: *lock(&self.last_restart),
             restarts: self.restarts.load(Ordering::Relaxed),
-            protocol: lock(&self.protocol).clone(),
+            // The connected peer's (none while down).
+            protocol: lock(&self.peer)
+                .as_ref()
+                .and_then(|peer| peer.peer_info())
+                .map(|info| info.protocol_version.to_string()),
         }
     }
 
@@ -372,9 +373,6 @@ async fn serve_until_down(sup: &Supervisor, connection: Connection) -> Option<St
         group,
     } = connection;
     let peer = service.peer().clone();
-    *lock(&sup.live.protocol) = service
-        .peer_info()
-        .map(|info| info.protocol_version.to_string());
     let why = match refresh_tools(sup, &peer).await {
         Err(why) => {
             drop(service);
