@@ -77,6 +77,9 @@ pub(crate) async fn post_form<T: serde::de::DeserializeOwned>(
         .finish();
     let reply = http
         .post(endpoint)
+        // The MCP connection's client has no overall timeout (it carries SSE streams),
+        // and a refresh holds the lock every request to the server waits on.
+        .timeout(std::time::Duration::from_secs(30))
         .header(http::header::ACCEPT, "application/json")
         .header(
             http::header::CONTENT_TYPE,

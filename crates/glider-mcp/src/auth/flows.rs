@@ -72,7 +72,7 @@ pub async fn login(
         resource: plan.resource.clone(),
         server_url: plan.server_url.clone(),
     };
-    let token = StoredToken::granted(reply, None, base)?;
+    let token = StoredToken::granted(reply, base)?;
     let path = token_path(dir, name);
     store::save(&path, &token)?;
     Ok(path)
@@ -234,14 +234,12 @@ async fn device_flow(
     }
     // An endpoint that refuses (GitHub: `device_flow_disabled`) says why in `error`.
     let reply: serde_json::Value = post_form(http, endpoint, &form).await?;
-    if let Some(error) = reply.get("error").and_then(|e| e.as_str()) {
-        let description = reply
-            .get("error_description")
-            .and_then(|d| d.as_str())
-            .map(|d| format!(": {d}"))
-            .unwrap_or_default();
+    if let Ok(refused) = TokenReply::deserialize(&reply)
+        && refused.error.is_some()
+    {
         return Err(AuthError::Failed(format!(
-            "{endpoint} refused the device authorization: {error}{description}"
+            "{endpoint} refused the device authorization: {}",
+            refused.why()
         )));
     }
     let code: DeviceCode = serde_json::from_value(reply)

@@ -43,13 +43,10 @@ impl std::fmt::Debug for StoredToken {
 }
 
 impl StoredToken {
-    /// The token a token endpoint granted; `previous` keeps its refresh token when the
-    /// answer brings no new one (refresh tokens need not rotate).
-    pub(crate) fn granted(
-        reply: TokenReply,
-        previous: Option<&StoredToken>,
-        base: StoredToken,
-    ) -> Result<StoredToken, AuthError> {
+    /// The token a token endpoint granted, over `base` (the endpoint, client and
+    /// resource it was asked for); `base`'s refresh token stays when the answer brings
+    /// no new one (refresh tokens need not rotate).
+    pub(crate) fn granted(reply: TokenReply, base: StoredToken) -> Result<StoredToken, AuthError> {
         let Some(access_token) = reply.access_token.clone().filter(|t| !t.is_empty()) else {
             return Err(AuthError::Failed(format!(
                 "the token endpoint {} granted no token ({})",
@@ -59,9 +56,7 @@ impl StoredToken {
         };
         Ok(StoredToken {
             access_token,
-            refresh_token: reply
-                .refresh_token
-                .or_else(|| previous.and_then(|p| p.refresh_token.clone())),
+            refresh_token: reply.refresh_token.or(base.refresh_token.clone()),
             expires_at: reply.expires_in.map(|secs| unix_now().saturating_add(secs)),
             ..base
         })
@@ -218,13 +213,9 @@ impl TokenSource {
             .map_err(|e| {
                 AuthError::needs_login(&self.server, format!("could not refresh its token ({e})"))
             })?;
-        if reply.access_token.is_none() {
-            return Err(AuthError::needs_login(
-                &self.server,
-                format!("could not refresh its token ({})", reply.why()),
-            ));
-        }
-        let fresh = StoredToken::granted(reply, Some(&token), token.clone())?;
+        let fresh = StoredToken::granted(reply, token).map_err(|e| {
+            AuthError::needs_login(&self.server, format!("could not refresh its token ({e})"))
+        })?;
         save(&self.path, &fresh)?;
         tracing::info!(server = %self.server, "refreshed the MCP server's OAuth token");
         Ok(fresh)
