@@ -160,8 +160,24 @@ impl ToolSet {
 
     /// Run `name` on the first provider that offers it.
     pub async fn call(&self, name: &str, args: Value) -> Result<ToolOutput, ToolError> {
+        self.call_where(name, args, |_, _| true).await
+    }
+
+    /// Run `name` on the first provider whose tool of that name `keep` accepts: the
+    /// one [`ToolSet::specs_where`] with the same `keep` offered, never a provider the
+    /// filter left out that happens to have the name too.
+    pub async fn call_where(
+        &self,
+        name: &str,
+        args: Value,
+        keep: impl Fn(&str, &ToolSpec) -> bool,
+    ) -> Result<ToolOutput, ToolError> {
         for provider in &self.providers {
-            if provider.specs().iter().any(|spec| spec.name == name) {
+            if provider
+                .specs()
+                .iter()
+                .any(|spec| spec.name == name && keep(provider.name(), spec))
+            {
                 return provider.call(name, args).await;
             }
         }
@@ -216,6 +232,18 @@ mod tests {
         );
         let out = set.call("x", Value::Null).await.expect("runs");
         assert_eq!(out.into_text(), "a");
+        // The call goes where the same filter's offer came from, not to `a`'s `x`.
+        assert_eq!(
+            set.call_where("x", Value::Null, |provider, _| provider == "b")
+                .await
+                .map(ToolOutput::into_text),
+            Ok("b".to_owned())
+        );
+        assert_eq!(
+            set.call_where("y", Value::Null, |provider, _| provider == "b")
+                .await,
+            Err(ToolError::UnknownTool("y".into()))
+        );
         assert_eq!(
             set.call("z", Value::Null).await,
             Err(ToolError::UnknownTool("z".into()))

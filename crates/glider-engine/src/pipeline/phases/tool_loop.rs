@@ -57,10 +57,15 @@ fn loop_tools(job: &Job) -> Option<Vec<ToolSpec>> {
             .and_then(|d| d.candidates.first())
             .is_some_and(|c| c.backend.is_local());
     applies.then(|| {
-        with_plugin_tools(&job.runtime.tools, job.plugins.as_ref()).specs_where(|provider, spec| {
-            config.offers(&spec.name, provider == glider_tools::MCP_PROVIDER)
-        })
+        with_plugin_tools(&job.runtime.tools, job.plugins.as_ref())
+            .specs_where(|provider, spec| offered(config, provider, spec))
     })
+}
+
+/// Whether the loop offers (and so may run) `provider`'s `spec`: MCP tools only as
+/// `tools.loop.mcp` allows, every tool as `tools.loop.tools` narrows.
+fn offered(config: &glider_config::ToolLoopConfig, provider: &str, spec: &ToolSpec) -> bool {
+    config.offers(&spec.name, provider == glider_tools::MCP_PROVIDER)
 }
 
 /// `specs` added to the request's own tools (a name the client already has stays
@@ -214,9 +219,12 @@ async fn run_call(
 ) -> Part {
     let started = Instant::now();
     let tools = with_plugin_tools(&job.runtime.tools, job.plugins.as_ref());
+    let config = &job.runtime.config.tools.tool_loop;
     let outcome = match tokio::time::timeout(
         budget.time_left(),
-        tools.call(&name, arguments.clone()),
+        tools.call_where(&name, arguments.clone(), |provider, spec| {
+            offered(config, provider, spec)
+        }),
     )
     .await
     {
