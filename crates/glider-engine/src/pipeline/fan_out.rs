@@ -117,9 +117,13 @@ pub(crate) fn applies(
     candidates: &[Candidate],
     reserve: Option<usize>,
 ) -> Option<Vec<usize>> {
-    // Off (the default) is told before the attempt order is worked out: the backup
+    // Off (the default) and shadow (the primary goes through the backup sequence, its
+    // copy is sent after) are told before the attempt order is worked out: the backup
     // sequence works it out again itself.
-    if mode == FanOutMode::Off || reserve.is_some() || candidates.len() < 2 {
+    if matches!(mode, FanOutMode::Off | FanOutMode::Shadow)
+        || reserve.is_some()
+        || candidates.len() < 2
+    {
         return None;
     }
     let order = attempt_order(candidates, candidates.len());
