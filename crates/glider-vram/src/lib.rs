@@ -626,15 +626,15 @@ impl Vram {
     /// [`Vram::make_room`] waits for this one to finish. One prewarm per model at once.
     pub fn prewarm(
         self: &Arc<Self>,
-        config: VramConfig,
-        backend: Arc<Backend>,
-        model: String,
-        backends: Vec<Arc<Backend>>,
+        config: &VramConfig,
+        backend: &Arc<Backend>,
+        model: &str,
+        backends: &[Arc<Backend>],
     ) {
-        if self.steps_aside(&config) || !managed(&config, &backend) {
+        if self.steps_aside(config) || !managed(config, backend) {
             return;
         }
-        let key = key(backend.name(), &model);
+        let key = key(backend.name(), model);
         let gate = Arc::new(tokio::sync::Mutex::new(()));
         let Ok(closed) = gate.clone().try_lock_owned() else {
             return;
@@ -646,8 +646,15 @@ impl Vram {
             }
             prewarming.insert(key.clone(), gate.clone());
         }
-        let held = self.reserve(backend.name(), &model);
+        let held = self.reserve(backend.name(), model);
         let vram = self.clone();
+        // Owned copies only for a prewarm that runs: most sticky turns return above.
+        let (config, backend, model, backends) = (
+            config.clone(),
+            backend.clone(),
+            model.to_owned(),
+            backends.to_vec(),
+        );
         tokio::spawn(async move {
             vram.make_room(&config, &backend, &model, Cause::Prewarm, &backends)
                 .await;

@@ -144,12 +144,7 @@ pub fn prewarm_sticky(
     else {
         return;
     };
-    vram.prewarm(
-        config.vram.clone(),
-        candidate.backend.clone(),
-        candidate.model.clone(),
-        backends.to_vec(),
-    );
+    vram.prewarm(&config.vram, &candidate.backend, &candidate.model, backends);
 }
 
 /// Whether `request` starts a user turn: its last turn (system text aside: Claude Code
