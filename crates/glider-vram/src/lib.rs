@@ -467,7 +467,7 @@ impl Vram {
         if sleep_level(config, backend).is_some() {
             let vllm = Vllm {
                 http: &self.http,
-                base_url: &backend.config.base_url,
+                backend,
             };
             let asleep = vllm.is_sleeping().await?;
             lock(&self.asleep).insert(name.to_owned(), asleep);
@@ -799,7 +799,7 @@ impl Vram {
         if let Some(level) = sleep_level(config, backend) {
             Vllm {
                 http: &self.http,
-                base_url,
+                backend,
             }
             .sleep(level)
             .await?;
@@ -841,7 +841,7 @@ impl Vram {
             let before = used(&self.sample().await);
             let took = Vllm {
                 http: &self.http,
-                base_url,
+                backend,
             }
             .wake_up()
             .await

@@ -6,21 +6,21 @@
 
 use std::time::{Duration, Instant};
 
+use glider_backend::Backend;
 use serde_json::Value;
 
 /// How long a sleep or a wake may take to answer (a level 2 wake reloads the weights).
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// One vLLM server, by the backend's base URL.
+/// One vLLM server: the backend's, at its root ([`Backend::root_url`]).
 pub struct Vllm<'a> {
     pub http: &'a reqwest::Client,
-    pub base_url: &'a str,
+    pub backend: &'a Backend,
 }
 
 impl Vllm<'_> {
     fn url(&self, path: &str) -> String {
-        let base = self.base_url.trim_end_matches('/');
-        format!("{}{path}", base.strip_suffix("/v1").unwrap_or(base))
+        self.backend.root_url(path)
     }
 
     async fn send(&self, request: reqwest::RequestBuilder, url: &str) -> Result<Value, String> {
