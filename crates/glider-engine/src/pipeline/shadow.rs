@@ -325,6 +325,35 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_goes_to_another_local_candidate_and_to_the_cloud_only_when_allowed() {
+        let parsed = glider_config::Config::parse(
+            "backends:\n\
+             \x20 - {name: local, type: ollama, base_url: 'http://127.0.0.1:9', models: [m]}\n\
+             \x20 - {name: cloud, type: anthropic, base_url: 'http://127.0.0.1:9', api_key: k, models: [c]}\n",
+            "t",
+        )
+        .expect("valid");
+        let candidates: Vec<Candidate> = parsed
+            .backends
+            .iter()
+            .map(|b| Candidate {
+                backend: glider_backend::Backend::new(b.clone()),
+                model: "m".into(),
+            })
+            .collect();
+        let local_only = config(1.0, 1, 10);
+        // The local answered: the only other candidate is the cloud, not allowed.
+        assert_eq!(target(&candidates, 0, &local_only), None);
+        let cloud_allowed = ShadowConfig {
+            allow_cloud: true,
+            ..local_only.clone()
+        };
+        assert_eq!(target(&candidates, 0, &cloud_allowed), Some(1));
+        // The cloud answered: the copy goes to the local.
+        assert_eq!(target(&candidates, 1, &local_only), Some(0));
+    }
+
+    #[test]
     fn the_sample_rate_takes_evenly_spaced_requests() {
         let taken: Vec<u64> = (0..12).filter(|&n| sampled(n, 0.25)).collect();
         assert_eq!(taken, vec![3, 7, 11]);
