@@ -145,10 +145,12 @@ pub(crate) struct RuntimeModule {
 }
 
 impl RuntimeModule {
-    /// Rebuild the runtime from `config` with the attached providers.
+    /// Rebuild the runtime with the attached providers, from `config` or, with none,
+    /// from the current runtime's config (read under the lock, so a reload that swapped
+    /// in a newer one meanwhile is not undone).
     fn rebuild_with(
         &self,
-        config: &Arc<Config>,
+        config: Option<&Arc<Config>>,
         attach: Option<Arc<dyn glider_tools::ToolProvider>>,
     ) {
         let mut providers = self
@@ -157,8 +159,9 @@ impl RuntimeModule {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         providers.extend(attach);
         let _ = self.current.swap_with(|previous| {
+            let config = config.unwrap_or(&previous.config).clone();
             Ok(Runtime::build(
-                config.clone(),
+                config,
                 Some(previous),
                 &self.base,
                 &providers,
@@ -168,8 +171,7 @@ impl RuntimeModule {
 
     /// Add `provider` to every runtime from now on (the current one rebuilt with it).
     pub(crate) fn attach_tools(&self, provider: Arc<dyn glider_tools::ToolProvider>) {
-        let config = self.current.snapshot().config.clone();
-        self.rebuild_with(&config, Some(provider));
+        self.rebuild_with(None, Some(provider));
     }
 }
 
@@ -181,7 +183,7 @@ impl HotSwap for RuntimeModule {
     /// Never fails as a whole: a Starlark file that does not compile leaves the rule
     /// out of the new snapshot and says why in `Runtime::starlark_error`.
     fn reload(&self, config: &Arc<Config>) -> Result<(), String> {
-        self.rebuild_with(config, None);
+        self.rebuild_with(Some(config), None);
         Ok(())
     }
 }
