@@ -169,8 +169,9 @@ enum RouteAction {
         #[arg(long)]
         json: bool,
         /// Instead of routing a body: a request `fan_out: {mode: all}` answered, by its
-        /// record id, every candidate's answer side by side (from GLIDER_HOME/history).
-        #[arg(long, value_name = "REQUEST_ID")]
+        /// sequence number (`seq` in /api/requests), every candidate's answer side by
+        /// side (from GLIDER_HOME/history).
+        #[arg(long, value_name = "SEQ")]
         compare: Option<u64>,
     },
 }

@@ -369,15 +369,18 @@ async fn serve_stores_the_samples_for_the_report_and_every_answer_for_compare() 
                 .is_some_and(|r| r.iter().any(|e| e["fan_out"]["mode"] == "all"))
         })
         .await;
-    let id = requests["requests"]
+    let all = requests["requests"]
         .as_array()
         .and_then(|r| r.iter().find(|e| e["fan_out"]["mode"] == "all"))
-        .and_then(|e| e["id"].as_u64())
-        .expect("the all request's id");
+        .expect("the all request");
+    // A second `glider serve` numbers its records from 1 again; the sequence number
+    // goes on from the first one's three requests.
+    let (id, seq) = (all["id"].as_u64(), all["seq"].as_u64().expect("its seq"));
+    assert_eq!((id, seq), (Some(1), 4));
     served.stop();
     let (ok, text, err) = glider(
         home.path(),
-        &["route", "explain", "--compare", &id.to_string()],
+        &["route", "explain", "--compare", &seq.to_string()],
     );
     assert!(ok, "{err}");
     assert!(
@@ -396,8 +399,15 @@ async fn serve_stores_the_samples_for_the_report_and_every_answer_for_compare() 
         text.contains("agrees (tools same, stop same, text similarity 1.00, identical)"),
         "{text}"
     );
+    assert!(text.starts_with("request 1 (seq 4)"), "{text}");
+    // Seq 1 is the first serve's first request (record id 1 too): a shadow one.
+    let (ok, _, err) = glider(home.path(), &["route", "explain", "--compare", "1"]);
+    assert!(
+        !ok && err.contains("request seq 1 fanned out with mode shadow"),
+        "{err}"
+    );
     let (ok, _, err) = glider(home.path(), &["route", "explain", "--compare", "999999"]);
-    assert!(!ok && err.contains("no request with id 999999"), "{err}");
+    assert!(!ok && err.contains("no request with seq 999999"), "{err}");
 }
 
 /// `mocks` as local OpenAI-wire backends, in order, each serving `m` (a request for
