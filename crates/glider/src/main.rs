@@ -432,7 +432,7 @@ async fn serve_recorded(
         stop.stopped(),
         std::time::Duration::from_secs(snapshot.server.shutdown_grace_secs),
     );
-    let mcp = serve::start_mcp(&handle, runstate, &home);
+    let mcp = serve::start_mcp(&handle, &engine, runstate, &home);
     let gateway = serve::start_gateway(
         &engine,
         &delegator,
