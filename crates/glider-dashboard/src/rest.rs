@@ -103,6 +103,23 @@ pub async fn backends(State(shared): State<Arc<Shared>>) -> Response {
                 map.insert("served_models".into(), json!(health.served_models));
                 map.insert("checked_at".into(), json!(health.checked_at));
                 map.insert("probe".into(), json!(health.note));
+                if let Some(pool) = &backend.pool {
+                    // Each replica as its own probe and breaker see it.
+                    let replicas: Vec<Value> = pool
+                        .replicas
+                        .iter()
+                        .map(|replica| {
+                            let health = replica.health();
+                            json!({
+                                "base_url": strip_userinfo(&replica.base_url),
+                                "health": health.status,
+                                "detail": health.detail,
+                                "breaker": replica.breaker.state(),
+                            })
+                        })
+                        .collect();
+                    map.insert("replicas".into(), json!(replicas));
+                }
                 map.insert(
                     "usable".into(),
                     json!(
