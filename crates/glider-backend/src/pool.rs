@@ -13,6 +13,7 @@
 //! the backend) as [`SESSION_KEY_HEADER`].
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
@@ -43,6 +44,8 @@ pub struct Replica {
     pub(crate) endpoints: [Option<reqwest::Url>; 4],
     pub breaker: CircuitBreaker,
     health: Mutex<ReplicaHealth>,
+    /// `health` is down: read on every request's order without taking the lock.
+    down: AtomicBool,
 }
 
 /// A replica's health as its last probe found it.
@@ -62,6 +65,7 @@ impl Replica {
             base_url,
             breaker: CircuitBreaker::default(),
             health: Mutex::default(),
+            down: AtomicBool::new(false),
         }
     }
 
@@ -74,14 +78,17 @@ impl Replica {
     }
 
     pub(crate) fn set_health(&self, health: ReplicaHealth) {
-        *self
+        let mut kept = self
             .health
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = health;
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.down
+            .store(health.status == HealthStatus::Down, Ordering::Relaxed);
+        *kept = health;
     }
 
     fn probed_down(&self) -> bool {
-        self.health().status == HealthStatus::Down
+        self.down.load(Ordering::Relaxed)
     }
 }
 
@@ -97,15 +104,20 @@ impl Pool {
     /// replica the last probe found down behind all the others (tried only when they
     /// fail too).
     pub fn order(&self, key: Option<&str>) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..self.replicas.len()).collect();
         let key = key.map(|key| fnv1a(key.as_bytes()));
-        // Highest score first; the index breaks a (vanishingly unlikely) tie.
-        order.sort_by_key(|&i| {
-            let replica = &self.replicas[i];
-            let score = key.map_or(0, |key| mix(key ^ replica.identity));
-            (replica.probed_down(), std::cmp::Reverse(score), i)
-        });
-        order
+        // Each replica's rank worked out once: down last, then the highest score first;
+        // the index breaks a (vanishingly unlikely) tie, and is all there is without a key.
+        let mut ranked: Vec<(bool, std::cmp::Reverse<u64>, usize)> = self
+            .replicas
+            .iter()
+            .enumerate()
+            .map(|(i, replica)| {
+                let score = key.map_or(0, |key| mix(key ^ replica.identity));
+                (replica.probed_down(), std::cmp::Reverse(score), i)
+            })
+            .collect();
+        ranked.sort_unstable();
+        ranked.into_iter().map(|(.., i)| i).collect()
     }
 
     /// The replica a request should go to next among `order[from..]`: the first whose
