@@ -18,13 +18,7 @@ fn config(base_url: &str, replicas: &str) -> String {
 }
 
 async fn ask(gateway: &str) -> u16 {
-    let reply = reqwest::Client::new()
-        .post(format!("{gateway}/v1/chat/completions"))
-        .json(&json!({"model": "m-vllm", "messages": [{"role": "user", "content": "hi"}]}))
-        .send()
-        .await
-        .expect("the gateway answers");
-    reply.status().as_u16()
+    ask_model(gateway, "m-vllm").await
 }
 
 /// The generation requests `mock` served (health probes aside).
@@ -138,22 +132,31 @@ fn modules_config(
     )
 }
 
-fn versions(view: &Value) -> Vec<(String, u64)> {
-    ["backends", "classifier", "fan_out", "runtime"]
-        .iter()
-        .map(|m| ((*m).to_owned(), view["versions"][m].as_u64().unwrap_or(0)))
-        .collect()
+/// Write `yaml` as the config, reload it, and wait for the runtime's `version`: the
+/// `/api/hotswap` view after that reload.
+async fn reload_to(
+    served: &common::serve::Served,
+    home: &std::path::Path,
+    yaml: String,
+    version: u64,
+) -> Value {
+    std::fs::write(home.join("glider.yaml"), yaml).expect("written");
+    assert_eq!(reload(&served.dashboard).await["outcome"], "applied");
+    served
+        .poll_json("/api/hotswap", |v| v["versions"]["runtime"] == version)
+        .await
 }
 
-fn expected(pairs: [(&str, u64); 4]) -> Vec<(String, u64)> {
-    pairs.iter().map(|(m, v)| ((*m).to_owned(), *v)).collect()
+/// The versions of `backends`, `classifier`, `fan_out` and `runtime`, in that order.
+fn versions(view: &Value) -> [u64; 4] {
+    ["backends", "classifier", "fan_out", "runtime"]
+        .map(|m| view["versions"][m].as_u64().unwrap_or(0))
 }
 
 #[tokio::test]
 async fn each_module_swaps_on_its_own_a_broken_one_keeps_its_state_and_versions_count_per_module() {
     let local = MockVendor::start(Default::default()).await;
     let home = tempfile::tempdir().expect("home");
-    let path = home.path().join("glider.yaml");
     let served = serve_yaml(
         home.path(),
         &modules_config(&local.base_url(), "a", false, 2.0, "{mode: off}"),
@@ -161,20 +164,13 @@ async fn each_module_swaps_on_its_own_a_broken_one_keeps_its_state_and_versions_
     let view = served
         .poll_json("/api/hotswap", |v| v["versions"]["runtime"] == 1)
         .await;
-    assert_eq!(
-        versions(&view),
-        expected([
-            ("backends", 1),
-            ("classifier", 1),
-            ("fan_out", 1),
-            ("runtime", 1)
-        ])
-    );
+    assert_eq!(versions(&view), [1, 1, 1, 1]);
 
     // The judge's header names a variable that is not set: the backends module keeps
     // its set (the judge as it was); the classifier and the fan-out swap.
-    std::fs::write(
-        &path,
+    let view = reload_to(
+        &served,
+        home.path(),
         modules_config(
             &local.base_url(),
             "${GLIDER_TEST_NEVER_SET}",
@@ -182,22 +178,10 @@ async fn each_module_swaps_on_its_own_a_broken_one_keeps_its_state_and_versions_
             3.0,
             "{mode: hedge}",
         ),
+        2,
     )
-    .expect("written");
-    assert_eq!(reload(&served.dashboard).await["outcome"], "applied");
-    let view = served
-        .poll_json("/api/hotswap", |v| v["versions"]["runtime"] == 2)
-        .await;
-    assert_eq!(
-        versions(&view),
-        expected([
-            ("backends", 1),
-            ("classifier", 2),
-            ("fan_out", 2),
-            ("runtime", 2)
-        ]),
-        "{view}"
-    );
+    .await;
+    assert_eq!(versions(&view), [1, 2, 2, 2], "{view}");
     let failed = swaps_of(&view, "backends");
     assert_eq!(failed.len(), 1, "{view}");
     assert_eq!(failed[0]["outcome"], "failed");
@@ -226,8 +210,9 @@ async fn each_module_swaps_on_its_own_a_broken_one_keeps_its_state_and_versions_
     // A new backend that cannot be built, and a shadow target naming it: the backends
     // module keeps its set again, so the fan-out's target is not in use and it keeps
     // its state too; the classifier, unchanged, is not swapped at all.
-    std::fs::write(
-        &path,
+    let view = reload_to(
+        &served,
+        home.path(),
         modules_config(
             &local.base_url(),
             "${GLIDER_TEST_NEVER_SET}",
@@ -235,22 +220,10 @@ async fn each_module_swaps_on_its_own_a_broken_one_keeps_its_state_and_versions_
             3.0,
             "{mode: shadow, shadow: {target: spare, allow_cloud: true}}",
         ),
+        3,
     )
-    .expect("written");
-    assert_eq!(reload(&served.dashboard).await["outcome"], "applied");
-    let view = served
-        .poll_json("/api/hotswap", |v| v["versions"]["runtime"] == 3)
-        .await;
-    assert_eq!(
-        versions(&view),
-        expected([
-            ("backends", 1),
-            ("classifier", 2),
-            ("fan_out", 2),
-            ("runtime", 3)
-        ]),
-        "{view}"
-    );
+    .await;
+    assert_eq!(versions(&view), [1, 2, 2, 3], "{view}");
     let fan_out = swaps_of(&view, "fan_out");
     let last = fan_out.last().expect("the fan-out's failed swap");
     assert_eq!(last["outcome"], "failed", "{view}");
@@ -263,8 +236,9 @@ async fn each_module_swaps_on_its_own_a_broken_one_keeps_its_state_and_versions_
     assert_eq!(swaps_of(&view, "classifier").len(), 1, "{view}");
 
     // Fixed: every module that changed swaps in at its next version.
-    std::fs::write(
-        &path,
+    let view = reload_to(
+        &served,
+        home.path(),
         modules_config(
             &local.base_url(),
             "b",
@@ -272,22 +246,10 @@ async fn each_module_swaps_on_its_own_a_broken_one_keeps_its_state_and_versions_
             3.0,
             "{mode: shadow, shadow: {target: judge, allow_cloud: true}}",
         ),
+        4,
     )
-    .expect("written");
-    assert_eq!(reload(&served.dashboard).await["outcome"], "applied");
-    let view = served
-        .poll_json("/api/hotswap", |v| v["versions"]["runtime"] == 4)
-        .await;
-    assert_eq!(
-        versions(&view),
-        expected([
-            ("backends", 2),
-            ("classifier", 2),
-            ("fan_out", 3),
-            ("runtime", 4)
-        ]),
-        "{view}"
-    );
+    .await;
+    assert_eq!(versions(&view), [2, 2, 3, 4], "{view}");
     served.stop();
 }
 
