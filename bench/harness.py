@@ -5,7 +5,7 @@ memory, stops every process it started, and writes bench/results/<date>-<sha>.md
 a raw .json. Stdlib only. See bench/README.md for the cases and how to read them.
 
 Environment: BENCH_SECONDS (per measured run, default 10), BENCH_WARMUP (default 1),
-BENCH_CASES (comma list of a,b,c,d,e,f,n,hotpath,context,plugins; default all), BENCH_NAME (the
+BENCH_CASES (comma list of a,b,c,d,e,f,n,hotpath,context,plugins,hedge; default all), BENCH_NAME (the
 report's name after the date; default the short commit), BENCH_CONTEXT_ROUNDS (default 3), BENCH_PEERS (comma list of
 litellm,ccr,mitmproxy; default all), BENCH_SAT_CONNS (default 32), BENCH_STREAMS
 (concurrent streams for the memory case, default 1000), BENCH_CPU_MOCK / _PROXY / _LOAD
@@ -34,7 +34,7 @@ import report  # noqa: E402
 
 SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 WARMUP = int(os.environ.get("BENCH_WARMUP", "1"))
-CASES = set(os.environ.get("BENCH_CASES", "a,b,c,d,e,f,n,hotpath,context,plugins").split(","))
+CASES = set(os.environ.get("BENCH_CASES", "a,b,c,d,e,f,n,hotpath,context,plugins,hedge").split(","))
 PEERS = set(os.environ.get("BENCH_PEERS", "litellm,ccr,mitmproxy").split(","))
 SAT_CONNS = int(os.environ.get("BENCH_SAT_CONNS", "32"))
 NGINX_CONNS = int(os.environ.get("BENCH_NGINX_CONNS", "50"))
@@ -579,12 +579,14 @@ def run_all(res):
     mock, mock_port = start_mock("mock", ["--deltas", "20"])
     slow, slow_port = start_mock("mock-slow", ["--deltas", "20", "--delta-delay-ms", "50"])
     mitm_port = free_port()
-    if CASES <= {"context", "plugins"}:
+    if CASES <= {"context", "plugins", "hedge"}:
         # Only the cases that start their own Gliders.
         if "context" in CASES:
             run_context(res, mock_port, slow_port)
         if "plugins" in CASES:
             run_plugins(res)
+        if "hedge" in CASES:
+            run_hedge(res)
         return
     glider, glider_port, _ = start_glider(mock_port, slow_port, mitm_port)
     m = f"http://127.0.0.1:{mock_port}"
@@ -740,6 +742,8 @@ def run_all(res):
         run_context(res, mock_port, slow_port)
     if "plugins" in CASES:
         run_plugins(res)
+    if "hedge" in CASES:
+        run_hedge(res)
     if "hotpath" in CASES:
         log("glider-hotpath: codec, estimate and route timings in-process")
         bdir = os.path.join(RUN_DIR, "bodies-hotpath")
@@ -756,6 +760,15 @@ def run_plugins(res):
     seconds = str(max(3, SECONDS // 3))
     attempt(res, "plugins", lambda: parse_bench_json(run_cmd(pinned(
         [os.path.join(BIN, "glider-plugins"), "--seconds", seconds], CPU_PROXY), timeout=600)))
+
+
+def run_hedge(res):
+    """glider-hedge: a long-tailed local model hedged against a steady cloud one (its own
+    in-process engine and mocks): TTFT percentiles and the extra upstream requests of
+    fan_out off, hedged at the measured p95 and at a fixed delay."""
+    log("glider-hedge: TTFT p50/p99 with and without hedging, and the extra upstream requests")
+    attempt(res, "hedge", lambda: parse_bench_json(run_cmd(pinned(
+        [os.path.join(BIN, "glider-hedge"), "--requests", "150"], CPU_PROXY), timeout=900)))
 
 
 def run_nginx(res, T):

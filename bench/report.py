@@ -312,6 +312,7 @@ def render(res):
         L.append(f"\n## Glider's own hot path\n\nfailed: {hp.get('failed')}")
     L.extend(context_section(res))
     L.extend(plugins_section(res))
+    L.extend(hedge_section(res))
     return "\n".join(L) + "\n"
 
 
@@ -336,6 +337,25 @@ def plugins_section(res):
     for row in pl["versus_none"]:
         out.append(f"| {row['case']} | {row['added_p50_us_c1']} | {row['added_p99_us_c1']} | "
                    f"{row['throughput_ratio_cN']} |")
+    return out
+
+
+def hedge_section(res):
+    """glider-hedge: time to first byte and upstream requests per fan_out case."""
+    hd = res.get("hedge")
+    if not hd:
+        return []
+    if failed(hd):
+        return [f"\n## Hedging a slow local model\n\nfailed: {hd.get('failed')}"]
+    script = hd["local_ttft_script_ms"]
+    out = [f"\n## Hedging a slow local model (glider-hedge, cloud TTFT {hd['cloud_ttft_ms']} ms)\n",
+           "| case | fan_out | p50 ms | p90 ms | p99 ms | max ms | upstream requests | extra | cloud answered |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+           f"| local script itself | — | {script['p50']} | {script['p90']} | {script['p99']} | {script['max']} | — | — | — |"]
+    for case in hd["cases"]:
+        t = case["ttft_ms"]
+        out.append(f"| {case['case']} | `{case['fan_out']}` | {t['p50']} | {t['p90']} | {t['p99']} | {t['max']} | "
+                   f"{case['upstream_requests']} | {case['extra_upstream_requests']} | {case['cloud_answered']} |")
     return out
 
 

@@ -52,9 +52,15 @@ try {
     await page.locator(`#vendors tr[data-vendor="${vendor}"]`).waitFor();
   }
 
+  // The hot-swap panel: every module of the registry at the version it started with.
+  for (const module of ["backends", "classifier", "fan_out", "runtime"]) {
+    await page.locator(`#hotswap tr[data-module="${module}"]`, { hasText: "since start" }).waitFor();
+  }
+  const hotswap = await page.locator("#hotswap tbody tr").allInnerTexts();
+
   await page.screenshot({ path: screenshot, fullPage: true });
   if (problems.length) throw new Error(`the page reported problems:\n${problems.join("\n")}`);
-  console.log(JSON.stringify({ row: cells, backend: backendCells, by_backend: byBackend }));
+  console.log(JSON.stringify({ row: cells, backend: backendCells, by_backend: byBackend, hotswap }));
 } finally {
   await close();
 }

@@ -84,6 +84,9 @@ def test_a_request_appears_live_in_a_real_browser():
         assert row.count(MODEL) == 2, row  # asked and used
         assert "local" in " ".join(row) and "200" in row[-1], row
         assert seen["backend"][2] == "up" and seen["backend"][3] == "closed", seen["backend"]
+        modules = [row.split("\t")[0] for row in seen["hotswap"]]
+        assert modules[:4] == ["backends", "classifier", "fan_out", "runtime"], seen["hotswap"]
+        assert all("\t1\t" in row for row in seen["hotswap"]), seen["hotswap"]
         assert SCREENSHOT.stat().st_size > 10_000
 
         # The same requests, as Prometheus reads them.

@@ -310,6 +310,11 @@ impl Backend {
         self.authorise(self.http.get(self.url(path)))
     }
 
+    /// A GET of `url` (a replica's probe) with this backend's credentials and headers.
+    pub(crate) fn get_url(&self, url: &str) -> reqwest::RequestBuilder {
+        self.authorise(self.http.get(url))
+    }
+
     /// A POST for capability probes (Ollama's `/api/show`).
     pub(crate) fn post(&self, path: &str) -> reqwest::RequestBuilder {
         self.authorise(self.http.post(self.url(path)))

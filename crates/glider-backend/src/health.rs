@@ -22,6 +22,7 @@ use crate::capabilities::{
     Capabilities, from_llama_props, from_ollama_ps, from_ollama_show, from_openai_model,
 };
 use crate::client::Backend;
+use crate::pool::ReplicaHealth;
 
 /// How long one probe request may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -140,9 +141,73 @@ impl Backend {
                 self.probe_cloud().await
             }
         };
+        if let Some(path) = self.replica_probe_path() {
+            self.probe_replicas(path, &mut health).await;
+        }
         health.checked_at = now;
         self.health.set(health.clone());
         health
+    }
+
+    /// The model list a pooled local backend's replicas are probed with; `None` for a
+    /// backend without replicas or not configured.
+    fn replica_probe_path(&self) -> Option<&'static str> {
+        if self.pool.is_none() || self.unavailable.is_some() || !self.is_local() {
+            return None;
+        }
+        Some(match self.kind() {
+            BackendKind::Ollama => "/api/tags",
+            BackendKind::Anthropic => "/v1/models",
+            BackendKind::Vllm | BackendKind::Openai => "/models",
+        })
+    }
+
+    /// Probe every replica of the pool at `path` (concurrently; the first, the
+    /// backend's `base_url`, as the backend's own probe found it) and record each one's
+    /// health. The backend is up while any replica is: a pool with one replica down
+    /// still serves, its down replicas named in `detail`.
+    async fn probe_replicas(&self, path: &str, health: &mut Health) {
+        let Some(pool) = &self.pool else { return };
+        let first = ReplicaHealth {
+            status: health.status,
+            detail: health.detail.clone(),
+        };
+        let others = pool.replicas.iter().skip(1).map(|replica| async move {
+            let url = format!("{}{path}", replica.base_url);
+            match read_json(self.get_url(&url), &url).await {
+                Ok(_) => ReplicaHealth {
+                    status: HealthStatus::Up,
+                    detail: None,
+                },
+                Err(detail) => ReplicaHealth {
+                    status: HealthStatus::Down,
+                    detail: Some(detail),
+                },
+            }
+        });
+        let found: Vec<ReplicaHealth> = std::iter::once(first)
+            .chain(futures_util::future::join_all(others).await)
+            .collect();
+        let down: Vec<String> = pool
+            .replicas
+            .iter()
+            .zip(&found)
+            .filter(|(_, h)| h.status == HealthStatus::Down)
+            .map(|(r, h)| {
+                format!(
+                    "replica {}: {}",
+                    r.base_url,
+                    h.detail.as_deref().unwrap_or("down")
+                )
+            })
+            .collect();
+        if found.iter().any(|h| h.status == HealthStatus::Up) {
+            health.status = HealthStatus::Up;
+            health.detail = (!down.is_empty()).then(|| down.join("; "));
+        }
+        for (replica, found) in pool.replicas.iter().zip(found) {
+            replica.set_health(found);
+        }
     }
 
     /// A cloud backend's model list: with its key, a 2xx proves the key (a 403 shows it

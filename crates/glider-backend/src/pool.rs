@@ -5,10 +5,20 @@
 //! sessions (each to its next-ranked replica), and adding or reordering replicas in the
 //! config moves only the sessions the change must move. Each replica has its own
 //! breaker: its passive health, skipped while open, probed once its cool-down passes.
+//! Each replica is also probed with the backend's health probe ([`ReplicaHealth`]): a
+//! replica the last probe found down stands behind every other in each session's
+//! order, so its sessions move to their next-ranked replica, and come back once a
+//! probe finds it up again.
 //! The session key reaches the pool (and any OpenAI-compatible server or router behind
 //! the backend) as [`SESSION_KEY_HEADER`].
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::Serialize;
+
 use crate::breaker::{Admission, CircuitBreaker};
+use crate::health::HealthStatus;
 
 /// The header that carries a request's session key upstream: a digest of the session
 /// Glider derived (see `glider_engine::router::sticky::session_id`), the same for every
@@ -33,6 +43,17 @@ pub struct Replica {
     /// The generation endpoint per dialect (see `client::DIALECTS`).
     pub(crate) endpoints: [Option<reqwest::Url>; 4],
     pub breaker: CircuitBreaker,
+    health: Mutex<ReplicaHealth>,
+    /// `health` is down: read on every request's order without taking the lock.
+    down: AtomicBool,
+}
+
+/// A replica's health as its last probe found it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReplicaHealth {
+    pub status: HealthStatus,
+    /// Why it is down, when it is.
+    pub detail: Option<String>,
 }
 
 impl Replica {
@@ -43,7 +64,31 @@ impl Replica {
             endpoints: crate::client::endpoints_under(&base_url),
             base_url,
             breaker: CircuitBreaker::default(),
+            health: Mutex::default(),
+            down: AtomicBool::new(false),
         }
+    }
+
+    /// What the last probe of this replica found.
+    pub fn health(&self) -> ReplicaHealth {
+        self.health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set_health(&self, health: ReplicaHealth) {
+        let mut kept = self
+            .health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.down
+            .store(health.status == HealthStatus::Down, Ordering::Relaxed);
+        *kept = health;
+    }
+
+    fn probed_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
     }
 }
 
@@ -55,15 +100,24 @@ pub struct Pool {
 
 impl Pool {
     /// The replicas in the order a request with session `key` tries them: the
-    /// session's own replica first, then the rest by rank. No key: config order.
+    /// session's own replica first, then the rest by rank (no key: config order), a
+    /// replica the last probe found down behind all the others (tried only when they
+    /// fail too).
     pub fn order(&self, key: Option<&str>) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..self.replicas.len()).collect();
-        if let Some(key) = key {
-            let key = fnv1a(key.as_bytes());
-            // Highest score first; the index breaks a (vanishingly unlikely) tie.
-            order.sort_by_key(|&i| (std::cmp::Reverse(mix(key ^ self.replicas[i].identity)), i));
-        }
-        order
+        let key = key.map(|key| fnv1a(key.as_bytes()));
+        // Each replica's rank worked out once: down last, then the highest score first;
+        // the index breaks a (vanishingly unlikely) tie, and is all there is without a key.
+        let mut ranked: Vec<(bool, std::cmp::Reverse<u64>, usize)> = self
+            .replicas
+            .iter()
+            .enumerate()
+            .map(|(i, replica)| {
+                let score = key.map_or(0, |key| mix(key ^ replica.identity));
+                (replica.probed_down(), std::cmp::Reverse(score), i)
+            })
+            .collect();
+        ranked.sort_unstable();
+        ranked.into_iter().map(|(.., i)| i).collect()
     }
 
     /// The replica a request should go to next among `order[from..]`: the first whose
@@ -133,6 +187,42 @@ mod tests {
         assert!(
             counts.iter().all(|&n| (800..1200).contains(&n)),
             "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn a_replica_probed_down_stands_last_and_its_sessions_come_back_when_it_is_up() {
+        let pool = pool(&["http://a", "http://b", "http://c"]);
+        let keys: Vec<String> = (0..100).map(|s| format!("s{s}")).collect();
+        let before: Vec<Vec<usize>> = keys.iter().map(|k| pool.order(Some(k))).collect();
+        pool.replicas[1].set_health(ReplicaHealth {
+            status: HealthStatus::Down,
+            detail: Some("unreachable".into()),
+        });
+        let mut moved = 0;
+        for (key, before) in keys.iter().zip(&before) {
+            let now = pool.order(Some(key));
+            assert_eq!(
+                now.last(),
+                Some(&1),
+                "{key}: the down replica is tried last"
+            );
+            if before[0] == 1 {
+                moved += 1;
+                assert_eq!(now[0], before[1], "{key} moves to its next-ranked replica");
+            } else {
+                assert_eq!(now[0], before[0], "{key} stays where it was");
+            }
+        }
+        assert!(moved > 0, "some sessions were on the down replica");
+        pool.replicas[1].set_health(ReplicaHealth {
+            status: HealthStatus::Up,
+            detail: None,
+        });
+        let after: Vec<Vec<usize>> = keys.iter().map(|k| pool.order(Some(k))).collect();
+        assert_eq!(
+            after, before,
+            "back up, every session is back on its own replica"
         );
     }
 

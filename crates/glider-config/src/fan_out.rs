@@ -56,6 +56,10 @@ pub struct ShadowConfig {
     /// Whether a cloud backend may be the shadow (spending its key). Off: only local
     /// backends shadow.
     pub allow_cloud: bool,
+    /// A backend (by name) that takes every copy instead of the route's next
+    /// candidate, even when the route did not pick it; unset: the route's next
+    /// candidate. A cloud backend here needs `allow_cloud`.
+    pub target: Option<String>,
 }
 
 impl Default for ShadowConfig {
@@ -65,6 +69,7 @@ impl Default for ShadowConfig {
             max_concurrent: 1,
             max_per_minute: 10,
             allow_cloud: false,
+            target: None,
         }
     }
 }
@@ -131,8 +136,9 @@ impl FanOutConfig {
         }
     }
 
-    /// Everything wrong with the section (empty when valid).
-    pub fn problems(&self) -> Vec<String> {
+    /// Everything wrong with the section (empty when valid); `backends` are the
+    /// configured ones a `shadow.target` must name.
+    pub fn problems(&self, backends: &[crate::BackendConfig]) -> Vec<String> {
         let mut problems = Vec::new();
         for route in self.routes.keys() {
             if !FAN_OUT_ROUTES.contains(&route.as_str()) {
@@ -150,6 +156,19 @@ impl FanOutConfig {
                 "fan_out.shadow.sample_rate is {}; it must be between 0.0 and 1.0",
                 self.shadow.sample_rate
             ));
+        }
+        if let Some(name) = &self.shadow.target {
+            match backends.iter().find(|b| &b.name == name) {
+                None => problems.push(format!(
+                    "fan_out.shadow.target: no backend is named {name:?}"
+                )),
+                Some(backend) if !backend.is_local() && !self.shadow.allow_cloud => {
+                    problems.push(format!(
+                        "fan_out.shadow.target: {name:?} is a cloud backend; a copy spends its key only with fan_out.shadow.allow_cloud: true"
+                    ))
+                }
+                Some(_) => {}
+            }
         }
         problems
     }
@@ -188,7 +207,7 @@ mod tests {
             config.policy_for("model").delay,
             Some(Duration::from_millis(300))
         );
-        assert!(config.problems().is_empty());
+        assert!(config.problems(&[]).is_empty());
     }
 
     #[test]
@@ -197,7 +216,7 @@ mod tests {
         config
             .routes
             .insert("clasifier".into(), FanOutRoute::default());
-        let problems = config.problems();
+        let problems = config.problems(&[]);
         assert_eq!(problems.len(), 1);
         assert!(
             problems[0].contains("fan_out.routes.clasifier"),

@@ -1245,7 +1245,7 @@ impl Config {
         problems.extend(self.vram.problems(&self.backends));
         problems.extend(self.mcp.problems());
         crate::plugins::problems(&self.plugins, &mut problems);
-        problems.extend(self.fan_out.problems());
+        problems.extend(self.fan_out.problems(&self.backends));
         let wait = self.routing.max_cold_wait_secs;
         if !(wait.is_finite() && wait >= 0.0) {
             problems.push("routing.max_cold_wait_secs must be a non-negative number".into());

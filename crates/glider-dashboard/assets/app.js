@@ -183,6 +183,37 @@ async function loadShadow() {
   }
 }
 
+// ---- Hot swap (/api/hotswap) -----------------------------------------------------
+
+function swapOutcome(swap) {
+  return swap.outcome === "ok"
+    ? el("span", { class: "pill pill-ok" }, "ok")
+    : el("span", {}, el("span", { class: "pill pill-down" }, "failed"), " ", el("span", { class: "problem small" }, swap.why || ""));
+}
+
+async function loadHotswap() {
+  const data = await api("/api/hotswap");
+  const swaps = data.swaps || [];
+  const last = {};
+  for (const swap of swaps) last[swap.module] = swap;
+  $("hotswap").tBodies[0].replaceChildren(...(data.modules || []).map((module) => el("tr", { "data-module": module },
+    el("td", {}, el("strong", {}, module)),
+    el("td", { class: "num" }, String(data.versions?.[module] ?? 1)),
+    el("td", {}, last[module] ? fmt.when(last[module].at_ms) : el("span", { class: "muted" }, "since start")),
+    el("td", {}, last[module] ? swapOutcome(last[module]) : "–"),
+  )));
+  const recent = $("hotswap-recent").tBodies[0];
+  recent.replaceChildren(...swaps.slice(-10).reverse().map((swap) => el("tr", { "data-module": swap.module },
+    el("td", {}, fmt.when(swap.at_ms)),
+    el("td", {}, swap.module),
+    el("td", { class: "num" }, String(swap.version)),
+    el("td", {}, swapOutcome(swap)),
+  )));
+  if (!recent.rows.length) {
+    recent.append(el("tr", {}, el("td", { colspan: "4", class: "muted" }, "no reload yet")));
+  }
+}
+
 async function resetBreaker(name) {
   try {
     await api(`/api/backends/${encodeURIComponent(name)}/reset`, { method: "POST" });
@@ -687,6 +718,7 @@ async function reloadConfig() {
     out.textContent = `Not applied: ${e.message}`;
   }
   loadConfig().catch(showError);
+  loadHotswap().catch(showError);
 }
 
 // ---- status ----------------------------------------------------------------------
@@ -744,6 +776,7 @@ function onEvent(event) {
     case "config_reloaded":
       loadConfig().catch(showError);
       loadBackends().catch(showError);
+      loadHotswap().catch(showError);
       break;
     case "session":
       if (state.sessions) refreshSessionsSoon();
@@ -771,7 +804,7 @@ function connect() {
     setConn("ok", "live");
     $("notice").hidden = true;
     // Read everything after the socket is open, so nothing falls between the two.
-    Promise.all([loadStatus(), loadBackends(), loadVram(), loadMcp(), loadShadow(), loadVendors(), loadRequests(), loadStats(), loadConfig(), loadCharts()]).catch(showError);
+    Promise.all([loadStatus(), loadBackends(), loadVram(), loadMcp(), loadShadow(), loadHotswap(), loadVendors(), loadRequests(), loadStats(), loadConfig(), loadCharts()]).catch(showError);
     if (state.view === "sessions") {
       loadSessions().catch(showError);
       if (state.selected) loadSession(state.selected).catch(showError);
@@ -797,6 +830,7 @@ showView();
 setInterval(() => { if (document.visibilityState === "visible") loadStatus().catch(() => {}); }, 10000);
 setInterval(() => { if (document.visibilityState === "visible") loadMcp().catch(() => {}); }, 5000);
 setInterval(() => { if (document.visibilityState === "visible") loadShadow().catch(() => {}); }, 5000);
+setInterval(() => { if (document.visibilityState === "visible") loadHotswap().catch(() => {}); }, 5000);
 // The charts' buckets move on with time even when no request finishes.
 setInterval(() => { if (document.visibilityState === "visible" && state.view === "overview") loadCharts().catch(() => {}); }, 30000);
 connect();

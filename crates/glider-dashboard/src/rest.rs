@@ -103,6 +103,23 @@ pub async fn backends(State(shared): State<Arc<Shared>>) -> Response {
                 map.insert("served_models".into(), json!(health.served_models));
                 map.insert("checked_at".into(), json!(health.checked_at));
                 map.insert("probe".into(), json!(health.note));
+                if let Some(pool) = &backend.pool {
+                    // Each replica as its own probe and breaker see it.
+                    let replicas: Vec<Value> = pool
+                        .replicas
+                        .iter()
+                        .map(|replica| {
+                            let health = replica.health();
+                            json!({
+                                "base_url": strip_userinfo(&replica.base_url),
+                                "health": health.status,
+                                "detail": health.detail,
+                                "breaker": replica.breaker.state(),
+                            })
+                        })
+                        .collect();
+                    map.insert("replicas".into(), json!(replicas));
+                }
                 map.insert(
                     "usable".into(),
                     json!(
@@ -415,9 +432,20 @@ pub async fn enrollment(State(shared): State<Arc<Shared>>, body: axum::body::Byt
     Json(json!({"pids": pids, "active": active})).into_response()
 }
 
-/// `GET /api/hotswap`: the modules that accept a new config, and every reload of each
-/// (module, version, time, outcome; a rejected config file as module `config`).
+/// `GET /api/hotswap`: the modules that accept a new config with each one's version
+/// now, and every swap of each that took or failed (module, version, time, outcome; a
+/// rejected config file as module `config`).
 pub async fn hotswap(State(shared): State<Arc<Shared>>) -> Response {
     let registry = shared.engine.hotswap();
-    Json(json!({"modules": registry.names(), "swaps": registry.history()})).into_response()
+    let versions: serde_json::Map<String, Value> = registry
+        .versions()
+        .into_iter()
+        .map(|(module, version)| (module.to_owned(), json!(version)))
+        .collect();
+    Json(json!({
+        "modules": registry.names(),
+        "versions": versions,
+        "swaps": registry.history(),
+    }))
+    .into_response()
 }

@@ -1,8 +1,11 @@
-//! Hot swap: the registry of modules that accept a new config. A reload builds each
-//! module's next state before swapping it in; a request in flight keeps the snapshot it
-//! loaded (an `Arc`), and a failed build keeps the current state and says why. Every
-//! reload of every module is recorded ([`SwapRecord`]: module, version, time, outcome)
-//! for `/api/hotswap`; so is a config file rejected before any module saw it.
+//! Hot swap: the registry of modules that accept a new config (`backends`,
+//! `classifier`, `fan_out`, `runtime`, `plugins`, `mcp`). A reload hands the config to
+//! each in the order they registered; each validates and builds its next state before
+//! swapping it in, a request in flight keeps the snapshot it loaded (an `Arc`), and a
+//! failed build keeps that module's current state and says why while the others swap.
+//! A module whose part of the config did not change says so and keeps its version.
+//! Every swap that took or failed is recorded ([`SwapRecord`]: module, version, time,
+//! outcome) for `/api/hotswap`; so is a config file rejected before any module saw it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -43,14 +46,23 @@ pub enum SwapOutcome {
     },
 }
 
+/// What a reload did to a module that did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swapped {
+    /// Its next state was built and swapped in (its version goes up).
+    New,
+    /// Its part of the config did not change: nothing swapped, nothing recorded.
+    Unchanged,
+}
+
 /// One module that accepts a new config.
 pub trait HotSwap: Send + Sync {
     /// The module's name in logs and reload reports.
     fn name(&self) -> &'static str;
 
-    /// Build this module's next state from `config` and swap it in. `Err(why)`: the
-    /// build failed and the module kept its current state.
-    fn reload(&self, config: &Arc<Config>) -> Result<(), String>;
+    /// Validate and build this module's next state from `config` and swap it in.
+    /// `Err(why)`: the build failed and the module kept its current state.
+    fn reload(&self, config: &Arc<Config>) -> Result<Swapped, String>;
 }
 
 /// A value readers snapshot and a reload replaces whole.
@@ -104,17 +116,37 @@ impl Registry {
         self.lock().iter().map(|m| m.name()).collect()
     }
 
-    /// Hand `config` to every module; returns the modules that kept their previous
-    /// state, with why.
+    /// Each registered module and its version now (1: the state it started with).
+    pub fn versions(&self) -> Vec<(&'static str, u64)> {
+        let history = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+        self.lock()
+            .iter()
+            .map(|m| {
+                (
+                    m.name(),
+                    history.swaps.get(m.name()).copied().unwrap_or(0) + 1,
+                )
+            })
+            .collect()
+    }
+
+    /// Hand `config` to every module in turn (a later one may read what an earlier one
+    /// kept); returns the modules that kept their previous state, with why.
     pub fn reload(&self, config: &Arc<Config>) -> Vec<(&'static str, String)> {
         // Reload outside the lock: a module's build may take a while.
         let modules = self.lock().clone();
         modules
             .iter()
-            .filter_map(|m| {
-                let outcome = m.reload(config);
-                self.record(m.name(), outcome.clone());
-                outcome.err().map(|why| (m.name(), why))
+            .filter_map(|m| match m.reload(config) {
+                Ok(Swapped::Unchanged) => None,
+                Ok(Swapped::New) => {
+                    self.record(m.name(), Ok(()));
+                    None
+                }
+                Err(why) => {
+                    self.record(m.name(), Err(why.clone()));
+                    Some((m.name(), why))
+                }
             })
             .collect()
     }
@@ -168,14 +200,18 @@ mod tests {
             "counter"
         }
 
-        fn reload(&self, config: &Arc<Config>) -> Result<(), String> {
+        fn reload(&self, config: &Arc<Config>) -> Result<Swapped, String> {
+            if *self.value.snapshot() == config.backends.len() {
+                return Ok(Swapped::Unchanged);
+            }
             self.value.swap_with(|_| {
                 if config.backends.is_empty() {
                     Err("no backends".into())
                 } else {
                     Ok(config.backends.len())
                 }
-            })
+            })?;
+            Ok(Swapped::New)
         }
     }
 
@@ -220,5 +256,9 @@ mod tests {
             (records[1].version, &records[1].outcome),
             (2, &SwapOutcome::Ok)
         );
+        // The same again: nothing to swap, nothing recorded, the version stays.
+        assert!(registry.reload(&one).is_empty());
+        assert_eq!(registry.history().len(), 2);
+        assert_eq!(registry.versions(), [("counter", 2)]);
     }
 }

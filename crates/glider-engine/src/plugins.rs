@@ -14,7 +14,7 @@ use glider_sys::safego;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::events::{Bus, PipelineEvent};
-use crate::hotswap::{HotSwap, Swap};
+use crate::hotswap::{HotSwap, Swap, Swapped};
 
 pub(crate) struct PluginsModule {
     pub(crate) current: Arc<Swap<Plugins>>,
@@ -22,12 +22,19 @@ pub(crate) struct PluginsModule {
     pub(crate) base: PathBuf,
     /// Where each plugin's process group is recorded.
     pub(crate) pids: Option<DelegatePids>,
+    /// The `plugins:` section the current set was built from (a reload that leaves it
+    /// as it was swaps nothing).
+    pub(crate) applied: std::sync::Mutex<Vec<glider_config::PluginConfig>>,
 }
 
 impl PluginsModule {
     /// The set for `config`, built from the current one; the hosts it no longer has are
     /// stopped in the background.
     fn swap_in(&self, config: &Config) {
+        *self
+            .applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = config.plugins.clone();
         let mut gone = Vec::new();
         let _ = self.current.swap_with(|previous| {
             let (next, stopped) = Plugins::build(
@@ -54,9 +61,17 @@ impl HotSwap for PluginsModule {
 
     /// Never fails: a plugin that cannot start is retried with backoff and its calls
     /// go on without it.
-    fn reload(&self, config: &Arc<Config>) -> Result<(), String> {
+    fn reload(&self, config: &Arc<Config>) -> Result<Swapped, String> {
+        let unchanged = *self
+            .applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            == config.plugins;
+        if unchanged {
+            return Ok(Swapped::Unchanged);
+        }
         self.swap_in(config);
-        Ok(())
+        Ok(Swapped::New)
     }
 }
 
@@ -72,6 +87,7 @@ pub(crate) fn attach(
         current: Arc::new(Swap::new(Plugins::default())),
         base,
         pids,
+        applied: Default::default(),
     });
     module.swap_in(config);
     let current = module.current.clone();

@@ -33,20 +33,27 @@ pub fn shadow_report(home: &Path, last: usize, json: bool) -> anyhow::Result<Str
     ))
 }
 
-/// `glider route explain --compare ID`: the newest request with record id `id`, its
-/// fan-out answers side by side (or the whole fan-out record as JSON).
-pub fn compare(home: &Path, id: u64, json: bool) -> anyhow::Result<String> {
+/// `glider route explain --compare SEQ`: the request with sequence number `seq` (the
+/// `seq` of `/api/requests` and the history), its fan-out answers side by side (or the
+/// whole fan-out record as JSON).
+pub fn compare(home: &Path, seq: u64, json: bool) -> anyhow::Result<String> {
     let dir = home.join("history");
-    let entry = glider_dashboard::history::newest_where(&dir, |entry| {
-        entry.get("id").and_then(serde_json::Value::as_u64) == Some(id)
-    })
-    .with_context(|| format!("no request with id {id} in {}", dir.display()))?;
+    // By sequence number, unique across restarts (a record `id` starts again at each
+    // one), as `/api/requests` pages and the dashboard name requests.
+    let entry = glider_dashboard::history::read_before(&dir, seq.checked_add(1), 1)
+        .into_iter()
+        .find(|entry| entry.get("seq").and_then(serde_json::Value::as_u64) == Some(seq))
+        .with_context(|| format!("no request with seq {seq} in {}", dir.display()))?;
+    let id = entry
+        .get("id")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
     let fan_out = entry
         .get("fan_out")
         .filter(|f| !f.is_null())
         .with_context(|| {
             format!(
-                "request {id} did not fan out (set fan_out.mode: all to compare its candidates)"
+                "request seq {seq} did not fan out (set fan_out.mode: all to compare its candidates)"
             )
         })?;
     let record: FanOutRecord =
@@ -56,18 +63,13 @@ pub fn compare(home: &Path, id: u64, json: bool) -> anyhow::Result<String> {
     }
     if record.answers.is_empty() {
         anyhow::bail!(
-            "request {id} fanned out with mode {} and kept one answer; only mode all records every candidate's",
+            "request seq {seq} fanned out with mode {} and kept one answer; only mode all records every candidate's",
             record.mode
         );
     }
     let mut out = format!(
-        "request {id} (seq {}), mode {}: the client got {}'s answer\n",
-        entry
-            .get("seq")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0),
-        record.mode,
-        record.winner
+        "request {id} (seq {seq}), mode {}: the client got {}'s answer\n",
+        record.mode, record.winner
     );
     let _ = writeln!(
         out,

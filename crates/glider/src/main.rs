@@ -169,8 +169,9 @@ enum RouteAction {
         #[arg(long)]
         json: bool,
         /// Instead of routing a body: a request `fan_out: {mode: all}` answered, by its
-        /// record id, every candidate's answer side by side (from GLIDER_HOME/history).
-        #[arg(long, value_name = "REQUEST_ID")]
+        /// sequence number (`seq` in /api/requests), every candidate's answer side by
+        /// side (from GLIDER_HOME/history).
+        #[arg(long, value_name = "SEQ")]
         compare: Option<u64>,
     },
 }
@@ -431,7 +432,7 @@ async fn serve_recorded(
         stop.stopped(),
         std::time::Duration::from_secs(snapshot.server.shutdown_grace_secs),
     );
-    let mcp = serve::start_mcp(&handle, runstate, &home);
+    let mcp = serve::start_mcp(&handle, &engine, runstate, &home);
     let gateway = serve::start_gateway(
         &engine,
         &delegator,

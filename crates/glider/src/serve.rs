@@ -89,25 +89,51 @@ pub fn start_vram(engine: &Arc<Engine>, handle: &ConfigHandle, home: &Path) {
 }
 
 /// The MCP servers of `mcp:` (docs/tools.md): connected now, each stdio server's
-/// process group recorded in `runstate`, and brought in line with each reloaded config
-/// (a changed server restarts, a removed one stops, the others are left alone).
+/// process group recorded in `runstate`, and registered with the engine's hot-swap
+/// registry as module `mcp`, so each reloaded config brings them in line (a changed
+/// server restarts, a removed one stops, the others are left alone).
 pub fn start_mcp(
     handle: &ConfigHandle,
+    engine: &Engine,
     runstate: &glider_sys::runstate::RunState,
     home: &std::path::Path,
 ) -> glider_mcp::McpHub {
     let hub = glider_mcp::McpHub::new(Some(runstate.delegate_pids()));
     hub.set_token_dir(glider_mcp::auth::token_dir(home));
-    hub.apply(&handle.snapshot().mcp);
-    let mut changes = handle.subscribe();
-    let follower = hub.clone();
-    tokio::spawn(async move {
-        while changes.changed().await.is_ok() {
-            let mcp = changes.borrow_and_update().mcp.clone();
-            follower.apply(&mcp);
-        }
-    });
+    let applied = handle.snapshot().mcp.clone();
+    hub.apply(&applied);
+    engine.register_hotswap(Arc::new(McpModule {
+        hub: hub.clone(),
+        applied: std::sync::Mutex::new(applied),
+    }));
     hub
+}
+
+/// Module `mcp` of the hot-swap registry: the hub brought in line with `mcp:`. Never
+/// fails as a whole: a server that cannot start is shown in its state and retried.
+struct McpModule {
+    hub: glider_mcp::McpHub,
+    /// The section the hub was last brought in line with.
+    applied: std::sync::Mutex<glider_config::McpConfig>,
+}
+
+impl glider_engine::hotswap::HotSwap for McpModule {
+    fn name(&self) -> &'static str {
+        "mcp"
+    }
+
+    fn reload(&self, config: &Arc<Config>) -> Result<glider_engine::hotswap::Swapped, String> {
+        let mut applied = self
+            .applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *applied == config.mcp {
+            return Ok(glider_engine::hotswap::Swapped::Unchanged);
+        }
+        self.hub.apply(&config.mcp);
+        *applied = config.mcp.clone();
+        Ok(glider_engine::hotswap::Swapped::New)
+    }
 }
 
 /// Join the hub and the engine's tools (docs/tools.md): the hub's tools enter the

@@ -222,3 +222,126 @@ async fn a_sessions_system_and_tools_prefix_is_byte_identical_request_to_request
         .collect();
     assert_eq!(keys.len(), 1, "{keys:?}");
 }
+
+/// Each replica's health as the last probe found it.
+fn replica_health(gw: &Gateway) -> Vec<glider_backend::health::HealthStatus> {
+    let runtime = gw.engine.runtime();
+    let pool = runtime
+        .backend("pool")
+        .and_then(|b| b.pool.as_ref())
+        .expect("the pool");
+    pool.replicas.iter().map(|r| r.health().status).collect()
+}
+
+#[tokio::test]
+async fn a_replica_probed_down_is_skipped_by_affinity_before_any_request_and_back_once_up() {
+    use glider_backend::health::HealthStatus::{Down, Up};
+    let mut mocks = replicas().await;
+    let gw = gateway(&pool_config(&mocks)).await;
+    gw.engine.probe_all().await;
+    assert_eq!(replica_health(&gw), [Up, Up, Up]);
+    for session in 0..SESSIONS {
+        assert_eq!(ask(&gw, session, "first").await.status, 200);
+    }
+    let before = replica_of_each(&keys_per_replica(&mocks));
+
+    // Replica 1 goes away; the probe finds it down before any request is sent.
+    let addr: std::net::SocketAddr = mocks[1]
+        .base_url()
+        .trim_start_matches("http://")
+        .parse()
+        .expect("a loopback address");
+    mocks.remove(1).shutdown().await;
+    gw.engine.probe_all().await;
+    assert_eq!(replica_health(&gw), [Up, Down, Up]);
+    let runtime = gw.engine.runtime();
+    let backend = runtime.backend("pool").expect("the pool");
+    assert_eq!(backend.health().status, Up, "the pool serves on two");
+    assert!(
+        backend
+            .health()
+            .detail
+            .is_some_and(|d| d.contains(&format!("replica http://{addr}/v1"))),
+        "{:?}",
+        backend.health()
+    );
+    for mock in &mocks {
+        mock.clear_requests();
+    }
+    for session in 0..SESSIONS {
+        assert_eq!(ask(&gw, session, "while down").await.status, 200);
+    }
+    // No request tried the down replica first: its breaker saw no failure.
+    let pool = backend.pool.as_ref().expect("the pool");
+    assert_eq!(
+        pool.replicas[1].breaker.state(),
+        glider_backend::BreakerState::Closed
+    );
+    let survivors = replica_of_each(&keys_per_replica(&mocks));
+    let moved = before.iter().filter(|(_, r)| **r == 1).count();
+    assert!(moved > 0, "some sessions were on replica 1");
+    for (key, old) in &before {
+        match old {
+            0 => assert_eq!(survivors[key], 0, "{key} moved off a live replica"),
+            2 => assert_eq!(survivors[key], 1, "{key} moved off a live replica"),
+            _ => assert!(survivors.contains_key(key), "{key} was answered"),
+        }
+    }
+
+    // Back on the same address: the next probe finds it up, and its sessions return.
+    let back = MockVendor::start_on(addr, Default::default())
+        .await
+        .expect("the replica's port is free again");
+    gw.engine.probe_all().await;
+    assert_eq!(replica_health(&gw), [Up, Up, Up]);
+    for session in 0..SESSIONS {
+        assert_eq!(ask(&gw, session, "back").await.status, 200);
+    }
+    let returned = back
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/chat/completions")
+        .count();
+    assert_eq!(returned, moved, "exactly replica 1's sessions came back");
+}
+
+#[tokio::test]
+async fn glider_serve_shows_each_replicas_health_on_api_backends() {
+    let live = MockVendor::start(Default::default()).await;
+    let dead = format!("http://127.0.0.1:{}/v1", closed_port());
+    let home = tempfile::tempdir().expect("home");
+    let served = common::serve::serve_yaml(
+        home.path(),
+        &format!(
+            "backends:\n\
+             \x20 - {{name: pool, type: vllm, base_url: '{}/v1', replicas: ['{dead}'], models: [m-vllm], connect_timeout_secs: 2}}\n\
+             routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}\n",
+            live.base_url()
+        ),
+    );
+    let view = served
+        .poll_json("/api/backends", |v| {
+            v["backends"][0]["replicas"][1]["health"] == "down"
+        })
+        .await;
+    let pool = &view["backends"][0];
+    assert_eq!(pool["health"], "up", "{pool}");
+    let replicas = pool["replicas"].as_array().expect("the replicas");
+    assert_eq!(replicas.len(), 2);
+    assert_eq!(replicas[0]["base_url"], format!("{}/v1", live.base_url()));
+    assert_eq!(
+        (
+            replicas[0]["health"].as_str(),
+            replicas[0]["breaker"].as_str()
+        ),
+        (Some("up"), Some("closed"))
+    );
+    assert_eq!(replicas[1]["base_url"], dead);
+    assert!(
+        replicas[1]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("unreachable")),
+        "{pool}"
+    );
+    served.stop();
+}

@@ -369,15 +369,18 @@ async fn serve_stores_the_samples_for_the_report_and_every_answer_for_compare() 
                 .is_some_and(|r| r.iter().any(|e| e["fan_out"]["mode"] == "all"))
         })
         .await;
-    let id = requests["requests"]
+    let all = requests["requests"]
         .as_array()
         .and_then(|r| r.iter().find(|e| e["fan_out"]["mode"] == "all"))
-        .and_then(|e| e["id"].as_u64())
-        .expect("the all request's id");
+        .expect("the all request");
+    // A second `glider serve` numbers its records from 1 again; the sequence number
+    // goes on from the first one's three requests.
+    let (id, seq) = (all["id"].as_u64(), all["seq"].as_u64().expect("its seq"));
+    assert_eq!((id, seq), (Some(1), 4));
     served.stop();
     let (ok, text, err) = glider(
         home.path(),
-        &["route", "explain", "--compare", &id.to_string()],
+        &["route", "explain", "--compare", &seq.to_string()],
     );
     assert!(ok, "{err}");
     assert!(
@@ -396,6 +399,198 @@ async fn serve_stores_the_samples_for_the_report_and_every_answer_for_compare() 
         text.contains("agrees (tools same, stop same, text similarity 1.00, identical)"),
         "{text}"
     );
+    assert!(text.starts_with("request 1 (seq 4)"), "{text}");
+    // Seq 1 is the first serve's first request (record id 1 too): a shadow one.
+    let (ok, _, err) = glider(home.path(), &["route", "explain", "--compare", "1"]);
+    assert!(
+        !ok && err.contains("request seq 1 fanned out with mode shadow"),
+        "{err}"
+    );
     let (ok, _, err) = glider(home.path(), &["route", "explain", "--compare", "999999"]);
-    assert!(!ok && err.contains("no request with id 999999"), "{err}");
+    assert!(!ok && err.contains("no request with seq 999999"), "{err}");
+}
+
+/// `mocks` as local OpenAI-wire backends, in order, each serving `m` (a request for
+/// it has them all as candidates, in this order) and `m-<name>` (one for it has that
+/// backend alone); no cloud fallback.
+fn locals(mocks: &[(&str, &MockVendor)], fan_out: &str, extra: &str) -> String {
+    let mut yaml = String::from("backends:\n");
+    for (name, mock) in mocks {
+        yaml.push_str(&format!(
+            "  - {{name: {name}, type: openai, local: true, base_url: '{}/v1', api_key: k, models: [m, m-{name}]}}\n",
+            mock.base_url()
+        ));
+    }
+    yaml.push_str(&format!(
+        "routing: {{classifier: {{enabled: false}}, cloud_fallback: false}}\nfan_out: {fan_out}\n{extra}"
+    ));
+    yaml
+}
+
+async fn ask_for(gw: &Gateway, model: &str) -> Reply {
+    let body = wire(
+        Dialect::OpenAiChat,
+        &text_request(model, "hello there", false),
+    );
+    post_json(&gw.base, front_path(Dialect::OpenAiChat), &body).await
+}
+
+#[tokio::test]
+async fn after_a_fallback_the_copy_goes_past_the_primary_never_to_the_backend_that_failed() {
+    let (first, second, third) = (
+        mock(MockConfig::default()).await,
+        mock(MockConfig::default()).await,
+        mock(MockConfig::default()).await,
+    );
+    first.set_failure(Failure::Status(500));
+    let gw = gateway(&locals(
+        &[("first", &first), ("second", &second), ("third", &third)],
+        "{mode: shadow}",
+        "",
+    ))
+    .await;
+    let mut events = gw.engine.bus().subscribe();
+    let reply = ask_for(&gw, "m").await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let sample = next_shadow(&mut events).await;
+    assert_eq!(
+        (
+            sample.primary_backend.as_str(),
+            sample.shadow_backend.as_str()
+        ),
+        ("second", "third"),
+        "{sample:?}"
+    );
+    assert_eq!(sample.outcome, ShadowOutcome::Compared, "{sample:?}");
+    assert_eq!(
+        (
+            generations(&first),
+            generations(&second),
+            generations(&third)
+        ),
+        (1, 1, 1),
+        "the failed backend got only its own failed attempt"
+    );
+}
+
+#[tokio::test]
+async fn a_local_shadow_model_serving_a_request_gets_no_copy_until_it_is_free() {
+    let home = tempfile::tempdir().expect("home");
+    let smi = fake_nvidia_smi(home.path(), 100_000, 0);
+    let primary = mock(MockConfig::default()).await;
+    // Streams one delta, then holds the rest back: a request it serves stays open.
+    let busy = mock(MockConfig {
+        delta_delay: SLOW,
+        ..MockConfig::default()
+    })
+    .await;
+    let gw = gateway(&locals(
+        &[("primary", &primary), ("busy", &busy)],
+        "{mode: shadow, shadow: {max_concurrent: 4}}",
+        &format!(
+            "vram: {{monitor: nvidia_smi, nvidia_smi: '{}', headroom_mib: 0}}\n",
+            smi.display()
+        ),
+    ))
+    .await;
+    let vram = glider_vram::Vram::new(&gw.config.snapshot().vram, Some(home.path()));
+    assert!(gw.engine.attach_vram(vram.clone()).is_ok());
+    gw.engine.probe_all().await;
+    assert!(!vram.gpu().gpus.is_empty(), "the fake GPU is seen");
+    let mut events = gw.engine.bus().subscribe();
+
+    // A streamed request for `m` on `busy` alone (named by the model), its first
+    // delta read and the rest still to come.
+    let body = wire(
+        Dialect::OpenAiChat,
+        &text_request("busy/m", "hello there", true),
+    );
+    let open = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", gw.base))
+        .json(&body)
+        .send()
+        .await
+        .expect("the stream starts");
+    assert_eq!(open.status(), 200);
+    assert_eq!(vram.in_flight("busy", "m"), 1);
+    assert_eq!(generations(&busy), 1);
+
+    // `primary` answers; its copy would go to `busy`, which is serving a request.
+    let reply = ask_for(&gw, "m").await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let skipped = loop {
+        let sample = next_shadow(&mut events).await;
+        if sample.primary_backend == "primary" {
+            break sample;
+        }
+    };
+    assert_eq!(skipped.shadow_backend, "busy");
+    assert_eq!(skipped.outcome, ShadowOutcome::Skipped);
+    assert_eq!(skipped.skipped_by.as_deref(), Some("local_busy"));
+    assert_eq!(generations(&busy), 1, "no copy reached the busy model");
+
+    // The stream dropped, its reservation goes; the next copy is sent.
+    drop(open);
+    let deadline = Instant::now() + GUARD;
+    while vram.in_flight("busy", "m") > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the reservation was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(ask_for(&gw, "m").await.status, 200);
+    wait_generations(&busy, 2).await;
+}
+
+#[tokio::test]
+async fn a_configured_shadow_target_outside_the_route_takes_the_copy_for_its_own_model() {
+    let local = mock(MockConfig::default()).await;
+    let judge = mock(replying("echo: hello there")).await;
+    let yaml = format!(
+        "backends:\n\
+         \x20 - {{name: local, type: openai, local: true, base_url: '{}/v1', api_key: k, models: [m-local]}}\n\
+         \x20 - {{name: judge, type: openai, base_url: '{}/v1', api_key: k, models: [m-judge]}}\n\
+         routing: {{classifier: {{enabled: false}}, cloud_fallback: false}}\n\
+         fan_out: {{mode: shadow, shadow: {{target: judge, allow_cloud: true}}}}\n",
+        local.base_url(),
+        judge.base_url()
+    );
+    let gw = gateway(&yaml).await;
+    let mut events = gw.engine.bus().subscribe();
+    let reply = ask_for(&gw, "m-local").await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let record = next_finished(&mut events).await;
+    assert_eq!(
+        record.backend.as_deref(),
+        Some("local"),
+        "the route had one candidate"
+    );
+    let sample = next_shadow(&mut events).await;
+    assert_eq!(sample.shadow_backend, "judge");
+    assert_eq!(sample.outcome, ShadowOutcome::Compared, "{sample:?}");
+    assert!(
+        sample.agreement.is_some_and(|a| a.exact),
+        "same text both sides"
+    );
+    let copies: Vec<_> = judge
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .collect();
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].body["model"], "m-judge");
+
+    // A cloud target without allow_cloud, or a name no backend has, is refused at load.
+    for (shadow, expected) in [
+        ("{target: judge}", "is a cloud backend"),
+        (
+            "{target: nobody, allow_cloud: true}",
+            "no backend is named \"nobody\"",
+        ),
+    ] {
+        let bad = yaml.replace("{target: judge, allow_cloud: true}", shadow);
+        let err = glider_config::Config::parse(&bad, "t").expect_err("refused");
+        assert!(err.to_string().contains(expected), "{err}");
+    }
 }

@@ -19,24 +19,6 @@ use glider_test_support::{MockConfig, MockVendor};
 use glider_vram::planner::Plan;
 use glider_vram::{Cause, Vram};
 
-/// A fake `nvidia-smi` printing one GPU of `total_mib` with `used_mib` in use.
-fn fake_nvidia_smi(dir: &Path, total_mib: u64, used_mib: u64) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join("nvidia-smi");
-    let script = format!(
-        "#!/bin/sh\n\
-         case \"$*\" in\n\
-         *--query-gpu=index,memory.total,memory.used,utilization.gpu*) ;;\n\
-         *) echo \"unexpected arguments: $*\" >&2; exit 2 ;;\n\
-         esac\n\
-         echo\n\
-         echo '0, {total_mib}, {used_mib}, 17'\n"
-    );
-    std::fs::write(&path, script).expect("write fake nvidia-smi");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    path
-}
-
 /// An Ollama mock on a 10000 MiB GPU where `small` and `big` take 6000 MiB each: they
 /// do not fit together.
 async fn ollama(delta_delay: Duration) -> MockVendor {

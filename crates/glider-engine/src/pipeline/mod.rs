@@ -135,20 +135,12 @@ impl Prepared {
 
 impl Engine {
     pub fn new(config: ConfigHandle) -> Arc<Engine> {
-        let base = config_dir(&config);
-        let runtime = Arc::new(Swap::new(Runtime::build(
-            config.snapshot(),
-            None,
-            &base,
-            &[],
-        )));
+        let runtime_module = Arc::new(RuntimeModule::start(config.snapshot(), config_dir(&config)));
+        let runtime = runtime_module.current.clone();
         let hotswap = Registry::default();
-        let runtime_module = Arc::new(RuntimeModule {
-            current: runtime.clone(),
-            base,
-            providers: Default::default(),
-        });
-        hotswap.register(runtime_module.clone());
+        for module in runtime_module.modules() {
+            hotswap.register(module);
+        }
         Arc::new(Engine {
             config,
             runtime,
@@ -212,6 +204,12 @@ impl Engine {
     /// The VRAM state attached, if any (the dashboard shows it).
     pub fn vram(&self) -> Option<&Arc<glider_vram::Vram>> {
         self.vram.get()
+    }
+
+    /// Register a module outside the engine (the MCP hub) with the hot-swap registry:
+    /// every config reload is handed to it after the engine's own modules.
+    pub fn register_hotswap(&self, module: Arc<dyn crate::hotswap::HotSwap>) {
+        self.hotswap.register(module);
     }
 
     /// The backends and config a request should use.

@@ -1,17 +1,22 @@
 //! The runtime snapshot — backends, classifier and Starlark rules built from one
-//! config — and how the engine follows config and rules-file changes: each change
-//! rebuilds the snapshot through the [`hotswap`](crate::hotswap) registry.
+//! config — and how the engine follows config and rules-file changes: each change goes
+//! through the [`hotswap`](crate::hotswap) registry. Three parts of the snapshot are
+//! modules of their own there, each validated and kept or swapped on its own:
+//! `backends` ([`BackendsModule`]: a changed backend that cannot be built keeps the
+//! previous set), `classifier` ([`ClassifierModule`]) and `fan_out` ([`FanOutModule`]:
+//! checked against the backends in use); `runtime` then assembles the snapshot from
+//! what each kept, so a request reads one consistent set.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use glider_backend::Backend;
-use glider_config::{Config, ConfigHandle};
+use glider_config::{BackendConfig, ClassifierConfig, Config, ConfigHandle, FanOutConfig};
 use glider_starlark::Rules;
 
 use super::Engine;
 use crate::events::{PipelineEvent, unix_ms};
-use crate::hotswap::{HotSwap, Swap};
+use crate::hotswap::{HotSwap, Swap, Swapped};
 use crate::router::Router;
 use crate::router::classifier::{Classifier, ScoringClassifier};
 use crate::router::sticky::StickyStore;
@@ -31,29 +36,15 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Build from `config`, reusing `previous` backends whose config did not change (so
-    /// their breaker and health survive the reload). `base` is the directory relative
-    /// paths in the config are read from.
+    /// Build from `config` over `backends` (built from its `backends:`, see
+    /// [`build_backends`]). `base` is the directory relative paths in the config are
+    /// read from.
     pub(crate) fn build(
         config: Arc<Config>,
-        previous: Option<&Runtime>,
+        backends: Vec<Arc<Backend>>,
         base: &Path,
         providers: &[Arc<dyn glider_tools::ToolProvider>],
     ) -> Runtime {
-        let backends = config
-            .backends
-            .iter()
-            .map(|bc| {
-                previous
-                    .and_then(|p| {
-                        p.backends
-                            .iter()
-                            .find(|b| b.config.name == bc.name && raw_config_eq(b, bc))
-                    })
-                    .cloned()
-                    .unwrap_or_else(|| Backend::new(bc.clone()))
-            })
-            .collect();
         let classifier = Box::new(ScoringClassifier::from_config(&config.routing.classifier));
         let (starlark, starlark_error) = match load_rules(&config, base) {
             Ok(rules) => (rules.map(Arc::new), None),
@@ -118,6 +109,42 @@ fn load_rules(config: &Config, base: &Path) -> Result<Option<Rules>, String> {
     Rules::compile(&path.display().to_string(), &source).map(Some)
 }
 
+/// The backends of `configs`, reusing `previous` ones whose config did not change (so
+/// their breaker and health survive the reload). On a reload (`previous` given) a new
+/// or changed backend that cannot be built (a `${VAR}` unset, a header that is not
+/// HTTP) fails the whole set, which then keeps the previous one; at start such a
+/// backend is kept, unavailable, and says why when used.
+pub(crate) fn build_backends(
+    configs: &[BackendConfig],
+    previous: Option<&[Arc<Backend>]>,
+) -> Result<Vec<Arc<Backend>>, String> {
+    let mut problems = Vec::new();
+    let backends = configs
+        .iter()
+        .map(|bc| {
+            let kept = previous.and_then(|p| {
+                p.iter()
+                    .find(|b| b.config.name == bc.name && raw_config_eq(b, bc))
+            });
+            match kept {
+                Some(kept) => kept.clone(),
+                None => {
+                    let built = Backend::new(bc.clone());
+                    if let (Some(why), Some(_)) = (&built.unavailable, previous) {
+                        problems.push(format!("backend {}: {why}", bc.name));
+                    }
+                    built
+                }
+            }
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(backends)
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
 fn raw_config_eq(backend: &Backend, config: &glider_config::BackendConfig) -> bool {
     // `Backend` stores its base URL resolved; compare with the config as written.
     let resolved = glider_config::Secret(config.base_url.clone())
@@ -131,11 +158,112 @@ fn raw_config_eq(backend: &Backend, config: &glider_config::BackendConfig) -> bo
     backend.config == written
 }
 
-/// The hot-swappable module that rebuilds the runtime from a new config. Routing reads
-/// backends and rules from one snapshot, so the Starlark rules are rebuilt with it (a
-/// request never sees new rules with old backends).
+/// Module `backends`: the set built from `backends:` (with the config it was built
+/// from, as written), kept whole when a reload's set cannot be built.
+pub(crate) struct BackendsModule {
+    pub(crate) current: Swap<(Vec<BackendConfig>, Vec<Arc<Backend>>)>,
+}
+
+impl BackendsModule {
+    pub(crate) fn new(config: &Config) -> BackendsModule {
+        // At start nothing is compared, so the build cannot fail.
+        let backends = build_backends(&config.backends, None).unwrap_or_default();
+        BackendsModule {
+            current: Swap::new((config.backends.clone(), backends)),
+        }
+    }
+}
+
+impl HotSwap for BackendsModule {
+    fn name(&self) -> &'static str {
+        "backends"
+    }
+
+    fn reload(&self, config: &Arc<Config>) -> Result<Swapped, String> {
+        if self.current.snapshot().0 == config.backends {
+            return Ok(Swapped::Unchanged);
+        }
+        self.current.swap_with(|(_, previous)| {
+            build_backends(&config.backends, Some(previous))
+                .map(|backends| (config.backends.clone(), backends))
+        })?;
+        Ok(Swapped::New)
+    }
+}
+
+/// Module `classifier`: the `routing.classifier` section the runtime's classifier is
+/// built from (the file's checks of its weights and thresholds are its validation).
+pub(crate) struct ClassifierModule {
+    pub(crate) current: Swap<ClassifierConfig>,
+}
+
+impl HotSwap for ClassifierModule {
+    fn name(&self) -> &'static str {
+        "classifier"
+    }
+
+    fn reload(&self, config: &Arc<Config>) -> Result<Swapped, String> {
+        let next = &config.routing.classifier;
+        if *self.current.snapshot() == *next {
+            return Ok(Swapped::Unchanged);
+        }
+        self.current.swap_with(|_| Ok(next.clone()))?;
+        Ok(Swapped::New)
+    }
+}
+
+/// Module `fan_out`: the `fan_out:` section, validated against the backends in use
+/// (module `backends` reloads first; when it kept its previous set, a shadow target
+/// only the new file has is not there).
+pub(crate) struct FanOutModule {
+    pub(crate) current: Swap<FanOutConfig>,
+    pub(crate) backends: Arc<BackendsModule>,
+}
+
+impl FanOutModule {
+    /// Why `fan_out` cannot run over `backends`, if so.
+    fn check(fan_out: &FanOutConfig, backends: &[Arc<Backend>]) -> Result<(), String> {
+        match &fan_out.shadow.target {
+            Some(name)
+                if !backends
+                    .iter()
+                    .any(|b| b.config.enabled && b.name() == name) =>
+            {
+                Err(format!(
+                    "fan_out.shadow.target {name:?} is not an enabled backend in use (the backends module kept its previous set, or it is disabled)"
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl HotSwap for FanOutModule {
+    fn name(&self) -> &'static str {
+        "fan_out"
+    }
+
+    fn reload(&self, config: &Arc<Config>) -> Result<Swapped, String> {
+        let next = &config.fan_out;
+        if *self.current.snapshot() == *next {
+            return Ok(Swapped::Unchanged);
+        }
+        Self::check(next, &self.backends.current.snapshot().1)?;
+        self.current.swap_with(|_| Ok(next.clone()))?;
+        Ok(Swapped::New)
+    }
+}
+
+/// Module `runtime`, registered after the three above: the snapshot requests read,
+/// assembled from the new config with the backends, classifier and fan-out each of
+/// those modules kept. Routing reads backends and rules from one snapshot, so the
+/// Starlark rules are rebuilt with it (a request never sees new rules with old
+/// backends).
 pub(crate) struct RuntimeModule {
     pub(crate) current: Arc<Swap<Runtime>>,
+    pub(crate) backends: Arc<BackendsModule>,
+    pub(crate) classifier: Arc<ClassifierModule>,
+    pub(crate) fan_out: Arc<FanOutModule>,
     /// Where relative paths in the config are read from.
     pub(crate) base: PathBuf,
     /// The tool providers attached besides the internal tools (the MCP hub, …), in
@@ -145,6 +273,47 @@ pub(crate) struct RuntimeModule {
 }
 
 impl RuntimeModule {
+    /// The modules of a fresh engine over `config`, the runtime built from them.
+    pub(crate) fn start(config: Arc<Config>, base: PathBuf) -> RuntimeModule {
+        let backends = Arc::new(BackendsModule::new(&config));
+        let classifier = Arc::new(ClassifierModule {
+            current: Swap::new(config.routing.classifier.clone()),
+        });
+        let fan_out = Arc::new(FanOutModule {
+            current: Swap::new(config.fan_out.clone()),
+            backends: backends.clone(),
+        });
+        let runtime = Runtime::build(config, backends.current.snapshot().1.clone(), &base, &[]);
+        RuntimeModule {
+            current: Arc::new(Swap::new(runtime)),
+            backends,
+            classifier,
+            fan_out,
+            base,
+            providers: Default::default(),
+        }
+    }
+
+    /// The modules to register, in reload order (this one last).
+    pub(crate) fn modules(self: &Arc<Self>) -> [Arc<dyn HotSwap>; 4] {
+        [
+            self.backends.clone(),
+            self.classifier.clone(),
+            self.fan_out.clone(),
+            self.clone(),
+        ]
+    }
+
+    /// `config` with the sections of the modules that kept their previous state as
+    /// they kept it.
+    fn assembled(&self, config: &Config) -> Config {
+        let mut assembled = config.clone();
+        assembled.backends = self.backends.current.snapshot().0.clone();
+        assembled.routing.classifier = (*self.classifier.current.snapshot()).clone();
+        assembled.fan_out = (*self.fan_out.current.snapshot()).clone();
+        assembled
+    }
+
     /// Rebuild the runtime with the attached providers, from `config` or, with none,
     /// from the current runtime's config (read under the lock, so a reload that swapped
     /// in a newer one meanwhile is not undone).
@@ -159,13 +328,12 @@ impl RuntimeModule {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         providers.extend(attach);
         let _ = self.current.swap_with(|previous| {
-            let config = config.unwrap_or(&previous.config).clone();
-            Ok(Runtime::build(
-                config,
-                Some(previous),
-                &self.base,
-                &providers,
-            ))
+            let config = match config {
+                Some(config) => Arc::new(self.assembled(config)),
+                None => previous.config.clone(),
+            };
+            let backends = self.backends.current.snapshot().1.clone();
+            Ok(Runtime::build(config, backends, &self.base, &providers))
         });
     }
 
@@ -182,9 +350,9 @@ impl HotSwap for RuntimeModule {
 
     /// Never fails as a whole: a Starlark file that does not compile leaves the rule
     /// out of the new snapshot and says why in `Runtime::starlark_error`.
-    fn reload(&self, config: &Arc<Config>) -> Result<(), String> {
+    fn reload(&self, config: &Arc<Config>) -> Result<Swapped, String> {
         self.rebuild_with(Some(config), None);
-        Ok(())
+        Ok(Swapped::New)
     }
 }
 

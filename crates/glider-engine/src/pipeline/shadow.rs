@@ -1,7 +1,8 @@
 //! Shadow comparison (fan-out `shadow`): the primary answers the client through the
 //! backup sequence exactly as with fan-out off, and a copy of the request goes to a
 //! second candidate in a task of its own, so it never blocks or delays the client's
-//! reply. The primary's reply bytes are copied as they pass to the client; once both
+//! reply. The primary's reply chunks are kept as they pass to the client (cheap
+//! `Bytes` clones, never a copy of their bytes); once both
 //! have ended the two answers are compared ([`super::compare`]) and published as a
 //! [`ShadowSample`] on the bus (the dashboard stores it, `/api/shadow` and
 //! `glider shadow report` read it). A budget (`fan_out.shadow`: sample rate, max at
@@ -20,7 +21,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::Stream;
 use glider_backend::executor::{attempt, attempt_order};
-use glider_backend::{AttemptFailure, BodyStream, Candidate, UpstreamRequest, UpstreamResponse};
+use glider_backend::{
+    AttemptFailure, Backend, BodyStream, Candidate, UpstreamRequest, UpstreamResponse,
+};
 use glider_config::ShadowConfig;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -29,8 +32,9 @@ use super::compare::{Agreement, Answer, AnswerSummary};
 use super::fan_out::read_whole;
 use crate::events::{Bus, PipelineEvent, unix_ms};
 
-/// Largest primary reply copied for the comparison; a longer one is not compared.
-const MAX_COPIED_BODY: usize = 8 * 1024 * 1024;
+/// Largest primary reply kept for the comparison; a longer one is not compared (its
+/// chunks would stay alive until the shadow's answer ends).
+const MAX_KEPT_BODY: usize = 8 * 1024 * 1024;
 /// The window `max_per_minute` counts over.
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -141,13 +145,62 @@ fn sampled(offered: u64, rate: f64) -> bool {
     step(offered + 1) > step(offered)
 }
 
-/// The candidate a request's copy goes to: the first in attempt order that is not the
-/// one that answered, local unless `allow_cloud` (the user's cloud key is not spent on
-/// a copy unless the config says so).
-fn target(candidates: &[Candidate], answered: usize, config: &ShadowConfig) -> Option<usize> {
+/// Where a request's copy goes.
+#[derive(Clone)]
+enum Target {
+    /// One of the route's candidates (its index).
+    Candidate(usize),
+    /// `fan_out.shadow.target`, a backend the route did not pick, asked for this model.
+    Outside(Candidate),
+}
+
+/// The candidate a request's copy goes to, relative to the one that `answered`: the
+/// first in attempt order that neither answered nor failed on this request (after a
+/// fallback the backend that just failed is never the shadow), local unless
+/// `allow_cloud` (the user's cloud key is not spent on a copy unless the config says so).
+fn target(
+    candidates: &[Candidate],
+    answered: usize,
+    failures: &[AttemptFailure],
+    config: &ShadowConfig,
+) -> Option<usize> {
+    let failed = |i: usize| {
+        failures
+            .iter()
+            .any(|f| f.backend == candidates[i].backend.name())
+    };
     attempt_order(candidates, candidates.len())
         .into_iter()
-        .find(|&i| i != answered && (config.allow_cloud || candidates[i].backend.is_local()))
+        .find(|&i| {
+            i != answered && !failed(i) && (config.allow_cloud || candidates[i].backend.is_local())
+        })
+}
+
+/// The configured `fan_out.shadow.target` backend (enabled, not the one that
+/// answered), asked for the primary's model when it serves it, else its default, else
+/// the first it lists. Among the route's candidates it is that candidate (its prepared
+/// request is reused). A cloud target is only valid with `allow_cloud` (checked at load).
+fn configured_target(
+    config: &ShadowConfig,
+    backends: &[Arc<Backend>],
+    candidates: &[Candidate],
+    answered: usize,
+) -> Option<Target> {
+    let name = config.target.as_deref()?;
+    if candidates[answered].backend.name() == name {
+        return None;
+    }
+    if let Some(index) = candidates.iter().position(|c| c.backend.name() == name) {
+        return Some(Target::Candidate(index));
+    }
+    let backend = backends
+        .iter()
+        .find(|b| b.config.enabled && b.name() == name)?;
+    let model = crate::router::Router::model_on(backend, &[candidates[answered].model.as_str()])?;
+    Some(Target::Outside(Candidate {
+        backend: backend.clone(),
+        model,
+    }))
 }
 
 /// What the execute phase hands over for one request whose primary answered.
@@ -159,6 +212,13 @@ pub(crate) struct ShadowRequest<'a> {
     pub route: &'a str,
     pub candidates: &'a [Candidate],
     pub requests: &'a [UpstreamRequest],
+    /// What the candidates tried before the primary ran into (never the shadow).
+    pub failures: &'a [AttemptFailure],
+    /// Every configured backend (a `fan_out.shadow.target` outside the route).
+    pub backends: &'a [Arc<Backend>],
+    /// Encodes the request for a target outside the route's candidates; called only
+    /// for a copy the budget admits.
+    pub outside_request: &'a (dyn Fn(&Candidate) -> UpstreamRequest + Sync),
     /// The primary's attempt started then (its latency is measured from there).
     pub primary_started: Instant,
     /// GPU memory, when attached: a local shadow model in use is not sent a copy.
@@ -169,11 +229,20 @@ impl ShadowRequest<'_> {
     /// Send the copy (or publish why not) for the primary `answered`, whose reply is
     /// `response`: its body is copied as it passes, and the copy runs in its own task.
     pub fn send(self, answered: usize, response: &mut UpstreamResponse) {
-        let Some(index) = target(self.candidates, answered, self.config) else {
+        let chosen = match self.config.target {
+            Some(_) => configured_target(self.config, self.backends, self.candidates, answered),
+            None => {
+                target(self.candidates, answered, self.failures, self.config).map(Target::Candidate)
+            }
+        };
+        let Some(chosen) = chosen else {
             return;
         };
         let primary = &self.candidates[answered];
-        let shadow = self.candidates[index].clone();
+        let shadow = match &chosen {
+            Target::Candidate(index) => self.candidates[*index].clone(),
+            Target::Outside(candidate) => candidate.clone(),
+        };
         let mut sample = ShadowSample {
             request_id: self.request_id,
             at_ms: unix_ms(),
@@ -194,26 +263,31 @@ impl ShadowRequest<'_> {
             }
             _ => self.budget.admit(self.config),
         };
-        let (slot, primary_request, shadow_request) = match (
-            admitted,
-            self.requests.get(answered),
-            self.requests.get(index),
-        ) {
-            (Ok(slot), Some(primary), Some(shadow)) => (slot, primary.clone(), shadow.clone()),
-            (Err(limit), ..) => {
-                sample.skipped_by = Some(limit.to_owned());
-                self.bus.publish(PipelineEvent::ShadowSampled(sample));
-                return;
+        let shadow_request = match &chosen {
+            Target::Candidate(index) => self.requests.get(*index).cloned(),
+            Target::Outside(candidate) if admitted.is_ok() => {
+                Some((self.outside_request)(candidate))
             }
-            // A candidate without a prepared request is the pipeline's own bug; the
-            // copy is left out rather than sent something else.
-            _ => return,
+            Target::Outside(_) => None,
         };
+        let (slot, primary_request, shadow_request) =
+            match (admitted, self.requests.get(answered), shadow_request) {
+                (Ok(slot), Some(primary), Some(shadow)) => (slot, primary.clone(), shadow),
+                (Err(limit), ..) => {
+                    sample.skipped_by = Some(limit.to_owned());
+                    self.bus.publish(PipelineEvent::ShadowSampled(sample));
+                    return;
+                }
+                // A candidate without a prepared request is the pipeline's own bug; the
+                // copy is left out rather than sent something else.
+                _ => return,
+            };
         let (copied, primary_body) = oneshot::channel();
         let rest = std::mem::replace(&mut response.rest, Box::pin(futures_util::stream::empty()));
-        response.rest = Box::pin(CopiedBody {
+        response.rest = Box::pin(KeptBody {
             rest,
-            body: response.first_chunk.to_vec(),
+            kept: response.first_chunk.len(),
+            chunks: vec![response.first_chunk.clone()],
             started: self.primary_started,
             copied: Some(copied),
         });
@@ -240,7 +314,8 @@ impl ShadowRequest<'_> {
                     started.elapsed(),
                 ),
             };
-            let primary_answer = primary_body.await.ok().map(|(body, took)| {
+            let primary_answer = primary_body.await.ok().map(|(chunks, took)| {
+                let body = joined(chunks);
                 Answer::decode(
                     &sample.primary_backend,
                     &primary_model,
@@ -274,38 +349,54 @@ async fn shadow_attempt(
     Ok(read_whole(response).await?.first_chunk)
 }
 
-/// The primary's body on its way to the client, copied as it passes; at its end the
-/// copy (and how long the primary took) goes to the shadow task. Dropped before the
-/// end, or longer than [`MAX_COPIED_BODY`], it sends nothing.
-struct CopiedBody {
-    rest: BodyStream,
-    body: Vec<u8>,
-    started: Instant,
-    copied: Option<oneshot::Sender<(Vec<u8>, Duration)>>,
+/// The chunks as one buffer: the one chunk itself when there is one (a reply read
+/// whole), else joined here, in the shadow's task, off the client's path.
+fn joined(chunks: Vec<Bytes>) -> Bytes {
+    match <[Bytes; 1]>::try_from(chunks) {
+        Ok([only]) => only,
+        Err(chunks) => Bytes::from(chunks.concat()),
+    }
 }
 
-impl Stream for CopiedBody {
+/// The primary's body on its way to the client, each chunk kept as it passes (a
+/// refcounted clone); at its end the chunks (and how long the primary took) go to the
+/// shadow task. Dropped before the end, or longer than [`MAX_KEPT_BODY`], it sends
+/// nothing and lets go of what it kept.
+struct KeptBody {
+    rest: BodyStream,
+    chunks: Vec<Bytes>,
+    kept: usize,
+    started: Instant,
+    copied: Option<oneshot::Sender<(Vec<Bytes>, Duration)>>,
+}
+
+impl Stream for KeptBody {
     type Item = Result<Bytes, AttemptFailure>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let polled = self.rest.as_mut().poll_next(cx);
         match &polled {
-            Poll::Ready(Some(Ok(chunk))) => {
-                if self.body.len() + chunk.len() > MAX_COPIED_BODY {
+            Poll::Ready(Some(Ok(chunk))) if self.copied.is_some() => {
+                self.kept += chunk.len();
+                if self.kept > MAX_KEPT_BODY {
                     self.copied = None;
-                } else if self.copied.is_some() {
-                    self.body.extend_from_slice(chunk);
+                    self.chunks = Vec::new();
+                } else {
+                    self.chunks.push(chunk.clone());
                 }
             }
-            Poll::Ready(Some(Err(_))) => self.copied = None,
+            Poll::Ready(Some(Ok(_))) | Poll::Pending => {}
+            Poll::Ready(Some(Err(_))) => {
+                self.copied = None;
+                self.chunks = Vec::new();
+            }
             Poll::Ready(None) => {
                 if let Some(copied) = self.copied.take() {
-                    let body = std::mem::take(&mut self.body);
+                    let chunks = std::mem::take(&mut self.chunks);
                     // The shadow task may be gone (the runtime shutting down).
-                    let _ = copied.send((body, self.started.elapsed()));
+                    let _ = copied.send((chunks, self.started.elapsed()));
                 }
             }
-            Poll::Pending => {}
         }
         polled
     }
@@ -321,6 +412,7 @@ mod tests {
             max_concurrent: at_once,
             max_per_minute: per_minute,
             allow_cloud: false,
+            target: None,
         }
     }
 
@@ -343,14 +435,34 @@ mod tests {
             .collect();
         let local_only = config(1.0, 1, 10);
         // The local answered: the only other candidate is the cloud, not allowed.
-        assert_eq!(target(&candidates, 0, &local_only), None);
+        assert_eq!(target(&candidates, 0, &[], &local_only), None);
         let cloud_allowed = ShadowConfig {
             allow_cloud: true,
             ..local_only.clone()
         };
-        assert_eq!(target(&candidates, 0, &cloud_allowed), Some(1));
+        assert_eq!(target(&candidates, 0, &[], &cloud_allowed), Some(1));
         // The cloud answered: the copy goes to the local.
-        assert_eq!(target(&candidates, 1, &local_only), Some(0));
+        assert_eq!(target(&candidates, 1, &[], &local_only), Some(0));
+        // ... unless the local is what failed before the cloud answered.
+        let failed = AttemptFailure::new(
+            "local",
+            glider_ngl::ErrorKind::Unavailable,
+            "connection refused",
+            true,
+        );
+        assert_eq!(target(&candidates, 1, &[failed], &local_only), None);
+    }
+
+    #[test]
+    fn kept_chunks_are_the_chunks_themselves_and_join_only_when_there_are_several() {
+        let one = Bytes::from_static(b"whole reply");
+        let joined_one = joined(vec![one.clone()]);
+        assert_eq!(joined_one.as_ptr(), one.as_ptr(), "one chunk is not copied");
+        let parts = vec![
+            Bytes::from_static(b"data: a\n\n"),
+            Bytes::from_static(b"data: b\n\n"),
+        ];
+        assert_eq!(&joined(parts)[..], b"data: a\n\ndata: b\n\n");
     }
 
     #[test]

@@ -378,7 +378,7 @@ impl Router<'_> {
 
     /// The model a backend should be asked for: the request's if it serves it, else its
     /// default, else the first it lists.
-    fn model_on(backend: &Backend, preferred: &[&str]) -> Option<String> {
+    pub(crate) fn model_on(backend: &Backend, preferred: &[&str]) -> Option<String> {
         preferred
             .iter()
             .find(|m| backend.config.model_spec(m).is_some())

@@ -319,3 +319,21 @@ pub fn tool_calls(response: &Response) -> Vec<(String, String, Value)> {
 pub fn first_tool_call(response: &Response) -> Option<(String, String, Value)> {
     tool_calls(response).into_iter().next()
 }
+
+/// A fake `nvidia-smi` printing one GPU of `total_mib` with `used_mib` in use.
+pub fn fake_nvidia_smi(dir: &std::path::Path, total_mib: u64, used_mib: u64) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("nvidia-smi");
+    let script = format!(
+        "#!/bin/sh\n\
+         case \"$*\" in\n\
+         *--query-gpu=index,memory.total,memory.used,utilization.gpu*) ;;\n\
+         *) echo \"unexpected arguments: $*\" >&2; exit 2 ;;\n\
+         esac\n\
+         echo\n\
+         echo '0, {total_mib}, {used_mib}, 17'\n"
+    );
+    std::fs::write(&path, script).expect("write fake nvidia-smi");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}

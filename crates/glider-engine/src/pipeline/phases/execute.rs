@@ -14,6 +14,7 @@ use glider_vram::{Reservation, ReservedStream};
 
 use super::super::fan_out;
 use super::super::shadow::ShadowRequest;
+use super::super::upstream;
 use super::{Flow, Job, Phase, PhaseFuture, not_routed};
 use crate::router::{RouteDecision, RuleName};
 
@@ -88,6 +89,12 @@ impl Phase for Execute {
                 job.tracker.record.fan_out = Some(fan_out::FanOutRecord::shadowed(
                     decision.candidates[executed.index].backend.name(),
                 ));
+                let (front, headers, body, request) =
+                    (job.front, &job.headers, job.body.as_ref(), &job.request);
+                let session = decision.session.as_deref();
+                let outside_request = |candidate: &glider_backend::Candidate| {
+                    upstream::for_candidate(front, headers, body, request, None, candidate, session)
+                };
                 ShadowRequest {
                     budget: &job.shadow,
                     config: &fan_out.shadow,
@@ -96,6 +103,9 @@ impl Phase for Execute {
                     route: decision.rule.as_str(),
                     candidates: &decision.candidates,
                     requests: &job.upstream,
+                    failures: &executed.failures,
+                    backends: &job.runtime.backends,
+                    outside_request: &outside_request,
                     primary_started,
                     vram,
                 }
