@@ -77,6 +77,46 @@ pub struct RequestRecord {
     pub fan_out: Option<crate::pipeline::FanOutRecord>,
 }
 
+impl RequestRecord {
+    /// The record of a request that just arrived: nothing decided yet.
+    fn arriving(
+        id: u64,
+        started_at_ms: u64,
+        door: String,
+        client: Option<String>,
+        front: Dialect,
+    ) -> RequestRecord {
+        RequestRecord {
+            id,
+            started_at_ms,
+            door,
+            client,
+            front,
+            stream: false,
+            model_requested: String::new(),
+            model_used: None,
+            backend: None,
+            local: None,
+            rule: None,
+            reason: None,
+            estimated_tokens: 0,
+            usage: Usage::default(),
+            ttft_ms: None,
+            total_ms: None,
+            status: None,
+            error: None,
+            fallbacks: Vec::new(),
+            fitted: Vec::new(),
+            session: None,
+            context_left_out: Vec::new(),
+            budget_stop: None,
+            tool_calls: Vec::new(),
+            plugins: Vec::new(),
+            fan_out: None,
+        }
+    }
+}
+
 /// One local candidate's bounded context, for the route record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContextLeftOut {
@@ -192,34 +232,13 @@ impl Bus {
 
     /// Open a record for a request that just arrived and announce it.
     pub fn start(&self, door: &str, front: Dialect, client: Option<String>) -> Tracker {
-        let record = RequestRecord {
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            started_at_ms: unix_ms(),
-            door: door.to_owned(),
+        let record = RequestRecord::arriving(
+            self.next_id.fetch_add(1, Ordering::Relaxed),
+            unix_ms(),
+            door.to_owned(),
             client,
             front,
-            stream: false,
-            model_requested: String::new(),
-            model_used: None,
-            backend: None,
-            local: None,
-            rule: None,
-            reason: None,
-            estimated_tokens: 0,
-            usage: Usage::default(),
-            ttft_ms: None,
-            total_ms: None,
-            status: None,
-            error: None,
-            fallbacks: Vec::new(),
-            fitted: Vec::new(),
-            session: None,
-            context_left_out: Vec::new(),
-            budget_stop: None,
-            tool_calls: Vec::new(),
-            plugins: Vec::new(),
-            fan_out: None,
-        };
+        );
         Tracker {
             bus: self.clone(),
             record,
@@ -430,7 +449,13 @@ impl Drop for Tracker {
         if let Some(capture) = self.context.take() {
             capture.finish(&self.record);
         }
-        self.bus
-            .publish(PipelineEvent::RequestFinished(self.record.clone()));
+        // The record is moved out, not cloned: nothing reads it after the end, and a
+        // clone cost one allocation per string and list in it on every request.
+        let front = self.record.front;
+        let record = std::mem::replace(
+            &mut self.record,
+            RequestRecord::arriving(0, 0, String::new(), None, front),
+        );
+        self.bus.publish(PipelineEvent::RequestFinished(record));
     }
 }
