@@ -6,7 +6,7 @@
 /// Implements [`Codec`] for a dialect folder's unit struct. Every folder has the same
 /// shape: `request::{decode_request, encode_request}`, `response::{decode_response,
 /// encode_response}`, `error::{encode_error, decode_error}` and a stream decoder and
-/// encoder with `Default`, so the trait is written once here, not once per dialect.
+/// encoder with `Default` (and `response::response_usage`), so the trait is written once here, not once per dialect.
 macro_rules! dialect_codec {
     (
         codec: $codec:ident,
@@ -42,6 +42,13 @@ macro_rules! dialect_codec {
                 response::encode_response(resp)
             }
 
+            fn response_usage(
+                &self,
+                body: &[u8],
+            ) -> Result<::glider_ngl::Usage, $crate::scan::Unscannable> {
+                response::response_usage(body)
+            }
+
             fn stream_decoder(&self) -> Box<dyn $crate::StreamDecoder> {
                 Box::<$decoder>::default()
             }
@@ -71,8 +78,9 @@ mod json;
 pub mod ollama;
 pub mod openai_chat;
 pub mod openai_responses;
+pub mod scan;
 
-use glider_ngl::{ApiError, Dialect, Request, Response, StreamEvent};
+use glider_ngl::{ApiError, Dialect, Request, Response, StreamEvent, Usage};
 use serde_json::Value;
 
 /// Incremental decoder of a backend's streamed reply into ngl events.
@@ -104,6 +112,11 @@ pub trait Codec: Sync {
     fn decode_response(&self, body: &[u8]) -> Result<Response, ApiError>;
     /// The non-streamed reply body a client of this dialect expects.
     fn encode_response(&self, resp: &Response) -> Value;
+    /// A backend's non-streamed reply's usage alone, as [`Codec::decode_response`]
+    /// would read it, from a scan of the body's top level ([`scan`]) without decoding
+    /// the rest: what a forwarded reply is read for when nothing needs its content.
+    /// `Err` when the scan cannot place it; decode the reply then.
+    fn response_usage(&self, body: &[u8]) -> Result<Usage, scan::Unscannable>;
     fn stream_decoder(&self) -> Box<dyn StreamDecoder>;
     fn stream_encoder(&self) -> Box<dyn StreamEncoder>;
     /// Content type of this dialect's stream (`text/event-stream`, `application/x-ndjson`).

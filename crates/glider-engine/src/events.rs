@@ -395,9 +395,21 @@ impl Tracker {
     /// The reply was delivered completely.
     pub fn end(&mut self) {
         self.ended = true;
-        if let Some((dialect, body)) = self.raw_whole.take()
-            && let Ok(response) = codec(dialect).decode_response(&body)
+        if let Some((dialect, body)) = self.raw_whole.take() {
+            self.whole_reply(dialect, &body);
+        }
+    }
+
+    /// A forwarded whole reply: only its usage is read (a scan, no decode) when nothing
+    /// else needs it; with a context capture, which keeps the reply's tool calls, stop
+    /// reason and text, or when the scan cannot place the usage, it is decoded whole.
+    fn whole_reply(&mut self, dialect: Dialect, body: &[u8]) {
+        let codec = codec(dialect);
+        if self.context.is_none()
+            && let Ok(usage) = codec.response_usage(body)
         {
+            self.record.usage.merge(&usage);
+        } else if let Ok(response) = codec.decode_response(body) {
             self.response(&response);
         }
     }

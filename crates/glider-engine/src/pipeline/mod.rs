@@ -7,7 +7,6 @@
 mod compare;
 mod count_tokens;
 mod fan_out;
-mod json_scan;
 mod models;
 mod phases;
 mod probes;
