@@ -614,6 +614,47 @@ mod tests {
         }
     }
 
+    /// A Codex turn (an ~80 KB Responses body with a `gpt-*` model) far from every limit
+    /// is estimated by the byte ratio alone: no tiktoken pass (issue 20 item 2).
+    #[tokio::test]
+    async fn a_large_codex_turn_far_from_limits_costs_no_tiktoken_pass() {
+        use crate::tokenizer::{Method, estimate_for_routing};
+        let mock = MockVendor::start(MockConfig::default()).await;
+        let mut body = glider_test_support::fixtures::codex_main("fix the failing test");
+        body["model"] = "gpt-5.1".into();
+        let history = "let total = items.iter().map(|i| i.price).sum::<u64>();\n".repeat(1_300);
+        body["input"].as_array_mut().expect("input items").insert(
+            2,
+            serde_json::json!({"type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": history}]}),
+        );
+        let body = body.to_string();
+        assert!(body.len() > 75_000, "{} bytes", body.len());
+        let yaml = format!(
+            "backends:\n\
+             \x20 - {{name: openai, type: openai, base_url: '{0}/v1', api_key: k, models: ['gpt-*']}}\n\
+             \x20 - {{name: local, type: vllm, base_url: '{0}/v1', models: [{{name: qwen, context_window: 131072}}]}}\n",
+            mock.base_url()
+        );
+        let config = Config::parse(&yaml, "t").expect("valid");
+        let engine = Engine::new(ConfigHandle::new(config, None));
+        let prepared = engine
+            .prepare_completion(CompletionRequest::gateway(
+                Dialect::OpenAiResponses,
+                Bytes::from(body),
+                HeaderMap::new(),
+            ))
+            .await
+            .expect("routes");
+        let rough = estimate_for_routing(prepared.request(), "gpt-5.1", |_| false);
+        let exact = estimate_request_tokens(prepared.request(), "gpt-5.1");
+        assert_eq!((rough.1, exact.1), (Method::ByteRatio, Method::Tiktoken));
+        assert_ne!(rough.0, exact.0, "the two counts can be told apart");
+        assert_eq!(prepared.estimated_tokens(), rough.0);
+        assert_eq!(prepared.decision().candidates[0].backend.name(), "openai");
+        prepared.discard();
+    }
+
     #[test]
     fn phases_run_in_the_specs_order() {
         let names = |phases: &[&dyn phases::Phase]| -> Vec<&str> {
