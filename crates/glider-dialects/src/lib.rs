@@ -137,6 +137,23 @@ pub fn codec(dialect: Dialect) -> &'static dyn Codec {
     }
 }
 
+/// A decoder of a backend's stream in `dialect` for what a forwarded stream is read for
+/// when nothing needs its content: the usage it reports, an error event and whether it
+/// reached its terminator. Its `Start`, `Finish` and `Error` events (and the truncation
+/// error of [`StreamDecoder::finish`]) are the full decoder's; the content events in
+/// between may be left out. Anthropic and Responses streams pass their complete content
+/// events over by their `event:` names, unparsed (so a malformed one, at which the full
+/// decoder stops reading, is not noticed); Chat Completions and Ollama chunks carry the
+/// end and the usage in chunks of the same shape as the content, so they are decoded
+/// whole.
+pub fn usage_stream_decoder(dialect: Dialect) -> Box<dyn StreamDecoder> {
+    match dialect {
+        Dialect::Anthropic => anthropic::usage_stream_decoder(),
+        Dialect::OpenAiResponses => openai_responses::usage_stream_decoder(),
+        Dialect::OpenAiChat | Dialect::Ollama => codec(dialect).stream_decoder(),
+    }
+}
+
 /// Parse a JSON body, turning serde's error into a 400 a client can act on.
 pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))

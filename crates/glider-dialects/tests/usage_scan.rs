@@ -5,7 +5,7 @@
 
 use glider_dialects::codec;
 use glider_dialects::scan::Unscannable;
-use glider_ngl::{Dialect, Response, Usage};
+use glider_ngl::{Dialect, Response, StreamEvent, Usage};
 use glider_test_support::conformance::{rich_response, stop_reason_replies};
 use serde_json::json;
 
@@ -137,5 +137,113 @@ fn what_the_scan_cannot_place_is_left_to_a_full_decode() {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+}
+
+/// What a forwarded stream's record reads of its events: the usage merged from `Start`
+/// and `Finish`, the first error, and whether it finished.
+#[derive(Debug, Default, PartialEq)]
+struct StreamRecord {
+    usage: Usage,
+    error: Option<(glider_ngl::ErrorKind, String)>,
+    finished: bool,
+}
+
+fn record_of(
+    mut decoder: Box<dyn glider_dialects::StreamDecoder>,
+    wire: &[u8],
+    split: usize,
+) -> StreamRecord {
+    let mut record = StreamRecord::default();
+    let mut see = |events: Vec<StreamEvent>| {
+        for event in events {
+            match event {
+                StreamEvent::Start { usage, .. } => record.usage.merge(&usage),
+                StreamEvent::Finish { usage, .. } => {
+                    record.usage.merge(&usage);
+                    record.finished = true;
+                }
+                StreamEvent::Error { error } => {
+                    record.error.get_or_insert((error.kind, error.message));
+                }
+                _ => {}
+            }
+        }
+    };
+    let split = split.min(wire.len());
+    for piece in [&wire[..split], &wire[split..]] {
+        if let Ok(events) = decoder.feed(piece) {
+            see(events);
+        }
+    }
+    see(decoder.finish());
+    record
+}
+
+#[test]
+fn a_usage_only_stream_decoder_records_what_the_full_decoder_records() {
+    use glider_dialects::usage_stream_decoder;
+    use glider_ngl::stream::events_of;
+    let mut failing = events_of(&rich_response());
+    failing.truncate(4);
+    failing.push(StreamEvent::Error {
+        error: glider_ngl::ApiError::new(glider_ngl::ErrorKind::Overloaded, "busy"),
+    });
+    let mut replies: Vec<Vec<StreamEvent>> = replies().iter().map(events_of).collect();
+    replies.push(failing);
+    for dialect in DIALECTS {
+        for events in &replies {
+            let mut encoder = codec(dialect).stream_encoder();
+            let mut wire = Vec::new();
+            for event in events {
+                encoder.encode(event, &mut wire);
+            }
+            // Whole, split mid-event, and cut short at several points (a truncation).
+            let cuts = [wire.len(), wire.len() * 2 / 3, wire.len() / 3, 10];
+            for cut in cuts {
+                let whole = cut == wire.len();
+                let wire = &wire[..cut];
+                for split in [wire.len() / 2, 7] {
+                    let full = record_of(codec(dialect).stream_decoder(), wire, split);
+                    let scanned = record_of(usage_stream_decoder(dialect), wire, split);
+                    assert_eq!(
+                        scanned,
+                        full,
+                        "{dialect:?} cut {cut}: {}",
+                        String::from_utf8_lossy(wire)
+                    );
+                    if whole && !matches!(events.last(), Some(StreamEvent::Error { .. })) {
+                        assert!(
+                            full.finished && full.error.is_none(),
+                            "{dialect:?}: {full:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn anthropic_and_responses_content_events_are_passed_over() {
+    use glider_ngl::stream::events_of;
+    for dialect in [Dialect::Anthropic, Dialect::OpenAiResponses] {
+        let mut encoder = codec(dialect).stream_encoder();
+        let mut wire = Vec::new();
+        for event in events_of(&rich_response()) {
+            encoder.encode(&event, &mut wire);
+        }
+        let mut decoder = glider_dialects::usage_stream_decoder(dialect);
+        let mut events = decoder.feed(&wire).expect("decodes");
+        events.extend(decoder.finish());
+        assert!(
+            events
+                .iter()
+                .all(|e| matches!(e, StreamEvent::Start { .. } | StreamEvent::Finish { .. })),
+            "{dialect:?}: {events:?}"
+        );
+        assert!(
+            matches!(events.last(), Some(StreamEvent::Finish { usage, .. }) if usage.output_tokens == 25)
+        );
     }
 }

@@ -326,7 +326,11 @@ impl Tracker {
     /// Read usage from the reply bytes of a same-dialect backend as they pass.
     pub fn observe_raw_in(&mut self, dialect: Dialect, stream: bool) {
         if stream {
-            self.raw_stream = Some(codec(dialect).stream_decoder());
+            // Without a context capture only usage, errors and the end are read.
+            self.raw_stream = Some(match self.context {
+                None => glider_dialects::usage_stream_decoder(dialect),
+                Some(_) => codec(dialect).stream_decoder(),
+            });
         } else {
             self.raw_whole = Some((dialect, Vec::new()));
         }

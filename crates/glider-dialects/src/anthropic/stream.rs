@@ -30,9 +30,20 @@ pub(super) struct AnthropicStreamDecoder {
     usage: Usage,
     stop_reason: Option<StopReason>,
     stop_sequence: Option<String>,
+    /// Read only what usage, errors and the end need: content block events (named so
+    /// by their `event:` line) and pings are passed over unparsed.
+    usage_only: bool,
 }
 
 impl AnthropicStreamDecoder {
+    /// A decoder of the stream's usage, errors and end alone ([`crate::usage_stream_decoder`]).
+    pub(super) fn usage_only() -> Self {
+        AnthropicStreamDecoder {
+            usage_only: true,
+            ..Self::default()
+        }
+    }
+
     fn ensure_started(&mut self, out: &mut Vec<StreamEvent>) {
         if !self.started {
             self.started = true;
@@ -54,6 +65,7 @@ impl AnthropicStreamDecoder {
         if self.done || event.data.trim().is_empty() || event.data.trim() == "[DONE]" {
             return Ok(());
         }
+
         let data: Value = serde_json::from_str(&event.data)
             .map_err(|e| bad_gateway(format!("anthropic stream: event data is not JSON: {e}")))?;
         let kind = data
@@ -225,6 +237,12 @@ impl AnthropicStreamDecoder {
     }
 }
 
+/// A content block event or a ping, by its `event:` name: nothing usage, errors or the
+/// end read. (A last event cut short is still decoded, for its error.)
+fn is_content_event(name: Option<&str>) -> bool {
+    name.is_some_and(|name| name.starts_with("content_block_") || name == "ping")
+}
+
 fn block_index(data: &Value) -> Result<u64, ApiError> {
     data.get("index")
         .and_then(Value::as_u64)
@@ -239,6 +257,9 @@ impl StreamDecoder for AnthropicStreamDecoder {
             .feed(bytes)
             .map_err(|error| refused(error, &mut self.done))?;
         for event in events {
+            if self.usage_only && is_content_event(event.event.as_deref()) {
+                continue;
+            }
             if let Err(err) = self.handle(event, &mut out) {
                 self.done = true;
                 return Err(err);

@@ -52,6 +52,34 @@ pub(super) struct ResponsesStreamDecoder {
     /// The output item in progress and whether it produced a part yet.
     item: Option<(ItemKind, bool)>,
     saw_tool_call: bool,
+    /// Read only what usage, errors and the end need: output events (named so by
+    /// their `event:` line) are passed over unparsed.
+    usage_only: bool,
+}
+
+impl ResponsesStreamDecoder {
+    /// A decoder of the stream's usage, errors and end alone ([`crate::usage_stream_decoder`]).
+    pub(super) fn usage_only() -> Self {
+        ResponsesStreamDecoder {
+            usage_only: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// Whether a Responses event only carries output (items, parts, deltas), not the
+/// response's start, end, usage or an error.
+fn is_output_event(name: &str) -> bool {
+    name.starts_with("response.")
+        && !matches!(
+            name,
+            "response.created"
+                | "response.in_progress"
+                | "response.queued"
+                | "response.completed"
+                | "response.incomplete"
+                | "response.failed"
+        )
 }
 
 fn item_kind(item: &Value) -> ItemKind {
@@ -282,6 +310,7 @@ impl ResponsesStreamDecoder {
         if self.terminated || data.trim() == "[DONE]" {
             return Ok(());
         }
+
         let event: Value = serde_json::from_str(data)
             .map_err(|e| bad_gateway(format!("malformed Responses stream event: {e}")))?;
         let kind = str_field(&event, "type")
@@ -410,6 +439,9 @@ impl StreamDecoder for ResponsesStreamDecoder {
             .feed(bytes)
             .map_err(|error| refused(error, &mut self.terminated))?;
         for event in events {
+            if self.usage_only && event.event.as_deref().is_some_and(is_output_event) {
+                continue;
+            }
             self.handle(&mut out, event.event.as_deref(), &event.data)?;
         }
         Ok(out)
