@@ -138,20 +138,37 @@ pub fn codec(dialect: Dialect) -> &'static dyn Codec {
 }
 
 /// A decoder of a backend's stream in `dialect` for what a forwarded stream is read for
-/// when nothing needs its content: the usage it reports, an error event and whether it
-/// reached its terminator. Its `Start`, `Finish` and `Error` events (and the truncation
-/// error of [`StreamDecoder::finish`]) are the full decoder's; the content events in
-/// between may be left out. Anthropic and Responses streams pass their complete content
-/// events over by their `event:` names, unparsed (so a malformed one, at which the full
-/// decoder stops reading, is not noticed); Chat Completions and Ollama chunks carry the
-/// end and the usage in chunks of the same shape as the content, so they are decoded
-/// whole.
-pub fn usage_stream_decoder(dialect: Dialect) -> Box<dyn StreamDecoder> {
+/// when nothing needs its text: the usage it reports, an error event, whether it
+/// reached its terminator, and with `with_tool_calls` the tool calls it makes. Those
+/// events (`Start`, `Finish`, `Error`, the truncation error of
+/// [`StreamDecoder::finish`], and a tool call's `PartStart` and `ToolArgsDelta`) are
+/// the full decoder's; the rest may be left out. Complete events are passed over by
+/// their `event:` names, unparsed (so a malformed one, at which the full decoder stops
+/// reading, goes unnoticed): Anthropic's content blocks when no tool calls are wanted
+/// (its text and tool argument deltas share one event name), Responses' output events,
+/// or with tool calls its text, refusal and reasoning events. Chat Completions and
+/// Ollama chunks carry the end, usage and tool calls in chunks shaped like the text,
+/// so they are decoded whole.
+pub fn usage_stream_decoder(dialect: Dialect, with_tool_calls: bool) -> Box<dyn StreamDecoder> {
     match dialect {
-        Dialect::Anthropic => anthropic::usage_stream_decoder(),
-        Dialect::OpenAiResponses => openai_responses::usage_stream_decoder(),
-        Dialect::OpenAiChat | Dialect::Ollama => codec(dialect).stream_decoder(),
+        Dialect::Anthropic if !with_tool_calls => anthropic::usage_stream_decoder(),
+        Dialect::OpenAiResponses => openai_responses::usage_stream_decoder(with_tool_calls),
+        _ => codec(dialect).stream_decoder(),
     }
+}
+
+/// Whether a backend's non-streamed reply in `dialect` may make a tool call: `false`
+/// only when the type or key every tool call of the dialect is written with (Anthropic
+/// `tool_use`, Chat Completions and Ollama `tool_calls`, Responses `call_id`) does not
+/// occur in its bytes at all. A reply that spells it with escapes is not one a backend
+/// writes.
+pub fn reply_may_call_tools(dialect: Dialect, body: &[u8]) -> bool {
+    let marker: &[u8] = match dialect {
+        Dialect::Anthropic => b"tool_use\"",
+        Dialect::OpenAiChat | Dialect::Ollama => b"\"tool_calls\"",
+        Dialect::OpenAiResponses => b"\"call_id\"",
+    };
+    body.windows(marker.len()).any(|window| window == marker)
 }
 
 /// Parse a JSON body, turning serde's error into a 400 a client can act on.

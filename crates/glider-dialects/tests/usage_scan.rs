@@ -141,19 +141,23 @@ fn what_the_scan_cannot_place_is_left_to_a_full_decode() {
 }
 
 /// What a forwarded stream's record reads of its events: the usage merged from `Start`
-/// and `Finish`, the first error, and whether it finished.
+/// and `Finish`, the first error, whether it finished, and (as the budget kit's capture
+/// keeps them) the tool calls, when `calls` is asked for.
 #[derive(Debug, Default, PartialEq)]
 struct StreamRecord {
     usage: Usage,
     error: Option<(glider_ngl::ErrorKind, String)>,
     finished: bool,
+    calls: Vec<(usize, String, String, String)>,
 }
 
 fn record_of(
     mut decoder: Box<dyn glider_dialects::StreamDecoder>,
     wire: &[u8],
     split: usize,
+    calls: bool,
 ) -> StreamRecord {
+    use glider_ngl::stream::PartKind;
     let mut record = StreamRecord::default();
     let mut see = |events: Vec<StreamEvent>| {
         for event in events {
@@ -166,6 +170,15 @@ fn record_of(
                 StreamEvent::Error { error } => {
                     record.error.get_or_insert((error.kind, error.message));
                 }
+                StreamEvent::PartStart {
+                    index,
+                    kind: PartKind::ToolCall { id, name },
+                } if calls => record.calls.push((index, id, name, String::new())),
+                StreamEvent::ToolArgsDelta { index, json } if calls => {
+                    if let Some(call) = record.calls.iter_mut().rev().find(|c| c.0 == index) {
+                        call.3.push_str(&json);
+                    }
+                }
                 _ => {}
             }
         }
@@ -177,6 +190,10 @@ fn record_of(
         }
     }
     see(decoder.finish());
+    // Part indices differ once text parts are passed over; the calls' order does not.
+    for call in &mut record.calls {
+        call.0 = 0;
+    }
     record
 }
 
@@ -204,19 +221,22 @@ fn a_usage_only_stream_decoder_records_what_the_full_decoder_records() {
                 let whole = cut == wire.len();
                 let wire = &wire[..cut];
                 for split in [wire.len() / 2, 7] {
-                    let full = record_of(codec(dialect).stream_decoder(), wire, split);
-                    let scanned = record_of(usage_stream_decoder(dialect), wire, split);
-                    assert_eq!(
-                        scanned,
-                        full,
-                        "{dialect:?} cut {cut}: {}",
-                        String::from_utf8_lossy(wire)
-                    );
-                    if whole && !matches!(events.last(), Some(StreamEvent::Error { .. })) {
-                        assert!(
-                            full.finished && full.error.is_none(),
-                            "{dialect:?}: {full:?}"
+                    for calls in [false, true] {
+                        let full = record_of(codec(dialect).stream_decoder(), wire, split, calls);
+                        let scanned =
+                            record_of(usage_stream_decoder(dialect, calls), wire, split, calls);
+                        assert_eq!(
+                            scanned,
+                            full,
+                            "{dialect:?} cut {cut} calls {calls}: {}",
+                            String::from_utf8_lossy(wire)
                         );
+                        if whole && !matches!(events.last(), Some(StreamEvent::Error { .. })) {
+                            assert!(
+                                full.finished && full.error.is_none(),
+                                "{dialect:?}: {full:?}"
+                            );
+                        }
                     }
                 }
             }
@@ -233,7 +253,7 @@ fn anthropic_and_responses_content_events_are_passed_over() {
         for event in events_of(&rich_response()) {
             encoder.encode(&event, &mut wire);
         }
-        let mut decoder = glider_dialects::usage_stream_decoder(dialect);
+        let mut decoder = glider_dialects::usage_stream_decoder(dialect, false);
         let mut events = decoder.feed(&wire).expect("decodes");
         events.extend(decoder.finish());
         assert!(
@@ -244,6 +264,75 @@ fn anthropic_and_responses_content_events_are_passed_over() {
         );
         assert!(
             matches!(events.last(), Some(StreamEvent::Finish { usage, .. }) if usage.output_tokens == 25)
+        );
+    }
+    // With tool calls: the Responses text and reasoning events are passed over (an
+    // item's text still comes with its `output_item.done`), the calls kept.
+    let mut encoder = codec(Dialect::OpenAiResponses).stream_encoder();
+    let mut wire = Vec::new();
+    for event in events_of(&rich_response()) {
+        encoder.encode(&event, &mut wire);
+    }
+    let count = |mut decoder: Box<dyn glider_dialects::StreamDecoder>| {
+        let events = decoder.feed(&wire).expect("decodes");
+        events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    StreamEvent::PartStart {
+                        kind: glider_ngl::stream::PartKind::ToolCall { .. },
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    let calls = count(codec(Dialect::OpenAiResponses).stream_decoder());
+    let kept = count(glider_dialects::usage_stream_decoder(
+        Dialect::OpenAiResponses,
+        true,
+    ));
+    assert_eq!((calls, kept), (2, 2));
+}
+
+#[test]
+fn a_reply_without_the_dialects_tool_call_marker_makes_no_tool_call() {
+    use glider_dialects::reply_may_call_tools;
+    use glider_ngl::Part;
+    for dialect in DIALECTS {
+        for reply in replies() {
+            let body = codec(dialect).encode_response(&reply).to_string();
+            let calls = reply
+                .parts
+                .iter()
+                .any(|p| matches!(p, Part::ToolCall { .. }));
+            let decoded = codec(dialect)
+                .decode_response(body.as_bytes())
+                .expect("decodes");
+            assert_eq!(
+                decoded
+                    .parts
+                    .iter()
+                    .any(|p| matches!(p, Part::ToolCall { .. })),
+                calls
+            );
+            if calls {
+                assert!(
+                    reply_may_call_tools(dialect, body.as_bytes()),
+                    "{dialect:?}: {body}"
+                );
+            }
+            if !reply_may_call_tools(dialect, body.as_bytes()) {
+                assert!(!calls, "{dialect:?}: {body}");
+            }
+        }
+        let plain = codec(dialect)
+            .encode_response(&stop_reason_replies()[0])
+            .to_string();
+        assert!(
+            !reply_may_call_tools(dialect, plain.as_bytes()),
+            "{dialect:?}: {plain}"
         );
     }
 }

@@ -30,16 +30,16 @@ pub(super) struct AnthropicStreamDecoder {
     usage: Usage,
     stop_reason: Option<StopReason>,
     stop_sequence: Option<String>,
-    /// Read only what usage, errors and the end need: content block events (named so
-    /// by their `event:` line) and pings are passed over unparsed.
-    usage_only: bool,
+    /// Events whose `event:` name this says are passed over unparsed (a reader that
+    /// needs only part of the stream: [`crate::usage_stream_decoder`]).
+    passed_over: Option<fn(&str) -> bool>,
 }
 
 impl AnthropicStreamDecoder {
     /// A decoder of the stream's usage, errors and end alone ([`crate::usage_stream_decoder`]).
     pub(super) fn usage_only() -> Self {
         AnthropicStreamDecoder {
-            usage_only: true,
+            passed_over: Some(is_content_event),
             ..Self::default()
         }
     }
@@ -239,8 +239,8 @@ impl AnthropicStreamDecoder {
 
 /// A content block event or a ping, by its `event:` name: nothing usage, errors or the
 /// end read. (A last event cut short is still decoded, for its error.)
-fn is_content_event(name: Option<&str>) -> bool {
-    name.is_some_and(|name| name.starts_with("content_block_") || name == "ping")
+fn is_content_event(name: &str) -> bool {
+    name.starts_with("content_block_") || name == "ping"
 }
 
 fn block_index(data: &Value) -> Result<u64, ApiError> {
@@ -257,7 +257,9 @@ impl StreamDecoder for AnthropicStreamDecoder {
             .feed(bytes)
             .map_err(|error| refused(error, &mut self.done))?;
         for event in events {
-            if self.usage_only && is_content_event(event.event.as_deref()) {
+            if let (Some(passed_over), Some(name)) = (self.passed_over, event.event.as_deref())
+                && passed_over(name)
+            {
                 continue;
             }
             if let Err(err) = self.handle(event, &mut out) {

@@ -25,6 +25,6 @@ dialect_codec! {
 }
 
 /// See [`crate::usage_stream_decoder`].
-pub(crate) fn usage_stream_decoder() -> Box<dyn crate::StreamDecoder> {
-    Box::new(stream::ResponsesStreamDecoder::usage_only())
+pub(crate) fn usage_stream_decoder(with_tool_calls: bool) -> Box<dyn crate::StreamDecoder> {
+    Box::new(stream::ResponsesStreamDecoder::usage_only(with_tool_calls))
 }

@@ -655,6 +655,99 @@ mod tests {
         prepared.discard();
     }
 
+    /// A forwarded reply, whole or streamed, with no context sink attached is read for
+    /// its usage by a scan (issue 20 item 3): the record's usage is what a full decode
+    /// of the bytes the client got reads.
+    #[tokio::test]
+    async fn a_forwarded_reply_records_the_usage_a_full_decode_reads() {
+        use crate::events::PipelineEvent;
+        use futures_util::StreamExt;
+        let mock = MockVendor::start(MockConfig::default()).await;
+        let yaml = format!(
+            "backends:\n\
+             \x20 - {{name: claude, type: anthropic, base_url: '{0}', api_key: k, models: ['claude-*']}}\n\
+             \x20 - {{name: openai, type: openai, base_url: '{0}/v1', api_key: k, models: ['gpt-*']}}\n",
+            mock.base_url()
+        );
+        let config = Config::parse(&yaml, "t").expect("valid");
+        let engine = Engine::new(ConfigHandle::new(config, None));
+        let mut bus = engine.bus().subscribe();
+        let cases = [
+            (
+                Dialect::Anthropic,
+                serde_json::json!({"model": "claude-x", "max_tokens": 50,
+                "messages": [{"role": "user", "content": "hello there"}]}),
+            ),
+            (
+                Dialect::OpenAiResponses,
+                serde_json::json!({"model": "gpt-4.1",
+                "input": [{"type": "message", "role": "user",
+                    "content": [{"type": "input_text", "text": "hello there"}]}]}),
+            ),
+            (
+                Dialect::OpenAiChat,
+                serde_json::json!({"model": "gpt-4.1",
+                "stream_options": {"include_usage": true},
+                "messages": [{"role": "user", "content": "hello there"}]}),
+            ),
+        ];
+        for (front, body) in cases {
+            for stream in [false, true] {
+                let mut body = body.clone();
+                body["stream"] = stream.into();
+                let completion = engine
+                    .complete(CompletionRequest::gateway(
+                        front,
+                        Bytes::from(body.to_string()),
+                        HeaderMap::new(),
+                    ))
+                    .await
+                    .expect("answers");
+                let CompletionBody::Raw {
+                    first_chunk,
+                    mut rest,
+                    ..
+                } = completion.body
+                else {
+                    panic!("{front:?}: forwarded as bytes");
+                };
+                let mut wire = first_chunk.to_vec();
+                while let Some(chunk) = rest.next().await {
+                    wire.extend_from_slice(&chunk.expect("reply"));
+                }
+                drop(rest);
+                let decoded = if stream {
+                    let mut decoder = codec(front).stream_decoder();
+                    let mut events = decoder.feed(&wire).expect("a stream");
+                    events.extend(decoder.finish());
+                    let mut usage = glider_ngl::Usage::default();
+                    for event in events {
+                        if let glider_ngl::StreamEvent::Start { usage: u, .. }
+                        | glider_ngl::StreamEvent::Finish { usage: u, .. } = event
+                        {
+                            usage.merge(&u);
+                        }
+                    }
+                    usage
+                } else {
+                    codec(front).decode_response(&wire).expect("a reply").usage
+                };
+                let record = loop {
+                    let event = bus.recv().await.expect("bus");
+                    if let PipelineEvent::RequestFinished(record) = event.as_ref() {
+                        break record.clone();
+                    }
+                };
+                assert_eq!(record.status, Some(200), "{front:?} stream {stream}");
+                assert!(
+                    decoded.input_tokens > 0,
+                    "{front:?} stream {stream}: {decoded:?}"
+                );
+                assert_eq!(record.usage, decoded, "{front:?} stream {stream}");
+            }
+        }
+    }
+
     #[test]
     fn phases_run_in_the_specs_order() {
         let names = |phases: &[&dyn phases::Phase]| -> Vec<&str> {
