@@ -144,14 +144,14 @@ pub fn codec(dialect: Dialect) -> &'static dyn Codec {
 /// [`StreamDecoder::finish`], and a tool call's `PartStart` and `ToolArgsDelta`) are
 /// the full decoder's; the rest may be left out. Complete events are passed over by
 /// their `event:` names, unparsed (so a malformed one, at which the full decoder stops
-/// reading, goes unnoticed): Anthropic's content blocks when no tool calls are wanted
-/// (its text and tool argument deltas share one event name), Responses' output events,
-/// or with tool calls its text, refusal and reasoning events. Chat Completions and
-/// Ollama chunks carry the end, usage and tool calls in chunks shaped like the text,
-/// so they are decoded whole.
+/// reading, goes unnoticed): Anthropic's content block events and pings (with tool
+/// calls, the deltas of blocks that are not tool calls, found by a scan of their
+/// `index`), Responses' output events (with tool calls, its text, refusal and
+/// reasoning events). Chat Completions and Ollama chunks carry the end, usage and tool
+/// calls in chunks shaped like the text, so they are decoded whole.
 pub fn usage_stream_decoder(dialect: Dialect, with_tool_calls: bool) -> Box<dyn StreamDecoder> {
     match dialect {
-        Dialect::Anthropic if !with_tool_calls => anthropic::usage_stream_decoder(),
+        Dialect::Anthropic => anthropic::usage_stream_decoder(with_tool_calls),
         Dialect::OpenAiResponses => openai_responses::usage_stream_decoder(with_tool_calls),
         _ => codec(dialect).stream_decoder(),
     }

@@ -294,6 +294,29 @@ fn anthropic_and_responses_content_events_are_passed_over() {
         true,
     ));
     assert_eq!((calls, kept), (2, 2));
+    // Anthropic with tool calls: the tool blocks' deltas decoded, the text's not.
+    let mut encoder = codec(Dialect::Anthropic).stream_encoder();
+    let mut wire = Vec::new();
+    for event in events_of(&rich_response()) {
+        encoder.encode(&event, &mut wire);
+    }
+    let mut decoder = glider_dialects::usage_stream_decoder(Dialect::Anthropic, true);
+    let events = decoder.feed(&wire).expect("decodes");
+    let text = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                StreamEvent::TextDelta { .. } | StreamEvent::ThinkingDelta { .. }
+            )
+        })
+        .count();
+    let arguments = events
+        .iter()
+        .filter(|e| matches!(e, StreamEvent::ToolArgsDelta { .. }))
+        .count();
+    assert_eq!(text, 0, "{events:?}");
+    assert!(arguments >= 2, "{events:?}");
 }
 
 #[test]

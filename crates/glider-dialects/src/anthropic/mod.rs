@@ -26,6 +26,6 @@ dialect_codec! {
 }
 
 /// See [`crate::usage_stream_decoder`].
-pub(crate) fn usage_stream_decoder() -> Box<dyn crate::StreamDecoder> {
-    Box::new(stream::AnthropicStreamDecoder::usage_only())
+pub(crate) fn usage_stream_decoder(with_tool_calls: bool) -> Box<dyn crate::StreamDecoder> {
+    Box::new(stream::AnthropicStreamDecoder::usage_only(with_tool_calls))
 }
