@@ -748,6 +748,35 @@ mod tests {
         }
     }
 
+    /// A forwarded request reaches the backend as the client's bytes with only `model`
+    /// replaced (aliased here), whatever the spacing, key order or escapes around it.
+    #[tokio::test]
+    async fn a_forwarded_body_is_the_clients_bytes_but_the_model() {
+        let mock = MockVendor::start(MockConfig::default()).await;
+        let yaml = format!(
+            "model_aliases: {{fast: claude-x}}\n\
+             backends:\n\
+             \x20 - {{name: claude, type: anthropic, base_url: '{0}', api_key: k, models: ['claude-*']}}\n",
+            mock.base_url()
+        );
+        let config = Config::parse(&yaml, "t").expect("valid");
+        let engine = Engine::new(ConfigHandle::new(config, None));
+        let body = "{ \"max_tokens\" :50,\n  \"messages\":[{\"role\":\"user\",\"content\":\"say \\\"model\\\": \\u00e9 1.50\"}],\n  \"model\" : \"fast\", \"metadata\":{\"model\":\"fast\"}}";
+        let completion = engine
+            .complete(CompletionRequest::gateway(
+                Dialect::Anthropic,
+                Bytes::from(body),
+                HeaderMap::new(),
+            ))
+            .await
+            .expect("answers");
+        assert_eq!(completion.model, "claude-x");
+        let sent = mock.requests();
+        let expected = body.replacen("\"model\" : \"fast\"", "\"model\" : \"claude-x\"", 1);
+        assert_ne!(expected, body);
+        assert_eq!(String::from_utf8_lossy(&sent[0].raw_body), expected);
+    }
+
     #[test]
     fn phases_run_in_the_specs_order() {
         let names = |phases: &[&dyn phases::Phase]| -> Vec<&str> {
