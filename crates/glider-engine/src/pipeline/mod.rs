@@ -513,6 +513,11 @@ mod tests {
         Engine::new(ConfigHandle::new(config, None))
     }
 
+    fn engine_of(yaml: &str) -> Arc<Engine> {
+        let config = Config::parse(yaml, "t").expect("valid");
+        Engine::new(ConfigHandle::new(config, None))
+    }
+
     fn ask(model: &str) -> Request {
         let body = serde_json::json!({
             "model": model, "max_tokens": 10,
@@ -636,8 +641,7 @@ mod tests {
              \x20 - {{name: local, type: vllm, base_url: '{0}/v1', models: [{{name: qwen, context_window: 131072}}]}}\n",
             mock.base_url()
         );
-        let config = Config::parse(&yaml, "t").expect("valid");
-        let engine = Engine::new(ConfigHandle::new(config, None));
+        let engine = engine_of(&yaml);
         let prepared = engine
             .prepare_completion(CompletionRequest::gateway(
                 Dialect::OpenAiResponses,
@@ -669,8 +673,7 @@ mod tests {
              \x20 - {{name: openai, type: openai, base_url: '{0}/v1', api_key: k, models: ['gpt-*']}}\n",
             mock.base_url()
         );
-        let config = Config::parse(&yaml, "t").expect("valid");
-        let engine = Engine::new(ConfigHandle::new(config, None));
+        let engine = engine_of(&yaml);
         let mut bus = engine.bus().subscribe();
         let cases = [
             (
@@ -759,8 +762,7 @@ mod tests {
              \x20 - {{name: claude, type: anthropic, base_url: '{0}', api_key: k, models: ['claude-*']}}\n",
             mock.base_url()
         );
-        let config = Config::parse(&yaml, "t").expect("valid");
-        let engine = Engine::new(ConfigHandle::new(config, None));
+        let engine = engine_of(&yaml);
         let body = "{ \"max_tokens\" :50,\n  \"messages\":[{\"role\":\"user\",\"content\":\"say \\\"model\\\": \\u00e9 1.50\"}],\n  \"model\" : \"fast\", \"metadata\":{\"model\":\"fast\"}}";
         let completion = engine
             .complete(CompletionRequest::gateway(
