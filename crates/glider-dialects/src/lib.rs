@@ -6,7 +6,7 @@
 /// Implements [`Codec`] for a dialect folder's unit struct. Every folder has the same
 /// shape: `request::{decode_request, encode_request}`, `response::{decode_response,
 /// encode_response}`, `error::{encode_error, decode_error}` and a stream decoder and
-/// encoder with `Default`, so the trait is written once here, not once per dialect.
+/// encoder with `Default` (and `response::response_usage`), so the trait is written once here, not once per dialect.
 macro_rules! dialect_codec {
     (
         codec: $codec:ident,
@@ -42,6 +42,13 @@ macro_rules! dialect_codec {
                 response::encode_response(resp)
             }
 
+            fn response_usage(
+                &self,
+                body: &[u8],
+            ) -> Result<::glider_ngl::Usage, $crate::scan::Unscannable> {
+                response::response_usage(body)
+            }
+
             fn stream_decoder(&self) -> Box<dyn $crate::StreamDecoder> {
                 Box::<$decoder>::default()
             }
@@ -71,8 +78,9 @@ mod json;
 pub mod ollama;
 pub mod openai_chat;
 pub mod openai_responses;
+pub mod scan;
 
-use glider_ngl::{ApiError, Dialect, Request, Response, StreamEvent};
+use glider_ngl::{ApiError, Dialect, Request, Response, StreamEvent, Usage};
 use serde_json::Value;
 
 /// Incremental decoder of a backend's streamed reply into ngl events.
@@ -104,6 +112,11 @@ pub trait Codec: Sync {
     fn decode_response(&self, body: &[u8]) -> Result<Response, ApiError>;
     /// The non-streamed reply body a client of this dialect expects.
     fn encode_response(&self, resp: &Response) -> Value;
+    /// A backend's non-streamed reply's usage alone, as [`Codec::decode_response`]
+    /// would read it, from a scan of the body's top level ([`scan`]) without decoding
+    /// the rest: what a forwarded reply is read for when nothing needs its content.
+    /// `Err` when the scan cannot place it; decode the reply then.
+    fn response_usage(&self, body: &[u8]) -> Result<Usage, scan::Unscannable>;
     fn stream_decoder(&self) -> Box<dyn StreamDecoder>;
     fn stream_encoder(&self) -> Box<dyn StreamEncoder>;
     /// Content type of this dialect's stream (`text/event-stream`, `application/x-ndjson`).
@@ -122,6 +135,40 @@ pub fn codec(dialect: Dialect) -> &'static dyn Codec {
         Dialect::OpenAiResponses => &openai_responses::OpenAiResponses,
         Dialect::Ollama => &ollama::Ollama,
     }
+}
+
+/// A decoder of a backend's stream in `dialect` for what a forwarded stream is read for
+/// when nothing needs its text: the usage it reports, an error event, whether it
+/// reached its terminator, and with `with_tool_calls` the tool calls it makes. Those
+/// events (`Start`, `Finish`, `Error`, the truncation error of
+/// [`StreamDecoder::finish`], and a tool call's `PartStart` and `ToolArgsDelta`) are
+/// the full decoder's; the rest may be left out. Complete events are passed over by
+/// their `event:` names, unparsed (so a malformed one, at which the full decoder stops
+/// reading, goes unnoticed): Anthropic's content block events and pings (with tool
+/// calls, the deltas of blocks that are not tool calls, found by a scan of their
+/// `index`), Responses' output events (with tool calls, its text, refusal and
+/// reasoning events). Chat Completions and Ollama chunks carry the end, usage and tool
+/// calls in chunks shaped like the text, so they are decoded whole.
+pub fn usage_stream_decoder(dialect: Dialect, with_tool_calls: bool) -> Box<dyn StreamDecoder> {
+    match dialect {
+        Dialect::Anthropic => anthropic::usage_stream_decoder(with_tool_calls),
+        Dialect::OpenAiResponses => openai_responses::usage_stream_decoder(with_tool_calls),
+        _ => codec(dialect).stream_decoder(),
+    }
+}
+
+/// Whether a backend's non-streamed reply in `dialect` may make a tool call: `false`
+/// only when the type or key every tool call of the dialect is written with (Anthropic
+/// `tool_use`, Chat Completions and Ollama `tool_calls`, Responses `call_id`) does not
+/// occur in its bytes at all. A reply that spells it with escapes is not one a backend
+/// writes.
+pub fn reply_may_call_tools(dialect: Dialect, body: &[u8]) -> bool {
+    let marker: &[u8] = match dialect {
+        Dialect::Anthropic => b"tool_use\"",
+        Dialect::OpenAiChat | Dialect::Ollama => b"\"tool_calls\"",
+        Dialect::OpenAiResponses => b"\"call_id\"",
+    };
+    body.windows(marker.len()).any(|window| window == marker)
 }
 
 /// Parse a JSON body, turning serde's error into a 400 a client can act on.

@@ -291,6 +291,12 @@ impl ReplyCapture {
         }
     }
 
+    /// Whether only the reply's tool calls are kept (for the budget kit): no sink, which
+    /// would also keep its stop reason and text.
+    pub(crate) fn keeps_only_tool_calls(&self) -> bool {
+        self.sink.is_none()
+    }
+
     /// Also count the reply in `kit`'s episode `family` of this session.
     pub(crate) fn count_in(&mut self, kit: Arc<ContextKit>, family: u64) {
         self.kit = Some((kit, family));

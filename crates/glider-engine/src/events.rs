@@ -345,7 +345,15 @@ impl Tracker {
     /// Read usage from the reply bytes of a same-dialect backend as they pass.
     pub fn observe_raw_in(&mut self, dialect: Dialect, stream: bool) {
         if stream {
-            self.raw_stream = Some(codec(dialect).stream_decoder());
+            // What the record and the capture read, and no more: usage, errors and the
+            // end, and the tool calls for a capture that keeps only those.
+            self.raw_stream = Some(match self.context.as_deref() {
+                None => glider_dialects::usage_stream_decoder(dialect, false),
+                Some(capture) if capture.keeps_only_tool_calls() => {
+                    glider_dialects::usage_stream_decoder(dialect, true)
+                }
+                Some(_) => codec(dialect).stream_decoder(),
+            });
         } else {
             self.raw_whole = Some((dialect, Vec::new()));
         }
@@ -414,9 +422,22 @@ impl Tracker {
     /// The reply was delivered completely.
     pub fn end(&mut self) {
         self.ended = true;
-        if let Some((dialect, body)) = self.raw_whole.take()
-            && let Ok(response) = codec(dialect).decode_response(&body)
-        {
+        if let Some((dialect, body)) = self.raw_whole.take() {
+            self.whole_reply(dialect, &body);
+        }
+    }
+
+    /// A forwarded whole reply: only its usage is read (a scan, no decode) when nothing
+    /// else needs it — no context capture, or one that keeps only tool calls and a reply
+    /// that makes none; else, or when the scan cannot place the usage, it is decoded.
+    fn whole_reply(&mut self, dialect: Dialect, body: &[u8]) {
+        let codec = codec(dialect);
+        let usage_alone = self.context.as_deref().is_none_or(|capture| {
+            capture.keeps_only_tool_calls() && !glider_dialects::reply_may_call_tools(dialect, body)
+        });
+        if usage_alone && let Ok(usage) = codec.response_usage(body) {
+            self.record.usage.merge(&usage);
+        } else if let Ok(response) = codec.decode_response(body) {
             self.response(&response);
         }
     }

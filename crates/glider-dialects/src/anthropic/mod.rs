@@ -24,3 +24,8 @@ dialect_codec! {
     stream_decoder: stream::AnthropicStreamDecoder,
     stream_encoder: stream::AnthropicStreamEncoder,
 }
+
+/// See [`crate::usage_stream_decoder`].
+pub(crate) fn usage_stream_decoder(with_tool_calls: bool) -> Box<dyn crate::StreamDecoder> {
+    Box::new(stream::AnthropicStreamDecoder::usage_only(with_tool_calls))
+}

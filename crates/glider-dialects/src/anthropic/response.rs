@@ -134,6 +134,11 @@ pub(super) fn stop_reason_str(reason: StopReason, has_tool_calls: bool) -> &'sta
     }
 }
 
+/// The reply's usage from its top-level `usage` member alone (see [`crate::scan`]).
+pub(super) fn response_usage(body: &[u8]) -> Result<Usage, crate::scan::Unscannable> {
+    crate::scan::usage_member(body, decode_usage)
+}
+
 pub(super) fn decode_usage(usage: &Value) -> Usage {
     let n = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
     Usage {

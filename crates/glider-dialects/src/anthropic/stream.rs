@@ -30,9 +30,43 @@ pub(super) struct AnthropicStreamDecoder {
     usage: Usage,
     stop_reason: Option<StopReason>,
     stop_sequence: Option<String>,
+    /// Events whose `event:` name this says are passed over unparsed (a reader that
+    /// needs only part of the stream: [`crate::usage_stream_decoder`]).
+    passed_over: Option<fn(&str) -> bool>,
+    /// Content block deltas are decoded only for tool call blocks (their `index`
+    /// found by a scan): a reader that keeps only tool calls.
+    tool_deltas_only: bool,
+    /// The Anthropic indices of the tool call blocks seen so far.
+    tool_blocks: Vec<u64>,
 }
 
 impl AnthropicStreamDecoder {
+    /// A decoder of the stream's usage, errors and end alone ([`crate::usage_stream_decoder`]).
+    /// With `with_tool_calls` the tool call blocks are decoded too: every block's start,
+    /// and the deltas of tool call blocks only.
+    pub(super) fn usage_only(with_tool_calls: bool) -> Self {
+        AnthropicStreamDecoder {
+            passed_over: Some(match with_tool_calls {
+                true => |name: &str| name == "ping",
+                false => is_content_event,
+            }),
+            tool_deltas_only: with_tool_calls,
+            ..Self::default()
+        }
+    }
+
+    /// Whether a `content_block_delta` may belong to a tool call block. Its `index` is
+    /// found by a scan, not a parse; one the scan cannot place is decoded (and a delta
+    /// without one fails there, as it would have).
+    fn may_be_tool_delta(&self, data: &str) -> bool {
+        let Ok(Some(span)) = crate::scan::top_level_member(data.as_bytes(), "index") else {
+            return true;
+        };
+        data[span]
+            .parse::<u64>()
+            .map_or(true, |index| self.tool_blocks.contains(&index))
+    }
+
     fn ensure_started(&mut self, out: &mut Vec<StreamEvent>) {
         if !self.started {
             self.started = true;
@@ -54,6 +88,7 @@ impl AnthropicStreamDecoder {
         if self.done || event.data.trim().is_empty() || event.data.trim() == "[DONE]" {
             return Ok(());
         }
+
         let data: Value = serde_json::from_str(&event.data)
             .map_err(|e| bad_gateway(format!("anthropic stream: event data is not JSON: {e}")))?;
         let kind = data
@@ -115,6 +150,7 @@ impl AnthropicStreamDecoder {
                         (PartKind::Thinking, first)
                     }
                     Some("tool_use" | "server_tool_use") => {
+                        self.tool_blocks.push(block_index);
                         let first = block
                             .get("input")
                             .and_then(Value::as_object)
@@ -225,6 +261,12 @@ impl AnthropicStreamDecoder {
     }
 }
 
+/// A content block event or a ping, by its `event:` name: nothing usage, errors or the
+/// end read. (A last event cut short is still decoded, for its error.)
+fn is_content_event(name: &str) -> bool {
+    name.starts_with("content_block_") || name == "ping"
+}
+
 fn block_index(data: &Value) -> Result<u64, ApiError> {
     data.get("index")
         .and_then(Value::as_u64)
@@ -239,6 +281,17 @@ impl StreamDecoder for AnthropicStreamDecoder {
             .feed(bytes)
             .map_err(|error| refused(error, &mut self.done))?;
         for event in events {
+            if let (Some(passed_over), Some(name)) = (self.passed_over, event.event.as_deref())
+                && passed_over(name)
+            {
+                continue;
+            }
+            if self.tool_deltas_only
+                && event.event.as_deref() == Some("content_block_delta")
+                && !self.may_be_tool_delta(&event.data)
+            {
+                continue;
+            }
             if let Err(err) = self.handle(event, &mut out) {
                 self.done = true;
                 return Err(err);

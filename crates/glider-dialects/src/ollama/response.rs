@@ -69,6 +69,18 @@ pub(super) fn response_id(created_at: &str) -> String {
     }
 }
 
+/// The reply's counts from its top-level `prompt_eval_count` and `eval_count` alone
+/// (see [`crate::scan`]), as [`decode_response`] reads them.
+pub(super) fn response_usage(body: &[u8]) -> Result<Usage, crate::scan::Unscannable> {
+    let [prompt, eval] = crate::scan::member_values(body, ["prompt_eval_count", "eval_count"])?;
+    let n = |v: Option<Value>| v.as_ref().and_then(Value::as_u64).unwrap_or(0);
+    Ok(Usage {
+        input_tokens: n(prompt),
+        output_tokens: n(eval),
+        ..Usage::default()
+    })
+}
+
 pub(super) fn count(value: &Value, key: &str) -> u64 {
     value.get(key).and_then(Value::as_u64).unwrap_or(0)
 }

@@ -18,6 +18,11 @@ pub(crate) fn now_unix() -> u64 {
         .unwrap_or(0)
 }
 
+/// The reply's usage from its top-level `usage` member alone (see [`crate::scan`]).
+pub(super) fn response_usage(body: &[u8]) -> Result<Usage, crate::scan::Unscannable> {
+    crate::scan::usage_member(body, decode_usage)
+}
+
 /// ngl usage from an OpenAI `usage` object (`input_tokens` excludes cache reads).
 pub(super) fn decode_usage(usage: &Value) -> Usage {
     let get = |v: &Value, key: &str| v.get(key).and_then(Value::as_u64).unwrap_or(0);

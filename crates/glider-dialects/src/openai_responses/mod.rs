@@ -23,3 +23,8 @@ dialect_codec! {
     stream_decoder: stream::ResponsesStreamDecoder,
     stream_encoder: stream::ResponsesStreamEncoder,
 }
+
+/// See [`crate::usage_stream_decoder`].
+pub(crate) fn usage_stream_decoder(with_tool_calls: bool) -> Box<dyn crate::StreamDecoder> {
+    Box::new(stream::ResponsesStreamDecoder::usage_only(with_tool_calls))
+}

@@ -28,6 +28,11 @@ fn encode_usage(u: &Usage) -> Value {
     })
 }
 
+/// The reply's usage from its top-level `usage` member alone (see [`crate::scan`]).
+pub(super) fn response_usage(body: &[u8]) -> Result<Usage, crate::scan::Unscannable> {
+    crate::scan::usage_member(body, decode_usage)
+}
+
 pub(super) fn decode_usage(v: &Value) -> Usage {
     let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
     let cached = n(v.pointer("/input_tokens_details/cached_tokens"));

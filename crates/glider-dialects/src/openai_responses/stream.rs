@@ -52,6 +52,54 @@ pub(super) struct ResponsesStreamDecoder {
     /// The output item in progress and whether it produced a part yet.
     item: Option<(ItemKind, bool)>,
     saw_tool_call: bool,
+    /// Events whose `event:` name this says are passed over unparsed (a reader that
+    /// needs only part of the stream: [`crate::usage_stream_decoder`]).
+    passed_over: Option<fn(&str) -> bool>,
+}
+
+impl ResponsesStreamDecoder {
+    /// A decoder of the stream's usage, errors and end, and its tool calls when
+    /// `with_tool_calls` ([`crate::usage_stream_decoder`]).
+    pub(super) fn usage_only(with_tool_calls: bool) -> Self {
+        let passed_over: fn(&str) -> bool = match with_tool_calls {
+            true => is_text_event,
+            false => is_output_event,
+        };
+        ResponsesStreamDecoder {
+            passed_over: Some(passed_over),
+            ..Self::default()
+        }
+    }
+}
+
+/// Whether a Responses event carries only text (message text, refusals, reasoning),
+/// not a tool call, the response's start, end, usage or an error.
+fn is_text_event(name: &str) -> bool {
+    [
+        "response.output_text.",
+        "response.refusal.",
+        "response.content_part.",
+        "response.reasoning_summary_part.",
+        "response.reasoning_summary_text.",
+        "response.reasoning_text.",
+    ]
+    .iter()
+    .any(|prefix| name.starts_with(prefix))
+}
+
+/// Whether a Responses event only carries output (items, parts, deltas), not the
+/// response's start, end, usage or an error.
+fn is_output_event(name: &str) -> bool {
+    name.starts_with("response.")
+        && !matches!(
+            name,
+            "response.created"
+                | "response.in_progress"
+                | "response.queued"
+                | "response.completed"
+                | "response.incomplete"
+                | "response.failed"
+        )
 }
 
 fn item_kind(item: &Value) -> ItemKind {
@@ -282,6 +330,7 @@ impl ResponsesStreamDecoder {
         if self.terminated || data.trim() == "[DONE]" {
             return Ok(());
         }
+
         let event: Value = serde_json::from_str(data)
             .map_err(|e| bad_gateway(format!("malformed Responses stream event: {e}")))?;
         let kind = str_field(&event, "type")
@@ -410,6 +459,11 @@ impl StreamDecoder for ResponsesStreamDecoder {
             .feed(bytes)
             .map_err(|error| refused(error, &mut self.terminated))?;
         for event in events {
+            if let (Some(passed_over), Some(name)) = (self.passed_over, event.event.as_deref())
+                && passed_over(name)
+            {
+                continue;
+            }
             self.handle(&mut out, event.event.as_deref(), &event.data)?;
         }
         Ok(out)

@@ -7,7 +7,6 @@
 mod compare;
 mod count_tokens;
 mod fan_out;
-mod json_scan;
 mod models;
 mod phases;
 mod probes;
@@ -512,6 +511,11 @@ mod tests {
         Engine::new(ConfigHandle::new(config, None))
     }
 
+    fn engine_of(yaml: &str) -> Arc<Engine> {
+        let config = Config::parse(yaml, "t").expect("valid");
+        Engine::new(ConfigHandle::new(config, None))
+    }
+
     fn ask(model: &str) -> Request {
         let body = serde_json::json!({
             "model": model, "max_tokens": 10,
@@ -611,6 +615,166 @@ mod tests {
             assert_eq!(prepared.estimated_tokens(), expected, "window {window}");
             prepared.discard();
         }
+    }
+
+    /// A Codex turn (an ~80 KB Responses body with a `gpt-*` model) far from every limit
+    /// is estimated by the byte ratio alone: no tiktoken pass (issue 20 item 2).
+    #[tokio::test]
+    async fn a_large_codex_turn_far_from_limits_costs_no_tiktoken_pass() {
+        use crate::tokenizer::{Method, estimate_for_routing};
+        let mock = MockVendor::start(MockConfig::default()).await;
+        let mut body = glider_test_support::fixtures::codex_main("fix the failing test");
+        body["model"] = "gpt-5.1".into();
+        let history = "let total = items.iter().map(|i| i.price).sum::<u64>();\n".repeat(1_300);
+        body["input"].as_array_mut().expect("input items").insert(
+            2,
+            serde_json::json!({"type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": history}]}),
+        );
+        let body = body.to_string();
+        assert!(body.len() > 75_000, "{} bytes", body.len());
+        let yaml = format!(
+            "backends:\n\
+             \x20 - {{name: openai, type: openai, base_url: '{0}/v1', api_key: k, models: ['gpt-*']}}\n\
+             \x20 - {{name: local, type: vllm, base_url: '{0}/v1', models: [{{name: qwen, context_window: 131072}}]}}\n",
+            mock.base_url()
+        );
+        let engine = engine_of(&yaml);
+        let prepared = engine
+            .prepare_completion(CompletionRequest::gateway(
+                Dialect::OpenAiResponses,
+                Bytes::from(body),
+                HeaderMap::new(),
+            ))
+            .await
+            .expect("routes");
+        let rough = estimate_for_routing(prepared.request(), "gpt-5.1", |_| false);
+        let exact = estimate_request_tokens(prepared.request(), "gpt-5.1");
+        assert_eq!((rough.1, exact.1), (Method::ByteRatio, Method::Tiktoken));
+        assert_ne!(rough.0, exact.0, "the two counts can be told apart");
+        assert_eq!(prepared.estimated_tokens(), rough.0);
+        assert_eq!(prepared.decision().candidates[0].backend.name(), "openai");
+        prepared.discard();
+    }
+
+    /// A forwarded reply, whole or streamed, with no context sink attached is read for
+    /// its usage by a scan (issue 20 item 3): the record's usage is what a full decode
+    /// of the bytes the client got reads.
+    #[tokio::test]
+    async fn a_forwarded_reply_records_the_usage_a_full_decode_reads() {
+        use crate::events::PipelineEvent;
+        use futures_util::StreamExt;
+        let mock = MockVendor::start(MockConfig::default()).await;
+        let yaml = format!(
+            "backends:\n\
+             \x20 - {{name: claude, type: anthropic, base_url: '{0}', api_key: k, models: ['claude-*']}}\n\
+             \x20 - {{name: openai, type: openai, base_url: '{0}/v1', api_key: k, models: ['gpt-*']}}\n",
+            mock.base_url()
+        );
+        let engine = engine_of(&yaml);
+        let mut bus = engine.bus().subscribe();
+        let cases = [
+            (
+                Dialect::Anthropic,
+                serde_json::json!({"model": "claude-x", "max_tokens": 50,
+                "messages": [{"role": "user", "content": "hello there"}]}),
+            ),
+            (
+                Dialect::OpenAiResponses,
+                serde_json::json!({"model": "gpt-4.1",
+                "input": [{"type": "message", "role": "user",
+                    "content": [{"type": "input_text", "text": "hello there"}]}]}),
+            ),
+            (
+                Dialect::OpenAiChat,
+                serde_json::json!({"model": "gpt-4.1",
+                "stream_options": {"include_usage": true},
+                "messages": [{"role": "user", "content": "hello there"}]}),
+            ),
+        ];
+        for (front, body) in cases {
+            for stream in [false, true] {
+                let mut body = body.clone();
+                body["stream"] = stream.into();
+                let completion = engine
+                    .complete(CompletionRequest::gateway(
+                        front,
+                        Bytes::from(body.to_string()),
+                        HeaderMap::new(),
+                    ))
+                    .await
+                    .expect("answers");
+                let CompletionBody::Raw {
+                    first_chunk,
+                    mut rest,
+                    ..
+                } = completion.body
+                else {
+                    panic!("{front:?}: forwarded as bytes");
+                };
+                let mut wire = first_chunk.to_vec();
+                while let Some(chunk) = rest.next().await {
+                    wire.extend_from_slice(&chunk.expect("reply"));
+                }
+                drop(rest);
+                let decoded = if stream {
+                    let mut decoder = codec(front).stream_decoder();
+                    let mut events = decoder.feed(&wire).expect("a stream");
+                    events.extend(decoder.finish());
+                    let mut usage = glider_ngl::Usage::default();
+                    for event in events {
+                        if let glider_ngl::StreamEvent::Start { usage: u, .. }
+                        | glider_ngl::StreamEvent::Finish { usage: u, .. } = event
+                        {
+                            usage.merge(&u);
+                        }
+                    }
+                    usage
+                } else {
+                    codec(front).decode_response(&wire).expect("a reply").usage
+                };
+                let record = loop {
+                    let event = bus.recv().await.expect("bus");
+                    if let PipelineEvent::RequestFinished(record) = event.as_ref() {
+                        break record.clone();
+                    }
+                };
+                assert_eq!(record.status, Some(200), "{front:?} stream {stream}");
+                assert!(
+                    decoded.input_tokens > 0,
+                    "{front:?} stream {stream}: {decoded:?}"
+                );
+                assert_eq!(record.usage, decoded, "{front:?} stream {stream}");
+            }
+        }
+    }
+
+    /// A forwarded request reaches the backend as the client's bytes with only `model`
+    /// replaced (aliased here), whatever the spacing, key order or escapes around it.
+    #[tokio::test]
+    async fn a_forwarded_body_is_the_clients_bytes_but_the_model() {
+        let mock = MockVendor::start(MockConfig::default()).await;
+        let yaml = format!(
+            "model_aliases: {{fast: claude-x}}\n\
+             backends:\n\
+             \x20 - {{name: claude, type: anthropic, base_url: '{0}', api_key: k, models: ['claude-*']}}\n",
+            mock.base_url()
+        );
+        let engine = engine_of(&yaml);
+        let body = "{ \"max_tokens\" :50,\n  \"messages\":[{\"role\":\"user\",\"content\":\"say \\\"model\\\": \\u00e9 1.50\"}],\n  \"model\" : \"fast\", \"metadata\":{\"model\":\"fast\"}}";
+        let completion = engine
+            .complete(CompletionRequest::gateway(
+                Dialect::Anthropic,
+                Bytes::from(body),
+                HeaderMap::new(),
+            ))
+            .await
+            .expect("answers");
+        assert_eq!(completion.model, "claude-x");
+        let sent = mock.requests();
+        let expected = body.replacen("\"model\" : \"fast\"", "\"model\" : \"claude-x\"", 1);
+        assert_ne!(expected, body);
+        assert_eq!(String::from_utf8_lossy(&sent[0].raw_body), expected);
     }
 
     #[test]

@@ -6,10 +6,10 @@
 use bytes::Bytes;
 use glider_backend::{Backend, Candidate, SESSION_KEY_HEADER, UpstreamRequest, session_key_digest};
 use glider_dialects::codec;
+use glider_dialects::scan::top_level_string;
 use glider_ngl::{Dialect, Request, Role, Turn};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::json_scan::top_level_string;
 use super::stops;
 
 /// The request for `candidate`. `body` is the client's body (routing flag stripped),

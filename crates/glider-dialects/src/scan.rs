@@ -1,0 +1,216 @@
+//! One borrowing pass over a JSON body's top level: where a member's value lies, found
+//! without decoding the body or allocating. The model rewrite of a forwarded request
+//! splices the new name over the old one's bytes with it, and the usage of a forwarded
+//! reply is read from its `usage` member alone, instead of parsing (and, for the
+//! request, re-serialising) the whole, often 80 KB, body.
+//!
+//! The scan follows strings, nesting and delimiters; it does not validate what it
+//! skips. Anything it cannot place for certain — not an object, a key spelled with
+//! escapes, a member given twice, a body cut short — is [`Unscannable`], and the caller
+//! settles it with a full parse.
+
+use std::ops::Range;
+
+/// The scan could not place the member for certain; parse the body instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unscannable;
+
+/// The byte range of the top-level member `key`'s value (a string's quotes included),
+/// `Ok(None)` when the object has no such member.
+pub fn top_level_member(body: &[u8], key: &str) -> Result<Option<Range<usize>>, Unscannable> {
+    let key = key.as_bytes();
+    let mut found = None;
+    let mut twice = false;
+    top_level_members(body, |name, value| {
+        if name == key {
+            twice |= found.is_some();
+            found = Some(value);
+        }
+    })?;
+    if twice {
+        return Err(Unscannable);
+    }
+    Ok(found)
+}
+
+/// The byte range of the top-level member `key`'s value, quotes included, when it is a
+/// string; `None` when it is absent, not a string, or the body is [`Unscannable`].
+pub fn top_level_string(body: &[u8], key: &str) -> Option<Range<usize>> {
+    top_level_member(body, key)
+        .ok()
+        .flatten()
+        .filter(|span| body[span.start] == b'"')
+}
+
+/// The values of the top-level members `keys`, each parsed from its own bytes alone
+/// (the last of duplicates, as a full parse keeps it); `None` for an absent one.
+pub(crate) fn member_values<const N: usize>(
+    body: &[u8],
+    keys: [&str; N],
+) -> Result<[Option<serde_json::Value>; N], Unscannable> {
+    let mut spans: [Option<Range<usize>>; N] = std::array::from_fn(|_| None);
+    top_level_members(body, |name, value| {
+        if let Some(at) = keys.iter().position(|key| key.as_bytes() == name) {
+            spans[at] = Some(value);
+        }
+    })?;
+    let mut values: [Option<serde_json::Value>; N] = std::array::from_fn(|_| None);
+    for (value, span) in values.iter_mut().zip(spans) {
+        if let Some(span) = span {
+            *value = Some(serde_json::from_slice(&body[span]).map_err(|_| Unscannable)?);
+        }
+    }
+    Ok(values)
+}
+
+/// A reply's usage from its top-level `usage` member alone, read by `decode` as a
+/// full decode reads it; no member is no usage.
+pub(crate) fn usage_member(
+    body: &[u8],
+    decode: fn(&serde_json::Value) -> glider_ngl::Usage,
+) -> Result<glider_ngl::Usage, Unscannable> {
+    let [usage] = member_values(body, ["usage"])?;
+    Ok(usage.as_ref().map(decode).unwrap_or_default())
+}
+
+/// Call `visit` with each top-level member's key (as written, without its quotes) and
+/// its value's byte range, in order.
+pub fn top_level_members(
+    body: &[u8],
+    mut visit: impl FnMut(&[u8], Range<usize>),
+) -> Result<(), Unscannable> {
+    let mut at = skip_space(body, 0);
+    if body.get(at) != Some(&b'{') {
+        return Err(Unscannable);
+    }
+    at = skip_space(body, at + 1);
+    if body.get(at) == Some(&b'}') {
+        return Ok(());
+    }
+    loop {
+        if body.get(at) != Some(&b'"') {
+            return Err(Unscannable);
+        }
+        let key_end = string_end(body, at).ok_or(Unscannable)?;
+        let name = &body[at + 1..key_end - 1];
+        if name.contains(&b'\\') {
+            return Err(Unscannable);
+        }
+        at = skip_space(body, key_end);
+        if body.get(at) != Some(&b':') {
+            return Err(Unscannable);
+        }
+        at = skip_space(body, at + 1);
+        let value_end = value_end(body, at).ok_or(Unscannable)?;
+        visit(name, at..value_end);
+        at = skip_space(body, value_end);
+        match body.get(at) {
+            Some(b',') => at = skip_space(body, at + 1),
+            Some(b'}') if skip_space(body, at + 1) == body.len() => return Ok(()),
+            _ => return Err(Unscannable),
+        }
+    }
+}
+
+fn skip_space(body: &[u8], mut at: usize) -> usize {
+    while matches!(body.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+/// The end (exclusive) of the string whose opening quote is at `at`.
+fn string_end(body: &[u8], at: usize) -> Option<usize> {
+    let mut i = at + 1;
+    loop {
+        match body.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' => i += 2,
+            _ => i += 1,
+        }
+    }
+}
+
+/// The end (exclusive) of the value that starts at `at`.
+fn value_end(body: &[u8], at: usize) -> Option<usize> {
+    match body.get(at)? {
+        b'"' => string_end(body, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            loop {
+                match body.get(i)? {
+                    b'"' => {
+                        i = string_end(body, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        // A number, true, false or null: up to the next delimiter.
+        _ => {
+            let mut i = at;
+            while body
+                .get(i)
+                .is_some_and(|c| !matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+            {
+                i += 1;
+            }
+            (i > at).then_some(i)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(body: &str) -> Option<&str> {
+        top_level_string(body.as_bytes(), "model").map(|span| &body[span])
+    }
+
+    #[test]
+    fn finds_the_top_level_member_past_nested_ones() {
+        let body = r#" { "messages": [{"model": "inner", "content": "a \"}]\" b"}],
+            "n": -1.5e3, "ok": true, "none": null, "model" : "gpt-4.1", "tools": {} } "#;
+        assert_eq!(model(body), Some("\"gpt-4.1\""));
+        assert_eq!(model(r#"{"model":"a\"b"}"#), Some(r#""a\"b""#));
+        let usage = top_level_member(body.as_bytes(), "tools").expect("scans");
+        assert_eq!(usage.map(|span| &body[span]), Some("{}"));
+        assert_eq!(top_level_member(body.as_bytes(), "usage"), Ok(None));
+    }
+
+    #[test]
+    fn leaves_what_it_cannot_place_to_a_full_parse() {
+        for body in [
+            r#"{"model": "a", "model": "b"}"#,
+            r#"{"mod\u0065l": "a"}"#,
+            r#"["model", "a"]"#,
+            r#"{"model": "a""#,
+            r#"{"x": [1, 2}"#,
+            r#"{"model": "a"} trailing"#,
+            "",
+        ] {
+            assert_eq!(model(body), None, "{body}");
+            assert_eq!(
+                top_level_member(body.as_bytes(), "model"),
+                Err(Unscannable),
+                "{body}"
+            );
+        }
+        // Well-formed, but no string model: absent to the scan, a full parse decides.
+        for body in [r#"{"messages": []}"#, r#"{"model": 7}"#, "{}"] {
+            assert_eq!(model(body), None, "{body}");
+            assert!(top_level_member(body.as_bytes(), "model").is_ok(), "{body}");
+        }
+    }
+}
