@@ -4,7 +4,7 @@
 //! SQLite file under `GLIDER_HOME/context/` ([`store`]), never blocking a request; the
 //! [`graph`] folds a session's events into episodes, files, commands, errors and
 //! models; the [`record`] is the continuity record built from it, which the writer
-//! keeps rendered for live sessions ([`live`]) so a local request can carry it; the
+//! keeps for live sessions ([`live`], rendered when read) so a local request can carry it; the
 //! [`summarizer`] compacts ended episodes into the record's narrative off the request
 //! path. The dashboard and `glider context` read it all through [`Reader`].
 
@@ -34,6 +34,10 @@ pub use summarizer::{Summarizer, SummarizerSource};
 
 /// How often retention runs while Glider runs (it also runs at start).
 const RETENTION_EVERY: Duration = Duration::from_secs(600);
+/// How long the writer idles before it renders the records its events made stale: a
+/// CLI's next request after a reply usually comes later than this and finds its
+/// record current, while a busy writer (under load) renders only what is read.
+const IDLE_REBUILD_AFTER: Duration = Duration::from_millis(20);
 
 /// The context directory under `home` (`GLIDER_HOME`).
 pub fn dir(home: &Path) -> PathBuf {
@@ -71,6 +75,7 @@ impl Context {
             retention: retention_of(config),
             retention_every: RETENTION_EVERY,
             record_max_tokens: config.record_max_tokens,
+            idle_rebuild_after: IDLE_REBUILD_AFTER,
         })?;
         let responses = ResponseStore::start(&dir(home), config.queue_capacity)?;
         let mut context = Context::with_log(log);

@@ -1,20 +1,28 @@
 //! The continuity records of live sessions, in memory, for the request path. The log's
-//! writer keeps an incremental fold ([`Folder`]) of each session it wrote for recently;
-//! after each commit it feeds it the committed events, rebuilds the touched sessions'
-//! records and publishes them in a [`RecordCache`], which a request reads without a
-//! lock or a query (an `ArcSwap` of the map). A session the writer has not seen since
-//! start is loaded from the database once, on its first new event; at start, the
-//! records of the most recently active sessions are loaded on a thread of their own
-//! ([`preload`]) and handed to the writer, so the first request of a session after a
-//! restart carries its record. A forget (by the dashboard or by `glider context forget`
-//! from another process, seen within a second as a commit by another connection) and
-//! retention make the writer reload or drop what it holds.
+//! writer keeps an incremental fold ([`Folder`]) of each session it wrote for recently
+//! and feeds it every committed event; the fold and its rendered record sit together in
+//! one [`RecordCache`] slot, found without a lock or a query (an `ArcSwap` of the map).
+//! A commit only marks the session's record stale; it is rendered when something reads
+//! it ([`RecordCache::get`]: a local request's bounded context, the compaction answered
+//! from the record, the dashboard and REST through the server) — on the reader's
+//! thread, from memory, with every committed event in it — or by the writer once it has
+//! idled for `idle_rebuild_after` after an event other than a request, so that the next
+//! read usually finds it current. A render is kept until the session's next event:
+//! however many events a busy session commits, its record is rendered at most once per
+//! read. A session the writer has not seen since start is loaded from the database
+//! once, on its first new event; at start, the most recently active sessions are loaded
+//! on a thread of their own ([`preload`]) and handed to the writer, which renders them
+//! when it first idles, so the first request of a session after a restart finds its
+//! record current. A forget (by
+//! the dashboard or by `glider context forget` from another process, seen within a
+//! second as a commit by another connection) and retention make the writer reload or
+//! drop what it holds.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use rusqlite::Connection;
@@ -24,18 +32,18 @@ use crate::graph::Folder;
 use crate::record::ContinuityRecord;
 use crate::store::{self, StoreError};
 
-/// Longest a session's record waits to be rebuilt after a request event alone (its
-/// reply, which rebuilds it, normally comes first).
-pub(crate) const DEFER_REQUEST_ONLY: Duration = Duration::from_millis(100);
-
 /// Sessions whose fold is kept in memory; past it the least recently written one is
 /// let go (its record is rebuilt from the database on its next event).
 pub const MAX_LIVE_SESSIONS: usize = 256;
 
-/// The rendered records the request path reads.
+/// The live sessions' folds and rendered records, which the request path reads.
 #[derive(Default)]
 pub struct RecordCache {
-    records: ArcSwap<HashMap<String, Arc<str>>>,
+    slots: ArcSwap<HashMap<String, Arc<Slot>>>,
+    /// The token budget of each rendered record (`context.record_max_tokens`).
+    max_tokens: u64,
+    /// Records rendered since start, by readers and by the idle writer.
+    renders: AtomicU64,
 }
 
 impl std::fmt::Debug for RecordCache {
@@ -47,71 +55,152 @@ impl std::fmt::Debug for RecordCache {
 }
 
 impl RecordCache {
-    /// `session`'s rendered record, if the writer holds one.
-    pub fn get(&self, session: &str) -> Option<Arc<str>> {
-        self.records.load().get(session).cloned()
+    /// An empty cache rendering records within `max_tokens`.
+    pub(crate) fn new(max_tokens: u64) -> RecordCache {
+        RecordCache {
+            max_tokens,
+            ..RecordCache::default()
+        }
     }
 
-    /// Sessions with a record held.
+    /// `session`'s rendered record with every committed event of it (`None` when the
+    /// writer holds no fold of it, or nothing in it is worth telling a model yet).
+    /// Rendered here, from memory, when events came since the last render.
+    pub fn get(&self, session: &str) -> Option<Arc<str>> {
+        let slot = self.slots.load().get(session).cloned()?;
+        self.rendered(&slot)
+    }
+
+    /// Whether the writer holds a fold of `session` (renders nothing).
+    pub fn holds(&self, session: &str) -> bool {
+        self.slots.load().contains_key(session)
+    }
+
+    /// Whether `session` is held and its record rendered since its last event: a read
+    /// now renders nothing.
+    pub fn is_current(&self, session: &str) -> bool {
+        self.slots
+            .load()
+            .get(session)
+            .is_some_and(|slot| slot.lock().rendered.is_some())
+    }
+
+    /// Records rendered since start (by reads and by the idle writer).
+    pub fn renders(&self) -> u64 {
+        self.renders.load(Ordering::Relaxed)
+    }
+
+    /// Sessions held.
     pub fn len(&self) -> usize {
-        self.records.load().len()
+        self.slots.load().len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// `slot`'s record, rendered first if it is stale.
+    fn rendered(&self, slot: &Slot) -> Option<Arc<str>> {
+        let mut state = slot.lock();
+        if let Some(current) = &state.rendered {
+            return current.clone();
+        }
+        let record = ContinuityRecord::of_folder(&slot.session, &state.folder);
+        let text = (!record.is_empty()).then(|| Arc::from(record.into_text(self.max_tokens)));
+        self.renders.fetch_add(1, Ordering::Relaxed);
+        state.rendered = Some(text.clone());
+        text
+    }
+
+    /// Swap in the map with `added` slots put in and `gone` sessions taken out.
+    fn publish(&self, added: Vec<(String, Arc<Slot>)>, gone: &[String]) {
+        if added.is_empty() && gone.is_empty() {
+            return;
+        }
+        let mut map = HashMap::clone(&self.slots.load());
+        for session in gone {
+            map.remove(session);
+        }
+        map.extend(added);
+        self.slots.store(Arc::new(map));
+    }
+}
+
+/// One session's fold and the record last rendered from it. The writer locks it to
+/// feed an event (briefly); a reader locks it to render a stale record, so the writer
+/// waits on a render only when it feeds that same session meanwhile.
+pub(crate) struct Slot {
+    session: String,
+    state: Mutex<SlotState>,
+}
+
+struct SlotState {
+    folder: Folder,
+    /// The record rendered from `folder` as it is now (its inner `None`: nothing worth
+    /// telling yet); `None` when events were fed since: stale.
+    rendered: Option<Option<Arc<str>>>,
+}
+
+impl Slot {
+    fn new(session: &str, folder: Folder) -> Arc<Slot> {
+        Arc::new(Slot {
+            session: session.to_owned(),
+            state: Mutex::new(SlotState {
+                folder,
+                rendered: None,
+            }),
+        })
+    }
+
+    /// The state; a reader that panicked mid-render left at worst a stale record,
+    /// which the next read renders again.
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// One session's fold, as the writer holds it.
 pub(crate) struct Live {
-    folder: Folder,
+    slot: Arc<Slot>,
     /// The newest event id folded.
     last_id: i64,
     /// When it was last written for (a counter), for letting the oldest go.
     used: u64,
 }
 
-/// The writer's side: the folds and the cache it publishes to.
+/// The writer's side: the folds and the cache they are published in.
 pub(crate) struct LiveSessions {
     sessions: HashMap<String, Live>,
     cache: Arc<RecordCache>,
-    max_tokens: u64,
     tick: u64,
     /// The connection's `data_version` when last checked: another connection (a
     /// forget) committed when it changed.
     data_version: i64,
-    /// Since when the oldest waits, and the sessions folded whose record is not
-    /// rebuilt yet ([`LiveSessions::committed`]); `None` when none waits.
-    deferred: Option<(Instant, Vec<String>)>,
+    /// Sessions an event other than a request made stale, for the writer to render
+    /// when it idles. A request alone does not: its reply, normally a moment later,
+    /// changes the record again, and a read meanwhile renders it anyway.
+    idle_due: Vec<String>,
 }
 
 impl LiveSessions {
-    pub(crate) fn new(conn: &Connection, cache: Arc<RecordCache>, max_tokens: u64) -> Self {
+    pub(crate) fn new(conn: &Connection, cache: Arc<RecordCache>) -> Self {
         LiveSessions {
             sessions: HashMap::new(),
             cache,
-            max_tokens,
             tick: 0,
             data_version: store::data_version(conn).unwrap_or(0),
-            deferred: None,
+            idle_due: Vec::new(),
         }
     }
 
-    /// `rows` were committed with `ids`: fold them into their sessions and publish the
-    /// touched sessions' records. A session touched only by request events is
-    /// deferred: its reply, a moment later, rebuilds the record once for both — a
-    /// request reads the record its session had before it, so nothing reads the
-    /// request's own fold sooner — and [`LiveSessions::publish_deferred`] rebuilds
-    /// what still waits when the writer idles, flushes, or after
-    /// [`DEFER_REQUEST_ONLY`].
+    /// `rows` were committed with `ids`: feed them to their sessions' folds, which
+    /// marks those records stale. Nothing is rendered here.
     pub(crate) fn committed(
         &mut self,
         conn: &Connection,
         rows: &[(Option<String>, Event)],
         ids: &[i64],
     ) {
-        let mut touched: Vec<String> = Vec::new();
-        let mut deferred: Vec<String> = Vec::new();
         for ((family, event), &id) in rows.iter().zip(ids) {
             let Some(session) = event.session.as_deref() else {
                 continue;
@@ -120,7 +209,7 @@ impl LiveSessions {
             if !self.sessions.contains_key(session) {
                 // Loaded whole, this event included (it is committed).
                 match load(conn, session) {
-                    Ok(live) => self.admit(session, live),
+                    Ok(live) => self.admit(vec![(session.to_owned(), live)]),
                     Err(error) => {
                         tracing::warn!(%error, "context: cannot load a session's record");
                         continue;
@@ -131,48 +220,32 @@ impl LiveSessions {
                 continue;
             };
             if id > live.last_id {
-                live.folder.feed_event(event, family.as_ref());
+                let mut state = live.slot.lock();
+                state.folder.feed_event(event, family.as_ref());
+                state.rendered = None;
                 live.last_id = id;
             }
             live.used = self.tick;
-            let list = if matches!(event.body, EventBody::Request(_)) {
-                &mut deferred
-            } else {
-                &mut touched
-            };
-            if !list.iter().any(|s| s == session) {
-                list.push(session.to_owned());
+            if !matches!(event.body, EventBody::Request(_))
+                && !self.idle_due.iter().any(|s| s == session)
+            {
+                self.idle_due.push(session.to_owned());
             }
         }
-        let (since, mut waiting) = self
-            .deferred
-            .take()
-            .unwrap_or_else(|| (Instant::now(), Vec::new()));
-        waiting.retain(|s| !touched.contains(s));
-        for session in deferred {
-            if !touched.contains(&session) && !waiting.contains(&session) {
-                waiting.push(session);
-            }
-        }
-        if !waiting.is_empty() {
-            if since.elapsed() >= DEFER_REQUEST_ONLY {
-                touched.append(&mut waiting);
-            } else {
-                self.deferred = Some((since, waiting));
-            }
-        }
-        self.publish(&touched, &[]);
     }
 
-    /// Whether a deferred record waits to be rebuilt.
-    pub(crate) fn has_deferred(&self) -> bool {
-        self.deferred.is_some()
+    /// Whether a stale record waits for the writer to idle.
+    pub(crate) fn has_idle_due(&self) -> bool {
+        !self.idle_due.is_empty()
     }
 
-    /// Rebuild the records whose rebuilding was deferred.
-    pub(crate) fn publish_deferred(&mut self) {
-        if let Some((_, deferred)) = self.deferred.take() {
-            self.publish(&deferred, &[]);
+    /// The writer is idle: render the records that wait for it (one already rendered
+    /// by a read costs nothing).
+    pub(crate) fn render_idle(&mut self) {
+        for session in std::mem::take(&mut self.idle_due) {
+            if let Some(live) = self.sessions.get(&session) {
+                self.cache.rendered(&live.slot);
+            }
         }
     }
 
@@ -193,7 +266,7 @@ impl LiveSessions {
     /// Events were deleted (a forget, retention): each held session whose newest event
     /// is no longer the one folded is reloaded, or dropped when nothing of it is left.
     pub(crate) fn revalidate(&mut self, conn: &Connection) {
-        let mut touched = Vec::new();
+        let mut reloaded = Vec::new();
         let mut gone = Vec::new();
         let sessions: Vec<(String, i64)> = self
             .sessions
@@ -206,8 +279,8 @@ impl LiveSessions {
                 Ok(Some(_)) => match load(conn, &session) {
                     Ok(mut live) => {
                         live.used = self.sessions.get(&session).map_or(0, |l| l.used);
-                        self.sessions.insert(session.clone(), live);
-                        touched.push(session);
+                        reloaded.push((session.clone(), live.slot.clone()));
+                        self.sessions.insert(session, live);
                     }
                     Err(_) => gone.push(session),
                 },
@@ -217,18 +290,23 @@ impl LiveSessions {
         for session in &gone {
             self.sessions.remove(session);
         }
-        self.publish(&touched, &gone);
+        self.idle_due.retain(|s| !gone.contains(s));
+        self.cache.publish(reloaded, &gone);
     }
 
-    /// `batch` was folded from the database at start by [`preload`]. A session held
-    /// already (an event of it came first, and the writer loaded it whole), or one
-    /// past the room left, is passed over. Events deleted since it was read (a forget,
-    /// retention) make it read again; none left, it is dropped. The records of those
-    /// taken are published together, in one swap of the map.
+    /// `batch` was folded from the database at start by [`preload`]. A
+    /// session held already (an event of it came first, and the writer loaded it
+    /// whole), or one past the room left, is passed over. Events deleted since it was
+    /// read (a forget, retention) make it read again; none left, it is dropped. Those
+    /// taken are published together, in one swap of the map, and rendered when the
+    /// writer idles (or read first).
     pub(crate) fn preloaded(&mut self, conn: &Connection, batch: Vec<(String, Live)>) {
         let mut admitted = Vec::new();
         for (session, live) in batch {
-            if self.sessions.contains_key(&session) || self.sessions.len() >= MAX_LIVE_SESSIONS {
+            if self.sessions.contains_key(&session)
+                || self.sessions.len() + admitted.len() >= MAX_LIVE_SESSIONS
+                || admitted.iter().any(|(s, _)| *s == session)
+            {
                 continue;
             }
             let live = match store::last_id(conn, &session) {
@@ -246,50 +324,42 @@ impl LiveSessions {
                     continue;
                 }
             };
-            self.admit(&session, live);
-            admitted.push(session);
+            admitted.push((session, live));
         }
-        self.publish(&admitted, &[]);
+        for (session, _) in &admitted {
+            if !self.idle_due.contains(session) {
+                self.idle_due.push(session.clone());
+            }
+        }
+        self.admit(admitted);
     }
 
-    fn admit(&mut self, session: &str, live: Live) {
-        if self.sessions.len() >= MAX_LIVE_SESSIONS
-            && let Some(oldest) = self
+    /// Hold `lives` and publish their slots in one swap, letting the least recently
+    /// written sessions go to make room.
+    fn admit(&mut self, lives: Vec<(String, Live)>) {
+        if lives.is_empty() {
+            return;
+        }
+        let mut evicted = Vec::new();
+        while self.sessions.len() + lives.len() > MAX_LIVE_SESSIONS {
+            let Some(oldest) = self
                 .sessions
                 .iter()
                 .min_by_key(|(_, l)| l.used)
                 .map(|(s, _)| s.clone())
-        {
-            self.sessions.remove(&oldest);
-            self.publish(&[], &[oldest]);
-        }
-        self.sessions.insert(session.to_owned(), live);
-    }
-
-    /// Rebuild `touched` sessions' records, drop `gone` ones, and swap the new map in.
-    fn publish(&self, touched: &[String], gone: &[String]) {
-        if touched.is_empty() && gone.is_empty() {
-            return;
-        }
-        let mut map = HashMap::clone(&self.cache.records.load());
-        for session in gone {
-            map.remove(session);
-        }
-        for session in touched {
-            let Some(live) = self.sessions.get(session) else {
-                continue;
+            else {
+                break;
             };
-            let record = ContinuityRecord::of_folder(session, &live.folder);
-            if record.is_empty() {
-                map.remove(session);
-            } else {
-                map.insert(
-                    session.clone(),
-                    Arc::from(record.into_text(self.max_tokens)),
-                );
-            }
+            self.sessions.remove(&oldest);
+            evicted.push(oldest);
         }
-        self.cache.records.store(Arc::new(map));
+        self.idle_due.retain(|s| !evicted.contains(s));
+        let added = lives
+            .iter()
+            .map(|(session, live)| (session.clone(), live.slot.clone()))
+            .collect();
+        self.sessions.extend(lives);
+        self.cache.publish(added, &evicted);
     }
 }
 
@@ -301,17 +371,17 @@ fn load(conn: &Connection, session: &str) -> Result<Live, StoreError> {
         folder.feed(stored);
     }
     Ok(Live {
-        folder,
+        slot: Slot::new(session, folder),
         last_id: events.last().map_or(0, |e| e.id),
         used: 0,
     })
 }
 
-/// At start: fold the `limit` most recently active sessions of the database in `dir`
-/// (its own connection, off the writer's thread and the request path) and hand each
-/// to `deliver`, newest first, until it refuses one or `closing` is set. A session
-/// whose record the writer publishes in `held` already (an event of it came first) is
-/// not read: the writer would pass it over.
+/// At start: fold the `limit` most recently active sessions of the
+/// database in `dir` (its own connection, off the writer's thread and the request
+/// path) and hand each to `deliver`, newest first, until it refuses one or `closing`
+/// is set. A session the writer holds in `held` already (an event of it came first)
+/// is not read: the writer would pass it over.
 pub(crate) fn preload(
     dir: &Path,
     limit: usize,
@@ -329,7 +399,7 @@ pub(crate) fn preload(
             if closing.load(Ordering::Relaxed) {
                 break;
             }
-            if held.get(&session).is_some() {
+            if held.holds(&session) {
                 continue;
             }
             let live = load(&conn, &session)?;

@@ -2,9 +2,10 @@
 //! writes them, a batch per transaction. It gives each event its turn family. When the
 //! queue is full the event is dropped and counted, and the count is written as a `gap`
 //! event once the writer catches up: a loss is never silent. Retention runs on the
-//! same thread, at start and then periodically. After each commit the writer also
-//! updates the live sessions' continuity records ([`crate::live`]); at start a thread
-//! of its own loads the recent sessions' records and sends them through the same queue.
+//! same thread, at start and then periodically. After each commit the writer feeds the
+//! live sessions' folds, which marks their continuity records stale ([`crate::live`]):
+//! a read renders one, or the writer does once it idles; at start a thread of its own
+//! loads the recent sessions' records and sends them through the same queue.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -49,6 +50,9 @@ pub struct LogOptions {
     pub retention_every: Duration,
     /// The token budget of each rendered continuity record.
     pub record_max_tokens: u64,
+    /// How long the writer waits with nothing to write before it renders the records
+    /// its last events made stale (a read renders one sooner itself).
+    pub idle_rebuild_after: Duration,
 }
 
 /// Counters of the log, for `/metrics`.
@@ -115,16 +119,17 @@ impl ContextLog {
         store::apply_retention(&mut conn, options.retention, crate::now_ms())?;
         let (sender, receiver) = mpsc::sync_channel(options.queue_capacity.max(1));
         let counters = Arc::new(Counters::default());
-        let records = Arc::new(RecordCache::default());
+        let records = Arc::new(RecordCache::new(options.record_max_tokens));
         let observer = ObserverSlot::default();
         let writer = Writer {
-            live: LiveSessions::new(&conn, records.clone(), options.record_max_tokens),
+            live: LiveSessions::new(&conn, records.clone()),
             conn,
             counters: counters.clone(),
             observer: observer.clone(),
             families: Families::default(),
             retention: options.retention,
             retention_every: options.retention_every,
+            idle_rebuild_after: options.idle_rebuild_after,
         };
         let thread = std::thread::Builder::new()
             .name("glider-context-writer".into())
@@ -200,7 +205,7 @@ impl ContextLog {
         &self.counters
     }
 
-    /// The live sessions' rendered continuity records.
+    /// The live sessions' continuity records (rendered when read, if stale).
     pub fn records(&self) -> &RecordCache {
         &self.records
     }
@@ -236,6 +241,7 @@ struct Writer {
     families: Families,
     retention: Retention,
     retention_every: Duration,
+    idle_rebuild_after: Duration,
 }
 
 impl Writer {
@@ -243,17 +249,21 @@ impl Writer {
         let mut retention_due = Instant::now() + self.retention_every;
         let mut forget_checked = Instant::now();
         let mut last_commit: Option<Instant> = None;
+        let mut last_message = Instant::now();
         loop {
             let mut wait = retention_due
                 .saturating_duration_since(Instant::now())
                 .min(FORGET_CHECK_EVERY);
-            if self.live.has_deferred() {
-                wait = wait.min(live::DEFER_REQUEST_ONLY);
+            if self.live.has_idle_due() {
+                let idle_due = last_message + self.idle_rebuild_after;
+                wait = wait.min(idle_due.saturating_duration_since(Instant::now()));
             }
             let first = match receiver.recv_timeout(wait) {
                 Ok(message) => message,
                 Err(RecvTimeoutError::Timeout) => {
-                    self.live.publish_deferred();
+                    if last_message.elapsed() >= self.idle_rebuild_after {
+                        self.live.render_idle();
+                    }
                     if Instant::now() >= retention_due {
                         self.retain();
                         retention_due = Instant::now() + self.retention_every;
@@ -268,6 +278,7 @@ impl Writer {
             let batch = gather(&receiver, first, due);
             self.write(batch);
             last_commit = Some(Instant::now());
+            last_message = Instant::now();
             if forget_checked.elapsed() >= FORGET_CHECK_EVERY {
                 // A busy writer checks here, an idle one on its timeout.
                 self.live.check_forgotten(&self.conn);
@@ -348,10 +359,7 @@ impl Writer {
         if !preloaded.is_empty() {
             self.live.preloaded(&self.conn, preloaded);
         }
-        if !flushes.is_empty() {
-            // Everything committed so far is in the records too.
-            self.live.publish_deferred();
-        }
+        // Everything committed so far is in the folds: a read after the flush renders it.
         for done in flushes {
             let _ = done.send(());
         }

@@ -189,25 +189,25 @@ impl ContinuityRecord {
             measured(|out| decision_line(out, &decision))
                 + section(DECISIONS_HEADING.len(), !self.decisions.is_empty())
         } else if let Some(file) = self.files.pop() {
-            let before = self.files_heading().len() as isize;
+            let before = measured(|out| self.files_heading(out)) as isize;
             self.files_left_out += 1;
             let heading = if self.files.is_empty() {
                 before + 1
             } else {
-                before - self.files_heading().len() as isize
+                before - measured(|out| self.files_heading(out)) as isize
             };
             return Some(measured(|out| file_line(out, &file)) as isize + heading);
         } else if self.goals.len() > 1 {
-            let before = self.goals_heading().len() as isize;
+            let before = measured(|out| self.goals_heading(out)) as isize;
             let goal = self.goals.remove(0);
             self.goals_left_out += 1;
-            let grown = self.goals_heading().len() as isize - before;
+            let grown = measured(|out| self.goals_heading(out)) as isize - before;
             return Some(measured(|out| goal_line(out, &goal)) as isize - grown);
         } else if self.open_errors.len() > 1 {
-            let before = self.errors_heading().len() as isize;
+            let before = measured(|out| self.errors_heading(out)) as isize;
             let error = self.open_errors.remove(0);
             self.open_errors_left_out += 1;
-            let grown = self.errors_heading().len() as isize - before;
+            let grown = measured(|out| self.errors_heading(out)) as isize - before;
             return Some(measured(|out| error_line(out, &error)) as isize - grown);
         } else {
             return None;
@@ -215,24 +215,27 @@ impl ContinuityRecord {
         Some(shorter as isize)
     }
 
-    fn goals_heading(&self) -> String {
+    fn goals_heading(&self, out: &mut impl Out) {
         heading(
+            out,
             "Goals, in the user's words (oldest first",
             self.goals_left_out,
             "earlier",
         )
     }
 
-    fn files_heading(&self) -> String {
+    fn files_heading(&self, out: &mut impl Out) {
         heading(
+            out,
             "Files (latest known state, newest first",
             self.files_left_out,
             "more",
         )
     }
 
-    fn errors_heading(&self) -> String {
+    fn errors_heading(&self, out: &mut impl Out) {
         heading(
+            out,
             "Open errors (newest last",
             self.open_errors_left_out,
             "older",
@@ -264,13 +267,15 @@ impl ContinuityRecord {
             out.put("\n");
         }
         if !self.goals.is_empty() {
-            heading_line(out, &self.goals_heading());
+            self.goals_heading(out);
+            out.put("\n");
             for goal in &self.goals {
                 goal_line(out, goal);
             }
         }
         if !self.files.is_empty() {
-            heading_line(out, &self.files_heading());
+            self.files_heading(out);
+            out.put("\n");
             for file in &self.files {
                 file_line(out, file);
             }
@@ -282,7 +287,8 @@ impl ContinuityRecord {
             }
         }
         if !self.open_errors.is_empty() {
-            heading_line(out, &self.errors_heading());
+            self.errors_heading(out);
+            out.put("\n");
             for error in &self.open_errors {
                 error_line(out, error);
             }
@@ -418,12 +424,34 @@ pub(crate) mod work {
 }
 
 /// A section's heading: `title` (an open parenthesis) closed with how many `what`
-/// items were left out, if any: `Files (newest first; 3 more left out):`.
-fn heading(title: &str, left_out: usize, what: &str) -> String {
-    match left_out {
-        0 => format!("{title}):"),
-        n => format!("{title}; {n} {what} left out):"),
+/// items were left out, if any: `Files (newest first; 3 more left out):`. Put piece
+/// by piece, never formatted into a string of its own: the budget's loop measures it
+/// after each item it leaves out.
+fn heading(out: &mut impl Out, title: &str, left_out: usize, what: &str) {
+    out.put(title);
+    if left_out > 0 {
+        out.put("; ");
+        put_count(out, left_out);
+        out.put(" ");
+        out.put(what);
+        out.put(" left out");
     }
+    out.put("):");
+}
+
+/// `n` in decimal digits.
+fn put_count(out: &mut impl Out, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.put(std::str::from_utf8(&digits[start..]).unwrap_or_default());
 }
 
 /// Build the record from the graph's parts.
@@ -704,6 +732,24 @@ mod tests {
             vec![],
         );
         log
+    }
+
+    #[test]
+    fn a_heading_counts_what_was_left_out_in_decimal() {
+        let written = |left_out| {
+            let mut out = String::new();
+            heading(&mut out, "Files (newest first", left_out, "more");
+            out
+        };
+        assert_eq!(written(0), "Files (newest first):");
+        assert_eq!(written(7), "Files (newest first; 7 more left out):");
+        assert_eq!(written(1030), "Files (newest first; 1030 more left out):");
+        let text = written(usize::MAX);
+        assert!(text.contains(&format!("; {} more", usize::MAX)), "{text}");
+        assert_eq!(
+            measured(|out| heading(out, "Files (newest first", 1030, "more")),
+            written(1030).len()
+        );
     }
 
     #[test]

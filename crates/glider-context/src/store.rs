@@ -155,31 +155,43 @@ fn make_files_private(dir: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Append `events` (with their families) in one transaction; returns their ids.
+/// Append `events` (with their families) in one transaction; returns their ids. The
+/// writer calls this once per batch, so its three statements (`BEGIN`, the insert,
+/// `COMMIT`) are prepared once per connection and reused: a transaction opened with
+/// `Connection::transaction` parses `BEGIN` and `COMMIT` again each time.
 pub fn append(
     conn: &mut Connection,
     events: &[(Option<String>, Event)],
 ) -> Result<Vec<i64>, StoreError> {
-    let tx = conn.transaction()?;
-    let mut ids = Vec::with_capacity(events.len());
-    {
-        let mut insert = tx.prepare_cached(
-            "INSERT INTO events (at_ms, session, family, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        for (family, event) in events {
-            let body = serde_json::to_string(&event.body)
-                .map_err(|source| StoreError::BadEvent { id: -1, source })?;
-            insert.execute(params![
-                event.at_ms as i64,
-                event.session,
-                family,
-                event.body.kind(),
-                body
-            ])?;
-            ids.push(tx.last_insert_rowid());
-        }
+    conn.prepare_cached("BEGIN")?.execute([])?;
+    let inserted = insert_events(conn, events)
+        .and_then(|ids| Ok(conn.prepare_cached("COMMIT")?.execute([]).map(|_| ids)?));
+    if inserted.is_err() && !conn.is_autocommit() {
+        // Nothing of the batch is kept; the caller counts it as lost.
+        let _ = conn.execute_batch("ROLLBACK");
     }
-    tx.commit()?;
+    inserted
+}
+
+fn insert_events(
+    conn: &Connection,
+    events: &[(Option<String>, Event)],
+) -> Result<Vec<i64>, StoreError> {
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO events (at_ms, session, family, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    let mut ids = Vec::with_capacity(events.len());
+    for (family, event) in events {
+        let body = serde_json::to_string(&event.body)
+            .map_err(|source| StoreError::BadEvent { id: -1, source })?;
+        ids.push(insert.insert(params![
+            event.at_ms as i64,
+            event.session,
+            family,
+            event.body.kind(),
+            body
+        ])?);
+    }
     Ok(ids)
 }
 
@@ -447,6 +459,25 @@ mod tests {
         drop(conn);
         // Opening again runs no migration twice.
         open(&dir).expect("reopens");
+    }
+
+    #[test]
+    fn a_batch_that_cannot_commit_is_rolled_back_and_the_next_one_goes_in() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        conn.busy_timeout(Duration::ZERO).expect("no wait");
+        append(&mut conn, &[gap(1)]).expect("appends");
+        // Another connection holds the write lock: the insert fails at once.
+        let blocker = open(home.path()).expect("opens");
+        blocker.execute_batch("BEGIN IMMEDIATE").expect("locks");
+        append(&mut conn, &[gap(2), gap(3)]).expect_err("busy");
+        assert!(conn.is_autocommit(), "no transaction is left open");
+        blocker.execute_batch("COMMIT").expect("unlocks");
+        let ids = append(&mut conn, &[gap(4)]).expect("appends after");
+        assert_eq!(ids.len(), 1);
+        let stored = events(&conn, Some("s")).expect("reads");
+        let times: Vec<u64> = stored.iter().map(|s| s.event.at_ms).collect();
+        assert_eq!(times, [1, 4], "nothing of the failed batch was kept");
     }
 
     #[test]

@@ -29,6 +29,7 @@ fn options(dir: &std::path::Path) -> LogOptions {
         },
         retention_every: Duration::from_secs(3600),
         record_max_tokens: 1500,
+        idle_rebuild_after: Duration::from_millis(20),
     }
 }
 

@@ -43,6 +43,7 @@ fn attach(engine: &Engine, dir: &std::path::Path) -> Arc<Context> {
         },
         retention_every: Duration::from_secs(3600),
         record_max_tokens: 1500,
+        idle_rebuild_after: Duration::from_millis(20),
     })
     .expect("log starts");
     let context = Arc::new(Context::with_log(log));

@@ -8,6 +8,32 @@ use glider_context::store::{self, Retention};
 use glider_context::{ContextLog, LogOptions};
 use serde_json::json;
 
+/// [`options`] with a writer that never idles long enough to render on its own: only
+/// reads render.
+fn options_rendering_on_read_only(dir: &std::path::Path) -> LogOptions {
+    LogOptions {
+        idle_rebuild_after: Duration::from_secs(3600),
+        ..options(dir, 64)
+    }
+}
+
+fn root_turn(key: &str, goal: &str) -> [Event; 2] {
+    let mut request = request(key, true, &[]);
+    if let EventBody::Request(body) = &mut request.body {
+        body.user_text = Some(goal.to_owned());
+    }
+    [request, reply(key, &[])]
+}
+
+/// Poll `done` for up to 30 s; `never` says what did not happen.
+fn wait_until(mut done: impl FnMut() -> bool, never: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{never}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn options(dir: &std::path::Path, queue_capacity: usize) -> LogOptions {
     LogOptions {
         dir: dir.to_path_buf(),
@@ -18,6 +44,7 @@ fn options(dir: &std::path::Path, queue_capacity: usize) -> LogOptions {
         },
         retention_every: Duration::from_secs(3600),
         record_max_tokens: 1500,
+        idle_rebuild_after: Duration::from_millis(20),
     }
 }
 
@@ -272,4 +299,102 @@ fn a_request_whose_reply_never_comes_still_reaches_the_record() {
     log.flush();
     let record = log.records().get("s").expect("held");
     assert_eq!(record.matches("- do it").count(), 2, "{record}");
+}
+
+#[test]
+fn a_read_after_many_commits_renders_the_record_once_with_every_event() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let log = ContextLog::start(options_rendering_on_read_only(home.path())).expect("starts");
+    const TURNS: usize = 6;
+    for i in 0..TURNS {
+        for e in root_turn(&format!("r{i}"), &format!("goal number {i}")) {
+            log.append(e);
+        }
+        // Each turn its own commit.
+        log.flush();
+    }
+    let records = log.records();
+    assert!(records.holds("s"), "the writer folds the session");
+    assert!(
+        !records.is_current("s"),
+        "a commit only marks the record stale"
+    );
+    assert_eq!(records.renders(), 0, "no commit rendered the record");
+    let record = records.get("s").expect("a record");
+    for i in 0..TURNS {
+        assert!(record.contains(&format!("goal number {i}")), "{record}");
+    }
+    assert_eq!(records.renders(), 1, "the read rendered it once");
+    let again = records.get("s").expect("a record");
+    assert!(
+        std::sync::Arc::ptr_eq(&record, &again),
+        "kept until the next event"
+    );
+    assert_eq!(records.renders(), 1);
+    // The record a read renders is the one a replay of the database folds.
+    let view = glider_context::Reader::new(home.path().to_path_buf())
+        .session("s")
+        .expect("reads")
+        .expect("the session");
+    assert_eq!(view.record.text, *record);
+
+    for e in root_turn("late", "one more goal") {
+        log.append(e);
+    }
+    log.flush();
+    assert!(!records.is_current("s"), "a new event makes it stale again");
+    let record = records.get("s").expect("a record");
+    assert!(record.contains("one more goal"), "{record}");
+    assert_eq!(records.renders(), 2);
+}
+
+#[test]
+fn an_idle_writer_renders_a_stale_record_before_anyone_reads_it() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let log = ContextLog::start(options(home.path(), 64)).expect("starts");
+    for e in root_turn("a", "the first goal") {
+        log.append(e);
+    }
+    log.flush();
+    let records = log.records();
+    wait_until(
+        || records.is_current("s"),
+        "the idle writer never rendered the record",
+    );
+    assert_eq!(records.renders(), 1, "rendered by the writer");
+    let record = records.get("s").expect("a record");
+    assert!(record.contains("the first goal"), "{record}");
+    assert_eq!(records.renders(), 1, "the read found it current");
+}
+
+#[test]
+fn a_forgotten_session_is_let_go_while_its_record_is_stale() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let log = ContextLog::start(options_rendering_on_read_only(home.path())).expect("starts");
+    for e in root_turn("a", "a secret goal") {
+        log.append(e);
+    }
+    log.flush();
+    assert!(
+        log.records().get("s").is_some(),
+        "a record before the forget"
+    );
+    for e in root_turn("b", "another secret goal") {
+        log.append(e);
+    }
+    log.flush();
+    assert!(!log.records().is_current("s"), "stale when forgotten");
+    // Forgotten through another connection, as `glider context forget` does.
+    let reader = glider_context::Reader::new(home.path().to_path_buf());
+    assert_eq!(reader.forget("s").expect("forgets"), 4);
+    wait_until(
+        || !log.records().holds("s"),
+        "the writer never let the forgotten session go",
+    );
+    assert_eq!(log.records().get("s"), None, "nothing of it is rendered");
+    assert_eq!(
+        log.records().renders(),
+        1,
+        "the forgotten events were never rendered"
+    );
 }

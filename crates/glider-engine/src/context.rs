@@ -24,9 +24,11 @@ pub trait ContextSink: Send + Sync {
     fn decided(&self, turn: &DecidedTurn<'_>);
     /// The request ended: its reply was delivered, it failed, or its client went away.
     fn recorded(&self, turn: RecordedTurn<'_>);
-    /// The session's continuity record rendered for a model, as last built (`None`
-    /// when none is held for it). Called on the request path: it must answer from
-    /// memory at once, never query storage nor wait on a lock a writer holds long.
+    /// The session's continuity record rendered for a model, with every event of it
+    /// committed so far (`None` when none is held for it). Called on the request path:
+    /// it must answer from memory, never query storage nor wait on a lock a writer
+    /// holds long; it may render the record there when events came since the last
+    /// render (the log renders lazily: only what is read).
     fn record(&self, session: &str) -> Option<Arc<str>>;
     /// A delegate run (`/claude …`, handled before the pipeline) ended.
     fn delegated(&self, run: &DelegatedRun<'_>);
