@@ -122,13 +122,9 @@ impl Backend {
                 ..Health::default()
             },
             (None, BackendKind::Ollama) => self.probe_ollama().await,
-            (None, BackendKind::Vllm) => self.probe_openai_compatible("/models").await,
-            (None, BackendKind::Openai) if self.is_local() => {
-                self.probe_openai_compatible("/models").await
-            }
-            // Its base URL has no `/v1` (the Anthropic wire's paths carry it).
-            (None, BackendKind::Anthropic) if self.is_local() => {
-                self.probe_openai_compatible("/v1/models").await
+            (None, BackendKind::Vllm) => self.probe_openai_compatible(self.models_path()).await,
+            (None, BackendKind::Openai | BackendKind::Anthropic) if self.is_local() => {
+                self.probe_openai_compatible(self.models_path()).await
             }
             (None, BackendKind::Openai | BackendKind::Anthropic) => {
                 let kept = self.health.get();
@@ -155,11 +151,17 @@ impl Backend {
         if self.pool.is_none() || self.unavailable.is_some() || !self.is_local() {
             return None;
         }
-        Some(match self.kind() {
+        Some(self.models_path())
+    }
+
+    /// The path that lists the backend's models: what every probe asks. An Anthropic
+    /// base URL has no `/v1` (the Anthropic wire's paths carry it).
+    fn models_path(&self) -> &'static str {
+        match self.kind() {
             BackendKind::Ollama => "/api/tags",
             BackendKind::Anthropic => "/v1/models",
             BackendKind::Vllm | BackendKind::Openai => "/models",
-        })
+        }
     }
 
     /// Probe every replica of the pool at `path` (concurrently; the first, the
@@ -221,10 +223,7 @@ impl Backend {
                 ..Health::default()
             };
         }
-        let path = match self.kind() {
-            BackendKind::Anthropic => "/v1/models",
-            _ => "/models",
-        };
+        let path = self.models_path();
         let url = self.url(path);
         let response = match self.get(path).timeout(PROBE_TIMEOUT).send().await {
             Ok(response) => response,

@@ -104,15 +104,20 @@ impl Pool {
     /// replica the last probe found down behind all the others (tried only when they
     /// fail too).
     pub fn order(&self, key: Option<&str>) -> Vec<usize> {
-        let key = key.map(|key| fnv1a(key.as_bytes()));
+        let Some(key) = key.map(|key| fnv1a(key.as_bytes())) else {
+            // Config order, the replicas found down moved behind the others.
+            let mut order: Vec<usize> = (0..self.replicas.len()).collect();
+            order.sort_by_key(|&i| self.replicas[i].probed_down());
+            return order;
+        };
         // Each replica's rank worked out once: down last, then the highest score first;
-        // the index breaks a (vanishingly unlikely) tie, and is all there is without a key.
+        // the index breaks a (vanishingly unlikely) tie.
         let mut ranked: Vec<(bool, std::cmp::Reverse<u64>, usize)> = self
             .replicas
             .iter()
             .enumerate()
             .map(|(i, replica)| {
-                let score = key.map_or(0, |key| mix(key ^ replica.identity));
+                let score = mix(key ^ replica.identity);
                 (replica.probed_down(), std::cmp::Reverse(score), i)
             })
             .collect();

@@ -162,6 +162,9 @@ impl FanOutConfig {
                 None => problems.push(format!(
                     "fan_out.shadow.target: no backend is named {name:?}"
                 )),
+                Some(backend) if !backend.enabled => problems.push(format!(
+                    "fan_out.shadow.target: {name:?} is disabled (enabled: false)"
+                )),
                 Some(backend) if !backend.is_local() && !self.shadow.allow_cloud => {
                     problems.push(format!(
                         "fan_out.shadow.target: {name:?} is a cloud backend; a copy spends its key only with fan_out.shadow.allow_cloud: true"

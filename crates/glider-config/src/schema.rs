@@ -1381,6 +1381,21 @@ mod tests {
     }
 
     #[test]
+    fn a_shadow_target_must_be_an_enabled_backend() {
+        let yaml = "backends:\n  - {name: off, type: ollama, base_url: 'http://x', models: [a], enabled: false}\n  - {name: local, type: ollama, base_url: 'http://x', models: [b]}\n";
+        let disabled = format!("{yaml}fan_out: {{mode: shadow, shadow: {{target: off}}}}\n");
+        let Err(ConfigError::Invalid { problems, .. }) = Config::parse(&disabled, "t") else {
+            panic!("a disabled shadow target is refused");
+        };
+        assert!(
+            problems.iter().any(|p| p.contains("\"off\" is disabled")),
+            "{problems:?}"
+        );
+        let enabled = format!("{yaml}fan_out: {{mode: shadow, shadow: {{target: local}}}}\n");
+        Config::parse(&enabled, "t").expect("an enabled local target is valid");
+    }
+
+    #[test]
     fn the_summarizer_defaults_to_the_first_local_backend_and_may_name_any() {
         let yaml = "backends:\n  - {name: cloud, type: openai, base_url: 'https://x', models: ['gpt-*']}\n  - {name: off, type: ollama, base_url: 'http://x', models: [a], enabled: false}\n  - {name: local, type: ollama, base_url: 'http://x', models: ['q*', qwen, llama]}\n";
         let config = Config::parse(yaml, "t").expect("valid");

@@ -248,20 +248,20 @@ impl Writer {
     fn run(mut self, receiver: Receiver<Message>) {
         let mut retention_due = Instant::now() + self.retention_every;
         let mut forget_checked = Instant::now();
+        let started = Instant::now();
         let mut last_commit: Option<Instant> = None;
-        let mut last_message = Instant::now();
         loop {
             let mut wait = retention_due
                 .saturating_duration_since(Instant::now())
                 .min(FORGET_CHECK_EVERY);
             if self.live.has_idle_due() {
-                let idle_due = last_message + self.idle_rebuild_after;
+                let idle_due = last_commit.unwrap_or(started) + self.idle_rebuild_after;
                 wait = wait.min(idle_due.saturating_duration_since(Instant::now()));
             }
             let first = match receiver.recv_timeout(wait) {
                 Ok(message) => message,
                 Err(RecvTimeoutError::Timeout) => {
-                    if last_message.elapsed() >= self.idle_rebuild_after {
+                    if last_commit.unwrap_or(started).elapsed() >= self.idle_rebuild_after {
                         self.live.render_idle();
                     }
                     if Instant::now() >= retention_due {
@@ -278,7 +278,6 @@ impl Writer {
             let batch = gather(&receiver, first, due);
             self.write(batch);
             last_commit = Some(Instant::now());
-            last_message = Instant::now();
             if forget_checked.elapsed() >= FORGET_CHECK_EVERY {
                 // A busy writer checks here, an idle one on its timeout.
                 self.live.check_forgotten(&self.conn);

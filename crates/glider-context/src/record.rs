@@ -431,27 +431,12 @@ fn heading(out: &mut impl Out, title: &str, left_out: usize, what: &str) {
     out.put(title);
     if left_out > 0 {
         out.put("; ");
-        put_count(out, left_out);
+        out.put(itoa::Buffer::new().format(left_out));
         out.put(" ");
         out.put(what);
         out.put(" left out");
     }
     out.put("):");
-}
-
-/// `n` in decimal digits.
-fn put_count(out: &mut impl Out, mut n: usize) {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.put(std::str::from_utf8(&digits[start..]).unwrap_or_default());
 }
 
 /// Build the record from the graph's parts.

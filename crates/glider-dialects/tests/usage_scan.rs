@@ -99,6 +99,10 @@ fn backend_shapes_scan_to_the_decoded_usage() {
     ];
     for (dialect, body) in bodies {
         let body = body.to_string();
+        // Each shape decodes, so `scanned` does compare it with the full decode.
+        codec(dialect)
+            .decode_response(body.as_bytes())
+            .expect("a backend's shape decodes");
         let usage = scanned(dialect, body.as_bytes()).expect("scans");
         assert_ne!(usage, Usage::default(), "{dialect:?}: {body}");
     }
@@ -345,9 +349,6 @@ fn a_reply_without_the_dialects_tool_call_marker_makes_no_tool_call() {
                     reply_may_call_tools(dialect, body.as_bytes()),
                     "{dialect:?}: {body}"
                 );
-            }
-            if !reply_may_call_tools(dialect, body.as_bytes()) {
-                assert!(!calls, "{dialect:?}: {body}");
             }
         }
         let plain = codec(dialect)

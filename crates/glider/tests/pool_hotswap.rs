@@ -230,7 +230,7 @@ async fn each_module_swaps_on_its_own_a_broken_one_keeps_its_state_and_versions_
     assert!(
         last["why"]
             .as_str()
-            .is_some_and(|w| w.contains("\"spare\" is not an enabled backend in use")),
+            .is_some_and(|w| w.contains("\"spare\" is not a backend in use")),
         "{view}"
     );
     assert_eq!(swaps_of(&view, "classifier").len(), 1, "{view}");

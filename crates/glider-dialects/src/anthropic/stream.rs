@@ -36,7 +36,8 @@ pub(super) struct AnthropicStreamDecoder {
     /// Content block deltas are decoded only for tool call blocks (their `index`
     /// found by a scan): a reader that keeps only tool calls.
     tool_deltas_only: bool,
-    /// The Anthropic indices of the tool call blocks seen so far.
+    /// The Anthropic indices of the tool call blocks seen so far (kept only with
+    /// `tool_deltas_only`, the one reader of them).
     tool_blocks: Vec<u64>,
 }
 
@@ -150,7 +151,9 @@ impl AnthropicStreamDecoder {
                         (PartKind::Thinking, first)
                     }
                     Some("tool_use" | "server_tool_use") => {
-                        self.tool_blocks.push(block_index);
+                        if self.tool_deltas_only {
+                            self.tool_blocks.push(block_index);
+                        }
                         let first = block
                             .get("input")
                             .and_then(Value::as_object)

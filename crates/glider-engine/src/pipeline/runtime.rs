@@ -192,7 +192,9 @@ impl HotSwap for BackendsModule {
 }
 
 /// Module `classifier`: the `routing.classifier` section the runtime's classifier is
-/// built from (the file's checks of its weights and thresholds are its validation).
+/// built from. The file's checks of its weights and thresholds are its validation, so
+/// its reload cannot fail: it is a module for its record (version and swaps on
+/// `/api/hotswap`); the runtime builds the classifier from the config itself.
 pub(crate) struct ClassifierModule {
     pub(crate) current: Swap<ClassifierConfig>,
 }
@@ -230,7 +232,7 @@ impl FanOutModule {
                     .any(|b| b.config.enabled && b.name() == name) =>
             {
                 Err(format!(
-                    "fan_out.shadow.target {name:?} is not an enabled backend in use (the backends module kept its previous set, or it is disabled)"
+                    "fan_out.shadow.target {name:?} is not a backend in use (the backends module kept its previous set)"
                 ))
             }
             _ => Ok(()),
@@ -309,7 +311,6 @@ impl RuntimeModule {
     fn assembled(&self, config: &Config) -> Config {
         let mut assembled = config.clone();
         assembled.backends = self.backends.current.snapshot().0.clone();
-        assembled.routing.classifier = (*self.classifier.current.snapshot()).clone();
         assembled.fan_out = (*self.fan_out.current.snapshot()).clone();
         assembled
     }
