@@ -29,7 +29,7 @@ const MAX_STORED_REPLY: usize = 64 * 1024 * 1024;
 pub struct ToStore {
     store: Arc<ResponseStore>,
     previous: Option<String>,
-    input: Vec<Value>,
+    input: Box<RawValue>,
 }
 
 /// The request body to send on, and what to store of its reply (`None`: not stored).
@@ -59,12 +59,14 @@ pub fn prepare(store: Option<&Arc<ResponseStore>>, body: Bytes) -> Result<Prepar
     if previous.is_none() && !(wants_store && store.is_some()) {
         return Ok(Prepared { body, store: None });
     }
-    let own_input = input_items(head.input.as_deref());
+    let own_input = input_array(head.input.as_deref());
     let body = match &previous {
         Some(id) => {
             let store = store.ok_or_else(|| storage_off("previous_response_id"))?;
             let mut items = store.history(id).map_err(|error| chain_error(id, error))?;
-            items.extend(own_input.iter().cloned());
+            if let Ok(Value::Array(own)) = serde_json::from_str::<Value>(own_input.get()) {
+                items.extend(own);
+            }
             // The head was read from a JSON object, so the whole one parses too.
             let mut request = serde_json::from_slice::<Map<String, Value>>(&body)
                 .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?;
@@ -127,13 +129,24 @@ fn head_of(body: &[u8]) -> Option<Head> {
     })
 }
 
-/// A request's `input` as items (a plain string is one user message). The raw text
-/// was read from valid JSON, so it parses.
-fn input_items(input: Option<&RawValue>) -> Vec<Value> {
-    match input.and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok()) {
-        Some(Value::String(text)) => vec![json!({"role": "user", "content": text})],
-        Some(Value::Array(items)) => items,
-        _ => Vec::new(),
+/// A request's `input` as a JSON array of items (a plain string is one user message),
+/// kept as text: an array (Codex resends its whole history there) is copied, never
+/// parsed into values.
+fn input_array(input: Option<&RawValue>) -> Box<RawValue> {
+    let empty = || RawValue::from_string("[]".to_owned()).expect("an empty array is JSON");
+    let Some(raw) = input else {
+        return empty();
+    };
+    match raw.get().trim_start().as_bytes().first() {
+        Some(b'[') => raw.to_owned(),
+        Some(b'"') => match serde_json::from_str::<String>(raw.get()) {
+            Ok(text) => {
+                serde_json::value::to_raw_value(&[json!({"role": "user", "content": text})])
+                    .unwrap_or_else(|_| empty())
+            }
+            Err(_) => empty(),
+        },
+        _ => empty(),
     }
 }
 
@@ -185,7 +198,7 @@ pub async fn storing(to_store: ToStore, response: Response) -> Response {
                 );
             }
         };
-        if let Ok(object) = serde_json::from_slice::<Value>(&bytes) {
+        if let Ok(object) = serde_json::from_slice::<Box<RawValue>>(&bytes) {
             to_store.put(object);
         }
         return Response::from_parts(parts, Body::from(bytes));
@@ -208,12 +221,21 @@ pub async fn storing(to_store: ToStore, response: Response) -> Response {
 }
 
 impl ToStore {
-    fn put(self, object: Value) {
-        let Some(id) = object.get("id").and_then(Value::as_str) else {
+    /// Store the Response object `object` (JSON text) under its `id`; one without an
+    /// id is not stored.
+    fn put(self, object: Box<RawValue>) {
+        #[derive(serde::Deserialize)]
+        struct Id {
+            id: Option<String>,
+        }
+        let Some(id) = serde_json::from_str::<Id>(object.get())
+            .ok()
+            .and_then(|head| head.id)
+        else {
             return;
         };
         self.store.put(StoredResponse {
-            id: id.to_owned(),
+            id,
             at_ms: glider_context::now_ms(),
             previous: self.previous,
             input: self.input,
@@ -222,11 +244,21 @@ impl ToStore {
     }
 }
 
-/// The Response object of a `response.completed` SSE data line.
-fn completed_response(line: &str) -> Option<Value> {
+/// The Response object of a `response.completed` SSE data line, as text. Other lines
+/// (every delta) are passed over by a substring test, never parsed.
+fn completed_response(line: &str) -> Option<Box<RawValue>> {
+    #[derive(serde::Deserialize)]
+    struct Completed<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: std::borrow::Cow<'a, str>,
+        response: Option<Box<RawValue>>,
+    }
     let data = line.strip_prefix("data:")?.trim_start();
-    let mut event: Value = serde_json::from_str(data).ok()?;
-    (event.get("type")? == "response.completed").then(|| event["response"].take())
+    if !data.contains("response.completed") {
+        return None;
+    }
+    let event: Completed = serde_json::from_str(data).ok()?;
+    (event.kind == "response.completed").then_some(event.response)?
 }
 
 /// Whole lines out of a byte stream.
@@ -254,7 +286,11 @@ pub async fn retrieve(store: Option<Arc<ResponseStore>>, id: String) -> Response
     };
     let lookup = id.clone();
     match tokio::task::spawn_blocking(move || store.get(&lookup)).await {
-        Ok(Ok(Some(found))) => axum::Json(found.response.clone()).into_response(),
+        Ok(Ok(Some(found))) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            found.response.get().to_owned(),
+        )
+            .into_response(),
         Ok(Ok(None)) => error_response(Dialect::OpenAiResponses, &not_found(&id)),
         Ok(Err(error)) => store_failed(error.to_string()),
         Err(error) => store_failed(error.to_string()),
@@ -349,7 +385,7 @@ fn list_page(stored: &StoredResponse, params: &ListParams) -> Result<Value, ApiE
             })?,
     };
     let mut items: Vec<Value> = stored
-        .input
+        .input_items()
         .iter()
         .enumerate()
         .map(|(index, item)| listed_item(&stored.id, index, item))
@@ -431,11 +467,22 @@ mod tests {
             id: "resp_1".into(),
             at_ms: 0,
             previous: None,
-            input: (0..items)
-                .map(|i| json!({"role": "user", "content": format!("turn {i}")}))
-                .collect(),
-            response: json!({"id": "resp_1", "object": "response", "output": []}),
+            input: serde_json::value::to_raw_value(
+                &(0..items)
+                    .map(|i| json!({"role": "user", "content": format!("turn {i}")}))
+                    .collect::<Vec<_>>(),
+            )
+            .expect("serializes"),
+            response: RawValue::from_string(
+                r#"{"id": "resp_1", "object": "response", "output": []}"#.into(),
+            )
+            .expect("JSON"),
         }
+    }
+
+    /// The input items `prepare` would store for a request's `input`.
+    fn items(input: Option<&RawValue>) -> Value {
+        serde_json::from_str(input_array(input).get()).expect("an array")
     }
 
     fn params(limit: Option<&str>, order: Option<&str>, after: Option<&str>) -> ListParams {
@@ -517,19 +564,35 @@ mod tests {
         assert_eq!(head.store, Some(Value::Bool(false)));
         assert_eq!(head.previous_response_id, None);
         assert_eq!(
-            input_items(head.input.as_deref()),
-            vec![json!({"role": "user", "content": "hi"})]
+            items(head.input.as_deref()),
+            json!([{"role": "user", "content": "hi"}])
         );
         let twice =
             head_of(br#"{"input": "a", "previous_response_id": null, "input": [{"k": 2}]}"#)
                 .expect("object");
-        assert_eq!(input_items(twice.input.as_deref()), vec![json!({"k": 2})]);
+        assert_eq!(items(twice.input.as_deref()), json!([{"k": 2}]));
+        assert_eq!(items(None), json!([]));
+        let number = RawValue::from_string("7".into()).expect("JSON");
+        assert_eq!(items(Some(&number)), json!([]), "neither items nor text");
         assert!(matches!(
             twice.previous_response_id,
             None | Some(Value::Null)
         ));
         assert!(head_of(br#"["store", null, "input"]"#).is_none());
         assert!(head_of(b"{not json").is_none());
+    }
+
+    #[test]
+    fn only_a_completed_event_yields_the_response_and_its_text_is_kept_as_sent() {
+        let completed = r#"data: {"type":"response.completed","response":{"id":"resp_9","output":[{"type":"message"}]}}"#;
+        assert_eq!(
+            completed_response(completed).map(|raw| raw.get().to_owned()),
+            Some(r#"{"id":"resp_9","output":[{"type":"message"}]}"#.to_owned())
+        );
+        let delta = r#"data: {"type":"response.output_text.delta","delta":"response.completed"}"#;
+        assert!(completed_response(delta).is_none(), "a delta naming it");
+        assert!(completed_response("event: response.completed").is_none());
+        assert!(completed_response(r#"data: {"type":"response.completed""#).is_none());
     }
 
     #[test]
