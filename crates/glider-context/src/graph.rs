@@ -61,8 +61,15 @@ pub struct Episode {
     /// The user's words that began it (up to 4 KiB).
     pub goal: Option<String>,
     pub steps: Vec<Step>,
+    /// Its oldest steps a live fold let go ([`Folder::live`]); 0 in a replay.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub steps_left_out: usize,
     /// Headless delegate runs (`/claude …`) that ended while this episode was current.
     pub delegate_runs: Vec<DelegateRun>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Episode {
@@ -201,18 +208,50 @@ pub fn fold(session: &str, events: &[Stored]) -> SessionGraph {
     folder.into_graph()
 }
 
+/// A live fold trims its episodes first when it holds this many ...
+const LIVE_TRIM_AT: usize = 64;
+/// ... down to what the record reads and the newest this many.
+const LIVE_EPISODES_KEPT: usize = 16;
+/// An episode of a live fold with this many steps (a long agent loop) ...
+const LIVE_STEPS_TRIM_AT: usize = 128;
+/// ... keeps its newest this many.
+const LIVE_STEPS_KEPT: usize = 32;
+/// Call ids a live fold remembers, waiting for their results and already resulted
+/// (each): a result is repeated only by the next few requests.
+const LIVE_CALL_IDS: usize = 1024;
+
 /// A fold in progress: feed it a session's events oldest first; read the graph's parts
 /// at any point ([`Folder::episodes`], …) or take it whole ([`Folder::into_graph`]).
+///
+/// A replay ([`Folder::new`], [`fold`]) keeps everything. A live fold
+/// ([`Folder::live`], the writer's, which lives as long as the session is active)
+/// keeps only what the continuity record reads, so that its memory does not grow
+/// with the session: the episodes the record reads ([`crate::record::reads`]) and
+/// the newest [`LIVE_EPISODES_KEPT`] (older ones with their closing step only); the
+/// newest [`LIVE_STEPS_KEPT`] steps of an episode past
+/// [`LIVE_STEPS_TRIM_AT`]; of each file, its newest valid change and newest read
+/// (superseded changes are not in the record); open errors only; no commands (the
+/// record lists none; their errors are kept); and the newest [`LIVE_CALL_IDS`] call
+/// ids of each kind. Its record is the replay's: the counts of what the record left
+/// out (goals, files, errors) are kept whole.
 #[derive(Default)]
 pub struct Folder {
     /// Episodes, commands, errors and narrative; files and models are kept in the maps
     /// below and moved in by [`Folder::into_graph`].
     graph: SessionGraph,
     /// Calls seen (in replies or request history) by id, waiting for their result
-    /// (dropped once it came: only `resulted` must remember the id).
-    calls: HashMap<String, ToolCall>,
-    /// Call ids whose result was already folded (history repeats them).
-    resulted: std::collections::HashSet<String>,
+    /// (dropped once it came: only `resulted` must remember the id), with the
+    /// sequence number they were seen at.
+    calls: HashMap<String, (u64, ToolCall)>,
+    /// Call ids whose result was already folded (history repeats them), with the
+    /// sequence number it was folded at.
+    resulted: HashMap<String, u64>,
+    /// Call ids seen so far, numbering `calls` and `resulted`.
+    seq: u64,
+    /// Trims itself (see above) ...
+    live: bool,
+    /// ... when it holds this many episodes.
+    trim_at: usize,
     files: BTreeMap<String, FileFact>,
     models: BTreeMap<(String, String), ModelUse>,
     /// Request key → (episode index, step index).
@@ -226,6 +265,7 @@ pub struct Folder {
 }
 
 impl Folder {
+    /// A replay's fold: keeps everything.
     pub fn new(session: &str) -> Folder {
         Folder {
             graph: SessionGraph {
@@ -233,6 +273,15 @@ impl Folder {
                 ..SessionGraph::default()
             },
             ..Folder::default()
+        }
+    }
+
+    /// A live session's fold: keeps what the record reads (see [`Folder`]).
+    pub fn live(session: &str) -> Folder {
+        Folder {
+            live: true,
+            trim_at: LIVE_TRIM_AT,
+            ..Folder::new(session)
         }
     }
 
@@ -256,6 +305,97 @@ impl Folder {
             | EventBody::Forgotten { .. }
             | EventBody::ToolRun(_) => {}
         }
+        if self.live {
+            self.trim();
+        }
+    }
+
+    /// A live fold lets go what the record no longer reads (see [`Folder`]). Cheap
+    /// unless a bound is reached; the next bound is twice what a trim kept, so its
+    /// cost per event is constant.
+    fn trim(&mut self) {
+        if self.graph.episodes.len() >= self.trim_at {
+            self.trim_episodes();
+            self.trim_at = (2 * self.graph.episodes.len()).max(LIVE_TRIM_AT);
+        }
+        if let Some(last) = self.graph.episodes.len().checked_sub(1)
+            && self.graph.episodes[last].steps.len() >= LIVE_STEPS_TRIM_AT
+        {
+            self.drop_steps(
+                last,
+                self.graph.episodes[last].steps.len() - LIVE_STEPS_KEPT,
+            );
+        }
+        let oldest_kept = self.seq.saturating_sub(LIVE_CALL_IDS as u64);
+        if self.calls.len() > 2 * LIVE_CALL_IDS {
+            self.calls.retain(|_, (seq, _)| *seq > oldest_kept);
+        }
+        if self.resulted.len() > 2 * LIVE_CALL_IDS {
+            self.resulted.retain(|_, seq| *seq > oldest_kept);
+        }
+    }
+
+    /// Keep the episodes the record reads ([`crate::record::reads`]) and the newest
+    /// [`LIVE_EPISODES_KEPT`]; of those older than both the newest and the last
+    /// exchanges, only the closing step (the goal and the closing words are all the
+    /// record reads of them).
+    fn trim_episodes(&mut self) {
+        let episodes = std::mem::take(&mut self.graph.episodes);
+        let reads = crate::record::reads(&episodes);
+        let whole_from = reads
+            .exchanges_from
+            .min(episodes.len().saturating_sub(LIVE_EPISODES_KEPT));
+        let mut keep = vec![false; episodes.len()];
+        for &index in reads.goals.iter().chain(&reads.decisions) {
+            keep[index] = true;
+        }
+        keep[whole_from..].fill(true);
+        self.episode_of.clear();
+        self.steps.clear();
+        for (index, mut episode) in episodes.into_iter().enumerate() {
+            if !keep[index] {
+                continue;
+            }
+            if index < whole_from {
+                let closing = episode.steps.iter().rposition(|s| !s.compaction);
+                let closing = closing.map(|at| episode.steps.swap_remove(at));
+                episode.steps_left_out += episode.steps.len();
+                episode.steps.clear();
+                episode.steps.extend(closing);
+            }
+            let at = self.graph.episodes.len();
+            self.episode_of.insert(episode.family.clone(), at);
+            for (step_at, step) in episode.steps.iter().enumerate() {
+                self.steps.insert(step.request.clone(), (at, step_at));
+            }
+            self.graph.episodes.push(episode);
+        }
+    }
+
+    /// Let the first `count` steps of episode `index` go.
+    fn drop_steps(&mut self, index: usize, count: usize) {
+        let episode = &mut self.graph.episodes[index];
+        for step in episode.steps.drain(..count) {
+            self.steps.remove(&step.request);
+        }
+        episode.steps_left_out += count;
+        for (_, step) in self
+            .steps
+            .values_mut()
+            .filter(|(episode, _)| *episode == index)
+        {
+            *step -= count;
+        }
+    }
+
+    /// Remember a call seen in a reply or a request's history, unless its result
+    /// was folded already.
+    fn saw_call(&mut self, call: &ToolCall) {
+        if self.resulted.contains_key(&call.id) || self.calls.contains_key(&call.id) {
+            return;
+        }
+        self.seq += 1;
+        self.calls.insert(call.id.clone(), (self.seq, call.clone()));
     }
 
     pub fn episodes(&self) -> &[Episode] {
@@ -342,9 +482,7 @@ impl Folder {
 
     fn request(&mut self, request: &RequestEvent, at_ms: u64, family: Option<String>) {
         for call in &request.tool_calls {
-            self.calls
-                .entry(call.id.clone())
-                .or_insert_with(|| call.clone());
+            self.saw_call(call);
         }
         for result in &request.tool_results {
             self.result(result, at_ms, family.clone());
@@ -375,9 +513,7 @@ impl Folder {
 
     fn reply(&mut self, reply: &ReplyEvent, _at_ms: u64) {
         for call in &reply.tool_calls {
-            self.calls
-                .entry(call.id.clone())
-                .or_insert_with(|| call.clone());
+            self.saw_call(call);
         }
         if let Some(&(episode, step)) = self.steps.get(&reply.request) {
             let step = &mut self.graph.episodes[episode].steps[step];
@@ -407,10 +543,12 @@ impl Folder {
     }
 
     fn result(&mut self, result: &ToolResult, at_ms: u64, family: Option<String>) {
-        if !self.resulted.insert(result.call_id.clone()) {
+        if self.resulted.contains_key(&result.call_id) {
             return;
         }
-        let Some(call) = self.calls.remove(&result.call_id) else {
+        self.seq += 1;
+        self.resulted.insert(result.call_id.clone(), self.seq);
+        let Some((_, call)) = self.calls.remove(&result.call_id) else {
             return;
         };
         let outcome = tools::outcome(result.is_error, &result.text);
@@ -451,6 +589,9 @@ impl Folder {
                     self.open_error(command.clone(), &outcome, &call_id, at_ms, family.clone());
                 } else {
                     self.close_errors(&command, &call_id, at_ms);
+                }
+                if self.live {
+                    return;
                 }
                 self.graph.commands.push(CommandFact {
                     command,
@@ -502,6 +643,24 @@ impl Folder {
             family,
             superseded_ms: None,
         });
+        if self.live {
+            // What the record reads of a file: its newest valid change that is not a
+            // read, and its newest valid read (the newest change is always valid).
+            let valid = |c: &FileChange| c.superseded_ms.is_none();
+            let newest_read = fact
+                .changes
+                .iter()
+                .rposition(|c| valid(c) && c.op == FileOp::Read);
+            let newest_change = fact
+                .changes
+                .iter()
+                .rposition(|c| valid(c) && c.op != FileOp::Read);
+            let mut index = 0;
+            fact.changes.retain(|_| {
+                index += 1;
+                Some(index - 1) == newest_read || Some(index - 1) == newest_change
+            });
+        }
     }
 
     fn open_error(
@@ -532,6 +691,9 @@ impl Folder {
         {
             error.closed_ms = Some(at_ms);
             error.closed_by = Some(call_id.to_owned());
+        }
+        if self.live {
+            self.graph.errors.retain(|e| e.closed_ms.is_none());
         }
     }
 }

@@ -366,7 +366,7 @@ impl LiveSessions {
 /// Fold `session` from the database.
 fn load(conn: &Connection, session: &str) -> Result<Live, StoreError> {
     let events = store::events(conn, Some(session))?;
-    let mut folder = Folder::new(session);
+    let mut folder = Folder::live(session);
     for stored in &events {
         folder.feed(stored);
     }

@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 use crate::event::{edges, prefix};
-use crate::graph::{Episode, ErrorFact, FileFact, Folder, Narrative, SessionGraph};
+use crate::graph::{Episode, ErrorFact, FileFact, Folder, Narrative, SessionGraph, Step};
 use crate::tools::FileOp;
 
 /// Characters of the user's goals kept verbatim, all episodes together; over it the
@@ -478,33 +478,46 @@ fn build<'a>(
 }
 
 /// The goals, newest kept first until [`GOALS_MAX_CHARS`], returned oldest first;
-/// `total` is how many episodes have one. Only the kept goals' episodes (and the
-/// goal-less ones among them) are visited: a long session costs no more.
+/// `total` is how many episodes have one.
 fn goals(episodes: &[Episode], total: usize) -> (Vec<Goal>, usize) {
+    let mut kept: Vec<Goal> = goals_within_budget(episodes)
+        .0
+        .into_iter()
+        .map(|(index, goal)| Goal {
+            family: episodes[index].family.clone(),
+            at_ms: episodes[index].started_ms,
+            text: prefix(goal, GOALS_MAX_CHARS).to_owned(),
+        })
+        .collect();
+    let left_out = total.saturating_sub(kept.len());
+    kept.reverse();
+    (kept, left_out)
+}
+
+/// The episodes (by index) whose goals fit [`GOALS_MAX_CHARS`], newest first, with
+/// their goals, and the episode of the first goal that did not fit. Only the kept
+/// goals' episodes (and the goal-less ones among them) are visited: a long session
+/// costs no more.
+fn goals_within_budget(episodes: &[Episode]) -> (Vec<(usize, &str)>, Option<usize>) {
     let mut kept = Vec::new();
     let mut chars = 0;
     let newest_first = episodes
         .iter()
+        .enumerate()
         .rev()
-        .filter_map(|e| e.goal_text().map(|g| (e, g)));
-    for (episode, goal) in newest_first {
+        .filter_map(|(index, e)| e.goal_text().map(|g| (index, g)));
+    for (index, goal) in newest_first {
         #[cfg(test)]
         work::visited();
         let len = goal.chars().count();
         // The newest goal is always kept, cut to the budget if it alone is over.
         if !kept.is_empty() && chars + len > GOALS_MAX_CHARS {
-            break;
+            return (kept, Some(index));
         }
         chars += len;
-        kept.push(Goal {
-            family: episode.family.clone(),
-            at_ms: episode.started_ms,
-            text: prefix(goal, GOALS_MAX_CHARS).to_owned(),
-        });
+        kept.push((index, goal));
     }
-    let left_out = total.saturating_sub(kept.len());
-    kept.reverse();
-    (kept, left_out)
+    (kept, None)
 }
 
 fn file_state(fact: &FileFact) -> Option<FileState> {
@@ -523,9 +536,8 @@ fn file_state(fact: &FileFact) -> Option<FileState> {
     })
 }
 
-/// Each finished episode's closing words: its last request's reply (a compaction's
-/// summary aside), when that reply called no tool (the episode's answer) and said
-/// something.
+/// Each finished episode's closing words ([`closing_words`]), the newest
+/// [`MAX_DECISIONS`] of them, oldest first.
 fn decisions(episodes: &[Episode]) -> Vec<Decision> {
     let mut decisions: Vec<Decision> = episodes
         .iter()
@@ -533,9 +545,8 @@ fn decisions(episodes: &[Episode]) -> Vec<Decision> {
         .filter_map(|episode| {
             #[cfg(test)]
             work::visited();
-            let last = episode.steps.iter().rev().find(|s| !s.compaction)?;
-            let text = last.reply_text.as_deref()?.trim();
-            (last.tool_calls.is_empty() && !text.is_empty()).then(|| Decision {
+            let (last, text) = closing_words(episode)?;
+            Some(Decision {
                 family: episode.family.clone(),
                 at_ms: last.at_ms,
                 text: edges(text, DECISION_MAX_CHARS / 2),
@@ -547,6 +558,20 @@ fn decisions(episodes: &[Episode]) -> Vec<Decision> {
     decisions
 }
 
+/// An episode's closing words: its last request's reply (a compaction's summary
+/// aside), when that reply called no tool (the episode's answer) and said something.
+fn closing_words(episode: &Episode) -> Option<(&Step, &str)> {
+    let last = episode.steps.iter().rev().find(|s| !s.compaction)?;
+    let text = last.reply_text.as_deref()?.trim();
+    (last.tool_calls.is_empty() && !text.is_empty()).then_some((last, text))
+}
+
+/// A request the last exchanges may show: not a compaction, and its reply said or
+/// called something.
+fn is_exchange(step: &Step) -> bool {
+    !step.compaction && (step.reply_text.is_some() || !step.tool_calls.is_empty())
+}
+
 /// The last [`RECENT_EXCHANGES`] requests that got a reply.
 fn recent(episodes: &[Episode]) -> Vec<Exchange> {
     let mut out = Vec::new();
@@ -555,12 +580,12 @@ fn recent(episodes: &[Episode]) -> Vec<Exchange> {
             if out.len() == RECENT_EXCHANGES {
                 break 'episodes;
             }
-            if step.compaction || (step.reply_text.is_none() && step.tool_calls.is_empty()) {
+            if !is_exchange(step) {
                 continue;
             }
             out.push(Exchange {
                 at_ms: step.at_ms,
-                user: (index == 0)
+                user: (index == 0 && episode.steps_left_out == 0)
                     .then(|| {
                         episode
                             .goal
@@ -579,6 +604,45 @@ fn recent(episodes: &[Episode]) -> Vec<Exchange> {
     }
     out.reverse();
     out
+}
+
+/// What the record of a session reads of its episodes, by index, with room to spare
+/// so that the newest episodes changing (an answer becoming a tool call) still finds
+/// what it needs: a live fold lets the rest go ([`crate::graph::Folder::live`]).
+pub(crate) struct Reads {
+    /// The kept goals' episodes and the first one left out (the budget stops there).
+    pub goals: Vec<usize>,
+    /// Twice [`MAX_DECISIONS`] episodes with closing words.
+    pub decisions: Vec<usize>,
+    /// Every step from this episode on: twice [`RECENT_EXCHANGES`] exchanges.
+    pub exchanges_from: usize,
+}
+
+pub(crate) fn reads(episodes: &[Episode]) -> Reads {
+    let newest_first = || episodes.iter().enumerate().rev();
+    let (goals, left_out) = goals_within_budget(episodes);
+    Reads {
+        goals: goals
+            .iter()
+            .map(|&(index, _)| index)
+            .chain(left_out)
+            .collect(),
+        decisions: newest_first()
+            .filter(|(_, e)| closing_words(e).is_some())
+            .take(2 * MAX_DECISIONS)
+            .map(|(index, _)| index)
+            .collect(),
+        exchanges_from: newest_first()
+            .flat_map(|(index, e)| {
+                e.steps
+                    .iter()
+                    .filter(|s| is_exchange(s))
+                    .map(move |_| index)
+            })
+            .take(2 * RECENT_EXCHANGES)
+            .last()
+            .unwrap_or(episodes.len()),
+    }
 }
 
 /// How a file's state is written for a model.
@@ -963,5 +1027,135 @@ mod tests {
         );
         assert!(rendered <= 4, "{rendered} renderings for one record");
         assert!(visited < 2000, "{visited} episodes visited");
+    }
+
+    /// A long, mixed session (goals short, long and blank; tool loops reading,
+    /// editing and running commands on a handful of files, with errors opened and
+    /// closed; compactions; one agent loop of hundreds of steps; a stretch of
+    /// episodes without closing words), `turns` turns long.
+    fn mixed_session(turns: usize) -> Log {
+        let mut log = Log::default();
+        let mut seed: u64 = 7;
+        let mut next = move |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let mut pending: Vec<ToolCall> = Vec::new();
+        for turn in 0..turns {
+            let results: Vec<ToolResult> = pending
+                .drain(..)
+                .map(|c| {
+                    let failed = next(5) == 0;
+                    result(
+                        &c.id,
+                        if failed { "error: it failed" } else { "ok" },
+                        failed,
+                    )
+                })
+                .collect();
+            let file = format!("src/f{}.rs", next(30));
+            let id = format!("c{turn}");
+            let calls = match next(4) {
+                0 => vec![call(&id, "Read", json!({"file_path": file}))],
+                1 => vec![call(
+                    &id,
+                    "Edit",
+                    json!({"file_path": file, "old_string": "a", "new_string": "b"}),
+                )],
+                2 => vec![call(
+                    &id,
+                    "Bash",
+                    json!({"command": format!("cargo test {}", next(6))}),
+                )],
+                _ => vec![],
+            };
+            let in_long_loop = (1000..1400).contains(&turn);
+            // A stretch of episodes that end without closing words: the record's
+            // decisions come from before it.
+            let silent = (3000..4500).contains(&turn);
+            let reply = if calls.is_empty() && !silent {
+                format!("answer {turn}")
+            } else {
+                String::new()
+            };
+            if !in_long_loop && (results.is_empty() || next(6) == 0) {
+                let goal = match next(5) {
+                    0 => "   ".to_owned(),
+                    1 => format!("a long goal {turn} ").repeat(120),
+                    _ => format!("goal {turn}"),
+                };
+                log.turn(Some(&goal), vec![], &reply, calls.clone());
+            } else {
+                log.turn(None, results, &reply, calls.clone());
+            }
+            if next(40) == 0 {
+                let request = format!("r{}", log.events.len());
+                log.push(EventBody::Request(RequestEvent {
+                    request: request.clone(),
+                    compaction: true,
+                    ..RequestEvent::default()
+                }));
+                log.push(EventBody::Reply(ReplyEvent {
+                    request,
+                    status: Some(200),
+                    text: Some("a summary".into()),
+                    ..ReplyEvent::default()
+                }));
+            }
+            pending = calls;
+        }
+        log
+    }
+
+    #[test]
+    fn a_live_fold_renders_the_replays_record_and_holds_what_the_record_reads() {
+        let log = mixed_session(6000);
+        let mut live = crate::graph::Folder::live("s");
+        let mut replay = crate::graph::Folder::new("s");
+        let mut most_episodes = 0;
+        let mut most_steps = 0;
+        for (n, stored) in log.events.iter().enumerate() {
+            live.feed(stored);
+            replay.feed(stored);
+            most_episodes = most_episodes.max(live.episodes().len());
+            most_steps = most_steps.max(live.episodes().iter().map(|e| e.steps.len()).sum());
+            if n % 53 == 0 || n == log.events.len() - 1 {
+                let record = ContinuityRecord::of_folder("s", &live);
+                assert_eq!(
+                    record,
+                    ContinuityRecord::of_folder("s", &replay),
+                    "event {n}"
+                );
+                assert_eq!(
+                    record.render(1500),
+                    ContinuityRecord::of_folder("s", &replay).render(1500)
+                );
+            }
+        }
+        let replayed: usize = replay.episodes().iter().map(|e| e.steps.len()).sum();
+        eprintln!(
+            "live held at most {most_episodes} episodes, {most_steps} steps; the replay {} episodes, {replayed} steps",
+            replay.episodes().len()
+        );
+        assert!(
+            replay.episodes().len() > 2000,
+            "{} episodes",
+            replay.episodes().len()
+        );
+        assert!(
+            most_episodes <= 200,
+            "a live fold held {most_episodes} episodes"
+        );
+        assert!(
+            most_steps <= 400,
+            "a live fold held {most_steps} steps (the replay {replayed})"
+        );
+        assert!(
+            live.errors().iter().all(|e| e.closed_ms.is_none()),
+            "only open errors are held"
+        );
+        assert!(live.files().all(|f| f.changes.len() <= 2));
     }
 }
