@@ -105,7 +105,8 @@ impl RecordCache {
         if let Some(current) = &state.rendered {
             return current.clone();
         }
-        let record = ContinuityRecord::of_folder(&slot.session, &state.folder);
+        let record =
+            ContinuityRecord::of_folder_within(&slot.session, &state.folder, self.max_tokens);
         let text = (!record.is_empty()).then(|| Arc::from(record.into_text(self.max_tokens)));
         self.renders.fetch_add(1, Ordering::Relaxed);
         state.rendered = Some(text.clone());

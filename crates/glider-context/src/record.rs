@@ -6,6 +6,8 @@
 //! [`ContinuityRecord::render`] writes it as compact text for a model, within a token
 //! budget; its JSON is what the dashboard and `glider context show` present.
 
+use std::collections::VecDeque;
+
 use serde::Serialize;
 
 use crate::event::{edges, prefix};
@@ -35,8 +37,9 @@ pub struct ContinuityRecord {
     pub session: String,
     /// The newest accepted compaction's summary (`None` until one is accepted).
     pub narrative: Option<Narrative>,
-    /// The root turns' text, oldest first, verbatim.
-    pub goals: Vec<Goal>,
+    /// The root turns' text, oldest first, verbatim (a deque: the budget leaves the
+    /// oldest out first).
+    pub goals: VecDeque<Goal>,
     pub goals_left_out: usize,
     /// Most recently touched first.
     pub files: Vec<FileState>,
@@ -112,6 +115,7 @@ impl ContinuityRecord {
             graph.files.iter(),
             &graph.errors,
             graph.narrative.as_ref(),
+            usize::MAX,
         )
     }
 
@@ -124,6 +128,26 @@ impl ContinuityRecord {
             folder.files(),
             folder.errors(),
             folder.narrative(),
+            usize::MAX,
+        )
+    }
+
+    /// [`ContinuityRecord::of_folder`] for rendering within `max_tokens`
+    /// ([`ContinuityRecord::into_text`]): the same text, from fewer goals. Goals are
+    /// left out oldest first, and only once nothing else is left to leave out, so a
+    /// goal older than those whose lines alone overflow the budget (and the first that
+    /// overflows it, which makes the budget leave out everything else first, as the
+    /// whole list would) never reaches the text: it is counted as left out without
+    /// being copied, measured and dropped again on every render.
+    pub fn of_folder_within(session: &str, folder: &Folder, max_tokens: u64) -> ContinuityRecord {
+        build(
+            session,
+            folder.episodes(),
+            folder.goal_count(),
+            folder.files(),
+            folder.errors(),
+            folder.narrative(),
+            budget_bytes(max_tokens),
         )
     }
 
@@ -149,7 +173,7 @@ impl ContinuityRecord {
     /// in bytes — and written once, when it fits: the cost is one pass over the
     /// record's lists, never one per item left out, and never grows with the session.
     pub fn into_text(mut self, max_tokens: u64) -> String {
-        let budget_bytes = (max_tokens as f64 * glider_engine::tokenizer::BYTES_PER_TOKEN) as usize;
+        let budget_bytes = budget_bytes(max_tokens);
         let mut len = self.rendered_len();
         loop {
             // `estimate_text(text) <= max_tokens` exactly when `text.len() <= budget_bytes`.
@@ -199,7 +223,7 @@ impl ContinuityRecord {
             return Some(measured(|out| file_line(out, &file)) as isize + heading);
         } else if self.goals.len() > 1 {
             let before = measured(|out| self.goals_heading(out)) as isize;
-            let goal = self.goals.remove(0);
+            let goal = self.goals.pop_front()?;
             self.goals_left_out += 1;
             let grown = measured(|out| self.goals_heading(out)) as isize - before;
             return Some(measured(|out| goal_line(out, &goal)) as isize - grown);
@@ -439,7 +463,14 @@ fn heading(out: &mut impl Out, title: &str, left_out: usize, what: &str) {
     out.put("):");
 }
 
-/// Build the record from the graph's parts.
+/// The most bytes of text within `max_tokens`: `estimate_text(text) <= max_tokens`
+/// exactly when `text.len() <= budget_bytes(max_tokens)`.
+fn budget_bytes(max_tokens: u64) -> usize {
+    (max_tokens as f64 * glider_engine::tokenizer::BYTES_PER_TOKEN) as usize
+}
+
+/// Build the record from the graph's parts, its goals' lines up to the first that
+/// takes them past `goal_line_bytes` ([`ContinuityRecord::of_folder_within`]).
 fn build<'a>(
     session: &str,
     episodes: &[Episode],
@@ -447,8 +478,9 @@ fn build<'a>(
     files: impl Iterator<Item = &'a FileFact>,
     errors: &[ErrorFact],
     narrative: Option<&Narrative>,
+    goal_line_bytes: usize,
 ) -> ContinuityRecord {
-    let (goals, goals_left_out) = goals(episodes, goals_total);
+    let (goals, goals_left_out) = goals(episodes, goals_total, goal_line_bytes);
     let mut files: Vec<FileState> = files.filter_map(file_state).collect();
     files.sort_by(|a, b| b.last_ms.cmp(&a.last_ms).then(a.path.cmp(&b.path)));
     let files_left_out = files.len().saturating_sub(MAX_FILES);
@@ -477,47 +509,78 @@ fn build<'a>(
     }
 }
 
-/// The goals, newest kept first until [`GOALS_MAX_CHARS`], returned oldest first;
-/// `total` is how many episodes have one.
-fn goals(episodes: &[Episode], total: usize) -> (Vec<Goal>, usize) {
-    let mut kept: Vec<Goal> = goals_within_budget(episodes)
-        .0
-        .into_iter()
-        .map(|(index, goal)| Goal {
+/// The goals, newest kept first until [`GOALS_MAX_CHARS`] and until their lines
+/// first take more than `line_bytes`, returned oldest first; `total` is how many
+/// episodes have one.
+fn goals(episodes: &[Episode], total: usize, line_bytes: usize) -> (VecDeque<Goal>, usize) {
+    let mut kept = VecDeque::new();
+    let mut bytes = 0usize;
+    for (index, goal) in goals_within_budget(episodes) {
+        if bytes > line_bytes {
+            break;
+        }
+        let text = prefix(goal, GOALS_MAX_CHARS);
+        if line_bytes != usize::MAX {
+            bytes += measured(|out| block_item(out, text));
+        }
+        kept.push_front(Goal {
             family: episodes[index].family.clone(),
             at_ms: episodes[index].started_ms,
-            text: prefix(goal, GOALS_MAX_CHARS).to_owned(),
-        })
-        .collect();
+            text: text.to_owned(),
+        });
+    }
     let left_out = total.saturating_sub(kept.len());
-    kept.reverse();
     (kept, left_out)
 }
 
 /// The episodes (by index) whose goals fit [`GOALS_MAX_CHARS`], newest first, with
-/// their goals, and the episode of the first goal that did not fit. Only the kept
-/// goals' episodes (and the goal-less ones among them) are visited: a long session
-/// costs no more.
-fn goals_within_budget(episodes: &[Episode]) -> (Vec<(usize, &str)>, Option<usize>) {
-    let mut kept = Vec::new();
-    let mut chars = 0;
-    let newest_first = episodes
-        .iter()
-        .enumerate()
-        .rev()
-        .filter_map(|(index, e)| e.goal_text().map(|g| (index, g)));
-    for (index, goal) in newest_first {
+/// their goals; once it has ended, `left_out` is the episode of the first goal that
+/// did not fit. Only the kept goals' episodes (and the goal-less ones among them)
+/// are visited, and none past where its reader stops: a long session costs no more.
+struct GoalsWithinBudget<'a, I> {
+    newest_first: I,
+    chars: usize,
+    kept: usize,
+    left_out: Option<usize>,
+    _episodes: std::marker::PhantomData<&'a Episode>,
+}
+
+fn goals_within_budget(
+    episodes: &[Episode],
+) -> GoalsWithinBudget<'_, impl Iterator<Item = (usize, &str)>> {
+    GoalsWithinBudget {
+        newest_first: episodes
+            .iter()
+            .enumerate()
+            .rev()
+            .filter_map(|(index, e)| e.goal_text().map(|g| (index, g))),
+        chars: 0,
+        kept: 0,
+        left_out: None,
+        _episodes: std::marker::PhantomData,
+    }
+}
+
+impl<'a, I: Iterator<Item = (usize, &'a str)>> Iterator for GoalsWithinBudget<'a, I> {
+    type Item = (usize, &'a str);
+
+    fn next(&mut self) -> Option<(usize, &'a str)> {
+        if self.left_out.is_some() {
+            return None;
+        }
+        let (index, goal) = self.newest_first.next()?;
         #[cfg(test)]
         work::visited();
         let len = goal.chars().count();
         // The newest goal is always kept, cut to the budget if it alone is over.
-        if !kept.is_empty() && chars + len > GOALS_MAX_CHARS {
-            return (kept, Some(index));
+        if self.kept > 0 && self.chars + len > GOALS_MAX_CHARS {
+            self.left_out = Some(index);
+            return None;
         }
-        chars += len;
-        kept.push((index, goal));
+        self.chars += len;
+        self.kept += 1;
+        Some((index, goal))
     }
-    (kept, None)
 }
 
 fn file_state(fact: &FileFact) -> Option<FileState> {
@@ -620,13 +683,11 @@ pub(crate) struct Reads {
 
 pub(crate) fn reads(episodes: &[Episode]) -> Reads {
     let newest_first = || episodes.iter().enumerate().rev();
-    let (goals, left_out) = goals_within_budget(episodes);
+    let mut goals_kept = goals_within_budget(episodes);
+    let mut goals: Vec<usize> = goals_kept.by_ref().map(|(index, _)| index).collect();
+    goals.extend(goals_kept.left_out);
     Reads {
-        goals: goals
-            .iter()
-            .map(|&(index, _)| index)
-            .chain(left_out)
-            .collect(),
+        goals,
         decisions: newest_first()
             .filter(|(_, e)| closing_words(e).is_some())
             .take(2 * MAX_DECISIONS)
@@ -1157,5 +1218,49 @@ mod tests {
             "only open errors are held"
         );
         assert!(live.files().all(|f| f.changes.len() <= 2));
+    }
+
+    #[test]
+    fn a_record_built_for_a_budget_renders_what_the_whole_record_renders() {
+        let mut padded = session();
+        padded.turn(
+            Some(&format!("pad{}", " ".repeat(3000))),
+            vec![],
+            "ok",
+            vec![],
+        );
+        padded.turn(Some(&"x\n".repeat(500)), vec![], "ok", vec![]);
+        let mut folders = vec![live_session(300), live_session(3)];
+        for log in [mixed_session(1500), padded] {
+            let mut folder = crate::graph::Folder::new("s");
+            for stored in &log.events {
+                folder.feed(stored);
+            }
+            folders.push(folder);
+        }
+        for folder in &folders {
+            for max_tokens in [10, 40, 60, 100, 150, 300, 700, 1500, 3000, 5000, 100_000] {
+                let whole = ContinuityRecord::of_folder("s", folder);
+                let within = ContinuityRecord::of_folder_within("s", folder, max_tokens);
+                assert!(within.goals.len() <= whole.goals.len());
+                assert_eq!(
+                    within.goals.len() + within.goals_left_out,
+                    whole.goals.len() + whole.goals_left_out
+                );
+                assert_eq!(
+                    within.into_text(max_tokens),
+                    whole.into_text(max_tokens),
+                    "budget {max_tokens}"
+                );
+            }
+        }
+        // 10-character goals: 8 KiB of them is about 800, a 1,500-token record
+        // (5,250 bytes) shows about 400.
+        let folder = live_session(2000);
+        let within = ContinuityRecord::of_folder_within("s", &folder, 1500)
+            .goals
+            .len();
+        let whole = ContinuityRecord::of_folder("s", &folder).goals.len();
+        assert!(within * 3 < whole * 2, "{within} of {whole} goals copied");
     }
 }
