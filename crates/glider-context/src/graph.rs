@@ -60,6 +60,10 @@ pub struct Episode {
     pub started_ms: u64,
     /// The user's words that began it (up to 4 KiB).
     pub goal: Option<String>,
+    /// Its goal as the continuity record writes it, made once when the goal is set
+    /// (`None` while it has none worth telling: [`Episode::goal_text`]).
+    #[serde(skip)]
+    pub(crate) goal_line: Option<crate::record::GoalLine>,
     pub steps: Vec<Step>,
     /// Its oldest steps a live fold let go ([`Folder::live`]); 0 in a replay.
     #[serde(skip_serializing_if = "is_zero")]
@@ -492,7 +496,8 @@ impl Folder {
         let episode_ref = &mut self.graph.episodes[episode];
         if episode_ref.goal.is_none() && request.root {
             episode_ref.goal = request.user_text.clone();
-            self.goals += usize::from(episode_ref.goal_text().is_some());
+            episode_ref.goal_line = episode_ref.goal_text().map(crate::record::GoalLine::of);
+            self.goals += usize::from(episode_ref.goal_line.is_some());
         }
         episode_ref.steps.push(Step {
             request: request.request.clone(),

@@ -7,6 +7,7 @@
 //! budget; its JSON is what the dashboard and `glider context show` present.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -59,6 +60,29 @@ pub struct Goal {
     pub family: String,
     pub at_ms: u64,
     pub text: String,
+    /// Its line in the rendered record (the episode's [`GoalLine`]).
+    #[serde(skip)]
+    line: Arc<str>,
+}
+
+/// A goal as the record writes it, and its length in characters (what
+/// [`GOALS_MAX_CHARS`] counts): made once, when the fold sets an episode's goal, so
+/// that a render copies and measures it without walking its text.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct GoalLine {
+    line: Arc<str>,
+    chars: usize,
+}
+
+impl GoalLine {
+    pub(crate) fn of(goal: &str) -> GoalLine {
+        let mut line = String::new();
+        block_item(&mut line, prefix(goal, GOALS_MAX_CHARS));
+        GoalLine {
+            line: line.into(),
+            chars: goal.chars().count(),
+        }
+    }
 }
 
 /// A file's latest known state: the newest change still valid (an edit, creation or
@@ -364,7 +388,7 @@ fn heading_line(out: &mut impl Out, heading: &str) {
 }
 
 fn goal_line(out: &mut impl Out, goal: &Goal) {
-    block_item(out, &goal.text);
+    out.put(&goal.line);
 }
 
 /// A list item that is one block of text (a goal, closing words).
@@ -519,14 +543,13 @@ fn goals(episodes: &[Episode], total: usize, line_bytes: usize) -> (VecDeque<Goa
         if bytes > line_bytes {
             break;
         }
-        let text = prefix(goal, GOALS_MAX_CHARS);
-        if line_bytes != usize::MAX {
-            bytes += measured(|out| block_item(out, text));
-        }
+        bytes = bytes.saturating_add(goal.line.len());
+        let episode = &episodes[index];
         kept.push_front(Goal {
-            family: episodes[index].family.clone(),
-            at_ms: episodes[index].started_ms,
-            text: text.to_owned(),
+            family: episode.family.clone(),
+            at_ms: episode.started_ms,
+            text: prefix(episode.goal.as_deref().unwrap_or_default(), GOALS_MAX_CHARS).to_owned(),
+            line: goal.line.clone(),
         });
     }
     let left_out = total.saturating_sub(kept.len());
@@ -534,8 +557,8 @@ fn goals(episodes: &[Episode], total: usize, line_bytes: usize) -> (VecDeque<Goa
 }
 
 /// The episodes (by index) whose goals fit [`GOALS_MAX_CHARS`], newest first, with
-/// their goals; once it has ended, `left_out` is the episode of the first goal that
-/// did not fit. Only the kept goals' episodes (and the goal-less ones among them)
+/// their goals' lines; once it has ended, `left_out` is the episode of the first goal
+/// that did not fit. Only the kept goals' episodes (and the goal-less ones among them)
 /// are visited, and none past where its reader stops: a long session costs no more.
 struct GoalsWithinBudget<'a, I> {
     newest_first: I,
@@ -547,13 +570,13 @@ struct GoalsWithinBudget<'a, I> {
 
 fn goals_within_budget(
     episodes: &[Episode],
-) -> GoalsWithinBudget<'_, impl Iterator<Item = (usize, &str)>> {
+) -> GoalsWithinBudget<'_, impl Iterator<Item = (usize, &GoalLine)>> {
     GoalsWithinBudget {
         newest_first: episodes
             .iter()
             .enumerate()
             .rev()
-            .filter_map(|(index, e)| e.goal_text().map(|g| (index, g))),
+            .filter_map(|(index, e)| e.goal_line.as_ref().map(|g| (index, g))),
         chars: 0,
         kept: 0,
         left_out: None,
@@ -561,23 +584,22 @@ fn goals_within_budget(
     }
 }
 
-impl<'a, I: Iterator<Item = (usize, &'a str)>> Iterator for GoalsWithinBudget<'a, I> {
-    type Item = (usize, &'a str);
+impl<'a, I: Iterator<Item = (usize, &'a GoalLine)>> Iterator for GoalsWithinBudget<'a, I> {
+    type Item = (usize, &'a GoalLine);
 
-    fn next(&mut self) -> Option<(usize, &'a str)> {
+    fn next(&mut self) -> Option<(usize, &'a GoalLine)> {
         if self.left_out.is_some() {
             return None;
         }
         let (index, goal) = self.newest_first.next()?;
         #[cfg(test)]
         work::visited();
-        let len = goal.chars().count();
         // The newest goal is always kept, cut to the budget if it alone is over.
-        if self.kept > 0 && self.chars + len > GOALS_MAX_CHARS {
+        if self.kept > 0 && self.chars + goal.chars > GOALS_MAX_CHARS {
             self.left_out = Some(index);
             return None;
         }
-        self.chars += len;
+        self.chars += goal.chars;
         self.kept += 1;
         Some((index, goal))
     }
