@@ -33,9 +33,18 @@ pub struct Entry<'a> {
     pub record: &'a RequestRecord,
 }
 
+/// A finished request as the in-memory list keeps it: its [`Entry`]'s sequence number
+/// and JSON text, serialized once (the history file gets the same text); parsed only
+/// when `GET /api/requests` reads it.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub seq: u64,
+    pub json: Arc<str>,
+}
+
 /// Recent finished requests (newest last) and the ones in flight.
 pub struct Recent {
-    pub finished: VecDeque<Value>,
+    pub finished: VecDeque<Finished>,
     pub in_flight: BTreeMap<u64, RequestRecord>,
     capacity: usize,
 }
@@ -44,13 +53,20 @@ impl Recent {
     /// Start from entries read back from the history (newest first).
     pub fn seeded(newest_first: Vec<Value>, capacity: usize) -> Recent {
         Recent {
-            finished: newest_first.into_iter().rev().collect(),
+            finished: newest_first
+                .into_iter()
+                .rev()
+                .map(|entry| Finished {
+                    seq: entry.get("seq").and_then(Value::as_u64).unwrap_or(0),
+                    json: entry.to_string().into(),
+                })
+                .collect(),
             in_flight: BTreeMap::new(),
             capacity: capacity.max(1),
         }
     }
 
-    fn push(&mut self, entry: Value) {
+    fn push(&mut self, entry: Finished) {
         if self.finished.len() >= self.capacity {
             self.finished.pop_front();
         }
@@ -114,14 +130,16 @@ fn handle(shared: &Shared, event: &PipelineEvent) {
             );
             let seq = shared.last_seq.fetch_add(1, Ordering::Relaxed) + 1;
             let entry = Entry { seq, record };
-            let value = serde_json::to_value(&entry).unwrap_or(Value::Null);
-            let json = value.to_string();
+            // Serialized once: the history file and the in-memory list share the text.
+            let json: Arc<str> = serde_json::to_string(&entry)
+                .unwrap_or_else(|_| "null".into())
+                .into();
             shared.history.append(Line {
                 ended_at_ms: record.started_at_ms + record.total_ms.unwrap_or(0),
-                json,
+                json: json.clone(),
             });
             broadcast_event(shared, &WsEvent::RequestFinished { request: &entry });
-            lock(&shared.recent).push(value);
+            lock(&shared.recent).push(Finished { seq, json });
         }
         PipelineEvent::ShadowSampled(sample) => {
             shared.metrics.shadow_sampled(sample);

@@ -55,7 +55,8 @@ pub struct HistoryStats {
 #[derive(Debug)]
 pub struct Line {
     pub ended_at_ms: u64,
-    pub json: String,
+    /// The entry's JSON text, shared with the collector's in-memory list.
+    pub json: std::sync::Arc<str>,
 }
 
 /// The sending end, held by the collector; the writer thread ends when it is dropped.
@@ -569,7 +570,7 @@ mod tests {
         for (seq, at) in [(3, now - DAY_MS), (4, now)] {
             history.append(Line {
                 ended_at_ms: at,
-                json: format!("{{\"seq\":{seq}}}"),
+                json: format!("{{\"seq\":{seq}}}").into(),
             });
         }
         history.close().await;

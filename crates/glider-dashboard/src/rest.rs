@@ -184,9 +184,9 @@ pub async fn requests(
             .finished
             .iter()
             .rev()
-            .filter(|e| page.before.is_none_or(|b| seq(e) < b))
+            .filter(|e| page.before.is_none_or(|b| e.seq < b))
             .take(limit)
-            .cloned()
+            .filter_map(|e| serde_json::from_str(&e.json).ok())
             .collect();
         let in_flight: Vec<Value> = if page.before.is_none() {
             recent

@@ -66,7 +66,7 @@ impl ShadowBook {
         if let Ok(json) = serde_json::to_string(&stored) {
             self.history.append(Line {
                 ended_at_ms: sample.at_ms,
-                json,
+                json: json.into(),
             });
         }
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
