@@ -218,7 +218,7 @@ const LIVE_TRIM_AT: usize = 64;
 const LIVE_EPISODES_KEPT: usize = 16;
 /// An episode of a live fold with this many steps (a long agent loop) ...
 const LIVE_STEPS_TRIM_AT: usize = 128;
-/// ... keeps its newest this many.
+/// ... keeps its newest this many (more when its last exchanges need them).
 const LIVE_STEPS_KEPT: usize = 32;
 /// Call ids a live fold remembers, waiting for their results and already resulted
 /// (each): a result is repeated only by the next few requests.
@@ -232,12 +232,15 @@ const LIVE_CALL_IDS: usize = 1024;
 /// keeps only what the continuity record reads, so that its memory does not grow
 /// with the session: the episodes the record reads ([`crate::record::reads`]) and
 /// the newest [`LIVE_EPISODES_KEPT`] (older ones with their closing step only); the
-/// newest [`LIVE_STEPS_KEPT`] steps of an episode past
-/// [`LIVE_STEPS_TRIM_AT`]; of each file, its newest valid change and newest read
-/// (superseded changes are not in the record); open errors only; no commands (the
-/// record lists none; their errors are kept); and the newest [`LIVE_CALL_IDS`] call
-/// ids of each kind. Its record is the replay's: the counts of what the record left
-/// out (goals, files, errors) are kept whole.
+/// newest [`LIVE_STEPS_KEPT`] steps of an episode past [`LIVE_STEPS_TRIM_AT`] (more
+/// when fewer hold its last exchanges); of each file, the changes that say its state,
+/// whether it was read since and when it was last touched (superseded changes are not
+/// in the record); open errors only; no commands (the record lists none; their errors
+/// are kept); and the newest [`LIVE_CALL_IDS`] call ids of each kind (a result that
+/// comes more than that many ids after its call, while the pending calls overflow, is
+/// not folded). Its record is the replay's: the counts of what the record left out
+/// (goals, files, errors) are kept whole. Not bounded: open errors (each failure that
+/// no success closed) and the files touched (one entry per path).
 #[derive(Default)]
 pub struct Folder {
     /// Episodes, commands, errors and narrative; files and models are kept in the maps
@@ -322,13 +325,23 @@ impl Folder {
             self.trim_episodes();
             self.trim_at = (2 * self.graph.episodes.len()).max(LIVE_TRIM_AT);
         }
-        if let Some(last) = self.graph.episodes.len().checked_sub(1)
-            && self.graph.episodes[last].steps.len() >= LIVE_STEPS_TRIM_AT
-        {
-            self.drop_steps(
-                last,
-                self.graph.episodes[last].steps.len() - LIVE_STEPS_KEPT,
-            );
+        // A long agent loop: checked each LIVE_STEPS_KEPT steps past the bound, and
+        // never past the steps the last exchanges need.
+        if let Some(last) = self.graph.episodes.len().checked_sub(1) {
+            let steps = &self.graph.episodes[last].steps;
+            if steps.len() >= LIVE_STEPS_TRIM_AT && steps.len().is_multiple_of(LIVE_STEPS_KEPT) {
+                let exchanges_from = steps
+                    .iter()
+                    .enumerate()
+                    .rev()
+                    .filter(|(_, s)| crate::record::is_exchange(s))
+                    .nth(2 * crate::record::RECENT_EXCHANGES - 1)
+                    .map_or(0, |(at, _)| at);
+                let keep_from = (steps.len() - LIVE_STEPS_KEPT).min(exchanges_from);
+                if keep_from > 0 {
+                    self.drop_steps(last, keep_from);
+                }
+            }
         }
         let oldest_kept = self.seq.saturating_sub(LIVE_CALL_IDS as u64);
         if self.calls.len() > 2 * LIVE_CALL_IDS {
@@ -650,20 +663,32 @@ impl Folder {
         });
         if self.live {
             // What the record reads of a file: its newest valid change that is not a
-            // read, and its newest valid read (the newest change is always valid).
+            // read and its newest valid read (its state), the valid read with the
+            // latest time (whether it was read since) and the change with the latest
+            // time (when it was last touched) — by position and by time apart, in case
+            // concurrent requests commit out of time order.
             let valid = |c: &FileChange| c.superseded_ms.is_none();
-            let newest_read = fact
-                .changes
-                .iter()
-                .rposition(|c| valid(c) && c.op == FileOp::Read);
-            let newest_change = fact
-                .changes
-                .iter()
-                .rposition(|c| valid(c) && c.op != FileOp::Read);
+            let changes = &fact.changes;
+            let newest = |read: bool| {
+                changes
+                    .iter()
+                    .rposition(|c| valid(c) && (c.op == FileOp::Read) == read)
+            };
+            let latest = |keep: &dyn Fn(&FileChange) -> bool| {
+                (0..changes.len())
+                    .filter(|&at| keep(&changes[at]))
+                    .max_by_key(|&at| changes[at].at_ms)
+            };
+            let kept = [
+                newest(true),
+                newest(false),
+                latest(&|c| valid(c) && c.op == FileOp::Read),
+                latest(&|_| true),
+            ];
             let mut index = 0;
             fact.changes.retain(|_| {
                 index += 1;
-                Some(index - 1) == newest_read || Some(index - 1) == newest_change
+                kept.contains(&Some(index - 1))
             });
         }
     }

@@ -653,7 +653,7 @@ fn closing_words(episode: &Episode) -> Option<(&Step, &str)> {
 
 /// A request the last exchanges may show: not a compaction, and its reply said or
 /// called something.
-fn is_exchange(step: &Step) -> bool {
+pub(crate) fn is_exchange(step: &Step) -> bool {
     !step.compaction && (step.reply_text.is_some() || !step.tool_calls.is_empty())
 }
 
@@ -1114,8 +1114,9 @@ mod tests {
 
     /// A long, mixed session (goals short, long and blank; tool loops reading,
     /// editing and running commands on a handful of files, with errors opened and
-    /// closed; compactions; one agent loop of hundreds of steps; a stretch of
-    /// episodes without closing words), `turns` turns long.
+    /// closed; compactions; one agent loop of hundreds of steps, with a run of
+    /// replies that say nothing; a stretch of episodes without closing words),
+    /// `turns` turns long.
     fn mixed_session(turns: usize) -> Log {
         let mut log = Log::default();
         let mut seed: u64 = 7;
@@ -1140,7 +1141,10 @@ mod tests {
                 .collect();
             let file = format!("src/f{}.rs", next(30));
             let id = format!("c{turn}");
-            let calls = match next(4) {
+            // Inside the agent loop, a run of requests whose replies say and call
+            // nothing (failures): the last exchanges are older than the newest steps.
+            let failing = (1200..1330).contains(&turn);
+            let calls = match if failing { 3 } else { next(4) } {
                 0 => vec![call(&id, "Read", json!({"file_path": file}))],
                 1 => vec![call(
                     &id,
@@ -1158,7 +1162,7 @@ mod tests {
             // A stretch of episodes that end without closing words: the record's
             // decisions come from before it.
             let silent = (3000..4500).contains(&turn);
-            let reply = if calls.is_empty() && !silent {
+            let reply = if calls.is_empty() && !silent && !failing {
                 format!("answer {turn}")
             } else {
                 String::new()
