@@ -188,8 +188,10 @@ struct Serve {
 
 impl Serve {
     fn start(home: &Path, cfg: &Path) -> Serve {
+        // Its own ports, the dashboard's too: on the default 8081, a test running
+        // beside it that holds that port made `serve` exit 1.
         let mut child = glider(home)
-            .args(["serve", "--port", "0", "-c"])
+            .args(["serve", "--port", "0", "--dashboard-port", "0", "-c"])
             .arg(cfg)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
