@@ -187,6 +187,37 @@ pub struct ModelUse {
     pub output_tokens: u64,
 }
 
+impl FileFact {
+    /// Drop the changes a record cannot read (a live fold's, [`Folder`]): keep the
+    /// newest valid change that is not a read and the newest valid read (its state),
+    /// the valid read with the latest time (whether it was read since) and the change
+    /// with the latest time (when it was last touched) — by position and by time
+    /// apart, in case concurrent requests commit out of time order.
+    fn keep_what_the_record_reads(&mut self) {
+        let changes = &self.changes;
+        let valid = |at: &usize| changes[*at].superseded_ms.is_none();
+        let read = |at: &usize| changes[*at].op == FileOp::Read;
+        let newest =
+            |is_read: bool| (0..changes.len()).rfind(|at| valid(at) && read(at) == is_read);
+        let latest = |keep: &dyn Fn(&usize) -> bool| {
+            (0..changes.len())
+                .filter(keep)
+                .max_by_key(|&at| changes[at].at_ms)
+        };
+        let kept = [
+            newest(true),
+            newest(false),
+            latest(&|at| valid(at) && read(at)),
+            latest(&|_| true),
+        ];
+        let mut index = 0;
+        self.changes.retain(|_| {
+            index += 1;
+            kept.contains(&Some(index - 1))
+        });
+    }
+}
+
 impl SessionGraph {
     /// The files whose latest change is an edit, creation or deletion.
     pub fn edited_files(&self) -> Vec<&str> {
@@ -325,24 +356,7 @@ impl Folder {
             self.trim_episodes();
             self.trim_at = (2 * self.graph.episodes.len()).max(LIVE_TRIM_AT);
         }
-        // A long agent loop: checked each LIVE_STEPS_KEPT steps past the bound, and
-        // never past the steps the last exchanges need.
-        if let Some(last) = self.graph.episodes.len().checked_sub(1) {
-            let steps = &self.graph.episodes[last].steps;
-            if steps.len() >= LIVE_STEPS_TRIM_AT && steps.len().is_multiple_of(LIVE_STEPS_KEPT) {
-                let exchanges_from = steps
-                    .iter()
-                    .enumerate()
-                    .rev()
-                    .filter(|(_, s)| crate::record::is_exchange(s))
-                    .nth(2 * crate::record::RECENT_EXCHANGES - 1)
-                    .map_or(0, |(at, _)| at);
-                let keep_from = (steps.len() - LIVE_STEPS_KEPT).min(exchanges_from);
-                if keep_from > 0 {
-                    self.drop_steps(last, keep_from);
-                }
-            }
-        }
+        self.trim_long_episode();
         let oldest_kept = self.seq.saturating_sub(LIVE_CALL_IDS as u64);
         if self.calls.len() > 2 * LIVE_CALL_IDS {
             self.calls.retain(|_, (seq, _)| *seq > oldest_kept);
@@ -386,6 +400,30 @@ impl Folder {
                 self.steps.insert(step.request.clone(), (at, step_at));
             }
             self.graph.episodes.push(episode);
+        }
+    }
+
+    /// The current episode of a long agent loop keeps its newest [`LIVE_STEPS_KEPT`]
+    /// steps, never fewer than its last exchanges need; checked each
+    /// [`LIVE_STEPS_KEPT`] steps past [`LIVE_STEPS_TRIM_AT`].
+    fn trim_long_episode(&mut self) {
+        let Some(last) = self.graph.episodes.len().checked_sub(1) else {
+            return;
+        };
+        let steps = &self.graph.episodes[last].steps;
+        if steps.len() < LIVE_STEPS_TRIM_AT || !steps.len().is_multiple_of(LIVE_STEPS_KEPT) {
+            return;
+        }
+        let exchanges_from = steps
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, s)| crate::record::is_exchange(s))
+            .nth(2 * crate::record::RECENT_EXCHANGES - 1)
+            .map_or(0, |(at, _)| at);
+        let keep_from = (steps.len() - LIVE_STEPS_KEPT).min(exchanges_from);
+        if keep_from > 0 {
+            self.drop_steps(last, keep_from);
         }
     }
 
@@ -662,34 +700,7 @@ impl Folder {
             superseded_ms: None,
         });
         if self.live {
-            // What the record reads of a file: its newest valid change that is not a
-            // read and its newest valid read (its state), the valid read with the
-            // latest time (whether it was read since) and the change with the latest
-            // time (when it was last touched) — by position and by time apart, in case
-            // concurrent requests commit out of time order.
-            let valid = |c: &FileChange| c.superseded_ms.is_none();
-            let changes = &fact.changes;
-            let newest = |read: bool| {
-                changes
-                    .iter()
-                    .rposition(|c| valid(c) && (c.op == FileOp::Read) == read)
-            };
-            let latest = |keep: &dyn Fn(&FileChange) -> bool| {
-                (0..changes.len())
-                    .filter(|&at| keep(&changes[at]))
-                    .max_by_key(|&at| changes[at].at_ms)
-            };
-            let kept = [
-                newest(true),
-                newest(false),
-                latest(&|c| valid(c) && c.op == FileOp::Read),
-                latest(&|_| true),
-            ];
-            let mut index = 0;
-            fact.changes.retain(|_| {
-                index += 1;
-                kept.contains(&Some(index - 1))
-            });
+            fact.keep_what_the_record_reads();
         }
     }
 

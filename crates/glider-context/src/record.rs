@@ -145,15 +145,7 @@ impl ContinuityRecord {
 
     /// The record of a fold in progress (the writer's live sessions).
     pub fn of_folder(session: &str, folder: &Folder) -> ContinuityRecord {
-        build(
-            session,
-            folder.episodes(),
-            folder.goal_count(),
-            folder.files(),
-            folder.errors(),
-            folder.narrative(),
-            usize::MAX,
-        )
+        Self::of_folder_goal_bytes(session, folder, usize::MAX)
     }
 
     /// [`ContinuityRecord::of_folder`] for rendering within `max_tokens`
@@ -164,6 +156,11 @@ impl ContinuityRecord {
     /// whole list would) never reaches the text: it is counted as left out without
     /// being copied, measured and dropped again on every render.
     pub fn of_folder_within(session: &str, folder: &Folder, max_tokens: u64) -> ContinuityRecord {
+        Self::of_folder_goal_bytes(session, folder, budget_bytes(max_tokens))
+    }
+
+    /// A fold's record, its goals' lines up to the first past `goal_line_bytes`.
+    fn of_folder_goal_bytes(session: &str, folder: &Folder, goal_line_bytes: usize) -> Self {
         build(
             session,
             folder.episodes(),
@@ -171,7 +168,7 @@ impl ContinuityRecord {
             folder.files(),
             folder.errors(),
             folder.narrative(),
-            budget_bytes(max_tokens),
+            goal_line_bytes,
         )
     }
 
@@ -557,52 +554,24 @@ fn goals(episodes: &[Episode], total: usize, line_bytes: usize) -> (VecDeque<Goa
 }
 
 /// The episodes (by index) whose goals fit [`GOALS_MAX_CHARS`], newest first, with
-/// their goals' lines; once it has ended, `left_out` is the episode of the first goal
-/// that did not fit. Only the kept goals' episodes (and the goal-less ones among them)
-/// are visited, and none past where its reader stops: a long session costs no more.
-struct GoalsWithinBudget<'a, I> {
-    newest_first: I,
-    chars: usize,
-    kept: usize,
-    left_out: Option<usize>,
-    _episodes: std::marker::PhantomData<&'a Episode>,
-}
-
-fn goals_within_budget(
-    episodes: &[Episode],
-) -> GoalsWithinBudget<'_, impl Iterator<Item = (usize, &GoalLine)>> {
-    GoalsWithinBudget {
-        newest_first: episodes
-            .iter()
-            .enumerate()
-            .rev()
-            .filter_map(|(index, e)| e.goal_line.as_ref().map(|g| (index, g))),
-        chars: 0,
-        kept: 0,
-        left_out: None,
-        _episodes: std::marker::PhantomData,
-    }
-}
-
-impl<'a, I: Iterator<Item = (usize, &'a GoalLine)>> Iterator for GoalsWithinBudget<'a, I> {
-    type Item = (usize, &'a GoalLine);
-
-    fn next(&mut self) -> Option<(usize, &'a GoalLine)> {
-        if self.left_out.is_some() {
-            return None;
-        }
-        let (index, goal) = self.newest_first.next()?;
-        #[cfg(test)]
-        work::visited();
-        // The newest goal is always kept, cut to the budget if it alone is over.
-        if self.kept > 0 && self.chars + goal.chars > GOALS_MAX_CHARS {
-            self.left_out = Some(index);
-            return None;
-        }
-        self.chars += goal.chars;
-        self.kept += 1;
-        Some((index, goal))
-    }
+/// their goals' lines. Only the kept goals' episodes (and the goal-less ones among
+/// them, and the first goal that did not fit) are visited, and none past where its
+/// reader stops: a long session costs no more.
+fn goals_within_budget(episodes: &[Episode]) -> impl Iterator<Item = (usize, &GoalLine)> {
+    let mut chars = 0;
+    episodes
+        .iter()
+        .enumerate()
+        .rev()
+        .filter_map(|(index, e)| e.goal_line.as_ref().map(|g| (index, g)))
+        .take_while(move |(_, goal)| {
+            #[cfg(test)]
+            work::visited();
+            // The newest goal is always kept, cut to the budget if it alone is over.
+            let fits = chars == 0 || chars + goal.chars <= GOALS_MAX_CHARS;
+            chars += goal.chars;
+            fits
+        })
 }
 
 fn file_state(fact: &FileFact) -> Option<FileState> {
@@ -705,9 +674,16 @@ pub(crate) struct Reads {
 
 pub(crate) fn reads(episodes: &[Episode]) -> Reads {
     let newest_first = || episodes.iter().enumerate().rev();
-    let mut goals_kept = goals_within_budget(episodes);
-    let mut goals: Vec<usize> = goals_kept.by_ref().map(|(index, _)| index).collect();
-    goals.extend(goals_kept.left_out);
+    let mut goals: Vec<usize> = goals_within_budget(episodes)
+        .map(|(index, _)| index)
+        .collect();
+    // The first goal the budget left out: the next older episode with one.
+    let oldest_kept = goals.last().copied().unwrap_or(0);
+    goals.extend(
+        episodes[..oldest_kept]
+            .iter()
+            .rposition(|e| e.goal_line.is_some()),
+    );
     Reads {
         goals,
         decisions: newest_first()
