@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use glider_engine::{BackendState, PipelineEvent, RequestRecord};
 use serde::Serialize;
-use serde_json::Value;
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::Shared;
@@ -50,15 +49,15 @@ pub struct Recent {
 }
 
 impl Recent {
-    /// Start from entries read back from the history (newest first).
-    pub fn seeded(newest_first: Vec<Value>, capacity: usize) -> Recent {
+    /// Start from entries read back from the history as text (newest first).
+    pub fn seeded(newest_first: Vec<(u64, String)>, capacity: usize) -> Recent {
         Recent {
             finished: newest_first
                 .into_iter()
                 .rev()
-                .map(|entry| Finished {
-                    seq: entry.get("seq").and_then(Value::as_u64).unwrap_or(0),
-                    json: entry.to_string().into(),
+                .map(|(seq, json)| Finished {
+                    seq,
+                    json: json.into(),
                 })
                 .collect(),
             in_flight: BTreeMap::new(),

@@ -446,20 +446,38 @@ fn parse_entry(line: &[u8], wanted: impl Fn(u64) -> bool) -> Option<Value> {
     wanted(seq).then_some(entry)
 }
 
-/// Entries of `files`, newest file first and each file last line first.
-fn entries_backwards(
-    files: Vec<HistoryFile>,
-    wanted: impl Fn(u64) -> bool + Copy,
-) -> impl Iterator<Item = Value> {
+/// Lines of `files`, newest file first and each file last line first.
+fn lines_backwards(files: Vec<HistoryFile>) -> impl Iterator<Item = Vec<u8>> {
     files
         .into_iter()
         .rev()
         .filter_map(|file| LinesBackwards::open(&file.path))
         .flatten()
-        .filter_map(move |line| parse_entry(&line, wanted))
 }
 
-fn seq_of(entry: &Value) -> u64 {
+/// Entries of `files`, newest file first and each file last line first.
+fn entries_backwards(
+    files: Vec<HistoryFile>,
+    wanted: impl Fn(u64) -> bool + Copy,
+) -> impl Iterator<Item = Value> {
+    lines_backwards(files).filter_map(move |line| parse_entry(&line, wanted))
+}
+
+/// The newest `limit` entries as their `seq` and JSON text, newest first: the lines
+/// [`read_before`] would build into values (a JSON object with an unsigned `seq`),
+/// kept as text — what the dashboard's in-memory list holds.
+pub fn newest_texts(dir: &Path, limit: usize) -> Vec<(u64, String)> {
+    lines_backwards(list_files(dir))
+        .filter_map(|line| {
+            let SeqOnly { seq } = serde_json::from_slice(&line).ok()?;
+            Some((seq, String::from_utf8(line).ok()?))
+        })
+        .take(limit)
+        .collect()
+}
+
+/// An entry's `seq` (0 when it has none).
+pub fn seq_of(entry: &Value) -> u64 {
     entry.get("seq").and_then(Value::as_u64).unwrap_or(0)
 }
 
@@ -582,6 +600,12 @@ mod tests {
             .collect();
         assert_eq!(seqs, vec![4, 2, 3], "newest file first, torn line skipped");
         assert_eq!(last_seq(dir.path()), 4);
+        // The same entries as text, for the dashboard's in-memory list.
+        let texts = newest_texts(dir.path(), 10);
+        let text_seqs: Vec<u64> = texts.iter().map(|(seq, _)| *seq).collect();
+        assert_eq!(text_seqs, seqs);
+        assert_eq!(texts[0].1, "{\"seq\":4}");
+        assert_eq!(newest_texts(dir.path(), 2).len(), 2);
         assert_eq!(history.stats.written.load(Ordering::Relaxed), 2);
         // Closed: further lines are counted as dropped, not lost silently.
         history.append(Line {

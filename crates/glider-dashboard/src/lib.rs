@@ -163,8 +163,13 @@ impl Dashboard {
     pub fn start(engine: Arc<Engine>, options: Options) -> std::io::Result<Dashboard> {
         let history = history::History::start(options.history.clone())?;
         let shadow = shadow::ShadowBook::start(&options.home.join("shadow"), &options.history)?;
-        let last_seq = history::last_seq(&options.history.dir);
-        let seeded = history::read_before(&options.history.dir, None, options.recent);
+        let seeded = history::newest_texts(&options.history.dir, options.recent);
+        // The newest entry read for the list is the last one numbered; only an empty
+        // list needs its own look.
+        let last_seq = match seeded.first() {
+            Some(&(seq, _)) => seq,
+            None => history::last_seq(&options.history.dir),
+        };
         let events = engine.bus().subscribe();
         let (hub, _) = tokio::sync::broadcast::channel(options.ws_queue.max(1));
         let shared = Arc::new(Shared {

@@ -202,7 +202,7 @@ pub async fn requests(
     };
     if list.len() < limit {
         // Older than what memory holds: read the history files.
-        let older_than = list.last().map(seq).or(page.before);
+        let older_than = list.last().map(crate::history::seq_of).or(page.before);
         let more = shared
             .history
             .read_before(older_than, limit - list.len())
@@ -210,7 +210,7 @@ pub async fn requests(
         list.extend(more);
     }
     let next_before = (list.len() == limit)
-        .then(|| list.last().map(seq))
+        .then(|| list.last().map(crate::history::seq_of))
         .flatten();
     Json(json!({
         "requests": list,
@@ -218,10 +218,6 @@ pub async fn requests(
         "next_before": next_before,
     }))
     .into_response()
-}
-
-fn seq(entry: &Value) -> u64 {
-    entry.get("seq").and_then(Value::as_u64).unwrap_or(0)
 }
 
 /// `GET /api/stats`
