@@ -410,10 +410,9 @@ fn remember<T>(
 /// Whether `body` could hold a delegation flag at all (JSON's escaped `\/claude` holds
 /// `/claude` too): a cheap scan that spares every ordinary request a second decode.
 fn mentions_a_flag(body: &[u8]) -> bool {
-    Vendor::ALL.iter().any(|vendor| {
-        let flag = vendor.flag().as_bytes();
-        body.windows(flag.len()).any(|window| window == flag)
-    })
+    Vendor::ALL
+        .iter()
+        .any(|vendor| glider_dialects::scan::contains(body, vendor.flag().as_bytes()))
 }
 
 /// A short reply from Glider itself (no CLI ran), as a complete event stream.

@@ -168,7 +168,7 @@ pub fn reply_may_call_tools(dialect: Dialect, body: &[u8]) -> bool {
         Dialect::OpenAiChat | Dialect::Ollama => b"\"tool_calls\"",
         Dialect::OpenAiResponses => b"\"call_id\"",
     };
-    body.windows(marker.len()).any(|window| window == marker)
+    scan::contains(body, marker)
 }
 
 /// Parse a JSON body, turning serde's error into a 400 a client can act on.

@@ -91,7 +91,7 @@ pub fn prepare(store: Option<&Arc<ResponseStore>>, body: Bytes) -> Result<Prepar
 /// history) is never parsed here; one with it has only its [`Head`] read.
 pub fn continues(body: &[u8]) -> bool {
     const KEY: &[u8] = b"\"previous_response_id\"";
-    body.windows(KEY.len()).any(|w| w == KEY)
+    glider_dialects::scan::contains(body, KEY)
         && head_of(body)
             .is_some_and(|head| !matches!(head.previous_response_id, None | Some(Value::Null)))
 }
