@@ -161,7 +161,8 @@ async fn responses(State(gw): State<Gateway>, request: Request) -> Response {
         headers,
         prepared.body,
     );
-    let response = render::by_deadline(front, cutoff, render_outcome(front, answer)).await;
+    let response =
+        render::by_deadline(front, cutoff, Box::pin(render_outcome(front, answer))).await;
     match prepared.store {
         Some(to_store) => stateful::storing(to_store, response).await,
         None => response,
@@ -224,7 +225,7 @@ async fn complete(gw: Gateway, front: Dialect, request: Request) -> Response {
         Err(response) => return response,
     };
     let answer = Door::Gateway.answer(&gw.engine, Some(&gw.delegator), front, headers, body);
-    render::by_deadline(front, cutoff, render_outcome(front, answer)).await
+    render::by_deadline(front, cutoff, Box::pin(render_outcome(front, answer))).await
 }
 
 /// The pipeline's outcome as the reply in `front`'s dialect.

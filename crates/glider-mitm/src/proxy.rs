@@ -252,7 +252,7 @@ impl Mitm {
                 // The drain deadline: a reply not made by then is a 503, a stream still
                 // open ends with the dialect's error event.
                 let cutoff = request.extensions().get::<Cutoff>().cloned();
-                let answer = self.handle(target, ApiHandler { front }, request);
+                let answer = Box::pin(self.handle(target, ApiHandler { front }, request));
                 render::by_deadline(front, cutoff, answer).await
             }
             None => {
