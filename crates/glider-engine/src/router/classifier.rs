@@ -5,6 +5,8 @@
 //! runtime rebuilds it from the config on every reload (the spec's hot-swap of
 //! `classifier`).
 
+use std::fmt::Write as _;
+
 use glider_config::{CLASSIFIER_FEATURES, ClassifierConfig};
 use glider_ngl::{Part, Request, Role};
 use serde::Serialize;
@@ -45,11 +47,14 @@ impl Scored {
         if self.contributions.is_empty() {
             return "no feature fired".into();
         }
-        self.contributions
-            .iter()
-            .map(|(name, value)| format!("{name} {value:+.1}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        let mut text = String::with_capacity(24 * self.contributions.len());
+        for (at, (name, value)) in self.contributions.iter().enumerate() {
+            if at > 0 {
+                text.push_str(", ");
+            }
+            let _ = write!(text, "{name} {value:+.1}");
+        }
+        text
     }
 }
 
