@@ -36,6 +36,9 @@ const MIGRATIONS: &[&str] = &[
         response TEXT NOT NULL
     );
     CREATE INDEX responses_by_time ON responses(at_ms);",
+    // 3: events are found by age in id order (appended oldest first), so the time index
+    // is gone: it cost every insert a second B-tree write and every commit a WAL page.
+    "DROP INDEX IF EXISTS events_by_time;",
 ];
 
 /// Why the store could not be used.
@@ -321,7 +324,16 @@ pub fn apply_retention(
     let mut deleted = 0;
     let cutoff = now_ms.saturating_sub(retention.max_age_ms);
     let aged = delete_logged(conn, "age", cutoff, |tx| {
-        Ok(tx.execute("DELETE FROM events WHERE at_ms < ?1", [cutoff as i64])? as u64)
+        // Events are appended oldest first, so those older than the cutoff are the ones
+        // before the first that is not: found by walking ids from the oldest, which reads
+        // only the rows it deletes (no time index to keep on every insert). An event
+        // stamped a moment earlier than one appended before it goes at the next pass.
+        Ok(tx.execute(
+            "DELETE FROM events WHERE id < IFNULL(
+                (SELECT id FROM events WHERE at_ms >= ?1 ORDER BY id LIMIT 1),
+                (SELECT MAX(id) + 1 FROM events))",
+            [cutoff as i64],
+        )? as u64)
     })?;
     deleted += aged;
     // Oldest first, a slice at a time, until the live pages fit.
@@ -358,8 +370,11 @@ pub fn apply_retention(
 /// Stored responses follow the events' retention: none older than `cutoff`, nor older
 /// than the oldest event size retention left. Logged as a `responses` retention event.
 fn retain_responses(conn: &mut Connection, cutoff: u64) -> Result<u64, StoreError> {
-    let oldest_event: Option<i64> =
-        conn.query_row("SELECT MIN(at_ms) FROM events", [], |r| r.get(0))?;
+    let oldest_event: Option<i64> = conn
+        .query_row("SELECT at_ms FROM events ORDER BY id LIMIT 1", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
     let before = oldest_event.map_or(cutoff, |oldest| cutoff.max(oldest as u64));
     delete_logged(conn, "responses", before, |tx| {
         Ok(tx.execute("DELETE FROM responses WHERE at_ms < ?1", [before as i64])? as u64)
@@ -513,6 +528,52 @@ mod tests {
             }
         );
         assert_eq!(events(&conn, Some("s")).expect("read").len(), 1);
+    }
+
+    #[test]
+    fn retention_by_age_walks_the_ids_without_a_time_index() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        let indexes: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events'")
+            .expect("prepare")
+            .query_map([], |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(indexes, ["events_by_session"]);
+        // Appended in this order: the third was stamped before the second.
+        append(
+            &mut conn,
+            &[gap(1_000), gap(60_000), gap(2_000), gap(70_000)],
+        )
+        .expect("append");
+        let retention = Retention {
+            max_age_ms: 10_000,
+            max_bytes: u64::MAX,
+        };
+        let at_ms = |conn: &Connection| -> Vec<u64> {
+            events(conn, Some("s"))
+                .expect("read")
+                .iter()
+                .map(|e| e.event.at_ms)
+                .collect()
+        };
+        assert_eq!(
+            apply_retention(&mut conn, retention, 60_000).expect("retention"),
+            1
+        );
+        assert_eq!(at_ms(&conn), [60_000, 2_000, 70_000], "the late one waits");
+        assert_eq!(
+            apply_retention(&mut conn, retention, 75_000).expect("retention"),
+            2
+        );
+        assert_eq!(at_ms(&conn), [70_000]);
+        assert_eq!(
+            apply_retention(&mut conn, retention, 99_000).expect("retention"),
+            1
+        );
+        assert_eq!(at_ms(&conn), Vec::<u64>::new(), "all of them old: all gone");
     }
 
     #[test]
