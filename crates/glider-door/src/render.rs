@@ -59,7 +59,7 @@ pub fn shutting_down() -> ApiError {
 /// deadline is a 503, a stream still open then ends with `front`'s error event.
 ///
 /// `answer` comes boxed: the pipeline's future is about 9 KB, and held by value it was
-/// copied at each await above it (this one, the handler's, the router's box) — a fifth
+/// copied at each await above it (this one, the handler's, the router's box) — a tenth
 /// of a small forwarded request's instructions went to those copies.
 pub async fn by_deadline<F: std::future::Future<Output = Response>>(
     front: Dialect,
