@@ -181,15 +181,16 @@ fn json_string_len(text: &str) -> usize {
             })
             .sum()
     };
-    let mut words = text.as_bytes().chunks_exact(8);
-    let mut escapes = 0;
-    for chunk in &mut words {
-        let word = u64::from_ne_bytes(chunk.try_into().unwrap_or_default());
-        if any_below(word, 0x20) || any_equal(word, b'"') || any_equal(word, b'\\') {
-            escapes += extra(chunk);
-        }
-    }
-    2 + text.len() + escapes + extra(words.remainder())
+    let (words, rest) = text.as_bytes().as_chunks::<8>();
+    let escapes: usize = words
+        .iter()
+        .filter(|bytes| {
+            let word = u64::from_ne_bytes(**bytes);
+            any_below(word, 0x20) || any_equal(word, b'"') || any_equal(word, b'\\')
+        })
+        .map(|bytes| extra(bytes))
+        .sum();
+    2 + text.len() + escapes + extra(rest)
 }
 
 /// Bytes of a number as serde_json writes it.
