@@ -161,8 +161,7 @@ async fn responses(State(gw): State<Gateway>, request: Request) -> Response {
         headers,
         prepared.body,
     );
-    let response =
-        render::by_deadline(front, cutoff, Box::pin(render_outcome(front, answer))).await;
+    let response = by_deadline(front, cutoff, answer).await;
     match prepared.store {
         Some(to_store) => stateful::storing(to_store, response).await,
         None => response,
@@ -225,7 +224,18 @@ async fn complete(gw: Gateway, front: Dialect, request: Request) -> Response {
         Err(response) => return response,
     };
     let answer = Door::Gateway.answer(&gw.engine, Some(&gw.delegator), front, headers, body);
-    render::by_deadline(front, cutoff, Box::pin(render_outcome(front, answer))).await
+    by_deadline(front, cutoff, answer).await
+}
+
+/// The pipeline's outcome rendered in `front`'s dialect under the drain deadline
+/// ([`render::by_deadline`]). Not an `async fn`: the pipeline's large future is boxed
+/// here, when called, so the handler's own future holds only the box.
+fn by_deadline(
+    front: Dialect,
+    cutoff: Option<Cutoff>,
+    answer: impl std::future::Future<Output = Outcome>,
+) -> impl std::future::Future<Output = Response> {
+    render::by_deadline(front, cutoff, Box::pin(render_outcome(front, answer)))
 }
 
 /// The pipeline's outcome as the reply in `front`'s dialect.
