@@ -3,6 +3,7 @@
 //! Each change is named in the returned notes, which go on the request's record: nothing
 //! is dropped silently. Cloud routes are never fitted (they stay byte-exact).
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use glider_backend::Candidate;
@@ -80,8 +81,23 @@ pub struct OutputCap {
 
 /// Fit `request` to `target` in place; returns what was changed.
 pub fn fit_request(request: &mut Request, target: &FitTarget) -> Fitted {
+    let tools = std::mem::take(&mut request.tools);
+    fit_with_tools(request, Cow::Owned(tools), target)
+}
+
+/// `source` fitted to `target`, as a copy: [`fit_request`] on a clone, except that of
+/// the client's tools only those the local model gets are copied (a coding CLI sends
+/// 20-30 tools with long schemas, a fitted request keeps a handful).
+pub fn fitted_copy(source: &Request, target: &FitTarget) -> (Request, Fitted) {
+    let mut request = source.clone_without_tools();
+    let fitted = fit_with_tools(&mut request, Cow::Borrowed(&source.tools), target);
+    (request, fitted)
+}
+
+/// [`fit_request`] of `request` whose tools are `tools` (its own field is empty).
+fn fit_with_tools(request: &mut Request, tools: Cow<'_, [ToolDef]>, target: &FitTarget) -> Fitted {
     let mut notes = Vec::new();
-    fit_tools(request, target, &mut notes);
+    fit_tools(request, tools, target, &mut notes);
     let schema_tool = schema_as_tool(request, target, &mut notes);
     let output_cap = cap_output(request, target, &mut notes);
     notes.extend(drop_thinking(request, target));
@@ -171,32 +187,43 @@ pub fn drop_thinking(request: &mut Request, target: &FitTarget) -> Option<String
     Some("thinking dropped (the model is not marked `thinking: true`)".into())
 }
 
-/// No tools for a model without tool support; above the budget, the tools this
-/// conversation needs, slimmed.
-fn fit_tools(request: &mut Request, target: &FitTarget, notes: &mut Vec<String>) {
-    if request.tools.is_empty() {
+/// `request.tools` set from `tools` (the client's): all of them; none for a model
+/// without tool support; above the budget, the tools this conversation needs, slimmed.
+/// Borrowed tools are copied only when kept.
+fn fit_tools(
+    request: &mut Request,
+    tools: Cow<'_, [ToolDef]>,
+    target: &FitTarget,
+    notes: &mut Vec<String>,
+) {
+    if tools.is_empty() {
         return;
     }
     if target.model.and_then(|m| m.tools) == Some(false) {
         notes.push(format!(
             "tools {} -> 0 (the model has no tool support)",
-            request.tools.len()
+            tools.len()
         ));
-        request.tools.clear();
         request.tool_choice = None;
         request.parallel_tool_calls = None;
         return;
     }
     let budget = target.backend;
-    let schema_tokens = estimate_tools(&request.tools);
-    if request.tools.len() <= budget.max_tools && schema_tokens <= budget.max_tool_schema_tokens {
+    let schema_tokens = estimate_tools(&tools);
+    if tools.len() <= budget.max_tools && schema_tokens <= budget.max_tool_schema_tokens {
+        request.tools = tools.into_owned();
         return;
     }
-    let keep = tools_to_keep(request, target.fit);
-    let before = request.tools.len();
-    request
-        .tools
-        .retain(|tool| tool.native.is_none() && keep.contains(tool.name.as_str()));
+    let keep = tools_to_keep(request, &tools, target.fit);
+    let kept = |tool: &ToolDef| tool.native.is_none() && keep.contains(tool.name.as_str());
+    let before = tools.len();
+    request.tools = match tools {
+        Cow::Borrowed(tools) => tools.iter().filter(|t| kept(t)).cloned().collect(),
+        Cow::Owned(mut tools) => {
+            tools.retain(kept);
+            tools
+        }
+    };
     request.tools.iter_mut().for_each(slim_tool);
     if let Some(ToolChoice::Tool { name }) = &request.tool_choice
         && !request.tools.iter().any(|t| &t.name == name)
@@ -217,9 +244,10 @@ fn fit_tools(request: &mut Request, target: &FitTarget, notes: &mut Vec<String>)
     ));
 }
 
-/// Names of the tools a reduced set keeps: those already called in the conversation,
-/// those the last user message names, the forced one, and the configured core set.
-fn tools_to_keep(request: &Request, fit: &FitConfig) -> BTreeSet<String> {
+/// Names of the tools (of `tools`, the client's) a reduced set keeps: those already
+/// called in the conversation, those the last user message names, the forced one, and
+/// the configured core set.
+fn tools_to_keep(request: &Request, tools: &[ToolDef], fit: &FitConfig) -> BTreeSet<String> {
     let mut keep: BTreeSet<String> = request
         .turns
         .iter()
@@ -234,7 +262,7 @@ fn tools_to_keep(request: &Request, fit: &FitConfig) -> BTreeSet<String> {
         .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
         .filter(|w| !w.is_empty())
         .collect();
-    for tool in &request.tools {
+    for tool in tools {
         if fit.is_core_tool(&tool.name) || words.contains(tool.name.as_str()) {
             keep.insert(tool.name.clone());
         }
@@ -552,6 +580,39 @@ mod tests {
             request, before,
             "under budget: full tools with descriptions"
         );
+    }
+
+    #[test]
+    fn a_fitted_copy_is_the_clone_fitted_in_place() {
+        let fit = FitConfig::default();
+        let backend = BackendFit::default();
+        let no_tools = ModelSpec {
+            name: "m".into(),
+            context_window: None,
+            thinking: None,
+            tools: Some(false),
+            vision: None,
+            max_output_tokens: None,
+        };
+        let few_tools = decode(json!({
+            "model": "m", "max_tokens": 100, "tools": [tool("Read"), tool("Bash")],
+            "messages": [{"role": "user", "content": "hi"}],
+        }));
+        for (source, model) in [
+            (claude_code_like(), None),
+            (claude_code_like(), Some(&no_tools)),
+            (few_tools, None),
+        ] {
+            let target = target(&fit, &backend, model);
+            let mut in_place = source.clone();
+            let fitted = fit_request(&mut in_place, &target);
+            let (copy, copied) = fitted_copy(&source, &target);
+            assert_eq!(copy, in_place);
+            assert_eq!(copied, fitted);
+        }
+        // The over-the-budget case did cut: the comparison is not of two untouched copies.
+        let (copy, _) = fitted_copy(&claude_code_like(), &target(&fit, &backend, None));
+        assert_eq!(copy.tools.len(), 8);
     }
 
     #[test]

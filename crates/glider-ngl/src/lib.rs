@@ -291,6 +291,48 @@ impl Request {
             .map(Turn::plain_text)
     }
 
+    /// A copy with no tools: for a caller that copies only the tools it keeps (a
+    /// coding CLI's 20-30 tool schemas are most of what a clone would copy). Every
+    /// field is named, so a new one cannot be left out unnoticed.
+    pub fn clone_without_tools(&self) -> Request {
+        let Request {
+            model,
+            turns,
+            tools: _,
+            tool_choice,
+            parallel_tool_calls,
+            max_tokens,
+            temperature,
+            top_p,
+            top_k,
+            seed,
+            stop,
+            stream,
+            thinking,
+            output_schema,
+            metadata,
+            extra,
+        } = self;
+        Request {
+            model: model.clone(),
+            turns: turns.clone(),
+            tools: Vec::new(),
+            tool_choice: tool_choice.clone(),
+            parallel_tool_calls: *parallel_tool_calls,
+            max_tokens: *max_tokens,
+            temperature: *temperature,
+            top_p: *top_p,
+            top_k: *top_k,
+            seed: *seed,
+            stop: stop.clone(),
+            stream: *stream,
+            thinking: thinking.clone(),
+            output_schema: output_schema.clone(),
+            metadata: metadata.clone(),
+            extra: extra.clone(),
+        }
+    }
+
     /// Unmodelled fields, if they came from `dialect`.
     pub fn extra_for(&self, dialect: Dialect) -> Option<&Map<String, Value>> {
         self.extra

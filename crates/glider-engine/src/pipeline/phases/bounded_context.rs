@@ -38,22 +38,20 @@ impl Phase for BoundedContext {
                 continue;
             }
             let window = local_window(&job.runtime.config, candidate);
-            // The fitted request when fit changed it (fewer tools fit more history).
+            // The fitted request when fit changed it (fewer tools fit more history):
+            // bounded in place, as it is this candidate's own copy.
             let request = adapted.as_ref().unwrap_or(&job.request);
-            let (bounded, cut) = match &record {
-                Some(record) => {
-                    let mut bounded = request.clone();
-                    let cut =
-                        bound_to_episode(&mut bounded, record, context, window, job.compaction);
-                    (bounded, cut)
-                }
+            if record.is_none() && !over_local_budget(request, context, window) {
                 // Checked first so the common case (it fits) costs no copy.
-                None if !over_local_budget(request, context, window) => continue,
-                None => {
-                    let mut bounded = request.clone();
-                    let cut = bound_local_context(&mut bounded, context, window);
-                    (bounded, cut)
+                continue;
+            }
+            let own_copy = adapted.is_some();
+            let mut bounded = adapted.take().unwrap_or_else(|| job.request.clone());
+            let cut = match &record {
+                Some(record) => {
+                    bound_to_episode(&mut bounded, record, context, window, job.compaction)
                 }
+                None => bound_local_context(&mut bounded, context, window),
             };
             tracing::debug!(
                 backend = candidate.backend.name(),
@@ -62,8 +60,13 @@ impl Phase for BoundedContext {
                 record_tokens = cut.record_tokens,
                 "local history bounded"
             );
-            if changed(&cut) {
+            let cut_any = changed(&cut);
+            // Unchanged, a copy of the client's request is dropped: the client's body is
+            // then forwarded as it came.
+            if own_copy || cut_any {
                 *adapted = Some(bounded);
+            }
+            if cut_any {
                 job.tracker.record.context_left_out.push(ContextLeftOut {
                     backend: candidate.backend.name().to_owned(),
                     turns: cut.dropped_turns,
