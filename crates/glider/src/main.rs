@@ -24,6 +24,12 @@ mod setup_commands;
 use mitm_commands::{CaAction, TransparentAction, ca, run_cli, transparent};
 use tracing_subscriber::prelude::*;
 
+/// mimalloc, not glibc's malloc: a request allocates and frees thousands of small
+/// blocks (decoded JSON, the ngl request, encoded bodies), and glibc's malloc and free
+/// were about a third of a request's instructions (callgrind, `bench/callgrind.sh`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "glider",
