@@ -72,7 +72,7 @@ pub fn prepare(store: Option<&Arc<ResponseStore>>, body: Bytes) -> Result<Prepar
                 .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?;
             request.remove("previous_response_id");
             request.insert("input".into(), Value::Array(items));
-            Bytes::from(Value::Object(request).to_string())
+            Bytes::from(glider_dialects::json_bytes(&Value::Object(request)))
         }
         None => body,
     };

@@ -475,7 +475,7 @@ async fn ask(
     let codec = glider_dialects::codec(dialect);
     let upstream = UpstreamRequest {
         dialect,
-        body: Bytes::from(codec.encode_request(&request).to_string()),
+        body: Bytes::from(glider_dialects::json_bytes(&codec.encode_request(&request))),
         stream: false,
         headers: http::HeaderMap::new(),
     };

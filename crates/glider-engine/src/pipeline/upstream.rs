@@ -5,8 +5,8 @@
 
 use bytes::Bytes;
 use glider_backend::{Backend, Candidate, SESSION_KEY_HEADER, UpstreamRequest, session_key_digest};
-use glider_dialects::codec;
 use glider_dialects::scan::top_level_string;
+use glider_dialects::{codec, json_bytes};
 use glider_ngl::{Dialect, Request, Role, Turn};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -44,7 +44,7 @@ pub(crate) fn for_candidate(
                 adapted.stop.clear();
                 adapted.stream = true;
             }
-            Bytes::from(codec(dialect).encode_request(&adapted).to_string())
+            Bytes::from(json_bytes(&codec(dialect).encode_request(&adapted)))
         }
     };
     UpstreamRequest {
