@@ -3,7 +3,7 @@
 //! body), and decoding them was most of a request's decode. The tools of the last few
 //! distinct definitions are kept, keyed by the dialect and the exact bytes of the body's
 //! top-level `tools` member: a body whose `tools` bytes are one of those is decoded with
-//! that member read as `null`, and gets the kept tools.
+//! that member read as `null`, and gets the kept tools (a shared [`ToolList`]: no copy).
 //!
 //! Decoding a dialect's tools reads the `tools` member alone, so the result is the one a
 //! whole decode gives. Anything the scan cannot place (see [`crate::scan`]) is decoded
@@ -11,9 +11,9 @@
 //! one the whole body gives. Only tools that decoded are kept.
 
 use std::ops::Range;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
-use glider_ngl::{ApiError, Dialect, Request, ToolDef};
+use glider_ngl::{ApiError, Dialect, Request, ToolList};
 
 use crate::scan;
 
@@ -28,7 +28,7 @@ const ENTRIES: usize = 8;
 struct Entry {
     dialect: Dialect,
     bytes: Box<[u8]>,
-    tools: Arc<Vec<ToolDef>>,
+    tools: ToolList,
 }
 
 /// Most recently used first.
@@ -51,7 +51,7 @@ pub(crate) fn decode_request(
         without.extend_from_slice(b"null");
         without.extend_from_slice(&body[span.end..]);
         if let Ok(mut request) = decode(&without) {
-            request.tools = Vec::clone(&tools);
+            request.tools = tools;
             return Ok(request);
         }
         return decode(body);
@@ -72,22 +72,22 @@ fn tools_span(body: &[u8]) -> Option<Range<usize>> {
         .then_some(span)
 }
 
-fn kept(dialect: Dialect, bytes: &[u8]) -> Option<Arc<Vec<ToolDef>>> {
+fn kept(dialect: Dialect, bytes: &[u8]) -> Option<ToolList> {
     let mut entries = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
     let at = entries
         .iter()
         .position(|e| e.dialect == dialect && *e.bytes == *bytes)?;
     let entry = entries.remove(at);
-    let tools = Arc::clone(&entry.tools);
+    let tools = entry.tools.clone();
     entries.insert(0, entry);
     Some(tools)
 }
 
-fn keep(dialect: Dialect, bytes: &[u8], tools: &[ToolDef]) {
+fn keep(dialect: Dialect, bytes: &[u8], tools: &ToolList) {
     let entry = Entry {
         dialect,
         bytes: bytes.into(),
-        tools: Arc::new(tools.to_vec()),
+        tools: tools.clone(),
     };
     let mut entries = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
     // Two requests with the same new tools may both miss; keep one.

@@ -3,12 +3,11 @@
 //! Each change is named in the returned notes, which go on the request's record: nothing
 //! is dropped silently. Cloud routes are never fitted (they stay byte-exact).
 
-use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use glider_backend::Candidate;
 use glider_config::{BackendFit, BackendKind, Config, FitConfig, ModelSpec};
-use glider_ngl::{Dialect, Part, Request, ToolChoice, ToolDef};
+use glider_ngl::{Dialect, Part, Request, ToolChoice, ToolDef, ToolList};
 use serde_json::Value;
 
 use crate::tokenizer::estimate_tools;
@@ -81,23 +80,8 @@ pub struct OutputCap {
 
 /// Fit `request` to `target` in place; returns what was changed.
 pub fn fit_request(request: &mut Request, target: &FitTarget) -> Fitted {
-    let tools = std::mem::take(&mut request.tools);
-    fit_with_tools(request, Cow::Owned(tools), target)
-}
-
-/// `source` fitted to `target`, as a copy: [`fit_request`] on a clone, except that of
-/// the client's tools only those the local model gets are copied (a coding CLI sends
-/// 20-30 tools with long schemas, a fitted request keeps a handful).
-pub fn fitted_copy(source: &Request, target: &FitTarget) -> (Request, Fitted) {
-    let mut request = source.clone_without_tools();
-    let fitted = fit_with_tools(&mut request, Cow::Borrowed(&source.tools), target);
-    (request, fitted)
-}
-
-/// [`fit_request`] of `request` whose tools are `tools` (its own field is empty).
-fn fit_with_tools(request: &mut Request, tools: Cow<'_, [ToolDef]>, target: &FitTarget) -> Fitted {
     let mut notes = Vec::new();
-    fit_tools(request, tools, target, &mut notes);
+    fit_tools(request, target, &mut notes);
     let schema_tool = schema_as_tool(request, target, &mut notes);
     let output_cap = cap_output(request, target, &mut notes);
     notes.extend(drop_thinking(request, target));
@@ -187,43 +171,37 @@ pub fn drop_thinking(request: &mut Request, target: &FitTarget) -> Option<String
     Some("thinking dropped (the model is not marked `thinking: true`)".into())
 }
 
-/// `request.tools` set from `tools` (the client's): all of them; none for a model
-/// without tool support; above the budget, the tools this conversation needs, slimmed.
-/// Borrowed tools are copied only when kept.
-fn fit_tools(
-    request: &mut Request,
-    tools: Cow<'_, [ToolDef]>,
-    target: &FitTarget,
-    notes: &mut Vec<String>,
-) {
-    if tools.is_empty() {
+/// No tools for a model without tool support; above the budget, the tools this
+/// conversation needs, slimmed.
+fn fit_tools(request: &mut Request, target: &FitTarget, notes: &mut Vec<String>) {
+    if request.tools.is_empty() {
         return;
     }
     if target.model.and_then(|m| m.tools) == Some(false) {
         notes.push(format!(
             "tools {} -> 0 (the model has no tool support)",
-            tools.len()
+            request.tools.len()
         ));
+        request.tools = ToolList::default();
         request.tool_choice = None;
         request.parallel_tool_calls = None;
         return;
     }
     let budget = target.backend;
-    let schema_tokens = estimate_tools(&tools);
-    if tools.len() <= budget.max_tools && schema_tokens <= budget.max_tool_schema_tokens {
-        request.tools = tools.into_owned();
+    let schema_tokens = estimate_tools(&request.tools);
+    if request.tools.len() <= budget.max_tools && schema_tokens <= budget.max_tool_schema_tokens {
         return;
     }
-    let keep = tools_to_keep(request, &tools, target.fit);
-    let kept = |tool: &ToolDef| tool.native.is_none() && keep.contains(tool.name.as_str());
-    let before = tools.len();
-    request.tools = match tools {
-        Cow::Borrowed(tools) => tools.iter().filter(|t| kept(t)).cloned().collect(),
-        Cow::Owned(mut tools) => {
-            tools.retain(kept);
-            tools
-        }
-    };
+    let keep = tools_to_keep(request, target.fit);
+    let before = request.tools.len();
+    // A new list of the kept tools: the client's may be shared (a clone of the request,
+    // the decoder's kept list), and changing it in place would copy all of it first.
+    request.tools = request
+        .tools
+        .iter()
+        .filter(|tool| tool.native.is_none() && keep.contains(tool.name.as_str()))
+        .cloned()
+        .collect();
     request.tools.iter_mut().for_each(slim_tool);
     if let Some(ToolChoice::Tool { name }) = &request.tool_choice
         && !request.tools.iter().any(|t| &t.name == name)
@@ -244,10 +222,9 @@ fn fit_tools(
     ));
 }
 
-/// Names of the tools (of `tools`, the client's) a reduced set keeps: those already
-/// called in the conversation, those the last user message names, the forced one, and
-/// the configured core set.
-fn tools_to_keep(request: &Request, tools: &[ToolDef], fit: &FitConfig) -> BTreeSet<String> {
+/// Names of the tools a reduced set keeps: those already called in the conversation,
+/// those the last user message names, the forced one, and the configured core set.
+fn tools_to_keep(request: &Request, fit: &FitConfig) -> BTreeSet<String> {
     let mut keep: BTreeSet<String> = request
         .turns
         .iter()
@@ -262,7 +239,7 @@ fn tools_to_keep(request: &Request, tools: &[ToolDef], fit: &FitConfig) -> BTree
         .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
         .filter(|w| !w.is_empty())
         .collect();
-    for tool in tools {
+    for tool in &request.tools {
         if fit.is_core_tool(&tool.name) || words.contains(tool.name.as_str()) {
             keep.insert(tool.name.clone());
         }
@@ -583,36 +560,15 @@ mod tests {
     }
 
     #[test]
-    fn a_fitted_copy_is_the_clone_fitted_in_place() {
+    fn fitting_a_copy_leaves_the_clients_shared_tools_as_they_were() {
         let fit = FitConfig::default();
         let backend = BackendFit::default();
-        let no_tools = ModelSpec {
-            name: "m".into(),
-            context_window: None,
-            thinking: None,
-            tools: Some(false),
-            vision: None,
-            max_output_tokens: None,
-        };
-        let few_tools = decode(json!({
-            "model": "m", "max_tokens": 100, "tools": [tool("Read"), tool("Bash")],
-            "messages": [{"role": "user", "content": "hi"}],
-        }));
-        for (source, model) in [
-            (claude_code_like(), None),
-            (claude_code_like(), Some(&no_tools)),
-            (few_tools, None),
-        ] {
-            let target = target(&fit, &backend, model);
-            let mut in_place = source.clone();
-            let fitted = fit_request(&mut in_place, &target);
-            let (copy, copied) = fitted_copy(&source, &target);
-            assert_eq!(copy, in_place);
-            assert_eq!(copied, fitted);
-        }
-        // The over-the-budget case did cut: the comparison is not of two untouched copies.
-        let (copy, _) = fitted_copy(&claude_code_like(), &target(&fit, &backend, None));
+        let client = claude_code_like();
+        let mut copy = client.clone();
+        fit_request(&mut copy, &target(&fit, &backend, None));
         assert_eq!(copy.tools.len(), 8);
+        assert_eq!(client.tools.len(), 14);
+        assert_eq!(client.tools, claude_code_like().tools, "not slimmed either");
     }
 
     #[test]

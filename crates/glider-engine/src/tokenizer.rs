@@ -5,7 +5,7 @@
 //! (their real vocabularies, embedded), which costs milliseconds over a coding CLI's
 //! 80 KB turn: routing asks for it only near a limit ([`estimate_for_routing`]).
 
-use glider_ngl::{Part, Request};
+use glider_ngl::{Part, Request, ToolList};
 
 /// Bytes per token assumed for models without a known tokenizer.
 pub const BYTES_PER_TOKEN: f64 = 3.5;
@@ -72,8 +72,8 @@ pub fn estimate_turn(turn: &glider_ngl::Turn) -> u64 {
 }
 
 /// The byte-ratio estimate of a set of tool definitions.
-pub fn estimate_tools(tools: &[glider_ngl::ToolDef]) -> u64 {
-    estimate_len(tools_len(tools))
+pub fn estimate_tools(tools: &ToolList) -> u64 {
+    estimate_len(tools.text_len(tools_len))
 }
 
 /// The byte-ratio estimate for a piece of text.
@@ -104,7 +104,8 @@ fn request_text(request: &Request) -> String {
 /// `request_text(request).len()`, counted without building the text.
 fn request_text_len(request: &Request) -> usize {
     let turns: usize = request.turns.iter().map(|t| parts_len(&t.parts)).sum();
-    turns + tools_len(&request.tools)
+    // Measured once per tool list: a coding CLI's list is shared across its turns.
+    turns + request.tools.text_len(tools_len)
 }
 
 /// Bytes of the tool definitions as [`request_text`] writes them.
@@ -335,7 +336,8 @@ mod tests {
                 description: Some("Read a file".into()),
                 parameters: serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}}),
                 native: None,
-            }],
+            }]
+            .into(),
             ..Request::default()
         };
         assert_eq!(request_text_len(&request), request_text(&request).len());

@@ -5,12 +5,14 @@
 
 pub mod edits;
 pub mod stream;
+mod tools;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use edits::{EditView, EditViews};
 pub use stream::{ResponseBuilder, StreamEvent};
+pub use tools::ToolList;
 
 /// Who speaks a turn. System text keeps its position: Anthropic's top-level `system`
 /// becomes leading `System` turns, and `role: "system"` entries inside `messages`
@@ -232,7 +234,7 @@ pub struct Request {
     pub model: String,
     pub turns: Vec<Turn>,
     #[serde(default)]
-    pub tools: Vec<ToolDef>,
+    pub tools: ToolList,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
     /// Whether the model may call several tools in one turn (`None` = dialect default).
@@ -289,48 +291,6 @@ impl Request {
             .rev()
             .find(|t| t.role == Role::User)
             .map(Turn::plain_text)
-    }
-
-    /// A copy with no tools: for a caller that copies only the tools it keeps (a
-    /// coding CLI's 20-30 tool schemas are most of what a clone would copy). Every
-    /// field is named, so a new one cannot be left out unnoticed.
-    pub fn clone_without_tools(&self) -> Request {
-        let Request {
-            model,
-            turns,
-            tools: _,
-            tool_choice,
-            parallel_tool_calls,
-            max_tokens,
-            temperature,
-            top_p,
-            top_k,
-            seed,
-            stop,
-            stream,
-            thinking,
-            output_schema,
-            metadata,
-            extra,
-        } = self;
-        Request {
-            model: model.clone(),
-            turns: turns.clone(),
-            tools: Vec::new(),
-            tool_choice: tool_choice.clone(),
-            parallel_tool_calls: *parallel_tool_calls,
-            max_tokens: *max_tokens,
-            temperature: *temperature,
-            top_p: *top_p,
-            top_k: *top_k,
-            seed: *seed,
-            stop: stop.clone(),
-            stream: *stream,
-            thinking: thinking.clone(),
-            output_schema: output_schema.clone(),
-            metadata: metadata.clone(),
-            extra: extra.clone(),
-        }
     }
 
     /// Unmodelled fields, if they came from `dialect`.

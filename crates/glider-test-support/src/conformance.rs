@@ -316,7 +316,7 @@ impl Case {
                 ]
                 .into_iter()
                 .map(|choice| Request {
-                    tools: vec![weather_tool(), time_tool()],
+                    tools: vec![weather_tool(), time_tool()].into(),
                     tool_choice: Some(choice),
                     ..request(vec![user("weather in Paris?")])
                 })
@@ -327,7 +327,7 @@ impl Case {
                 let [paris, rome] = parallel_calls();
                 Sample {
                     requests: vec![Request {
-                        tools: vec![weather_tool(), time_tool()],
+                        tools: vec![weather_tool(), time_tool()].into(),
                         ..request(vec![
                             user("weather in Paris and time in Rome?"),
                             Turn {

@@ -81,7 +81,7 @@ pub(super) fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
     Ok(Request {
         model,
         turns,
-        tools: decode_tools(obj.present("tools"))?,
+        tools: decode_tools(obj.present("tools"))?.into(),
         tool_choice,
         parallel_tool_calls,
         max_tokens: Some(max_tokens),
@@ -1597,7 +1597,8 @@ mod tests {
                         raw: json!({"type": "web_search"}),
                     }),
                 },
-            ],
+            ]
+            .into(),
             parallel_tool_calls: Some(false),
             thinking: Some(ThinkingConfig {
                 budget_tokens: None,

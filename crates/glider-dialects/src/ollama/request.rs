@@ -75,7 +75,7 @@ pub(super) fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
         ..Request::default()
     };
     if let Some(tools) = take(&mut obj, "tools") {
-        req.tools = decode_tools(tools, "tools", Dialect::Ollama)?;
+        req.tools = decode_tools(tools, "tools", Dialect::Ollama)?.into();
     }
     req.stream = FIELDS.take_bool(&mut obj, "stream", "")?.unwrap_or(true);
     match take(&mut obj, "format") {
@@ -561,7 +561,7 @@ mod tests {
                         raw: json!({"type": "web_search_20250305", "name": "web_search"}),
                     }),
                 },
-            ],
+            ].into(),
             tool_choice: Some(ToolChoice::Auto),
             parallel_tool_calls: Some(true),
             max_tokens: Some(4096),

@@ -146,7 +146,7 @@ pub(super) fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
         ..Request::default()
     };
     if let Some(tools) = take(&mut obj, "tools") {
-        req.tools = decode_tools(tools, "tools", Dialect::OpenAiChat)?;
+        req.tools = decode_tools(tools, "tools", Dialect::OpenAiChat)?.into();
     }
     if let Some(choice) = take(&mut obj, "tool_choice") {
         req.tool_choice = Some(decode_tool_choice(choice)?);
@@ -1155,7 +1155,7 @@ mod tests {
                         raw: json!({"type": "web_search_20250305", "name": "web_search"}),
                     }),
                 },
-            ],
+            ].into(),
             tool_choice: Some(ToolChoice::Auto),
             parallel_tool_calls: Some(false),
             max_tokens: Some(2048),

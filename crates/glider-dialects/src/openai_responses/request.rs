@@ -739,7 +739,7 @@ pub(super) fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
     Ok(Request {
         model,
         turns: input.turns,
-        tools,
+        tools: tools.into(),
         tool_choice,
         parallel_tool_calls,
         max_tokens,
@@ -1647,7 +1647,7 @@ mod tests {
                         raw: json!({"type": "web_search_20250305", "name": "web_search"}),
                     }),
                 },
-            ],
+            ].into(),
             tool_choice: Some(ToolChoice::Required),
             parallel_tool_calls: None,
             max_tokens: Some(32000),
@@ -1737,7 +1737,8 @@ mod tests {
                 description: None,
                 parameters: json!({"type": "object"}),
                 native: None,
-            }],
+            }]
+            .into(),
             ..Request::default()
         };
         let wire = codec().encode_request(&req);

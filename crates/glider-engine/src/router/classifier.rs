@@ -259,7 +259,7 @@ mod tests {
         let request = Request {
             model: "claude-sonnet-4-5".into(),
             turns: vec![Turn::text(Role::User, "refactor the parser")],
-            tools: vec![tool("Bash"), tool("Edit"), tool("Read")],
+            tools: vec![tool("Bash"), tool("Edit"), tool("Read")].into(),
             thinking: Some(ThinkingConfig {
                 budget_tokens: Some(31_999),
                 effort: None,

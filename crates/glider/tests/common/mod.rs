@@ -166,7 +166,7 @@ pub fn text_request(model: &str, text: &str, stream: bool) -> glider_ngl::Reques
 /// The first turn of a tool round trip: the mock calls get_weather(Paris).
 pub fn tool_request(model: &str, stream: bool) -> glider_ngl::Request {
     glider_ngl::Request {
-        tools: vec![weather_tool()],
+        tools: vec![weather_tool()].into(),
         ..text_request(
             model,
             "weather in Paris? [[call:get_weather {\"city\":\"Paris\"}]]",

@@ -6,7 +6,7 @@
 //! Glider set, a schema sent as a tool), for the record phase.
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
-use crate::fit::{FitTarget, drop_thinking, fit_request, fitted_copy, thinking_unsupported};
+use crate::fit::{FitTarget, drop_thinking, fit_request, thinking_unsupported};
 use crate::local_reply::LocalEnding;
 
 pub(crate) struct Fit;
@@ -44,24 +44,16 @@ impl Phase for Fit {
                 continue;
             }
             let earlier = adapted.is_some();
-            let (request, mut notes) = if enabled {
-                // A copy of the client's request copies only the tools it keeps.
-                let (request, fitted) = match adapted.take() {
-                    Some(mut request) => {
-                        let fitted = fit_request(&mut request, &target);
-                        (request, fitted)
-                    }
-                    None => fitted_copy(&job.request, &target),
-                };
+            let mut request = adapted.take().unwrap_or_else(|| job.request.clone());
+            let mut notes = if enabled {
+                let fitted = fit_request(&mut request, &target);
                 *ending = Some(LocalEnding {
                     cap: fitted.output_cap,
                     schema_tool: fitted.schema_tool,
                 });
-                (request, fitted.notes)
+                fitted.notes
             } else {
-                let mut request = adapted.take().unwrap_or_else(|| job.request.clone());
-                let notes = drop_thinking(&mut request, &target).into_iter().collect();
-                (request, notes)
+                drop_thinking(&mut request, &target).into_iter().collect()
             };
             if earlier || !notes.is_empty() {
                 *adapted = Some(request);
