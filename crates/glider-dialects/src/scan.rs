@@ -9,6 +9,7 @@
 //! escapes, a member given twice, a body cut short — is [`Unscannable`], and the caller
 //! settles it with a full parse.
 
+use std::cell::Cell;
 use std::ops::Range;
 
 /// The scan could not place the member for certain; parse the body instead.
@@ -54,12 +55,7 @@ pub(crate) fn member_values<const N: usize>(
     body: &[u8],
     keys: [&str; N],
 ) -> Result<[Option<serde_json::Value>; N], Unscannable> {
-    let mut spans: [Option<Range<usize>>; N] = std::array::from_fn(|_| None);
-    top_level_members(body, |name, value| {
-        if let Some(at) = keys.iter().position(|key| key.as_bytes() == name) {
-            spans[at] = Some(value);
-        }
-    })?;
+    let spans = member_spans(body, keys)?;
     let mut values: [Option<serde_json::Value>; N] = std::array::from_fn(|_| None);
     for (value, span) in values.iter_mut().zip(spans) {
         if let Some(span) = span {
@@ -69,14 +65,96 @@ pub(crate) fn member_values<const N: usize>(
     Ok(values)
 }
 
+/// Where the values of the top-level members `keys` lie (the last of duplicates, as a
+/// full parse keeps it); `None` for an absent one.
+fn member_spans<const N: usize>(
+    body: &[u8],
+    keys: [&str; N],
+) -> Result<[Option<Range<usize>>; N], Unscannable> {
+    let mut spans: [Option<Range<usize>>; N] = std::array::from_fn(|_| None);
+    top_level_members(body, |name, value| {
+        if let Some(at) = keys.iter().position(|key| key.as_bytes() == name) {
+            spans[at] = Some(value);
+        }
+    })?;
+    Ok(spans)
+}
+
 /// A reply's usage from its top-level `usage` member alone, read by `decode` as a
-/// full decode reads it; no member is no usage.
+/// full decode reads it (from the member's bytes, nothing parsed); no member is no
+/// usage.
 pub(crate) fn usage_member(
     body: &[u8],
-    decode: fn(&serde_json::Value) -> glider_ngl::Usage,
+    decode: impl FnOnce(&ScannedCounts<'_>) -> glider_ngl::Usage,
 ) -> Result<glider_ngl::Usage, Unscannable> {
-    let [usage] = member_values(body, ["usage"])?;
-    Ok(usage.as_ref().map(decode).unwrap_or_default())
+    let [Some(span)] = member_spans(body, ["usage"])? else {
+        return Ok(glider_ngl::Usage::default());
+    };
+    let counts = ScannedCounts {
+        object: &body[span],
+        unscannable: Cell::new(false),
+    };
+    let usage = decode(&counts);
+    if counts.unscannable.get() {
+        return Err(Unscannable);
+    }
+    Ok(usage)
+}
+
+/// Where a usage decoder reads its counts: a parsed value, or an object's bytes by the
+/// scan ([`ScannedCounts`]), so that one decoder serves both.
+pub(crate) trait Counts {
+    /// The unsigned integer at `path` (nested member names), 0 when a step is absent
+    /// or it is not one: what `Value::as_u64` reads.
+    fn count(&self, path: &[&str]) -> u64;
+}
+
+impl Counts for serde_json::Value {
+    fn count(&self, path: &[&str]) -> u64 {
+        path.iter()
+            .try_fold(self, |value, key| value.get(key))
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0)
+    }
+}
+
+/// An object's counts read from its bytes (the last of duplicate members, as a full
+/// parse keeps it). An object the scan cannot read marks the whole read unscannable,
+/// and the caller decodes instead.
+pub(crate) struct ScannedCounts<'a> {
+    object: &'a [u8],
+    unscannable: Cell<bool>,
+}
+
+impl Counts for ScannedCounts<'_> {
+    fn count(&self, path: &[&str]) -> u64 {
+        let mut value = self.object;
+        for key in path {
+            match member_spans(value, [key]) {
+                Ok([Some(span)]) => value = &value[span],
+                Ok([None]) => return 0,
+                // `null` or a scalar has no members: absent, as `Value::get` says.
+                Err(Unscannable) if value.first().is_some_and(|c| *c != b'{') => return 0,
+                Err(Unscannable) => {
+                    self.unscannable.set(true);
+                    return 0;
+                }
+            }
+        }
+        integer(value)
+    }
+}
+
+/// A JSON number's bytes as `Value::as_u64` reads it: a plain unsigned integer that
+/// fits, else 0 (a fraction, an exponent, a sign, a string).
+fn integer(bytes: &[u8]) -> u64 {
+    if !bytes.first().is_some_and(u8::is_ascii_digit) {
+        return 0;
+    }
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Call `visit` with each top-level member's key (as written, without its quotes) and

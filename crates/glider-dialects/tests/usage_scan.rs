@@ -124,6 +124,58 @@ fn backend_shapes_scan_to_the_decoded_usage() {
 }
 
 #[test]
+fn counts_that_are_not_plain_integers_read_as_the_decode_reads_them() {
+    // Fractions, exponents, signs, strings, nulls, too large, a scalar or an array
+    // where details belong: the scan reads each as the full decode does (0 or the
+    // integer), reading the numbers' bytes itself.
+    let odd = [
+        "12.5",
+        "1e3",
+        "-4",
+        "\"7\"",
+        "null",
+        "18446744073709551616",
+        "0",
+        "[1]",
+        "{}",
+    ];
+    for count in odd {
+        for (dialect, body) in [
+            (
+                Dialect::OpenAiChat,
+                format!(
+                    r#"{{"id":"c","object":"chat.completion","model":"m",
+                    "choices":[{{"index":0,"message":{{"role":"assistant","content":"hi"}},"finish_reason":"stop"}}],
+                    "usage":{{"prompt_tokens":{count},"completion_tokens":3,
+                        "prompt_tokens_details":{count},"completion_tokens_details":{{"reasoning_tokens":{count}}}}}}}"#
+                ),
+            ),
+            (
+                Dialect::OpenAiResponses,
+                format!(
+                    r#"{{"id":"r","object":"response","status":"completed","model":"m","output":[],
+                    "usage":{{"input_tokens":90,"output_tokens":{count},
+                        "input_tokens_details":{{"cached_tokens":{count}}},"output_tokens_details":{count}}}}}"#
+                ),
+            ),
+            (
+                Dialect::Anthropic,
+                format!(
+                    r#"{{"id":"m","type":"message","role":"assistant","model":"c","content":[],
+                    "stop_reason":"end_turn","usage":{{"input_tokens":{count},"output_tokens":2,
+                        "cache_read_input_tokens":{count}}}}}"#
+                ),
+            ),
+        ] {
+            codec(dialect)
+                .decode_response(body.as_bytes())
+                .unwrap_or_else(|e| panic!("{dialect:?} {count}: {e:?}"));
+            scanned(dialect, body.as_bytes()).expect("scans");
+        }
+    }
+}
+
+#[test]
 fn what_the_scan_cannot_place_is_left_to_a_full_decode() {
     for dialect in DIALECTS {
         for body in [

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::error::error_from_json;
 use super::request::{empty_object, tool_input};
 use crate::json::{Fields, bad_gateway, str_field};
+use crate::scan::Counts;
 
 pub(super) fn decode_response(body: &[u8]) -> Result<Response, ApiError> {
     let value: &Value = &serde_json::from_slice(body).map_err(|e| {
@@ -136,11 +137,11 @@ pub(super) fn stop_reason_str(reason: StopReason, has_tool_calls: bool) -> &'sta
 
 /// The reply's usage from its top-level `usage` member alone (see [`crate::scan`]).
 pub(super) fn response_usage(body: &[u8]) -> Result<Usage, crate::scan::Unscannable> {
-    crate::scan::usage_member(body, decode_usage)
+    crate::scan::usage_member(body, |counts| decode_usage(counts))
 }
 
-pub(super) fn decode_usage(usage: &Value) -> Usage {
-    let n = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+pub(super) fn decode_usage(usage: &(impl Counts + ?Sized)) -> Usage {
+    let n = |key: &str| usage.count(&[key]);
     Usage {
         input_tokens: n("input_tokens"),
         output_tokens: n("output_tokens"),

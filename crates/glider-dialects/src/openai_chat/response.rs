@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::error::error_fields;
 use crate::json::bad_gateway;
+use crate::scan::Counts;
 
 /// Seconds since the Unix epoch (0 if the clock is before it).
 pub(crate) fn now_unix() -> u64 {
@@ -20,24 +21,17 @@ pub(crate) fn now_unix() -> u64 {
 
 /// The reply's usage from its top-level `usage` member alone (see [`crate::scan`]).
 pub(super) fn response_usage(body: &[u8]) -> Result<Usage, crate::scan::Unscannable> {
-    crate::scan::usage_member(body, decode_usage)
+    crate::scan::usage_member(body, |counts| decode_usage(counts))
 }
 
 /// ngl usage from an OpenAI `usage` object (`input_tokens` excludes cache reads).
-pub(super) fn decode_usage(usage: &Value) -> Usage {
-    let get = |v: &Value, key: &str| v.get(key).and_then(Value::as_u64).unwrap_or(0);
-    let prompt = get(usage, "prompt_tokens");
-    let cached = usage
-        .get("prompt_tokens_details")
-        .map(|d| get(d, "cached_tokens"))
-        .unwrap_or(0);
-    let reasoning = usage
-        .get("completion_tokens_details")
-        .map(|d| get(d, "reasoning_tokens"))
-        .unwrap_or(0);
+pub(super) fn decode_usage(usage: &(impl Counts + ?Sized)) -> Usage {
+    let prompt = usage.count(&["prompt_tokens"]);
+    let cached = usage.count(&["prompt_tokens_details", "cached_tokens"]);
+    let reasoning = usage.count(&["completion_tokens_details", "reasoning_tokens"]);
     Usage {
         input_tokens: prompt.saturating_sub(cached),
-        output_tokens: get(usage, "completion_tokens"),
+        output_tokens: usage.count(&["completion_tokens"]),
         cache_read_tokens: cached,
         cache_write_tokens: 0,
         reasoning_tokens: reasoning,

@@ -13,6 +13,7 @@ use super::items::{
 use super::request::reasoning_part;
 use crate::json::{bad_gateway, str_field};
 use crate::openai_chat::now_unix;
+use crate::scan::Counts;
 
 fn encode_usage(u: &Usage) -> Value {
     let input = u.input_tokens + u.cache_read_tokens + u.cache_write_tokens;
@@ -30,19 +31,18 @@ fn encode_usage(u: &Usage) -> Value {
 
 /// The reply's usage from its top-level `usage` member alone (see [`crate::scan`]).
 pub(super) fn response_usage(body: &[u8]) -> Result<Usage, crate::scan::Unscannable> {
-    crate::scan::usage_member(body, decode_usage)
+    crate::scan::usage_member(body, |counts| decode_usage(counts))
 }
 
-pub(super) fn decode_usage(v: &Value) -> Usage {
-    let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
-    let cached = n(v.pointer("/input_tokens_details/cached_tokens"));
-    let written = n(v.pointer("/input_tokens_details/cache_write_tokens"));
+pub(super) fn decode_usage(v: &(impl Counts + ?Sized)) -> Usage {
+    let cached = v.count(&["input_tokens_details", "cached_tokens"]);
+    let written = v.count(&["input_tokens_details", "cache_write_tokens"]);
     Usage {
-        input_tokens: n(v.get("input_tokens")).saturating_sub(cached + written),
-        output_tokens: n(v.get("output_tokens")),
+        input_tokens: v.count(&["input_tokens"]).saturating_sub(cached + written),
+        output_tokens: v.count(&["output_tokens"]),
         cache_read_tokens: cached,
         cache_write_tokens: written,
-        reasoning_tokens: n(v.pointer("/output_tokens_details/reasoning_tokens")),
+        reasoning_tokens: v.count(&["output_tokens_details", "reasoning_tokens"]),
     }
 }
 
