@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
@@ -34,6 +34,8 @@ const MAX_SESSIONS: usize = 4096;
 /// committed at once; a flush ends the wait. What a crash can lose is what it always
 /// could — events queued and not yet committed — now at most this much newer.
 pub(crate) const COMMIT_EVERY: Duration = Duration::from_millis(5);
+/// How often a gathering writer looks for more events (see [`gather`]).
+const GATHER_POLL: Duration = Duration::from_millis(1);
 /// Longest the writer idles before checking whether a session was forgotten by
 /// another connection (its record must not outlive it).
 const FORGET_CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -375,7 +377,7 @@ impl Writer {
 
 /// The batch that begins with `first`: what else is queued, and — until `due` (the
 /// writer committed less than [`COMMIT_EVERY`] ago) — what arrives meanwhile, up to
-/// [`MAX_BATCH`]; a flush ends the wait.
+/// [`MAX_BATCH`], looked for every [`GATHER_POLL`]; a flush ends the wait.
 fn gather(receiver: &Receiver<Message>, first: Message, due: Instant) -> Vec<Message> {
     let mut flushing = matches!(first, Message::Flush(_));
     let mut batch = vec![first];
@@ -388,10 +390,11 @@ fn gather(receiver: &Receiver<Message>, first: Message, due: Instant) -> Vec<Mes
                 if flushing || left.is_zero() {
                     break;
                 }
-                match receiver.recv_timeout(left) {
-                    Ok(message) => message,
-                    Err(_) => break,
-                }
+                // Polled, not waited on: a wait wakes the writer for every event (~2
+                // a request), and makes every send a futex wake; a poll each
+                // millisecond wakes it at most that often.
+                thread::sleep(left.min(GATHER_POLL));
+                continue;
             }
         };
         flushing |= matches!(next, Message::Flush(_));
