@@ -164,6 +164,18 @@ pub struct ToolDef {
     pub native: Option<NativeTool>,
 }
 
+impl ToolDef {
+    /// A function tool named `name` taking any object, with no description.
+    pub fn plain(name: &str) -> ToolDef {
+        ToolDef {
+            name: name.into(),
+            description: None,
+            parameters: serde_json::json!({"type": "object"}),
+            native: None,
+        }
+    }
+}
+
 /// A vendor-specific tool definition kept verbatim.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NativeTool {

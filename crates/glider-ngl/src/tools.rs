@@ -93,17 +93,10 @@ impl<'de> Deserialize<'de> for ToolList {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     fn tool(name: &str) -> ToolDef {
-        ToolDef {
-            name: name.into(),
-            description: None,
-            parameters: json!({"type": "object"}),
-            native: None,
-        }
+        ToolDef::plain(name)
     }
 
     #[test]

@@ -229,12 +229,7 @@ mod tests {
     }
 
     fn tool(name: &str) -> ToolDef {
-        ToolDef {
-            name: name.into(),
-            description: None,
-            parameters: json!({"type": "object"}),
-            native: None,
-        }
+        ToolDef::plain(name)
     }
 
     #[test]
