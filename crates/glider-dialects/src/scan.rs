@@ -49,22 +49,6 @@ pub fn top_level_string(body: &[u8], key: &str) -> Option<Range<usize>> {
         .filter(|span| body[span.start] == b'"')
 }
 
-/// The values of the top-level members `keys`, each parsed from its own bytes alone
-/// (the last of duplicates, as a full parse keeps it); `None` for an absent one.
-pub(crate) fn member_values<const N: usize>(
-    body: &[u8],
-    keys: [&str; N],
-) -> Result<[Option<serde_json::Value>; N], Unscannable> {
-    let spans = member_spans(body, keys)?;
-    let mut values: [Option<serde_json::Value>; N] = std::array::from_fn(|_| None);
-    for (value, span) in values.iter_mut().zip(spans) {
-        if let Some(span) = span {
-            *value = Some(serde_json::from_slice(&body[span]).map_err(|_| Unscannable)?);
-        }
-    }
-    Ok(values)
-}
-
 /// Where the values of the top-level members `keys` lie (the last of duplicates, as a
 /// full parse keeps it); `None` for an absent one.
 fn member_spans<const N: usize>(
@@ -87,11 +71,22 @@ pub(crate) fn usage_member(
     body: &[u8],
     decode: impl FnOnce(&ScannedCounts<'_>) -> glider_ngl::Usage,
 ) -> Result<glider_ngl::Usage, Unscannable> {
-    let [Some(span)] = member_spans(body, ["usage"])? else {
-        return Ok(glider_ngl::Usage::default());
-    };
+    match member_spans(body, ["usage"])? {
+        [Some(span)] if body[span.start] == b'{' => counts_of(&body[span], decode),
+        // Absent, `null` or not an object: no counts, as a decode reads it.
+        _ => Ok(glider_ngl::Usage::default()),
+    }
+}
+
+/// The usage `decode` reads from the counts of `object` (an object's bytes, nothing
+/// parsed); `Err` when the scan cannot read what it asked for, `object` itself
+/// included.
+pub(crate) fn counts_of(
+    object: &[u8],
+    decode: impl FnOnce(&ScannedCounts<'_>) -> glider_ngl::Usage,
+) -> Result<glider_ngl::Usage, Unscannable> {
     let counts = ScannedCounts {
-        object: &body[span],
+        object,
         unscannable: Cell::new(false),
     };
     let usage = decode(&counts);
@@ -129,32 +124,44 @@ pub(crate) struct ScannedCounts<'a> {
 impl Counts for ScannedCounts<'_> {
     fn count(&self, path: &[&str]) -> u64 {
         let mut value = self.object;
-        for key in path {
+        for (depth, key) in path.iter().enumerate() {
             match member_spans(value, [key]) {
                 Ok([Some(span)]) => value = &value[span],
                 Ok([None]) => return 0,
-                // `null` or a scalar has no members: absent, as `Value::get` says.
-                Err(Unscannable) if value.first().is_some_and(|c| *c != b'{') => return 0,
+                // Below the object, `null` or a scalar has no members: absent, as
+                // `Value::get` says.
+                Err(Unscannable) if depth > 0 && value.first().is_some_and(|c| *c != b'{') => {
+                    return 0;
+                }
                 Err(Unscannable) => {
                     self.unscannable.set(true);
                     return 0;
                 }
             }
         }
-        integer(value)
+        match integer(value) {
+            Some(count) => count,
+            None => {
+                // Not a count, but a value a parse reads (`12.5`, `null`, `"7"`) is 0
+                // as `as_u64` says; bytes a parse refuses make the reply unreadable.
+                if serde_json::from_slice::<serde::de::IgnoredAny>(value).is_err() {
+                    self.unscannable.set(true);
+                }
+                0
+            }
+        }
     }
 }
 
-/// A JSON number's bytes as `Value::as_u64` reads it: a plain unsigned integer that
-/// fits, else 0 (a fraction, an exponent, a sign, a string).
-fn integer(bytes: &[u8]) -> u64 {
-    if !bytes.first().is_some_and(u8::is_ascii_digit) {
-        return 0;
+/// A JSON number's bytes as `Value::as_u64` reads it when it is a plain unsigned
+/// integer that fits; `None` for anything else.
+fn integer(bytes: &[u8]) -> Option<u64> {
+    // JSON has no leading zeros (`007` is refused by a parse, read as 7 by `parse`).
+    let leading_zero = bytes.len() > 1 && bytes[0] == b'0';
+    if leading_zero || !bytes.first().is_some_and(u8::is_ascii_digit) {
+        return None;
     }
-    std::str::from_utf8(bytes)
-        .ok()
-        .and_then(|text| text.parse().ok())
-        .unwrap_or(0)
+    std::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
 /// Call `visit` with each top-level member's key (as written, without its quotes) and

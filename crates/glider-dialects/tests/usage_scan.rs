@@ -185,6 +185,12 @@ fn what_the_scan_cannot_place_is_left_to_a_full_decode() {
             br#"{"usage": {"input_tokens": 1}} trailing"#,
             br#"{"usag\u0065": {"input_tokens": 1}}"#,
             br#"{"usage": {"input_tokens": }, "prompt_eval_count": x}"#,
+            // Counts a parse refuses (a bare word, a leading zero) in a body the scan
+            // can walk: no reply decodes from them, so no usage is read from them.
+            br#"{"usage": {"input_tokens": x, "output_tokens": x, "prompt_tokens": x,
+                "completion_tokens": x}, "prompt_eval_count": x, "eval_count": x}"#,
+            br#"{"usage": {"input_tokens": 007, "output_tokens": 007, "prompt_tokens": 007,
+                "completion_tokens": 007}, "prompt_eval_count": 007, "eval_count": 007}"#,
         ] {
             assert_eq!(
                 codec(dialect).response_usage(body),

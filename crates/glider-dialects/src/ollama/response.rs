@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 use super::request::{flatten, tool_call_value};
 use crate::json::bad_gateway;
 use crate::openai_chat::error_fields;
+use crate::scan::Counts;
 
 /// The current time as RFC 3339 UTC with microseconds, as Ollama writes `created_at`.
 pub(super) fn rfc3339_now() -> String {
@@ -72,17 +73,16 @@ pub(super) fn response_id(created_at: &str) -> String {
 /// The reply's counts from its top-level `prompt_eval_count` and `eval_count` alone
 /// (see [`crate::scan`]), as [`decode_response`] reads them.
 pub(super) fn response_usage(body: &[u8]) -> Result<Usage, crate::scan::Unscannable> {
-    let [prompt, eval] = crate::scan::member_values(body, ["prompt_eval_count", "eval_count"])?;
-    let n = |v: Option<Value>| v.as_ref().and_then(Value::as_u64).unwrap_or(0);
-    Ok(Usage {
-        input_tokens: n(prompt),
-        output_tokens: n(eval),
-        ..Usage::default()
-    })
+    crate::scan::counts_of(body, |counts| decode_usage(counts))
 }
 
-pub(super) fn count(value: &Value, key: &str) -> u64 {
-    value.get(key).and_then(Value::as_u64).unwrap_or(0)
+/// ngl usage from a reply's or a final chunk's top-level counts.
+pub(super) fn decode_usage(value: &(impl Counts + ?Sized)) -> Usage {
+    Usage {
+        input_tokens: value.count(&["prompt_eval_count"]),
+        output_tokens: value.count(&["eval_count"]),
+        ..Usage::default()
+    }
 }
 
 pub(super) fn decode_stop(done_reason: Option<&str>, tool_calls: bool) -> StopReason {
@@ -193,11 +193,7 @@ pub(super) fn decode_response(body: &[u8]) -> Result<Response, ApiError> {
         parts,
         stop_reason,
         stop_sequence: None,
-        usage: Usage {
-            input_tokens: count(&value, "prompt_eval_count"),
-            output_tokens: count(&value, "eval_count"),
-            ..Usage::default()
-        },
+        usage: decode_usage(&value),
     })
 }
 

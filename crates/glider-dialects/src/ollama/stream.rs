@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::request::tool_call_value;
 use super::response::{
-    count, decode_reply_calls, decode_stop, final_fields, response_id, rfc3339_now, stamp_of,
+    decode_reply_calls, decode_stop, decode_usage, final_fields, response_id, rfc3339_now, stamp_of,
 };
 use crate::framing::{LineSplitter, finished, refused};
 use crate::json::bad_gateway;
@@ -142,11 +142,7 @@ impl OllamaStreamDecoder {
                 // Ollama never says which sequence stopped it (`done_reason: "stop"`
                 // is an end of turn too): Glider matches stop sequences itself.
                 stop_sequence: None,
-                usage: Usage {
-                    input_tokens: count(&chunk, "prompt_eval_count"),
-                    output_tokens: count(&chunk, "eval_count"),
-                    ..Usage::default()
-                },
+                usage: decode_usage(&chunk),
             });
             self.ended = true;
         }
