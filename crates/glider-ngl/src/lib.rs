@@ -4,6 +4,7 @@
 //! (see [`stream`]); [`EditViews`] is the vendor-neutral view of the file edits a turn makes.
 
 pub mod edits;
+mod json_len;
 pub mod stream;
 mod tools;
 
@@ -11,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use edits::{EditView, EditViews};
+pub use json_len::json_len;
 pub use stream::{ResponseBuilder, StreamEvent};
 pub use tools::ToolList;
 

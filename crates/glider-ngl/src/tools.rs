@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::ToolDef;
+use crate::{ToolDef, json_len};
 
 /// The tools of a request. Reads go through `Deref` to the `Vec`; a change
 /// (`DerefMut`) copies the list first if it is shared, as `Arc::make_mut` does, and
@@ -24,12 +24,21 @@ struct Shared {
 }
 
 impl ToolList {
-    /// The length of the tools' text as `measure` counts it, measured once per list:
-    /// a token estimate reads it on every request, and walking 60 KB of schemas costs
-    /// ~200k instructions. Every caller must pass the same measure (there is one: the
-    /// engine's token estimate).
-    pub fn text_len(&self, measure: impl FnOnce(&[ToolDef]) -> usize) -> usize {
-        *self.0.text_len.get_or_init(|| measure(&self.0.tools))
+    /// Bytes of the tools' text as a model reads it (names, descriptions, schemas as
+    /// compact JSON), counted once per list: a token estimate reads it on every
+    /// request, and walking 60 KB of schemas costs ~200k instructions.
+    pub fn text_len(&self) -> usize {
+        *self.0.text_len.get_or_init(|| {
+            self.0
+                .tools
+                .iter()
+                .map(|tool| {
+                    tool.name.len()
+                        + tool.description.as_ref().map_or(0, String::len)
+                        + json_len(&tool.parameters)
+                })
+                .sum()
+        })
     }
 }
 
@@ -111,18 +120,17 @@ mod tests {
     }
 
     #[test]
-    fn the_text_length_is_measured_once_and_again_after_a_change() {
+    fn the_text_length_is_remembered_and_forgotten_on_a_change() {
         let mut list = ToolList::from(vec![tool("Read")]);
-        let mut measured = 0;
-        let mut measure = |tools: &[ToolDef]| {
-            measured += 1;
-            tools.iter().map(|t| t.name.len()).sum()
-        };
-        assert_eq!(list.text_len(&mut measure), 4);
-        assert_eq!(list.text_len(&mut measure), 4);
+        let read = "Read".len() + r#"{"type":"object"}"#.len();
+        assert!(list.0.text_len.get().is_none());
+        assert_eq!(list.text_len(), read);
+        assert_eq!(list.0.text_len.get(), Some(&read), "remembered");
+        let shared = list.clone();
         list.push(tool("Grep"));
-        assert_eq!(list.text_len(&mut measure), 8);
-        assert_eq!(measured, 2);
+        assert!(list.0.text_len.get().is_none(), "forgotten on a change");
+        assert_eq!(list.text_len(), 2 * read);
+        assert_eq!(shared.text_len(), read, "the shared copy keeps its own");
     }
 
     #[test]
