@@ -173,8 +173,8 @@ pub fn reply_may_call_tools(dialect: Dialect, body: &[u8]) -> bool {
 }
 
 /// A JSON value's compact text as bytes, written straight into the buffer: a body to
-/// send. `Value::to_string` goes through `fmt::Write` and costs about twice as much
-/// (380k instructions on an 80 KB request).
+/// send. `Value::to_string` goes through `fmt::Write` (55k more instructions on an
+/// 80 KB request's ~370k of serialising).
 pub fn json_bytes(value: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     // A Value has string keys and finite numbers only: writing one to a Vec cannot fail.

@@ -77,10 +77,8 @@ fn kept(dialect: Dialect, bytes: &[u8]) -> Option<ToolList> {
     let at = entries
         .iter()
         .position(|e| e.dialect == dialect && *e.bytes == *bytes)?;
-    let entry = entries.remove(at);
-    let tools = entry.tools.clone();
-    entries.insert(0, entry);
-    Some(tools)
+    entries[..=at].rotate_right(1);
+    Some(entries[0].tools.clone())
 }
 
 fn keep(dialect: Dialect, bytes: &[u8], tools: &ToolList) {
