@@ -42,7 +42,7 @@ fn main() {
     for replicas in sizes {
         let pool = Pool {
             replicas: (0..replicas)
-                .map(|i| Replica::new(format!("http://gpu{i}.lab:8000/v1")))
+                .map(|i| Replica::new(format!("http://gpu{i}.lab:8000/v1"), true))
                 .collect(),
         };
         let started = Instant::now();

@@ -19,6 +19,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use crate::breaker::{CircuitBreaker, ProbeGuard};
 use crate::cooldown::{Cooldown, retry_after_secs};
 use crate::credentials::{self, Credentials};
+use crate::direct::{DirectClient, Endpoints, Transport};
 use crate::failure::AttemptFailure;
 use crate::foreground::Foreground;
 use crate::health::HealthCell;
@@ -75,7 +76,10 @@ pub struct Backend {
     http: reqwest::Client,
     /// The generation endpoint per dialect, parsed once: reqwest parses a URL string
     /// (IDNA host processing included) on every request otherwise.
-    endpoints: [Option<reqwest::Url>; 4],
+    endpoints: Endpoints,
+    /// The plain-HTTP client of the endpoints reached without reqwest
+    /// ([`crate::direct`]), and the headers each of their requests starts with.
+    direct: Option<(DirectClient, HeaderMap)>,
     /// The replica pool, when `replicas` is configured (`base_url` is its first).
     pub pool: Option<Pool>,
     /// The client requests started on its server ([`Backend::send`], by any backend
@@ -150,11 +154,24 @@ impl Backend {
                         .map(|url| url.trim_end_matches('/').to_owned())
                 }))
                 .filter_map(|url| url.map_err(|e| problems.push(e)).ok())
-                .map(Replica::new)
+                .map(|url| Replica::new(url, config.is_local()))
                 .collect(),
         });
         let unavailable = (!problems.is_empty()).then(|| problems.join("; "));
-        let endpoints = endpoints_under(&base_url);
+        let endpoints = Endpoints::under(&base_url, config.is_local());
+        let reaches_directly = endpoints.direct()
+            || pool
+                .as_ref()
+                .is_some_and(|pool| pool.replicas.iter().any(|r| r.endpoints.direct()));
+        let direct = reaches_directly
+            .then(|| {
+                let fixed = crate::direct::fixed_headers(
+                    credential_headers(config.kind, api_key.as_deref()),
+                    &headers,
+                )?;
+                Some((crate::direct::client(config.connect_timeout()), fixed))
+            })
+            .flatten();
         let foreground = crate::foreground::for_origin(&base_url);
         Arc::new(Backend {
             config: BackendConfig { base_url, ..config },
@@ -168,6 +185,7 @@ impl Backend {
             health: HealthCell::default(),
             http,
             endpoints,
+            direct,
             pool,
             foreground,
         })
@@ -290,17 +308,21 @@ impl Backend {
         format!("{}{}", self.config.base_url, path)
     }
 
-    /// The generation endpoint for `dialect` at `replica`, or at `base_url` (parsed
-    /// once; a base URL that does not parse is left to reqwest, which reports it on
-    /// send).
-    fn endpoint(&self, dialect: Dialect, replica: Option<&Replica>) -> reqwest::RequestBuilder {
-        let index = DIALECTS.iter().position(|d| *d == dialect).unwrap_or(0);
-        let (endpoints, base) = match replica {
-            Some(replica) => (&replica.endpoints, replica.base_url.as_str()),
-            None => (&self.endpoints, self.config.base_url.as_str()),
+    /// A reqwest POST to the generation endpoint for `dialect` under `base` (parsed
+    /// once in `endpoints`; a URL that does not parse is left to reqwest, which reports
+    /// it on send).
+    fn reqwest_post(
+        &self,
+        endpoints: &Endpoints,
+        base: &str,
+        dialect: Dialect,
+    ) -> reqwest::RequestBuilder {
+        let parsed = match endpoints {
+            Endpoints::Reqwest(urls) => urls[crate::direct::dialect_index(dialect)].clone(),
+            Endpoints::Direct(_) => None,
         };
-        match &endpoints[index] {
-            Some(url) => self.http.post(url.clone()),
+        match parsed {
+            Some(url) => self.http.post(url),
             None => self.http.post(format!("{base}{}", path_of(dialect))),
         }
     }
@@ -456,63 +478,130 @@ impl Backend {
         }
     }
 
-    /// One attempt at `replica` (`None`: at `base_url`).
+    /// One attempt at `replica` (`None`: at `base_url`): through the direct client
+    /// where the endpoint is reached without reqwest ([`crate::direct`]), else reqwest.
     async fn attempt(
         &self,
         request: &UpstreamRequest,
         replica: Option<&Replica>,
     ) -> Result<UpstreamResponse, AttemptFailure> {
-        let fail = |kind, message: String, retryable| {
-            AttemptFailure::new(self.name(), kind, message, retryable)
+        let (endpoints, base) = match replica {
+            Some(replica) => (&replica.endpoints, replica.base_url.as_str()),
+            None => (&self.endpoints, self.config.base_url.as_str()),
         };
+        if let (Endpoints::Direct(uris), Some((client, fixed))) = (endpoints, &self.direct)
+            && let Some(uri) = &uris[crate::direct::dialect_index(request.dialect)]
+        {
+            let started = self.start_direct(client, fixed, uri, request);
+            return self
+                .finish(request, self.by_first_byte(started).await?)
+                .await;
+        }
         let mut builder = self
-            .authorise(self.endpoint(request.dialect, replica))
+            .authorise(self.reqwest_post(endpoints, base, request.dialect))
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(request.body.clone());
         for (name, value) in &request.headers {
             builder = builder.header(name, value);
         }
-        let first_byte = self.config.first_byte_timeout();
-        let outcome = tokio::time::timeout(first_byte, async {
+        let started = async {
             let response = builder
                 .send()
                 .await
                 .map_err(|e| transport_failure(self.name(), &e))?;
             let status = response.status().as_u16();
-            let content_type = response
-                .headers()
-                .get(http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            let retry_after = retry_after_secs(response.headers());
-            let mut body = response.bytes_stream();
+            let (content_type, retry_after) = head_of(response.headers());
+            let mut body = response.bytes_stream().boxed();
             let first = body.next().await;
-            Ok::<_, AttemptFailure>((status, content_type, retry_after, first, body))
-        })
-        .await;
-        let (status, content_type, retry_after, first, body) = match outcome {
-            Ok(result) => result?,
-            Err(_) => {
-                return Err(AttemptFailure::unreachable(
-                    self.name(),
-                    ErrorKind::Timeout,
-                    format!("no reply within {} s", first_byte.as_secs()),
-                ));
-            }
+            Ok(Started {
+                status,
+                content_type,
+                retry_after,
+                first,
+                body,
+            })
         };
+        self.finish(request, self.by_first_byte(started).await?)
+            .await
+    }
+
+    /// Send `request` to `uri` through the direct client and wait for its first chunk.
+    async fn start_direct(
+        &self,
+        client: &DirectClient,
+        fixed: &HeaderMap,
+        uri: &http::Uri,
+        request: &UpstreamRequest,
+    ) -> Result<Started<hyper::Error>, AttemptFailure> {
+        let mut outgoing = http::Request::new(http_body_util::Full::new(request.body.clone()));
+        *outgoing.method_mut() = http::Method::POST;
+        *outgoing.uri_mut() = uri.clone();
+        *outgoing.headers_mut() = crate::direct::request_headers(fixed, &request.headers);
+        let response = client.request(outgoing).await.map_err(|e| {
+            let failure = transport_failure(self.name(), &e);
+            AttemptFailure {
+                // reqwest's words, so a failure reads the same through either client.
+                message: format!("error sending request for url ({uri}): {}", failure.message),
+                ..failure
+            }
+        })?;
+        let (head, body) = response.into_parts();
+        let (content_type, retry_after) = head_of(&head.headers);
+        let mut body = http_body_util::BodyExt::into_data_stream(body).boxed();
+        let first = body.next().await;
+        Ok(Started {
+            status: head.status.as_u16(),
+            content_type,
+            retry_after,
+            first,
+            body,
+        })
+    }
+
+    /// `started`, bounded by the first-byte timeout.
+    async fn by_first_byte<E>(
+        &self,
+        started: impl Future<Output = Result<Started<E>, AttemptFailure>>,
+    ) -> Result<Started<E>, AttemptFailure> {
+        let first_byte = self.config.first_byte_timeout();
+        match tokio::time::timeout(first_byte, started).await {
+            Ok(started) => started,
+            Err(_) => Err(AttemptFailure::unreachable(
+                self.name(),
+                ErrorKind::Timeout,
+                format!("no reply within {} s", first_byte.as_secs()),
+            )),
+        }
+    }
+
+    /// The reply whose first chunk has come: a 2xx one to stream on, anything else an
+    /// [`AttemptFailure`] that says whether another backend may be tried.
+    async fn finish<E: Transport + Send + 'static>(
+        &self,
+        request: &UpstreamRequest,
+        started: Started<E>,
+    ) -> Result<UpstreamResponse, AttemptFailure> {
+        let Started {
+            status,
+            content_type,
+            retry_after,
+            first,
+            body,
+        } = started;
         let first_chunk = match first {
             Some(Ok(chunk)) => chunk,
             Some(Err(e)) => return Err(transport_failure(self.name(), &e)),
             None if (200..300).contains(&status) => {
-                return Err(fail(ErrorKind::BadGateway, "empty reply body".into(), true));
+                return Err(AttemptFailure::new(
+                    self.name(),
+                    ErrorKind::BadGateway,
+                    "empty reply body".to_owned(),
+                    true,
+                ));
             }
             None => Bytes::new(),
         };
-        let rest = idle_bounded(
-            self.config.name.clone(),
-            self.config.idle_timeout(),
-            body.boxed(),
-        );
+        let rest = idle_bounded(self.config.name.clone(), self.config.idle_timeout(), body);
         if !(200..300).contains(&status) {
             let body = UpstreamResponse {
                 status,
@@ -550,20 +639,63 @@ impl Backend {
     }
 }
 
-const DIALECTS: [Dialect; 4] = [
+/// A reply's status, head and first chunk, as either client returned them.
+struct Started<E> {
+    status: u16,
+    content_type: Option<String>,
+    retry_after: Option<u64>,
+    first: Option<Result<Bytes, E>>,
+    body: Pin<Box<dyn Stream<Item = Result<Bytes, E>> + Send>>,
+}
+
+/// A reply head's content type and `Retry-After` (in seconds).
+fn head_of(headers: &HeaderMap) -> (Option<String>, Option<u64>) {
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    (content_type, retry_after_secs(headers))
+}
+
+/// The headers that carry a backend's own key (`x-api-key` for Anthropic, a bearer
+/// token for the rest) and Anthropic's API version, as [`Backend::authorise`] adds them.
+fn credential_headers(
+    kind: BackendKind,
+    api_key: Option<&str>,
+) -> Vec<(
+    HeaderName,
+    Result<HeaderValue, http::header::InvalidHeaderValue>,
+)> {
+    let mut headers = Vec::new();
+    if let Some(key) = api_key {
+        let (name, value) = match kind {
+            BackendKind::Anthropic => (HeaderName::from_static("x-api-key"), key.to_owned()),
+            _ => (http::header::AUTHORIZATION, format!("Bearer {key}")),
+        };
+        let value = HeaderValue::try_from(value).map(|mut value| {
+            value.set_sensitive(true);
+            value
+        });
+        headers.push((name, value));
+    }
+    if kind == BackendKind::Anthropic {
+        headers.push((
+            HeaderName::from_static("anthropic-version"),
+            Ok(HeaderValue::from_static("2023-06-01")),
+        ));
+    }
+    headers
+}
+
+pub(crate) const DIALECTS: [Dialect; 4] = [
     Dialect::Ollama,
     Dialect::OpenAiChat,
     Dialect::OpenAiResponses,
     Dialect::Anthropic,
 ];
 
-/// The generation endpoint per dialect (in [`DIALECTS`] order) under `base_url`.
-pub(crate) fn endpoints_under(base_url: &str) -> [Option<reqwest::Url>; 4] {
-    DIALECTS.map(|d| reqwest::Url::parse(&format!("{base_url}{}", path_of(d))).ok())
-}
-
 /// The generation path of `dialect` under a backend's base URL.
-fn path_of(dialect: Dialect) -> &'static str {
+pub(crate) fn path_of(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::Ollama => "/api/chat",
         Dialect::OpenAiChat => "/chat/completions",
@@ -575,10 +707,10 @@ fn path_of(dialect: Dialect) -> &'static str {
 /// The rest of a body after its first chunk, each further chunk awaited for at most
 /// `idle`: a backend silent for longer has stalled, and the stream ends with a
 /// `Timeout` failure.
-fn idle_bounded(
+fn idle_bounded<E: Transport + Send + 'static>(
     backend: String,
     idle: std::time::Duration,
-    body: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    body: Pin<Box<dyn Stream<Item = Result<Bytes, E>> + Send>>,
 ) -> BodyStream {
     // The backend's name travels in the state: it is needed only when a chunk fails.
     Box::pin(futures_util::stream::unfold(
@@ -606,7 +738,7 @@ fn idle_bounded(
 /// A failure to reach or read from a backend. Nothing reachable (no connection) is
 /// `Unavailable` (503 when no backend is left); a timeout is `Timeout`; anything else
 /// that broke after connecting is `BadGateway`. The first two are `unreachable`.
-fn transport_failure(backend: &str, e: &reqwest::Error) -> AttemptFailure {
+fn transport_failure(backend: &str, e: &impl Transport) -> AttemptFailure {
     let kind = if e.is_connect() {
         ErrorKind::Unavailable
     } else if e.is_timeout() {

@@ -1,5 +1,6 @@
 //! Backend clients (spec package `backend`) and the resilient half of `orchestrator`:
-//! [`client`] speaks HTTP to one backend, [`breaker`] is its circuit breaker,
+//! [`client`] speaks HTTP to one backend (plain-HTTP generation requests without
+//! reqwest's layers: `direct`), [`breaker`] is its circuit breaker,
 //! [`cooldown`] holds back callers a 429 told to wait, [`credentials`] decides whose key
 //! a request carries, [`foreground`] counts a backend's client requests (which background
 //! work yields to), [`pool`] spreads sessions over a backend's replicas, [`health`] probes it (and [`capabilities`] reads what its models
@@ -10,6 +11,7 @@ pub mod capabilities;
 pub mod client;
 pub mod cooldown;
 pub mod credentials;
+mod direct;
 pub mod executor;
 pub mod failure;
 pub mod foreground;

@@ -41,7 +41,7 @@ pub struct Replica {
     /// (its URL, not its position, so reordering the config moves no session).
     identity: u64,
     /// The generation endpoint per dialect (see `client::DIALECTS`).
-    pub(crate) endpoints: [Option<reqwest::Url>; 4],
+    pub(crate) endpoints: crate::direct::Endpoints,
     pub breaker: CircuitBreaker,
     health: Mutex<ReplicaHealth>,
     /// `health` is down: read on every request's order without taking the lock.
@@ -57,11 +57,12 @@ pub struct ReplicaHealth {
 }
 
 impl Replica {
-    /// A replica at `base_url` (resolved, no trailing slash).
-    pub fn new(base_url: String) -> Replica {
+    /// A replica at `base_url` (resolved, no trailing slash) of a backend that is
+    /// `local` or not (a local one is never reached through a proxy).
+    pub fn new(base_url: String, local: bool) -> Replica {
         Replica {
             identity: fnv1a(base_url.as_bytes()),
-            endpoints: crate::client::endpoints_under(&base_url),
+            endpoints: crate::direct::Endpoints::under(&base_url, local),
             base_url,
             breaker: CircuitBreaker::default(),
             health: Mutex::default(),
@@ -167,7 +168,10 @@ mod tests {
 
     fn pool(urls: &[&str]) -> Pool {
         Pool {
-            replicas: urls.iter().map(|u| Replica::new((*u).to_owned())).collect(),
+            replicas: urls
+                .iter()
+                .map(|u| Replica::new((*u).to_owned(), true))
+                .collect(),
         }
     }
 
