@@ -193,7 +193,7 @@ mod tests {
         headers
             .get_all(name)
             .iter()
-            .map(|v| v.to_str().unwrap().to_owned())
+            .map(|v| v.to_str().expect("ASCII").to_owned())
             .collect()
     }
 
@@ -213,7 +213,7 @@ mod tests {
             ],
             &configured,
         )
-        .unwrap();
+        .expect("valid credentials");
         let mut forwarded = HeaderMap::new();
         forwarded.append(name("x-team"), HeaderValue::from_static("client"));
         let headers = request_headers(&fixed, &forwarded);
