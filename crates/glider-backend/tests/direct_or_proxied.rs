@@ -60,7 +60,7 @@ async fn recording_server() -> (u16, Arc<Mutex<Vec<String>>>) {
                         Ok(n) => buffer.extend_from_slice(&chunk[..n]),
                     }
                 }
-                seen.lock().unwrap().push(head);
+                seen.lock().expect("lock").push(head);
                 let reply = format!(
                     "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{REPLY}",
                     REPLY.len()
@@ -118,7 +118,7 @@ async fn a_proxy_is_used_where_reqwest_would_use_it_and_never_for_a_local_backen
     // The cloud-kind backend's request reached the proxy in absolute form (the closed
     // port it names was never dialled); the local backend's reached its server
     // directly, with the headers reqwest would have sent.
-    let heads = proxied.lock().unwrap().clone();
+    let heads = proxied.lock().expect("lock").clone();
     assert_eq!(
         heads.len(),
         1,
@@ -130,7 +130,7 @@ async fn a_proxy_is_used_where_reqwest_would_use_it_and_never_for_a_local_backen
         "{}",
         heads[0]
     );
-    let heads = served.lock().unwrap().clone();
+    let heads = served.lock().expect("lock").clone();
     assert_eq!(heads.len(), 1, "{heads:?}");
     let head = heads[0].to_ascii_lowercase();
     assert!(
