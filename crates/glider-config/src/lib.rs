@@ -13,13 +13,12 @@ pub mod watch;
 
 pub use fan_out::{FanOutConfig, FanOutMode, FanOutPolicy, FanOutRoute, ShadowConfig};
 pub use mcp::{McpConfig, McpServerConfig};
-pub use notify::RecommendedWatcher as FileWatcher;
 pub use plugins::PluginConfig;
 pub use pricing::{ModelPrice, PricingConfig};
 pub use schema::*;
 pub use tools::{SandboxMode, ToolLoopConfig, ToolsConfig};
 pub use vram::{MonitorKind, SleepConfig, Strategy, VramConfig, VramModel};
-pub use watch::{ConfigHandle, ReloadOutcome, watch_path};
+pub use watch::{ConfigHandle, FileWatcher, ReloadOutcome, watch_path};
 
 /// What can be wrong with a config file.
 #[derive(Debug, thiserror::Error)]

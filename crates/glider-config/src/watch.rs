@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use notify::{RecursiveMode, Watcher};
 use tokio::sync::watch;
 
 use crate::{Config, ConfigError};
@@ -117,7 +116,7 @@ impl ConfigHandle {
 
     /// Watch the file and reload on change until the handle's last clone is dropped.
     /// Returns the OS watcher, which must be kept alive.
-    pub fn watch(&self) -> Result<Option<notify::RecommendedWatcher>, ConfigError> {
+    pub fn watch(&self) -> Result<Option<FileWatcher>, ConfigError> {
         let Some(path) = self.inner.path.clone() else {
             return Ok(None);
         };
@@ -149,20 +148,109 @@ fn refuse_no_backends(path: &Path, next: Config) -> Result<Config, ConfigError> 
     Ok(next)
 }
 
-/// Call `on_change` (on a tokio task) after `path` changes, a burst of writes counted
-/// once. Watches the parent directory, since editors save by rename. Stops when
-/// `on_change` returns false or the returned watcher is dropped.
-pub fn watch_path(
-    path: &Path,
-    on_change: impl Fn() -> bool + Send + 'static,
-) -> Result<notify::RecommendedWatcher, ConfigError> {
+/// The directory `path` lies in, and its file name.
+fn dir_and_name(path: &Path) -> (PathBuf, Option<std::ffi::OsString>) {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
         .to_path_buf();
-    let file_name = path.file_name().map(|n| n.to_owned());
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    (dir, path.file_name().map(|n| n.to_owned()))
+}
+
+/// Call `on_change` after each burst of changes counted once: editors write in bursts
+/// (truncate, write, rename), so the burst settles for 150 ms first. Ends when
+/// `changes` ends or `on_change` returns false.
+async fn settle_and_call(
+    mut changes: impl futures_util::Stream<Item = ()> + Unpin,
+    on_change: impl Fn() -> bool,
+) {
+    use futures_util::{FutureExt, StreamExt};
+    while changes.next().await.is_some() {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        while let Some(Some(())) = changes.next().now_or_never() {}
+        if !on_change() {
+            break;
+        }
+    }
+}
+
+/// The OS watch behind [`watch_path`]; the watching stops when it is dropped.
+#[cfg(target_os = "linux")]
+pub struct FileWatcher {
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Call `on_change` (on a tokio task) after `path` changes, a burst of writes counted
+/// once. Watches the parent directory, since editors save by rename. Stops when
+/// `on_change` returns false or the returned watcher is dropped.
+///
+/// On Linux, inotify is asked only for what a save does — a file written and closed,
+/// created, moved in or out, deleted, or its attributes changed — and read on a tokio
+/// task: not for every write or open in the directory, which the `notify` crate
+/// subscribes to and wakes its own thread for. A log file next to the config (`glider
+/// serve > glider.log` in the config's directory) otherwise woke that thread on every
+/// line, once a request: 1.7 of a forwarded request's 3.6 context switches, and a
+/// sixth of its throughput on one core (`bench/results/2026-12-04-perf3.md`).
+#[cfg(target_os = "linux")]
+pub fn watch_path(
+    path: &Path,
+    on_change: impl Fn() -> bool + Send + 'static,
+) -> Result<FileWatcher, ConfigError> {
+    use futures_util::StreamExt;
+    use inotify::{Inotify, WatchMask};
+    let (dir, file_name) = dir_and_name(path);
+    let io_error = |e: std::io::Error| ConfigError::Read {
+        path: path.display().to_string(),
+        source: e,
+    };
+    let inotify = Inotify::init().map_err(io_error)?;
+    inotify
+        .watches()
+        .add(
+            &dir,
+            WatchMask::CLOSE_WRITE
+                | WatchMask::CREATE
+                | WatchMask::MOVED_TO
+                | WatchMask::MOVED_FROM
+                | WatchMask::DELETE
+                | WatchMask::ATTRIB,
+        )
+        .map_err(io_error)?;
+    let events = inotify.into_event_stream([0u8; 4096]).map_err(io_error)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let changes = events
+        .filter_map(move |event| {
+            let ours = match event {
+                Ok(event) => event.name.is_some() && event.name == file_name,
+                // The watch itself failed (the queue overflowed): the file may have
+                // changed; reading it again is the safe answer.
+                Err(_) => true,
+            };
+            std::future::ready(ours.then_some(()))
+        })
+        .take_until(stopped);
+    glider_sys::safego::spawn_once(
+        "config watcher",
+        settle_and_call(Box::pin(changes), on_change),
+    );
+    Ok(FileWatcher { _stop: stop })
+}
+
+/// The OS watch behind [`watch_path`]; the watching stops when it is dropped.
+#[cfg(not(target_os = "linux"))]
+pub type FileWatcher = notify::RecommendedWatcher;
+
+/// Call `on_change` (on a tokio task) after `path` changes, a burst of writes counted
+/// once. Watches the parent directory, since editors save by rename. Stops when
+/// `on_change` returns false or the returned watcher is dropped.
+#[cfg(not(target_os = "linux"))]
+pub fn watch_path(
+    path: &Path,
+    on_change: impl Fn() -> bool + Send + 'static,
+) -> Result<FileWatcher, ConfigError> {
+    let (dir, file_name) = dir_and_name(path);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         // Reading the file (another `glider` command, an editor opening it) is not a
         // change; only writes, creates, renames and removals are.
@@ -180,19 +268,12 @@ pub fn watch_path(
     watcher
         .watch(&dir, RecursiveMode::NonRecursive)
         .map_err(|e| watch_error(path, e))?;
-    glider_sys::safego::spawn_once("config watcher", async move {
-        while rx.recv().await.is_some() {
-            // Editors write in bursts (truncate, write, rename): let the burst settle.
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            while rx.try_recv().is_ok() {}
-            if !on_change() {
-                break;
-            }
-        }
-    });
+    let changes = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+    glider_sys::safego::spawn_once("config watcher", settle_and_call(changes, on_change));
     Ok(watcher)
 }
 
+#[cfg(not(target_os = "linux"))]
 fn watch_error(path: &Path, e: notify::Error) -> ConfigError {
     ConfigError::Read {
         path: path.display().to_string(),
@@ -280,5 +361,45 @@ mod tests {
             .expect("reload within 20 s")
             .expect("sender alive");
         assert_eq!(handle.snapshot().resolve_alias("a"), "m");
+    }
+
+    #[tokio::test]
+    async fn only_the_watched_file_counts_not_its_neighbours() {
+        use std::io::Write;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("glider.yaml");
+        write(&path, BASE);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (tx, mut called) = tokio::sync::mpsc::unbounded_channel();
+        let counted = calls.clone();
+        let _watcher = watch_path(&path, move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let _ = tx.send(());
+            true
+        })
+        .expect("watch");
+        // A log next to the config, written line by line and rotated: never a change.
+        let log_path = dir.path().join("glider.log");
+        let mut log = std::fs::File::create(&log_path).expect("log");
+        for line in 0..100 {
+            writeln!(log, "request {line}").expect("log line");
+        }
+        drop(log);
+        std::fs::rename(&log_path, dir.path().join("glider.log.1")).expect("rotate");
+        // Longer than a burst settles: a call for any of that would have come by now.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "the neighbour is not the config"
+        );
+        // The config saved in place (written and closed, no rename) is one change.
+        std::fs::write(&path, format!("{BASE}model_aliases: {{a: m}}\n")).expect("save");
+        tokio::time::timeout(Duration::from_secs(20), called.recv())
+            .await
+            .expect("a change within 20 s")
+            .expect("watcher alive");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 }
