@@ -8,6 +8,7 @@
 //! [`summarizer`] compacts ended episodes into the record's narrative off the request
 //! path. The dashboard and `glider context` read it all through [`Reader`].
 
+mod batch;
 pub mod event;
 pub mod graph;
 pub mod live;

@@ -10,13 +10,14 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, OnceLock};
-use std::thread::{self, JoinHandle};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
+use crate::batch;
 use crate::event::{Event, EventBody};
 use crate::live::{self, Live, LiveSessions, MAX_LIVE_SESSIONS, RecordCache};
 use crate::store::{self, Retention, StoreError};
@@ -28,14 +29,6 @@ const MAX_BATCH: usize = 512;
 const MAX_OPEN_REQUESTS: usize = 16_384;
 /// Sessions whose state (current family, calls awaiting results) is kept in memory.
 const MAX_SESSIONS: usize = 4096;
-/// Under load, the writer commits at most this often: events that arrive within it of
-/// the last commit wait for the rest of it and go in one transaction, and the records
-/// they touch are rebuilt once for all of them. An event after a quiet spell is
-/// committed at once; a flush ends the wait. What a crash can lose is what it always
-/// could — events queued and not yet committed — now at most this much newer.
-pub(crate) const COMMIT_EVERY: Duration = Duration::from_millis(5);
-/// How often a gathering writer looks for more events (see [`gather`]).
-const GATHER_POLL: Duration = Duration::from_millis(1);
 /// Longest the writer idles before checking whether a session was forgotten by
 /// another connection (its record must not outlive it).
 const FORGET_CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -276,8 +269,13 @@ impl Writer {
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             };
-            let due = last_commit.map_or_else(Instant::now, |at| at + COMMIT_EVERY);
-            let batch = gather(&receiver, first, due);
+            let batch = batch::gather(
+                &receiver,
+                first,
+                batch::due_after(last_commit),
+                MAX_BATCH,
+                |message| matches!(message, Message::Flush(_)),
+            );
             self.write(batch);
             last_commit = Some(Instant::now());
             if forget_checked.elapsed() >= FORGET_CHECK_EVERY {
@@ -373,34 +371,6 @@ impl Writer {
             Err(error) => tracing::warn!(%error, "context retention failed"),
         }
     }
-}
-
-/// The batch that begins with `first`: what else is queued, and — until `due` (the
-/// writer committed less than [`COMMIT_EVERY`] ago) — what arrives meanwhile, up to
-/// [`MAX_BATCH`], looked for every [`GATHER_POLL`]; a flush ends the wait.
-fn gather(receiver: &Receiver<Message>, first: Message, due: Instant) -> Vec<Message> {
-    let mut flushing = matches!(first, Message::Flush(_));
-    let mut batch = vec![first];
-    while batch.len() < MAX_BATCH {
-        let next = match receiver.try_recv() {
-            Ok(message) => message,
-            Err(TryRecvError::Disconnected) => break,
-            Err(TryRecvError::Empty) => {
-                let left = due.saturating_duration_since(Instant::now());
-                if flushing || left.is_zero() {
-                    break;
-                }
-                // Polled, not waited on: a wait wakes the writer for every event (~2
-                // a request), and makes every send a futex wake; a poll each
-                // millisecond wakes it at most that often.
-                thread::sleep(left.min(GATHER_POLL));
-                continue;
-            }
-        };
-        flushing |= matches!(next, Message::Flush(_));
-        batch.push(next);
-    }
-    batch
 }
 
 /// Add `event`'s session to `activity` (once per batch; an ended episode is kept).

@@ -28,6 +28,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::batch;
 use crate::store::{self, StoreError};
 
 /// Bytes of written responses the in-memory map keeps (newest first) for follow-ups
@@ -352,18 +353,22 @@ impl Drop for ResponseStore {
     }
 }
 
-/// The writer: what is queued goes in one transaction (at most [`MAX_BATCH`] writes);
-/// a flush is answered once everything before it is committed.
+/// The writer: what is queued goes in one transaction (at most [`MAX_BATCH`] writes,
+/// gathered as [`batch`] says); a flush is answered once everything before it is
+/// committed.
 fn write_all(mut conn: Connection, receiver: Receiver<Write>, shared: &Shared) {
+    let mut last_commit = None;
     while let Ok(first) = receiver.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match receiver.try_recv() {
-                Ok(write) => batch.push(write),
-                Err(_) => break,
-            }
-        }
-        if let Err(error) = write_batch(&mut conn, &batch) {
+        let batch = batch::gather(
+            &receiver,
+            first,
+            batch::due_after(last_commit),
+            MAX_BATCH,
+            |write| matches!(write, Write::Flush(_)),
+        );
+        let written = write_batch(&mut conn, &batch);
+        last_commit = Some(std::time::Instant::now());
+        if let Err(error) = written {
             tracing::warn!(%error, writes = batch.len(), "stored-response writes failed");
         }
         shared.settled(&batch);
