@@ -6,7 +6,7 @@ a raw .json. Stdlib only. See bench/README.md for the cases and how to read them
 
 Environment: BENCH_SECONDS (per measured run, default 10), BENCH_WARMUP (default 1),
 BENCH_CASES (comma list of a,b,c,d,e,f,n,hotpath,context,plugins,hedge; default all), BENCH_NAME (the
-report's name after the date; default the short commit), BENCH_CONTEXT_ROUNDS (default 3), BENCH_PEERS (comma list of
+report's name after the date; default the short commit), BENCH_CONTEXT_ROUNDS (default 3), BENCH_N_ROUNDS (default 1), BENCH_PEERS (comma list of
 litellm,ccr,mitmproxy; default all), BENCH_SAT_CONNS (default 32), BENCH_STREAMS
 (concurrent streams for the memory case, default 1000), BENCH_CPU_MOCK / _PROXY / _LOAD
 (taskset lists; default 0 / 1 / 0 on two or more cores, no pinning on one),
@@ -774,23 +774,50 @@ def run_hedge(res):
 def run_nginx(res, T):
     """nginx vs Glider side by side in one run: p50 at 1 connection (small body),
     requests/s at NGINX_CONNS connections (small and ~80 KB bodies) and the streaming
-    TTFB at 1 connection, for every row of NGINX_ROWS (one target loaded at a time)."""
-    log(f"(n) nginx vs Glider: 1 connection, {NGINX_CONNS} connections small and large, stream TTFB")
+    TTFB at 1 connection, for every row of NGINX_ROWS (one target loaded at a time).
+    BENCH_N_ROUNDS (default 1) repeats the whole sequence, so each target's runs are
+    spread over the run as the neighbours' load comes and goes; each measure keeps its
+    median run (by the figure the table reads), and the figures of every round."""
+    rounds = int(os.environ.get("BENCH_N_ROUNDS", "1"))
+    log(f"(n) nginx vs Glider: 1 connection, {NGINX_CONNS} connections small and large, stream TTFB"
+        f" ({rounds} round{'s' if rounds > 1 else ''})")
     out = res["n"]
-    for name in report.NGINX_ROWS:
-        t = T.get(name)
-        if t is None:
-            continue
-        for key, fn in ((f"{name}|small|1", lambda: wrk(t, t.body("small"), 1)),
-                        (f"{name}|small|{NGINX_CONNS}", lambda: wrk(t, t.body("small"), NGINX_CONNS)),
-                        (f"{name}|large|{NGINX_CONNS}", lambda: wrk(t, t.body("large"), NGINX_CONNS)),
-                        (f"{name}|stream", lambda: load(t, t.body("small", True), 1,
-                                                         seconds=max(3, SECONDS // 2)))):
-            r = attempt(out, key, fn)
-            if r:
-                log(f"  {key}: p50 {r['latency_us']['p50']} us {r['rps']:.0f} req/s"
+    runs = {}
+    for round_no in range(rounds):
+        for name in report.NGINX_ROWS:
+            t = T.get(name)
+            if t is None:
+                continue
+            for key, fn in ((f"{name}|small|1", lambda: wrk(t, t.body("small"), 1)),
+                            (f"{name}|small|{NGINX_CONNS}", lambda: wrk(t, t.body("small"), NGINX_CONNS)),
+                            (f"{name}|large|{NGINX_CONNS}", lambda: wrk(t, t.body("large"), NGINX_CONNS)),
+                            (f"{name}|stream", lambda: load(t, t.body("small", True), 1,
+                                                             seconds=max(3, SECONDS // 2)))):
+                scratch = {}
+                r = attempt(scratch, key, fn)
+                if r is None:
+                    out.setdefault(key, scratch[key])
+                    continue
+                runs.setdefault(key, []).append(r)
+                log(f"  {key}{f' round {round_no}' if rounds > 1 else ''}: p50 {r['latency_us']['p50']} us"
+                    f" {r['rps']:.0f} req/s"
                     + (f" ttfb p50 {r['ttfb_us']['p50']} us" if r.get("ttfb_us") else "")
                     + f" errors {r.get('error_count', r.get('errors'))}")
+    for key, results in runs.items():
+        figure = nginx_figure(key)
+        results.sort(key=figure)
+        median = dict(results[len(results) // 2])
+        median["rounds"] = [figure(r) for r in results]
+        out[key] = median
+
+
+def nginx_figure(key):
+    """The figure the nginx table reads from a run of measure `key`."""
+    if key.endswith("|stream"):
+        return lambda r: r["ttfb_us"]["p50"]
+    if key.endswith("|1"):
+        return lambda r: r["latency_us"]["p50"]
+    return lambda r: r["rps"]
 
 
 # The three ways the context case runs Glider: the log off, the log on with its

@@ -410,6 +410,13 @@ def nginx_section(res):
     for key, r in n.items():
         if failed(r):
             L.append(f"\n- {key}: failed: {str(r.get('failed'))[:200]}")
+    rounds = {key: r["rounds"] for key, r in n.items() if not failed(r) and len(r.get("rounds", [])) > 1}
+    if rounds:
+        L.append(f"\nEach figure is the median of {max(len(v) for v in rounds.values())} rounds (every "
+                 "target once a round); every round's figure, lowest first (p50 / TTFB in µs, "
+                 "throughput in req/s):\n")
+        for key, values in rounds.items():
+            L.append(f"- {key}: {', '.join(f'{v:,.0f}' for v in values)}")
 
     L.append("\nTargets (issue 20), Glider against nginx in this run:\n")
 
