@@ -3,6 +3,7 @@
 //! `chat.completion.chunk` ending in `data: [DONE]`, and `{"error":{...}}` bodies. Mapping
 //! notes: `docs/translation.md#openai-chat-completions`.
 
+mod borrowed;
 mod error;
 #[cfg(test)]
 pub(crate) mod fixtures;

@@ -84,7 +84,15 @@ pub(super) fn completion_id(id: &str) -> String {
     }
 }
 
+/// A `chat.completion` reply: borrowed and typed when it is well formed, else through a
+/// `Value` (same result, and its errors).
 pub(super) fn decode_response(body: &[u8]) -> Result<Response, ApiError> {
+    super::borrowed::decode(body).map_or_else(|| decode_value(body), Ok)
+}
+
+/// The reply through a `Value` tree: what the borrowing decode does not read, and every
+/// error.
+pub(super) fn decode_value(body: &[u8]) -> Result<Response, ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| bad_gateway(format!("backend reply is not valid JSON: {e}")))?;
     if value.get("error").is_some_and(|e| !e.is_null()) {

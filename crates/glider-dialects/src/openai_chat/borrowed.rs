@@ -1,0 +1,254 @@
+//! The borrowing decode of a well-formed `chat.completion` reply: typed structs over the
+//! body's bytes (strings borrowed where they have no escapes, unknown members skipped),
+//! no `serde_json::Value` tree. It reads exactly what [`super::response`]'s `Value`
+//! decode reads and returns `None` for anything that decode would read differently or
+//! refuse — an `error` member, no choice, a member of an unexpected type, duplicate
+//! members, array `content` — so the caller falls back to it and the result (and every
+//! error message) is the full decode's. A reply of a local server (llama.cpp, vLLM,
+//! Ollama's OpenAI door) decodes here for a fifth of the instructions.
+
+use std::borrow::Cow;
+
+use glider_ngl::stream::parse_arguments;
+use glider_ngl::{Part, Response, StopReason, Usage};
+use serde::de::{Deserializer, Visitor};
+use serde::{Deserialize, forward_to_deserialize_any};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::response::{decode_finish, decode_usage};
+
+/// A struct read only from a JSON object: serde's derive also reads a struct from an
+/// array, by position, which the `Value` decode refuses (`"message": [...]`).
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        T::deserialize(MapOnly(deserializer)).map(Object)
+    }
+}
+
+/// A deserializer that reads whatever is asked of it as a map.
+struct MapOnly<D>(D);
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for MapOnly<D> {
+    type Error = D::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.0.deserialize_map(visitor)
+    }
+
+    forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
+        identifier ignored_any
+    }
+}
+
+#[derive(Deserialize)]
+struct Reply<'a> {
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow)]
+    choices: Vec<Object<Choice<'a>>>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow)]
+    message: Object<Message<'a>>,
+    #[serde(borrow, default)]
+    finish_reason: Option<Cow<'a, str>>,
+    /// vLLM's: the stop string that matched, or a token id (read only as a string).
+    #[serde(borrow, default)]
+    stop_reason: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<Object<Call<'a>>>>,
+}
+
+#[derive(Deserialize)]
+struct Call<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    function: Object<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Function<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+}
+
+/// The reply, or `None` where the `Value` decode must read it.
+pub(super) fn decode(body: &[u8]) -> Option<Response> {
+    // Validated whole first: skipping an unknown member does not check its UTF-8, and
+    // the `Value` decode refuses a reply with a bad byte anywhere.
+    let body = std::str::from_utf8(body).ok()?;
+    let Object(reply) = serde_json::from_str::<Object<Reply<'_>>>(body).ok()?;
+    if reply.error.is_some() {
+        return None;
+    }
+    let Object(choice) = reply.choices.into_iter().next()?;
+    let Object(message) = choice.message;
+    let mut parts = Vec::new();
+    let reasoning = message.reasoning_content.or(message.reasoning);
+    if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
+        parts.push(Part::Thinking {
+            text: text.into_owned(),
+            signature: None,
+            redacted: None,
+        });
+    }
+    if let Some(text) = message.content.filter(|t| !t.is_empty()) {
+        parts.push(Part::text(text.into_owned()));
+    }
+    if let Some(refusal) = message.refusal {
+        parts.push(Part::text(refusal.into_owned()));
+    }
+    let mut has_calls = false;
+    for (i, Object(call)) in message.tool_calls.into_iter().flatten().enumerate() {
+        let Object(function) = call.function;
+        parts.push(Part::ToolCall {
+            id: call.id.map_or_else(|| format!("call_{i}"), Cow::into_owned),
+            name: function.name.into_owned(),
+            arguments: arguments(function.arguments)?,
+        });
+        has_calls = true;
+    }
+    let stop_sequence = match choice.stop_reason.map(RawValue::get) {
+        Some(raw) if raw.starts_with('"') => Some(serde_json::from_str::<String>(raw).ok()?),
+        _ => None,
+    };
+    let stop_reason = decode_finish(
+        choice.finish_reason.as_deref(),
+        stop_sequence.is_some(),
+        has_calls,
+    );
+    Some(Response {
+        id: reply.id.map(Cow::into_owned).unwrap_or_default(),
+        model: reply.model.map(Cow::into_owned).unwrap_or_default(),
+        parts,
+        stop_reason,
+        stop_sequence: stop_sequence.filter(|_| stop_reason == StopReason::StopSequence),
+        usage: usage(reply.usage)?,
+    })
+}
+
+/// A call's arguments as the `Value` decode reads them: a string parsed (or kept when
+/// it is not JSON), an object as it is, anything else an empty object.
+fn arguments(raw: Option<&RawValue>) -> Option<Value> {
+    let raw = raw.map(RawValue::get).unwrap_or("null");
+    Some(match raw.as_bytes()[0] {
+        b'"' => parse_arguments(&serde_json::from_str::<Cow<'_, str>>(raw).ok()?),
+        b'{' => serde_json::from_str(raw).ok()?,
+        _ => Value::Object(Map::new()),
+    })
+}
+
+/// The counts of a `usage` object read from its bytes; absent, `null` or not an object
+/// is no usage, as the `Value` decode reads it.
+fn usage(raw: Option<&RawValue>) -> Option<Usage> {
+    match raw.map(RawValue::get) {
+        Some(object) if object.starts_with('{') => {
+            crate::scan::counts_of(object.as_bytes(), |counts| decode_usage(counts)).ok()
+        }
+        _ => Some(Usage::default()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::decode;
+    use crate::openai_chat::response::decode_value;
+
+    /// Replies a server sends: each decodes here, to what the `Value` decode reads.
+    #[test]
+    fn reads_what_the_value_decode_reads() {
+        let replies = [
+            json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi \"you\"\n"},
+                    "logprobs": null, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15,
+                    "prompt_tokens_details": {"cached_tokens": 4}}}),
+            // llama.cpp with reasoning, vLLM's stop string, a refusal, no usage.
+            json!({"id": "x", "model": "gemma", "choices": [{"message": {"content": "",
+                "reasoning_content": "think", "refusal": ""}, "finish_reason": "stop",
+                "stop_reason": "###"}]}),
+            json!({"choices": [{"message": {"content": "a", "reasoning": "r"},
+                "finish_reason": "stop", "stop_reason": 128009}], "usage": null}),
+            // Tool calls: string arguments (JSON and not), an object, none, no id.
+            json!({"id": "c", "model": "m", "error": null, "choices": [{"finish_reason": "stop",
+                "message": {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_a", "type": "function", "function": {"name": "Read",
+                        "arguments": "{\"file_path\": \"/a \\u00e9.rs\", \"n\": 2}"}},
+                    {"function": {"name": "f", "arguments": "not json"}},
+                    {"id": null, "function": {"name": "g", "arguments": {"b": 1, "a": [true]}}},
+                    {"id": "d", "function": {"name": "h", "arguments": null}},
+                    {"id": "e", "function": {"name": "i"}}]}}]}),
+            json!({"choices": [{"message": {"content": "x"}, "finish_reason": "length"},
+                {"message": {"content": "second"}}], "usage": {"completion_tokens": 7,
+                "completion_tokens_details": {"reasoning_tokens": 2}, "prompt_tokens": 1.5}}),
+        ];
+        for reply in replies {
+            let body = reply.to_string();
+            let borrowed = decode(body.as_bytes()).unwrap_or_else(|| panic!("borrowed: {body}"));
+            let value = decode_value(body.as_bytes()).expect("value decode");
+            assert_eq!(borrowed, value, "{body}");
+        }
+    }
+
+    /// What the `Value` decode reads otherwise, or refuses, is left to it.
+    #[test]
+    fn leaves_the_rest_to_the_value_decode() {
+        let ok = r#"{"choices": [{"message": {"content": "x"}}]}"#;
+        assert!(decode(ok.as_bytes()).is_some(), "the baseline decodes here");
+        let others: [&[u8]; 12] = [
+            br#"{"error": {"message": "overloaded"}, "choices": [{"message": {"content": "x"}}]}"#,
+            br#"{"choices": []}"#,
+            br#"{"choices": null}"#,
+            br#"[[{"message": {"content": "x"}}]]"#,
+            br#"{"choices": [{"message": ["x"]}]}"#,
+            br#"{"choices": [[{"content": "x"}]]}"#,
+            br#"{"choices": [{"message": {"content": [{"type": "text", "text": "x"}]}}]}"#,
+            br#"{"choices": [{"message": {"content": "x"}}], "model": "a", "model": "b"}"#,
+            br#"{"choices": [{"message": {"content": "x", "tool_calls": [{"function": {}}]}}]}"#,
+            br#"{"choices": [{"message": {"content": "x"}, "finish_reason": 1}]}"#,
+            br#"{"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": 01}}"#,
+            b"{\"choices\": [{\"message\": {\"content\": \"x\"}}], \"fp\": \"\xff\"}",
+        ];
+        for body in others {
+            assert!(decode(body).is_none(), "{}", String::from_utf8_lossy(body));
+        }
+        // Each of those reads as the `Value` decode reads it, through the codec.
+        let duplicate = others[7];
+        let read = crate::Codec::decode_response(&super::super::OpenAiChat, duplicate)
+            .expect("the last duplicate wins, as a parse keeps it");
+        assert_eq!(read.model, "b");
+        for refused in [others[0], others[4], others[11]] {
+            assert!(crate::Codec::decode_response(&super::super::OpenAiChat, refused).is_err());
+        }
+    }
+}
