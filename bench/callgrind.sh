@@ -14,6 +14,9 @@
 # body) makes the estimate phase count a `gpt-*` request with tiktoken, as it always did
 # before issue 20 — the A/B of counting only near a limit, in one binary.
 #
+# BENCH_STREAM=1 asks for a streamed reply (what Claude Code and Codex always do): the
+# count then includes reading the stream, and with the context log on, capturing it.
+#
 # BENCH_CONTEXT_YAML, when set, is one more line of the config, e.g.
 # `context: { enabled: false }` or `context: { summarizer: { enabled: false } }`: the
 # context log's writer thread is counted too (callgrind counts every thread), so the
@@ -44,11 +47,12 @@ case "$front" in
   responses) dialect=responses; model=gpt-4.1; path=/v1/responses ;;
   *) echo "unknown front $front" >&2; exit 2 ;;
 esac
+stream=False; [ -n "${BENCH_STREAM:-}" ] && stream=True
 python3 -c "
 import json, sys
 sys.path.insert(0, '$here')
 import bodies
-json.dump(bodies.render(bodies.conversation('$size'), '$dialect', '$model', False), open('$dir/body.json', 'w'))
+json.dump(bodies.render(bodies.conversation('$size'), '$dialect', '$model', $stream), open('$dir/body.json', 'w'))
 "
 
 "$bin/glider-mock" --port 0 --reply-text "Benchmark reply" >"$dir/mock.log" 2>&1 &
@@ -81,4 +85,4 @@ callgrind_control -i on "$glider" >/dev/null
 callgrind_control -i off "$glider" >/dev/null
 kill "$glider"; wait "$glider" 2>/dev/null || true
 total=$(callgrind_annotate "$dir/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
-echo "glider $front $size${BENCH_CONTEXT_YAML:+ ($BENCH_CONTEXT_YAML)}: $total instructions for $n requests, $((total / n)) per request"
+echo "glider $front $size${BENCH_STREAM:+ stream}${BENCH_CONTEXT_YAML:+ ($BENCH_CONTEXT_YAML)}: $total instructions for $n requests, $((total / n)) per request"

@@ -106,6 +106,12 @@ pub struct SseParser {
     data: Option<String>,
     limit: usize,
     failed: Option<FrameTooLong>,
+    /// Names of events nobody reads ([`SseParser::passing_over`]).
+    pass_over: Option<fn(&str) -> bool>,
+    /// The current event is one of those: its data is measured, not kept.
+    skipping: bool,
+    /// The length its data lines would have joined (`None` before the first).
+    skipped_len: Option<usize>,
     /// Bytes examined in all, so a test can show each is examined once.
     #[cfg(test)]
     examined: usize,
@@ -131,52 +137,68 @@ impl SseParser {
             data: None,
             limit,
             failed: None,
+            pass_over: None,
+            skipping: false,
+            skipped_len: None,
             #[cfg(test)]
             examined: 0,
         }
     }
 
+    /// As [`SseParser::new`], for a reader that drops every event whose name
+    /// `pass_over` accepts (a usage-only decoder skips the content events, nearly the
+    /// whole stream): such an event, named by an `event:` line before its first `data:`
+    /// line, is neither copied nor returned; its data still counts toward the event
+    /// limit. A later `event:` line in the same event does not bring it back.
+    pub fn passing_over(pass_over: fn(&str) -> bool) -> Self {
+        SseParser {
+            pass_over: Some(pass_over),
+            ..Self::default()
+        }
+    }
+
     /// Feed bytes; returns the events completed by them, or the error that ends the
-    /// stream when a line or event passes the limit.
+    /// stream when a line or event passes the limit. A line is read in place (copied
+    /// only when it is not UTF-8, to replace the bad bytes).
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, FrameTooLong> {
         if let Some(error) = self.failed {
             return Err(error);
         }
-        self.buf.extend_from_slice(bytes);
+        // Taken out while its lines are read, so `line` can borrow the parser.
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.extend_from_slice(bytes);
         let mut events = Vec::new();
         let mut start = 0;
         let mut at = self.scanned;
         loop {
-            let Some(offset) = self.buf[at..]
-                .iter()
-                .position(|b| *b == b'\n' || *b == b'\r')
-            else {
-                self.count_examined(self.buf.len() - at);
-                at = self.buf.len();
+            let Some(offset) = memchr::memchr2(b'\n', b'\r', &buf[at..]) else {
+                self.count_examined(buf.len() - at);
+                at = buf.len();
                 break;
             };
             self.count_examined(offset + 1);
             let end = at + offset;
-            let cr = self.buf[end] == b'\r';
+            let cr = buf[end] == b'\r';
             // A lone `\r` at the very end may be the first half of `\r\n`: wait.
-            if cr && end + 1 == self.buf.len() {
+            if cr && end + 1 == buf.len() {
                 at = end;
                 break;
             }
             at = end + 1;
-            if cr && self.buf.get(at) == Some(&b'\n') {
+            if cr && buf.get(at) == Some(&b'\n') {
                 at += 1;
             }
             if end - start > self.limit {
                 return Err(self.fail(TooLongPart::Line));
             }
-            let line = String::from_utf8_lossy(&self.buf[start..end]).into_owned();
+            let line = String::from_utf8_lossy(&buf[start..end]);
             start = at;
             if let Some(event) = self.line(&line)? {
                 events.push(event);
             }
         }
-        self.buf.drain(..start);
+        buf.drain(..start);
+        self.buf = buf;
         self.scanned = at - start;
         if self.buf.len() > self.limit {
             return Err(self.fail(TooLongPart::Line));
@@ -191,9 +213,9 @@ impl SseParser {
             return Err(error);
         }
         if !self.buf.is_empty() {
-            let line = String::from_utf8_lossy(&std::mem::take(&mut self.buf)).into_owned();
+            let buf = std::mem::take(&mut self.buf);
             self.scanned = 0;
-            if let Some(event) = self.line(&line)? {
+            if let Some(event) = self.line(&String::from_utf8_lossy(&buf))? {
                 return Ok(Some(event));
             }
         }
@@ -219,10 +241,17 @@ impl SseParser {
         self.scanned = 0;
         self.event = None;
         self.data = None;
+        self.skipping = false;
+        self.skipped_len = None;
         error
     }
 
     fn line(&mut self, line: &str) -> Result<Option<SseEvent>, FrameTooLong> {
+        if line.is_empty() && self.skipping {
+            self.skipping = false;
+            self.skipped_len = None;
+            return Ok(None);
+        }
         if line.is_empty() {
             let data = self.data.take();
             let event = self.event.take();
@@ -236,7 +265,19 @@ impl SseParser {
             None => (line, ""),
         };
         match field {
+            "event" if self.skipping => {}
+            "event" if self.data.is_none() && self.pass_over.is_some_and(|pass| pass(value)) => {
+                self.skipping = true;
+                self.event = None;
+            }
             "event" => self.event = Some(value.to_owned()),
+            "data" if self.skipping => match self.skipped_len {
+                Some(len) if len + 1 + value.len() > self.limit => {
+                    return Err(self.fail(TooLongPart::Event));
+                }
+                Some(len) => self.skipped_len = Some(len + 1 + value.len()),
+                None => self.skipped_len = Some(value.len()),
+            },
             "data" => match &mut self.data {
                 Some(data) if data.len() + 1 + value.len() > self.limit => {
                     return Err(self.fail(TooLongPart::Event));
@@ -397,6 +438,48 @@ mod tests {
                 "split at {split}"
             );
         }
+    }
+
+    #[test]
+    fn events_passed_over_are_not_returned_and_the_rest_are_whole() {
+        let wire: &[u8] = b"event: skip\ndata: {\"big\":1}\ndata: more\n\nevent: keep\ndata: k\n\n\
+            data: before\nevent: skip\n\nevent: skip\nevent: keep\ndata: gone\n\n\
+            data: bad \xff\n\nevent: keep\r\ndata: x\r\n\r\n";
+        for split in 0..wire.len() {
+            let mut parser = SseParser::passing_over(|name| name == "skip");
+            let mut events = parser.feed(&wire[..split]).expect("short lines");
+            events.extend(parser.feed(&wire[split..]).expect("short lines"));
+            events.extend(parser.finish().expect("short lines"));
+            let event = |name: Option<&str>, data: &str| SseEvent {
+                event: name.map(str::to_owned),
+                data: data.to_owned(),
+            };
+            assert_eq!(
+                events,
+                vec![
+                    event(Some("keep"), "k"),
+                    // Named after its data: returned, for the reader to drop.
+                    event(Some("skip"), "before"),
+                    event(None, "bad \u{fffd}"),
+                    event(Some("keep"), "x"),
+                ],
+                "split at {split}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_event_passed_over_is_still_refused_at_the_event_limit() {
+        let mut parser = SseParser::passing_over(|name| name == "skip");
+        parser.limit = 64;
+        let mut result = parser.feed(b"event: skip\n");
+        for _ in 0..20 {
+            result = parser.feed(b"data: 0123456789\n");
+            if result.is_err() {
+                break;
+            }
+        }
+        assert_eq!(result.map_err(|e| e.what), Err(TooLongPart::Event));
     }
 
     #[test]

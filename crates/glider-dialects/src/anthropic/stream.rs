@@ -46,11 +46,13 @@ impl AnthropicStreamDecoder {
     /// With `with_tool_calls` the tool call blocks are decoded too: every block's start,
     /// and the deltas of tool call blocks only.
     pub(super) fn usage_only(with_tool_calls: bool) -> Self {
+        let passed_over: fn(&str) -> bool = match with_tool_calls {
+            true => |name: &str| name == "ping",
+            false => is_content_event,
+        };
         AnthropicStreamDecoder {
-            passed_over: Some(match with_tool_calls {
-                true => |name: &str| name == "ping",
-                false => is_content_event,
-            }),
+            sse: SseParser::passing_over(passed_over),
+            passed_over: Some(passed_over),
             tool_deltas_only: with_tool_calls,
             ..Self::default()
         }

@@ -66,6 +66,7 @@ impl ResponsesStreamDecoder {
             false => is_output_event,
         };
         ResponsesStreamDecoder {
+            sse: SseParser::passing_over(passed_over),
             passed_over: Some(passed_over),
             ..Self::default()
         }
