@@ -108,10 +108,8 @@ pub struct SseParser {
     failed: Option<FrameTooLong>,
     /// Names of events nobody reads ([`SseParser::passing_over`]).
     pass_over: Option<fn(&str) -> bool>,
-    /// The current event is one of those: its data is measured, not kept.
-    skipping: bool,
-    /// The length its data lines would have joined (`None` before the first).
-    skipped_len: Option<usize>,
+    /// The event being passed over, if any.
+    skipped: Skipped,
     /// Bytes examined in all, so a test can show each is examined once.
     #[cfg(test)]
     examined: usize,
@@ -138,8 +136,7 @@ impl SseParser {
             limit,
             failed: None,
             pass_over: None,
-            skipping: false,
-            skipped_len: None,
+            skipped: Skipped::default(),
             #[cfg(test)]
             examined: 0,
         }
@@ -148,8 +145,11 @@ impl SseParser {
     /// As [`SseParser::new`], for a reader that drops every event whose name
     /// `pass_over` accepts (a usage-only decoder skips the content events, nearly the
     /// whole stream): such an event, named by an `event:` line before its first `data:`
-    /// line, is neither copied nor returned; its data still counts toward the event
-    /// limit. A later `event:` line in the same event does not bring it back.
+    /// line, is not returned, and its data goes to a buffer reused from one such event
+    /// to the next (no allocation, no `String` per event). A later `event:` line in the
+    /// same event does not bring it back. The stream ending inside one is the
+    /// exception: `finish` returns it as it would any event, so its reader sees what
+    /// the full reading sees (a cut event is an error).
     pub fn passing_over(pass_over: fn(&str) -> bool) -> Self {
         SseParser {
             pass_over: Some(pass_over),
@@ -219,6 +219,13 @@ impl SseParser {
                 return Ok(Some(event));
             }
         }
+        if self.skipped.active {
+            self.skipped.active = false;
+            return Ok(self.skipped.has_data.then(|| SseEvent {
+                event: Some(std::mem::take(&mut self.skipped.name)),
+                data: std::mem::take(&mut self.skipped.data),
+            }));
+        }
         self.line("")
     }
 
@@ -241,15 +248,13 @@ impl SseParser {
         self.scanned = 0;
         self.event = None;
         self.data = None;
-        self.skipping = false;
-        self.skipped_len = None;
+        self.skipped = Skipped::default();
         error
     }
 
     fn line(&mut self, line: &str) -> Result<Option<SseEvent>, FrameTooLong> {
-        if line.is_empty() && self.skipping {
-            self.skipping = false;
-            self.skipped_len = None;
+        if line.is_empty() && self.skipped.active {
+            self.skipped.active = false;
             return Ok(None);
         }
         if line.is_empty() {
@@ -265,19 +270,26 @@ impl SseParser {
             None => (line, ""),
         };
         match field {
-            "event" if self.skipping => {}
+            "event" if self.skipped.active => {
+                self.skipped.name.clear();
+                self.skipped.name.push_str(value);
+            }
             "event" if self.data.is_none() && self.pass_over.is_some_and(|pass| pass(value)) => {
-                self.skipping = true;
+                self.skipped.begin(value);
                 self.event = None;
             }
             "event" => self.event = Some(value.to_owned()),
-            "data" if self.skipping => match self.skipped_len {
-                Some(len) if len + 1 + value.len() > self.limit => {
-                    return Err(self.fail(TooLongPart::Event));
+            "data" if self.skipped.active => {
+                let skipped = &mut self.skipped;
+                if skipped.has_data {
+                    if skipped.data.len() + 1 + value.len() > self.limit {
+                        return Err(self.fail(TooLongPart::Event));
+                    }
+                    skipped.data.push('\n');
                 }
-                Some(len) => self.skipped_len = Some(len + 1 + value.len()),
-                None => self.skipped_len = Some(value.len()),
-            },
+                skipped.data.push_str(value);
+                skipped.has_data = true;
+            }
             "data" => match &mut self.data {
                 Some(data) if data.len() + 1 + value.len() > self.limit => {
                     return Err(self.fail(TooLongPart::Event));
@@ -291,6 +303,27 @@ impl SseParser {
             _ => {}
         }
         Ok(None)
+    }
+}
+
+/// The event an [`SseParser`] is passing over: its name and data lines, in buffers kept
+/// from one such event to the next.
+#[derive(Debug, Default)]
+struct Skipped {
+    active: bool,
+    name: String,
+    data: String,
+    /// A `data:` line came (an event without one is no event).
+    has_data: bool,
+}
+
+impl Skipped {
+    fn begin(&mut self, name: &str) {
+        self.active = true;
+        self.name.clear();
+        self.name.push_str(name);
+        self.data.clear();
+        self.has_data = false;
     }
 }
 
@@ -464,6 +497,25 @@ mod tests {
                     event(Some("keep"), "x"),
                 ],
                 "split at {split}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stream_cut_inside_an_event_passed_over_returns_it_at_the_end() {
+        for (wire, data) in [
+            (&b"event: skip\ndata: {\"cut"[..], "{\"cut"),
+            (b"event: skip\ndata: one\ndata: two\n", "one\ntwo"),
+        ] {
+            let mut parser = SseParser::passing_over(|name| name == "skip");
+            assert_eq!(parser.feed(wire).expect("short"), vec![]);
+            let last = parser.finish().expect("short");
+            assert_eq!(
+                last,
+                Some(SseEvent {
+                    event: Some("skip".into()),
+                    data: data.into()
+                })
             );
         }
     }

@@ -80,6 +80,7 @@ pub mod openai_chat;
 pub mod openai_responses;
 pub mod scan;
 mod tool_cache;
+mod typed;
 
 use glider_ngl::{ApiError, Dialect, Request, Response, StreamEvent, Usage};
 use serde_json::Value;

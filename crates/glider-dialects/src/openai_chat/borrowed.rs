@@ -1,49 +1,22 @@
-//! The borrowing decode of a well-formed `chat.completion` reply: typed structs over the
-//! body's bytes (strings borrowed where they have no escapes, unknown members skipped),
-//! no `serde_json::Value` tree. It reads exactly what [`super::response`]'s `Value`
-//! decode reads and returns `None` for anything that decode would read differently or
-//! refuse — an `error` member, no choice, a member of an unexpected type, duplicate
-//! members, array `content` — so the caller falls back to it and the result (and every
-//! error message) is the full decode's. A reply of a local server (llama.cpp, vLLM,
-//! Ollama's OpenAI door) decodes here for a fifth of the instructions.
+//! The borrowing reads ([`crate::typed`]) of a well-formed `chat.completion` reply and of
+//! a stream chunk without tool calls. Each reads exactly what its `Value` reading reads
+//! ([`super::response`], [`super::stream`]) and returns `None` for anything that would
+//! read differently or be refused — an `error` member, no choice, a member of an
+//! unexpected type, duplicate members, array `content`, a chunk's tool calls — so the
+//! caller falls back to it and the result (and every error message) is the `Value`
+//! reading's. What a local server (llama.cpp, vLLM, Ollama's OpenAI door) sends decodes
+//! here for a fraction of the instructions.
 
 use std::borrow::Cow;
 
 use glider_ngl::stream::parse_arguments;
 use glider_ngl::{Part, Response, StopReason, Usage};
-use serde::de::{Deserializer, Visitor};
-use serde::{Deserialize, forward_to_deserialize_any};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::response::{decode_finish, decode_usage};
-
-/// A struct read only from a JSON object: serde's derive also reads a struct from an
-/// array, by position, which the `Value` decode refuses (`"message": [...]`).
-struct Object<T>(T);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        T::deserialize(MapOnly(deserializer)).map(Object)
-    }
-}
-
-/// A deserializer that reads whatever is asked of it as a map.
-struct MapOnly<D>(D);
-
-impl<'de, D: Deserializer<'de>> Deserializer<'de> for MapOnly<D> {
-    type Error = D::Error;
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.0.deserialize_map(visitor)
-    }
-
-    forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
-        identifier ignored_any
-    }
-}
+use crate::typed::{Object, usage_counts};
 
 #[derive(Deserialize)]
 struct Reply<'a> {
@@ -100,6 +73,104 @@ struct Function<'a> {
     arguments: Option<&'a RawValue>,
 }
 
+/// A stream chunk (`chat.completion.chunk`) as [`chunk`] reads it.
+#[derive(Deserialize)]
+pub(super) struct Chunk<'a> {
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    object: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub(super) id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub(super) model: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    choices: Option<Vec<Object<ChunkChoice<'a>>>>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct ChunkChoice<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(borrow, default)]
+    delta: Option<Object<ChunkDelta<'a>>>,
+    #[serde(borrow, default)]
+    pub(super) finish_reason: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    stop_reason: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct ChunkDelta<'a> {
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub(super) content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_calls: Option<&'a RawValue>,
+}
+
+impl<'a> Chunk<'a> {
+    /// The choices the stream reads (index 0; none, or no index, reads as 0).
+    pub(super) fn first_choices(&self) -> impl Iterator<Item = &ChunkChoice<'a>> {
+        self.choices
+            .iter()
+            .flatten()
+            .map(|Object(choice)| choice)
+            .filter(|choice| choice.index.unwrap_or(0) == 0)
+    }
+}
+
+impl<'a> ChunkChoice<'a> {
+    pub(super) fn delta(&self) -> Option<&ChunkDelta<'a>> {
+        self.delta.as_ref().map(|Object(delta)| delta)
+    }
+
+    /// vLLM's `stop_reason` when it is a string (the stop sequence that matched).
+    pub(super) fn stop_sequence(&self) -> Option<String> {
+        let raw = self.stop_reason?.get();
+        raw.starts_with('"')
+            .then(|| serde_json::from_str(raw).ok())
+            .flatten()
+    }
+}
+
+impl ChunkDelta<'_> {
+    /// The reasoning text, `reasoning_content` first.
+    pub(super) fn reasoning(&self) -> Option<&str> {
+        self.reasoning_content
+            .as_deref()
+            .or(self.reasoning.as_deref())
+    }
+}
+
+/// A chunk with its usage, or `None` where the `Value` reading must read it: an error,
+/// tool calls (their fragments are read one way only, there), usage the scan cannot
+/// read, a string `stop_reason` that does not decode.
+pub(super) fn chunk(data: &str) -> Option<(Chunk<'_>, Usage)> {
+    let Object(chunk) = serde_json::from_str::<Object<Chunk<'_>>>(data).ok()?;
+    if chunk.error.is_some() || chunk.object.as_deref() == Some("error") {
+        return None;
+    }
+    for choice in chunk.choices.iter().flatten() {
+        let Object(choice) = choice;
+        let calls = choice.delta().and_then(|delta| delta.tool_calls);
+        if calls.is_some()
+            || choice
+                .stop_reason
+                .is_some_and(|raw| raw.get().starts_with('"') && choice.stop_sequence().is_none())
+        {
+            return None;
+        }
+    }
+    let usage = usage_counts(chunk.usage, |counts| decode_usage(counts))?;
+    Some((chunk, usage))
+}
+
 /// The reply, or `None` where the `Value` decode must read it.
 pub(super) fn decode(body: &[u8]) -> Option<Response> {
     // Validated whole first: skipping an unknown member does not check its UTF-8, and
@@ -151,7 +222,7 @@ pub(super) fn decode(body: &[u8]) -> Option<Response> {
         parts,
         stop_reason,
         stop_sequence: stop_sequence.filter(|_| stop_reason == StopReason::StopSequence),
-        usage: usage(reply.usage)?,
+        usage: usage_counts(reply.usage, |counts| decode_usage(counts))?,
     })
 }
 
@@ -164,17 +235,6 @@ fn arguments(raw: Option<&RawValue>) -> Option<Value> {
         b'{' => serde_json::from_str(raw).ok()?,
         _ => Value::Object(Map::new()),
     })
-}
-
-/// The counts of a `usage` object read from its bytes; absent, `null` or not an object
-/// is no usage, as the `Value` decode reads it.
-fn usage(raw: Option<&RawValue>) -> Option<Usage> {
-    match raw.map(RawValue::get) {
-        Some(object) if object.starts_with('{') => {
-            crate::scan::counts_of(object.as_bytes(), |counts| decode_usage(counts)).ok()
-        }
-        _ => Some(Usage::default()),
-    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use glider_ngl::stream::PartKind;
 use glider_ngl::{ApiError, StopReason, StreamEvent, Usage};
 use serde_json::{Value, json};
 
+use super::borrowed::{self, Chunk};
 use super::error::{error_fields, error_object};
 use super::response::{
     completion_id, decode_finish, decode_usage, encode_finish, encode_usage, now_unix,
@@ -39,6 +40,9 @@ pub(super) struct ChatStreamDecoder {
     stop_sequence: Option<String>,
     saw_tool_calls: bool,
     usage: Usage,
+    /// Tests compare the borrowing reader with the `Value` reading alone.
+    #[cfg(test)]
+    value_only: bool,
 }
 
 impl ChatStreamDecoder {
@@ -164,6 +168,14 @@ impl ChatStreamDecoder {
             }
             return Ok(());
         }
+        #[cfg(test)]
+        let borrowing = !self.value_only;
+        #[cfg(not(test))]
+        let borrowing = true;
+        if let Some((chunk, usage)) = borrowing.then(|| borrowed::chunk(data)).flatten() {
+            self.borrowed_chunk(&chunk, &usage, out);
+            return Ok(());
+        }
         let chunk: Value = serde_json::from_str(data)
             .map_err(|e| bad_gateway(format!("malformed backend stream chunk: {e}")))?;
         if !chunk.is_object() {
@@ -180,19 +192,8 @@ impl ChatStreamDecoder {
             return Ok(());
         }
         if !self.started {
-            self.started = true;
-            let str_of = |key: &str| {
-                chunk
-                    .get(key)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned()
-            };
-            out.push(StreamEvent::Start {
-                id: str_of("id"),
-                model: str_of("model"),
-                usage: Usage::default(),
-            });
+            let str_of = |key: &str| chunk.get(key).and_then(Value::as_str).unwrap_or_default();
+            self.start(str_of("id"), str_of("model"), out);
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage.merge(&decode_usage(usage));
@@ -207,24 +208,7 @@ impl ChatStreamDecoder {
                     .get("reasoning_content")
                     .and_then(Value::as_str)
                     .or_else(|| delta.get("reasoning").and_then(Value::as_str));
-                if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
-                    let index = self.thinking_index(out);
-                    out.push(StreamEvent::ThinkingDelta {
-                        index,
-                        text: text.to_owned(),
-                    });
-                }
-                if let Some(text) = delta
-                    .get("content")
-                    .and_then(Value::as_str)
-                    .filter(|t| !t.is_empty())
-                {
-                    let index = self.text_index(out);
-                    out.push(StreamEvent::TextDelta {
-                        index,
-                        text: text.to_owned(),
-                    });
-                }
+                self.text(reasoning, delta.get("content").and_then(Value::as_str), out);
                 if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                     for call in calls {
                         self.tool_fragment(call, out)?;
@@ -232,13 +216,67 @@ impl ChatStreamDecoder {
                 }
             }
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                self.finish_reason = Some(reason.to_owned());
-                if let Some(sequence) = choice.get("stop_reason").and_then(Value::as_str) {
-                    self.stop_sequence = Some(sequence.to_owned());
-                }
+                let sequence = choice.get("stop_reason").and_then(Value::as_str);
+                self.finishing(reason, sequence.map(str::to_owned));
             }
         }
         Ok(())
+    }
+
+    /// A chunk without tool calls, read by the borrowing reader: what [`Self::data`]
+    /// does with it, in the same order.
+    fn borrowed_chunk(&mut self, chunk: &Chunk<'_>, usage: &Usage, out: &mut Vec<StreamEvent>) {
+        if !self.started {
+            self.start(
+                chunk.id.as_deref().unwrap_or_default(),
+                chunk.model.as_deref().unwrap_or_default(),
+                out,
+            );
+        }
+        self.usage.merge(usage);
+        for choice in chunk.first_choices() {
+            if let Some(delta) = choice.delta() {
+                self.text(delta.reasoning(), delta.content.as_deref(), out);
+            }
+            if let Some(reason) = &choice.finish_reason {
+                self.finishing(reason, choice.stop_sequence());
+            }
+        }
+    }
+
+    fn start(&mut self, id: &str, model: &str, out: &mut Vec<StreamEvent>) {
+        self.started = true;
+        out.push(StreamEvent::Start {
+            id: id.to_owned(),
+            model: model.to_owned(),
+            usage: Usage::default(),
+        });
+    }
+
+    /// A delta's reasoning, then its text (empty ones are nothing).
+    fn text(&mut self, reasoning: Option<&str>, content: Option<&str>, out: &mut Vec<StreamEvent>) {
+        if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
+            let index = self.thinking_index(out);
+            out.push(StreamEvent::ThinkingDelta {
+                index,
+                text: text.to_owned(),
+            });
+        }
+        if let Some(text) = content.filter(|t| !t.is_empty()) {
+            let index = self.text_index(out);
+            out.push(StreamEvent::TextDelta {
+                index,
+                text: text.to_owned(),
+            });
+        }
+    }
+
+    /// A choice's `finish_reason` (and vLLM's matched stop string, when it names one).
+    fn finishing(&mut self, reason: &str, sequence: Option<String>) {
+        self.finish_reason = Some(reason.to_owned());
+        if let Some(sequence) = sequence {
+            self.stop_sequence = Some(sequence);
+        }
     }
 }
 
@@ -404,10 +442,10 @@ mod tests {
     use glider_ngl::{ApiError, ErrorKind, Part, Response, StopReason, StreamEvent, Usage};
     use serde_json::{Value, json};
 
-    use crate::Codec;
     use crate::framing::SseParser;
     use crate::openai_chat::OpenAiChat;
     use crate::openai_chat::fixtures::{decode_every_split, encode_stream, read_call};
+    use crate::{Codec, StreamDecoder};
 
     fn sse_data(wire: &[u8]) -> Vec<String> {
         let mut parser = SseParser::new();
@@ -424,6 +462,58 @@ mod tests {
         "data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741569952,\"model\":\"gpt-4o-2024-08-06\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_fc9f1d7035\",\"choices\":[],\"usage\":{\"prompt_tokens\":19,\"completion_tokens\":10,\"total_tokens\":29,\"prompt_tokens_details\":{\"cached_tokens\":0,\"audio_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0,\"audio_tokens\":0,\"accepted_prediction_tokens\":0,\"rejected_prediction_tokens\":0}}}\n\n",
         "data: [DONE]\n\n",
     );
+
+    /// The borrowing reader of chunks gives what the `Value` reading gives, chunk by
+    /// chunk, for every shape a server sends — and leaves it the ones it does not read.
+    #[test]
+    fn borrowed_chunks_decode_as_the_value_reading_does() {
+        let chunks = [
+            r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
+            r#"{"id":"c1","model":"m","choices":[{"index":0,"delta":{"reasoning_content":"think \"hard\""}}]}"#,
+            r#"{"id":"c1","choices":[{"delta":{"reasoning":"more","content":"Hi \u00e9"}}]}"#,
+            r#"{"choices":[{"index":1,"delta":{"content":"other choice"}},{"index":0,"delta":{"content":" there"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":null,"tool_calls":null},"finish_reason":"stop","stop_reason":"@@"}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"length","stop_reason":128009}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}"#,
+            r#"{"choices":null,"usage":null}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":["array"]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"dup","content":"last"}}]}"#,
+            r#"{"choices":[{"index":0.0,"delta":{"content":"float index"}}]}"#,
+            r#"{"error":{"message":"overloaded"}}"#,
+            r#"{"object":"error","message":"bad"}"#,
+            r#"[{"choices":[]}]"#,
+        ];
+        let borrowed = chunks
+            .iter()
+            .filter(|c| super::borrowed::chunk(c).is_some())
+            .count();
+        assert_eq!(
+            borrowed, 8,
+            "the first eight are read borrowed, the rest fall back"
+        );
+        // Each prefix of the sequence, ended by [DONE], through both readings.
+        for end in 1..=chunks.len() {
+            let mut wire = Vec::new();
+            for chunk in &chunks[..end] {
+                crate::framing::write_sse(&mut wire, None, chunk);
+            }
+            crate::framing::write_sse(&mut wire, None, "[DONE]");
+            let read = |value_only: bool| {
+                let mut decoder = super::ChatStreamDecoder {
+                    value_only,
+                    ..super::ChatStreamDecoder::default()
+                };
+                let mut events = match decoder.feed(&wire) {
+                    Ok(events) => events,
+                    Err(error) => vec![StreamEvent::Error { error }],
+                };
+                events.extend(decoder.finish());
+                events
+            };
+            assert_eq!(read(false), read(true), "{} chunks", end);
+        }
+    }
 
     #[test]
     fn decodes_text_stream_at_every_split() {

@@ -1,0 +1,53 @@
+//! Typed, borrowing reads of backend JSON for the hot paths (a reply, a stream chunk):
+//! structs over the bytes, strings borrowed where they have no escapes, unknown members
+//! skipped, no `serde_json::Value` tree. Each reader returns `None` for what its `Value`
+//! reading would read differently or refuse, and its caller falls back to that reading,
+//! so results and errors are the `Value` reading's. This module holds what they share.
+
+use serde::de::{Deserializer, Visitor};
+use serde::{Deserialize, forward_to_deserialize_any};
+use serde_json::value::RawValue;
+
+use crate::scan::ScannedCounts;
+
+/// A struct read only from a JSON object: serde's derive also reads a struct from an
+/// array, by position, which the `Value` decode refuses (`"message": [...]`).
+pub(crate) struct Object<T>(pub(crate) T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        T::deserialize(MapOnly(deserializer)).map(Object)
+    }
+}
+
+/// A deserializer that reads whatever is asked of it as a map.
+struct MapOnly<D>(D);
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for MapOnly<D> {
+    type Error = D::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.0.deserialize_map(visitor)
+    }
+
+    forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
+        identifier ignored_any
+    }
+}
+
+/// The counts of a `usage` member read from its bytes by `decode`; absent, `null` or not
+/// an object is no usage, as `Value::get` and a filter on objects read it. `None` when
+/// the scan cannot read it.
+pub(crate) fn usage_counts(
+    raw: Option<&RawValue>,
+    decode: impl FnOnce(&ScannedCounts<'_>) -> glider_ngl::Usage,
+) -> Option<glider_ngl::Usage> {
+    match raw.map(RawValue::get) {
+        Some(object) if object.starts_with('{') => {
+            crate::scan::counts_of(object.as_bytes(), decode).ok()
+        }
+        _ => Some(glider_ngl::Usage::default()),
+    }
+}
