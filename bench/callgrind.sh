@@ -80,7 +80,7 @@ port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/glider.log" | head -
 load=("$bin/glider-load" --url "http://127.0.0.1:$port$path" --body "$dir/body.json"
   --connections 1 --duration 600 --warmup 0
   --header 'anthropic-version: 2023-06-01' --header 'x-api-key: bench')
-"${load[@]}" --max-requests 50 >/dev/null
+"${load[@]}" --max-requests 50 >"$dir/warmup.json"
 callgrind_control -i on "$glider" >/dev/null
 "${load[@]}" --max-requests "$n" | grep -o '"requests":[0-9]*,"errors":[0-9]*'
 callgrind_control -i off "$glider" >/dev/null

@@ -342,9 +342,18 @@ pub fn write_sse(out: &mut Vec<u8>, event: Option<&str>, data: &str) {
     out.push(b'\n');
 }
 
-/// Append one SSE event whose data is `value` serialised as JSON.
-pub fn write_sse_json(out: &mut Vec<u8>, event: Option<&str>, value: &serde_json::Value) {
-    write_sse(out, event, &value.to_string());
+/// Append one SSE event whose data is `value` serialised as JSON: written straight into
+/// `out` on one `data:` line (compact JSON escapes every line end), no text in between.
+pub fn write_sse_json(out: &mut Vec<u8>, event: Option<&str>, value: &impl serde::Serialize) {
+    if let Some(event) = event {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(event.as_bytes());
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"data: ");
+    serde_json::to_writer(&mut *out, value)
+        .expect("event data serialises (string keys) into a Vec, which takes every write");
+    out.extend_from_slice(b"\n\n");
 }
 
 /// Incremental splitter of newline-delimited records (blank lines skipped).
@@ -532,6 +541,19 @@ mod tests {
             }
         }
         assert_eq!(result.map_err(|e| e.what), Err(TooLongPart::Event));
+    }
+
+    #[test]
+    fn a_json_event_is_written_as_its_text_would_be() {
+        let value = serde_json::json!({"text": "two\nlines\r\u{2028} \"quoted\" é \u{1}", "n": [1, 2.5, null]});
+        let mut direct = Vec::new();
+        write_sse_json(&mut direct, Some("e"), &value);
+        let mut through_text = Vec::new();
+        write_sse(&mut through_text, Some("e"), &value.to_string());
+        assert_eq!(
+            String::from_utf8_lossy(&direct),
+            String::from_utf8_lossy(&through_text)
+        );
     }
 
     #[test]

@@ -105,11 +105,9 @@ pub(super) fn decode_stop(
 }
 
 /// The `stop_sequence` field of a reply: the sequence when it stopped on one.
-pub(super) fn stop_sequence_value(reason: StopReason, sequence: Option<&str>) -> Value {
-    match (reason, sequence) {
-        (StopReason::StopSequence, Some(sequence)) => Value::String(sequence.to_owned()),
-        _ => Value::Null,
-    }
+/// The `stop_sequence` a reply names: only when it stopped at one.
+pub(super) fn stop_sequence_of(reason: StopReason, sequence: Option<&str>) -> Option<&str> {
+    sequence.filter(|_| reason == StopReason::StopSequence)
 }
 
 pub(super) fn decode_stop_reason(reason: &str) -> StopReason {
@@ -151,13 +149,24 @@ pub(super) fn decode_usage(usage: &(impl Counts + ?Sized)) -> Usage {
     }
 }
 
-pub(super) fn usage_value(usage: &Usage) -> Value {
-    json!({
-        "input_tokens": usage.input_tokens,
-        "cache_creation_input_tokens": usage.cache_write_tokens,
-        "cache_read_input_tokens": usage.cache_read_tokens,
-        "output_tokens": usage.output_tokens,
-    })
+/// An Anthropic `usage` object, members in the API's order.
+#[derive(serde::Serialize)]
+pub(super) struct WireUsage {
+    input_tokens: u64,
+    cache_creation_input_tokens: u64,
+    cache_read_input_tokens: u64,
+    output_tokens: u64,
+}
+
+impl WireUsage {
+    pub(super) fn of(usage: &Usage) -> Self {
+        WireUsage {
+            input_tokens: usage.input_tokens,
+            cache_creation_input_tokens: usage.cache_write_tokens,
+            cache_read_input_tokens: usage.cache_read_tokens,
+            output_tokens: usage.output_tokens,
+        }
+    }
 }
 
 /// Anthropic message ids start with `msg_`; SDKs and CLIs expect that.
@@ -217,8 +226,8 @@ pub(super) fn encode_response(resp: &Response) -> Value {
         "model": resp.model,
         "content": content,
         "stop_reason": stop_reason_str(resp.stop_reason, has_tool_calls),
-        "stop_sequence": stop_sequence_value(resp.stop_reason, resp.stop_sequence.as_deref()),
-        "usage": usage_value(&resp.usage),
+        "stop_sequence": stop_sequence_of(resp.stop_reason, resp.stop_sequence.as_deref()),
+        "usage": WireUsage::of(&resp.usage),
     })
 }
 

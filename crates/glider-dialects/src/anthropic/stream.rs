@@ -5,11 +5,12 @@ use std::collections::HashMap;
 
 use glider_ngl::stream::PartKind;
 use glider_ngl::{ApiError, StopReason, StreamEvent, Usage};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::error::{encode_error, error_from_json};
 use super::response::{
-    decode_stop, decode_usage, message_id, stop_reason_str, stop_sequence_value, usage_value,
+    WireUsage, decode_stop, decode_usage, message_id, stop_reason_str, stop_sequence_of,
 };
 use crate::framing::{SseEvent, SseParser, finished, refused, write_sse_json};
 use crate::json::bad_gateway;
@@ -337,40 +338,141 @@ pub(super) struct AnthropicStreamEncoder {
 impl AnthropicStreamEncoder {
     fn start(&mut self, id: &str, model: &str, usage: &Usage, out: &mut Vec<u8>) {
         self.started = true;
-        let start = json!({
-            "type": "message_start",
-            "message": {
-                "id": message_id(id),
-                "type": "message",
-                "role": "assistant",
-                "model": model,
-                "content": [],
-                "stop_reason": null,
-                "stop_sequence": null,
-                "usage": usage_value(usage),
+        let start = MessageStart {
+            kind: "message_start",
+            message: StartMessage {
+                id: &message_id(id),
+                kind: "message",
+                role: "assistant",
+                model,
+                content: [],
+                stop_reason: None,
+                stop_sequence: None,
+                usage: WireUsage::of(usage),
             },
-        });
+        };
         write_sse_json(out, Some("message_start"), &start);
-        write_sse_json(out, Some("ping"), &json!({ "type": "ping" }));
+        write_sse_json(out, Some("ping"), &Typed { kind: "ping" });
     }
 
     fn stop_open(&mut self, out: &mut Vec<u8>) {
         if let Some(index) = self.open.take() {
-            write_sse_json(
-                out,
-                Some("content_block_stop"),
-                &json!({ "type": "content_block_stop", "index": index }),
-            );
+            let stop = Indexed {
+                kind: "content_block_stop",
+                index,
+            };
+            write_sse_json(out, Some("content_block_stop"), &stop);
         }
     }
 }
 
-fn block_delta(out: &mut Vec<u8>, index: usize, delta: Value) {
-    write_sse_json(
-        out,
-        Some("content_block_delta"),
-        &json!({ "type": "content_block_delta", "index": index, "delta": delta }),
-    );
+// The events as the API writes them, serialised from borrowed fields straight into the
+// stream (no `Value` built per event): members in the API's order.
+
+#[derive(Serialize)]
+struct Typed {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct Indexed {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    index: usize,
+}
+
+#[derive(Serialize)]
+struct MessageStart<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    message: StartMessage<'a>,
+}
+
+#[derive(Serialize)]
+struct StartMessage<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    role: &'static str,
+    model: &'a str,
+    content: [(); 0],
+    stop_reason: Option<()>,
+    stop_sequence: Option<()>,
+    usage: WireUsage,
+}
+
+#[derive(Serialize)]
+struct BlockStart<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    index: usize,
+    content_block: Block<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block<'a> {
+    Text {
+        text: &'static str,
+    },
+    Thinking {
+        thinking: &'static str,
+        signature: &'static str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: EmptyObject,
+    },
+}
+
+/// `{}`.
+#[derive(Serialize)]
+struct EmptyObject {}
+
+#[derive(Serialize)]
+struct BlockDelta<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    index: usize,
+    delta: Delta<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum Delta<'a> {
+    #[serde(rename = "text_delta")]
+    Text { text: &'a str },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: &'a str },
+    #[serde(rename = "signature_delta")]
+    Signature { signature: &'a str },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: &'a str },
+}
+
+#[derive(Serialize)]
+struct MessageDelta<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    delta: StopDelta<'a>,
+    usage: WireUsage,
+}
+
+#[derive(Serialize)]
+struct StopDelta<'a> {
+    stop_reason: &'static str,
+    stop_sequence: Option<&'a str>,
+}
+
+fn block_delta(out: &mut Vec<u8>, index: usize, delta: Delta<'_>) {
+    let event = BlockDelta {
+        kind: "content_block_delta",
+        index,
+        delta,
+    };
+    write_sse_json(out, Some("content_block_delta"), &event);
 }
 
 impl StreamEncoder for AnthropicStreamEncoder {
@@ -390,46 +492,40 @@ impl StreamEncoder for AnthropicStreamEncoder {
             }
             StreamEvent::PartStart { index, kind } => {
                 self.stop_open(out);
-                let block = match kind {
-                    PartKind::Text => json!({ "type": "text", "text": "" }),
-                    PartKind::Thinking => {
-                        json!({ "type": "thinking", "thinking": "", "signature": "" })
-                    }
+                let content_block = match kind {
+                    PartKind::Text => Block::Text { text: "" },
+                    PartKind::Thinking => Block::Thinking {
+                        thinking: "",
+                        signature: "",
+                    },
                     PartKind::ToolCall { id, name } => {
                         self.saw_tool_call = true;
-                        json!({ "type": "tool_use", "id": id, "name": name, "input": {} })
+                        Block::ToolUse {
+                            id,
+                            name,
+                            input: EmptyObject {},
+                        }
                     }
                 };
-                write_sse_json(
-                    out,
-                    Some("content_block_start"),
-                    &json!({ "type": "content_block_start", "index": index, "content_block": block }),
-                );
+                let start = BlockStart {
+                    kind: "content_block_start",
+                    index: *index,
+                    content_block,
+                };
+                write_sse_json(out, Some("content_block_start"), &start);
                 self.open = Some(*index);
             }
             StreamEvent::TextDelta { index, text } => {
-                block_delta(out, *index, json!({ "type": "text_delta", "text": text }));
+                block_delta(out, *index, Delta::Text { text });
             }
             StreamEvent::ThinkingDelta { index, text } => {
-                block_delta(
-                    out,
-                    *index,
-                    json!({ "type": "thinking_delta", "thinking": text }),
-                );
+                block_delta(out, *index, Delta::Thinking { thinking: text });
             }
             StreamEvent::ThinkingSignature { index, signature } => {
-                block_delta(
-                    out,
-                    *index,
-                    json!({ "type": "signature_delta", "signature": signature }),
-                );
+                block_delta(out, *index, Delta::Signature { signature });
             }
             StreamEvent::ToolArgsDelta { index, json } => {
-                block_delta(
-                    out,
-                    *index,
-                    json!({ "type": "input_json_delta", "partial_json": json }),
-                );
+                block_delta(out, *index, Delta::InputJson { partial_json: json });
             }
             StreamEvent::PartStop { index } => {
                 if self.open == Some(*index) {
@@ -442,22 +538,21 @@ impl StreamEncoder for AnthropicStreamEncoder {
                 usage,
             } => {
                 self.stop_open(out);
-                write_sse_json(
-                    out,
-                    Some("message_delta"),
-                    &json!({
-                        "type": "message_delta",
-                        "delta": {
-                            "stop_reason": stop_reason_str(*stop_reason, self.saw_tool_call),
-                            "stop_sequence": stop_sequence_value(*stop_reason, stop_sequence.as_deref()),
-                        },
-                        "usage": usage_value(usage),
-                    }),
-                );
+                let delta = MessageDelta {
+                    kind: "message_delta",
+                    delta: StopDelta {
+                        stop_reason: stop_reason_str(*stop_reason, self.saw_tool_call),
+                        stop_sequence: stop_sequence_of(*stop_reason, stop_sequence.as_deref()),
+                    },
+                    usage: WireUsage::of(usage),
+                };
+                write_sse_json(out, Some("message_delta"), &delta);
                 write_sse_json(
                     out,
                     Some("message_stop"),
-                    &json!({ "type": "message_stop" }),
+                    &Typed {
+                        kind: "message_stop",
+                    },
                 );
                 self.done = true;
             }
@@ -803,6 +898,110 @@ data: {\"type\":\"message_stop\"}\n\
             })
             .collect()
     }
+
+    /// The encoder's bytes, member order included, for every kind of event: what the
+    /// API writes (and what this encoder wrote through `json!` values before it
+    /// serialised borrowed structs).
+    #[test]
+    fn stream_encoder_bytes_are_the_apis() {
+        let mut response = Response {
+            id: "resp_\"q\"".into(),
+            stop_reason: StopReason::StopSequence,
+            stop_sequence: Some("END\n".into()),
+            ..expected_response()
+        };
+        response.parts.push(Part::ToolCall {
+            id: "toolu_1".into(),
+            name: "Read".into(),
+            arguments: json!({"path": "a\tb.rs", "n": 1}),
+        });
+        let mut encoder = Anthropic.stream_encoder();
+        let mut out = Vec::new();
+        for event in events_of(&response) {
+            encoder.encode(&event, &mut out);
+        }
+        let mut failing = Anthropic.stream_encoder();
+        failing.encode(
+            &E::TextDelta {
+                index: 0,
+                text: "é\u{1}".into(),
+            },
+            &mut out,
+        );
+        failing.encode(
+            &E::Error {
+                error: ApiError::new(ErrorKind::Overloaded, "busy"),
+            },
+            &mut out,
+        );
+        let text = String::from_utf8(out).expect("utf8");
+        assert_eq!(text, GOLDEN, "{text}");
+    }
+
+    const GOLDEN: &str = r#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_resp_\"q\"","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":2048,"cache_read_input_tokens":18432,"output_tokens":0}}}
+
+event: ping
+data: {"type":"ping"}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"The operator is wrong."}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQBCkgIBxABGAIqQKk4cIbqDhJSUpgFMV1Zs"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Fixing the operator."}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":1}
+
+event: content_block_start
+data: {"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","name":"Edit","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"file_path\":\"/repo/src/lib.rs\",\"old_string\":\"a - b\",\"new_string\":\"a + b\"}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":2}
+
+event: content_block_start
+data: {"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_1","name":"Read","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{\"path\":\"a\\tb.rs\",\"n\":1}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":3}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":"END\n"},"usage":{"input_tokens":12,"cache_creation_input_tokens":2048,"cache_read_input_tokens":18432,"output_tokens":89}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+event: message_start
+data: {"type":"message_start","message":{"id":"msg_glider","type":"message","role":"assistant","model":"","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}}
+
+event: ping
+data: {"type":"ping"}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"é\u0001"}}
+
+event: error
+data: {"type":"error","error":{"type":"overloaded_error","message":"busy"}}
+
+"#;
 
     #[test]
     fn stream_encodes_exactly_what_the_api_writes() {
