@@ -2,6 +2,7 @@
 //! object a line, the last with `done: true`) and `{"error":"..."}` bodies, to and from
 //! ngl. Mapping notes: `docs/translation.md#ollama`.
 
+mod borrowed;
 mod error;
 #[cfg(test)]
 mod fixtures;

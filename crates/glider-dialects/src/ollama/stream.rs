@@ -4,6 +4,7 @@ use glider_ngl::stream::{PartKind, parse_arguments};
 use glider_ngl::{ApiError, Part, StreamEvent, Usage};
 use serde_json::{Map, Value, json};
 
+use super::borrowed;
 use super::request::tool_call_value;
 use super::response::{
     decode_reply_calls, decode_stop, decode_usage, final_fields, response_id, rfc3339_now, stamp_of,
@@ -28,6 +29,9 @@ pub(super) struct OllamaStreamDecoder {
     next_index: usize,
     stamp: String,
     tool_calls: usize,
+    /// Tests compare the borrowing reader with the `Value` reading alone.
+    #[cfg(test)]
+    value_only: bool,
 }
 
 impl OllamaStreamDecoder {
@@ -61,6 +65,26 @@ impl OllamaStreamDecoder {
     }
 
     fn line(&mut self, line: &str, out: &mut Vec<StreamEvent>) -> Result<(), ApiError> {
+        #[cfg(test)]
+        let borrowing = !self.value_only;
+        #[cfg(not(test))]
+        let borrowing = true;
+        if let Some((chunk, usage)) = borrowing.then(|| borrowed::line(line)).flatten() {
+            if !self.started {
+                self.start(
+                    chunk.created_at.as_deref().unwrap_or_default(),
+                    chunk.model.as_deref().unwrap_or_default(),
+                    out,
+                );
+            }
+            if let Some(message) = chunk.message() {
+                self.text(message.thinking.as_deref(), message.content.as_deref(), out);
+            }
+            if let Some(usage) = usage {
+                self.done(chunk.done_reason.as_deref(), usage, out);
+            }
+            return Ok(());
+        }
         let chunk: Value = serde_json::from_str(line)
             .map_err(|e| bad_gateway(format!("malformed backend stream line: {e}")))?;
         if !chunk.is_object() {
@@ -75,45 +99,12 @@ impl OllamaStreamDecoder {
             return Ok(());
         }
         if !self.started {
-            self.started = true;
-            let created_at = chunk
-                .get("created_at")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            self.stamp = stamp_of(created_at);
-            out.push(StreamEvent::Start {
-                id: response_id(created_at),
-                model: chunk
-                    .get("model")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-                usage: Usage::default(),
-            });
+            let text = |key: &str| chunk.get(key).and_then(Value::as_str).unwrap_or_default();
+            self.start(text("created_at"), text("model"), out);
         }
         if let Some(message) = chunk.get("message") {
-            if let Some(text) = message
-                .get("thinking")
-                .and_then(Value::as_str)
-                .filter(|t| !t.is_empty())
-            {
-                let index = self.ensure(OpenKind::Thinking, out);
-                out.push(StreamEvent::ThinkingDelta {
-                    index,
-                    text: text.to_owned(),
-                });
-            }
-            if let Some(text) = message
-                .get("content")
-                .and_then(Value::as_str)
-                .filter(|t| !t.is_empty())
-            {
-                let index = self.ensure(OpenKind::Text, out);
-                out.push(StreamEvent::TextDelta {
-                    index,
-                    text: text.to_owned(),
-                });
-            }
+            let text = |key: &str| message.get(key).and_then(Value::as_str);
+            self.text(text("thinking"), text("content"), out);
             for call in decode_reply_calls(message, &self.stamp, self.tool_calls)? {
                 let Part::ToolCall {
                     id,
@@ -133,20 +124,51 @@ impl OllamaStreamDecoder {
             }
         }
         if chunk.get("done").and_then(Value::as_bool) == Some(true) {
-            self.close(out);
-            out.push(StreamEvent::Finish {
-                stop_reason: decode_stop(
-                    chunk.get("done_reason").and_then(Value::as_str),
-                    self.tool_calls > 0,
-                ),
-                // Ollama never says which sequence stopped it (`done_reason: "stop"`
-                // is an end of turn too): Glider matches stop sequences itself.
-                stop_sequence: None,
-                usage: decode_usage(&chunk),
-            });
-            self.ended = true;
+            let reason = chunk.get("done_reason").and_then(Value::as_str);
+            self.done(reason, decode_usage(&chunk), out);
         }
         Ok(())
+    }
+
+    fn start(&mut self, created_at: &str, model: &str, out: &mut Vec<StreamEvent>) {
+        self.started = true;
+        self.stamp = stamp_of(created_at);
+        out.push(StreamEvent::Start {
+            id: response_id(created_at),
+            model: model.to_owned(),
+            usage: Usage::default(),
+        });
+    }
+
+    /// A message's thinking, then its text (empty ones are nothing).
+    fn text(&mut self, thinking: Option<&str>, content: Option<&str>, out: &mut Vec<StreamEvent>) {
+        if let Some(text) = thinking.filter(|t| !t.is_empty()) {
+            let index = self.ensure(OpenKind::Thinking, out);
+            out.push(StreamEvent::ThinkingDelta {
+                index,
+                text: text.to_owned(),
+            });
+        }
+        if let Some(text) = content.filter(|t| !t.is_empty()) {
+            let index = self.ensure(OpenKind::Text, out);
+            out.push(StreamEvent::TextDelta {
+                index,
+                text: text.to_owned(),
+            });
+        }
+    }
+
+    /// The last line (`done: true`).
+    fn done(&mut self, done_reason: Option<&str>, usage: Usage, out: &mut Vec<StreamEvent>) {
+        self.close(out);
+        out.push(StreamEvent::Finish {
+            stop_reason: decode_stop(done_reason, self.tool_calls > 0),
+            // Ollama never says which sequence stopped it (`done_reason: "stop"` is an
+            // end of turn too): Glider matches stop sequences itself.
+            stop_sequence: None,
+            usage,
+        });
+        self.ended = true;
     }
 }
 
@@ -293,10 +315,55 @@ mod tests {
     use glider_ngl::{ErrorKind, ResponseBuilder};
     use serde_json::{Value, json};
 
-    use crate::Codec;
     use crate::ollama::Ollama;
     use crate::ollama::fixtures::call;
     use crate::openai_chat::fixtures::{decode_every_split, encode_stream};
+    use crate::{Codec, StreamDecoder};
+
+    /// The borrowing reader of lines gives what the `Value` reading gives, line by
+    /// line, for every shape a server sends — and leaves it the ones it does not read.
+    #[test]
+    fn borrowed_lines_decode_as_the_value_reading_does() {
+        let lines = [
+            r#"{"model":"m","created_at":"2025-06-01T10:00:00.1Z","message":{"role":"assistant","content":"","thinking":"hm \"x\""},"done":false}"#,
+            r#"{"model":"m","message":{"content":"Hi \u00e9","tool_calls":null},"done":null}"#,
+            r#"{"message":null}"#,
+            r#"{"error":null,"message":{"content":"more"}}"#,
+            r#"{"message":{"content":""},"done":true,"done_reason":"length","prompt_eval_count":26,"eval_count":2.5,"total_duration":1}"#,
+            r#"{"message":{"content":"x","tool_calls":[{"function":{"name":"f","arguments":{"a":1}}}]}}"#,
+            r#"{"message":"text"}"#,
+            r#"{"message":{"content":"a"},"message":{"content":"b"}}"#,
+            r#"{"done":"yes"}"#,
+            r#"{"error":"model not found"}"#,
+            r#"{"done":true,"prompt_eval_count":01}"#,
+            r#"[1]"#,
+        ];
+        let borrowed = lines
+            .iter()
+            .filter(|l| super::borrowed::line(l).is_some())
+            .count();
+        assert_eq!(
+            borrowed, 5,
+            "the first five are read borrowed, the rest fall back"
+        );
+        for skip in 0..lines.len() {
+            // Each line after the first `skip`, so every one is read first and last once.
+            let wire: String = lines[skip..].iter().map(|l| format!("{l}\n")).collect();
+            let read = |value_only: bool| {
+                let mut decoder = super::OllamaStreamDecoder {
+                    value_only,
+                    ..super::OllamaStreamDecoder::default()
+                };
+                let mut events = match decoder.feed(wire.as_bytes()) {
+                    Ok(events) => events,
+                    Err(error) => vec![StreamEvent::Error { error }],
+                };
+                events.extend(decoder.finish());
+                events
+            };
+            assert_eq!(read(false), read(true), "from line {skip}");
+        }
+    }
 
     const THINKING_STREAM: &str = concat!(
         "{\"model\":\"qwen3:8b\",\"created_at\":\"2025-06-01T10:00:00.1Z\",\"message\":{\"role\":\"assistant\",\"content\":\"\",\"thinking\":\"Okay,\"},\"done\":false}\n",
