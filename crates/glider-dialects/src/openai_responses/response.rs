@@ -3,6 +3,8 @@
 
 use glider_ngl::stream::{arguments_text, parse_arguments};
 use glider_ngl::{ApiError, Part, Response, StopReason, Usage};
+use serde::Serialize;
+use serde::ser::{SerializeStruct, Serializer};
 use serde_json::{Map, Value, json};
 
 use super::error::error_from_value;
@@ -62,39 +64,75 @@ pub(super) struct ResponseShape<'a> {
     pub(super) created_at: u64,
     pub(super) status: &'a str,
     pub(super) incomplete: Option<&'a str>,
-    pub(super) error: Option<Value>,
-    pub(super) output: Vec<Value>,
+    pub(super) error: Option<&'a Value>,
+    pub(super) output: &'a [Value],
     pub(super) usage: Option<&'a Usage>,
 }
 
 impl ResponseShape<'_> {
     pub(super) fn into_value(self) -> Value {
-        json!({
-            "id": self.id,
-            "object": "response",
-            "created_at": self.created_at,
-            "status": self.status,
-            "background": false,
-            "error": self.error,
-            "incomplete_details": self.incomplete.map(|reason| json!({"reason": reason})),
-            "instructions": null,
-            "max_output_tokens": null,
-            "model": self.model,
-            "output": self.output,
-            "parallel_tool_calls": true,
-            "previous_response_id": null,
-            "reasoning": {"effort": null, "summary": null},
-            "store": false,
-            "temperature": null,
-            "text": {"format": {"type": "text"}},
-            "tool_choice": "auto",
-            "tools": [],
-            "top_p": null,
-            "truncation": "disabled",
-            "usage": self.usage.map(encode_usage),
-            "user": null,
-            "metadata": {},
-        })
+        serde_json::to_value(&self).expect("a response object serialises (string keys)")
+    }
+}
+
+/// The `Response` object as the API writes it, members in its order: serialised
+/// straight into a stream's events, or into a `Value` for a whole reply.
+impl Serialize for ResponseShape<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Reason<'a> {
+            reason: &'a str,
+        }
+        #[derive(Serialize)]
+        struct ReasoningConfig {
+            effort: Option<()>,
+            summary: Option<()>,
+        }
+        #[derive(Serialize)]
+        struct TextConfig {
+            format: Typed,
+        }
+        #[derive(Serialize)]
+        struct Typed {
+            #[serde(rename = "type")]
+            kind: &'static str,
+        }
+        #[derive(Serialize)]
+        struct EmptyObject {}
+        let mut response = serializer.serialize_struct("Response", 24)?;
+        response.serialize_field("id", self.id)?;
+        response.serialize_field("object", "response")?;
+        response.serialize_field("created_at", &self.created_at)?;
+        response.serialize_field("status", self.status)?;
+        response.serialize_field("background", &false)?;
+        response.serialize_field("error", &self.error)?;
+        let incomplete = self.incomplete.map(|reason| Reason { reason });
+        response.serialize_field("incomplete_details", &incomplete)?;
+        response.serialize_field("instructions", &None::<()>)?;
+        response.serialize_field("max_output_tokens", &None::<()>)?;
+        response.serialize_field("model", self.model)?;
+        response.serialize_field("output", self.output)?;
+        response.serialize_field("parallel_tool_calls", &true)?;
+        response.serialize_field("previous_response_id", &None::<()>)?;
+        let reasoning = ReasoningConfig {
+            effort: None,
+            summary: None,
+        };
+        response.serialize_field("reasoning", &reasoning)?;
+        response.serialize_field("store", &false)?;
+        response.serialize_field("temperature", &None::<()>)?;
+        let text = TextConfig {
+            format: Typed { kind: "text" },
+        };
+        response.serialize_field("text", &text)?;
+        response.serialize_field("tool_choice", "auto")?;
+        response.serialize_field("tools", &[(); 0])?;
+        response.serialize_field("top_p", &None::<()>)?;
+        response.serialize_field("truncation", "disabled")?;
+        response.serialize_field("usage", &self.usage.map(encode_usage))?;
+        response.serialize_field("user", &None::<()>)?;
+        response.serialize_field("metadata", &EmptyObject {})?;
+        response.end()
     }
 }
 
@@ -264,7 +302,7 @@ pub(super) fn encode_response(resp: &Response) -> Value {
         status,
         incomplete,
         error: None,
-        output,
+        output: &output,
         usage: Some(&resp.usage),
     }
     .into_value()

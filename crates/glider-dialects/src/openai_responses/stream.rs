@@ -3,7 +3,8 @@
 
 use glider_ngl::stream::{PartKind, parse_arguments};
 use glider_ngl::{ApiError, Part, StopReason, StreamEvent, Usage};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Value, json};
 
 use super::error::{error_from_value, error_labels, failure_code};
 use super::items::{
@@ -14,7 +15,7 @@ use super::request::reasoning_part;
 use super::response::{
     ResponseShape, decode_usage, incomplete_stop, output_item_parts, status_of, typed_arguments,
 };
-use crate::framing::{SseParser, finished, refused, write_sse_json};
+use crate::framing::{SseParser, finished, refused};
 use crate::json::{bad_gateway, str_field};
 use crate::openai_chat::now_unix;
 use crate::{StreamDecoder, StreamEncoder};
@@ -514,6 +515,29 @@ struct EncItem {
     part: EncPart,
 }
 
+/// One Responses event, serialised straight into the stream: `{"type": KIND, <the
+/// body's members>, "sequence_number": SEQ}` (a body that is not an object adds
+/// nothing).
+fn write_event(out: &mut Vec<u8>, kind: &str, seq: u64, body: &impl Serialize) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\ndata: {\"type\":");
+    let json = "event data serialises (string keys) into a Vec, which takes every write";
+    serde_json::to_writer(&mut *out, kind).expect(json);
+    let at = out.len();
+    serde_json::to_writer(&mut *out, body).expect(json);
+    // The body's members go between the type and the sequence number: its braces go.
+    if out[at] == b'{' && out.len() - at > 2 {
+        out[at] = b',';
+        out.pop();
+    } else {
+        out.truncate(at);
+    }
+    out.extend_from_slice(b",\"sequence_number\":");
+    serde_json::to_writer(&mut *out, &seq).expect(json);
+    out.extend_from_slice(b"}\n\n");
+}
+
 #[derive(Debug, Default)]
 pub(super) struct ResponsesStreamEncoder {
     seq: u64,
@@ -527,35 +551,42 @@ pub(super) struct ResponsesStreamEncoder {
 }
 
 impl ResponsesStreamEncoder {
-    fn emit(&mut self, out: &mut Vec<u8>, kind: &str, body: Value) {
-        let mut event = Map::new();
-        event.insert("type".into(), Value::from(kind));
-        if let Value::Object(fields) = body {
-            event.extend(fields);
-        }
-        event.insert("sequence_number".into(), Value::from(self.seq));
-        self.seq += 1;
-        write_sse_json(out, Some(kind), &Value::Object(event));
+    fn emit(&mut self, out: &mut Vec<u8>, kind: &str, body: impl Serialize) {
+        let seq = self.next_seq();
+        write_event(out, kind, seq, &body);
     }
 
-    fn response(
-        &self,
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq - 1
+    }
+
+    /// A `response.*` event carrying the response object as it stands.
+    fn emit_response(
+        &mut self,
+        out: &mut Vec<u8>,
+        kind: &str,
         status: &str,
         incomplete: Option<&str>,
-        error: Option<Value>,
+        error: Option<&Value>,
         usage: Option<&Usage>,
-    ) -> Value {
-        ResponseShape {
+    ) {
+        #[derive(Serialize)]
+        struct ResponseEvent<'a> {
+            response: ResponseShape<'a>,
+        }
+        let seq = self.next_seq();
+        let response = ResponseShape {
             id: &self.id,
             model: &self.model,
             created_at: self.created_at,
             status,
             incomplete,
             error,
-            output: self.output.clone(),
+            output: &self.output,
             usage,
-        }
-        .into_value()
+        };
+        write_event(out, kind, seq, &ResponseEvent { response });
     }
 
     fn start(&mut self, out: &mut Vec<u8>, id: &str, model: &str) {
@@ -566,10 +597,9 @@ impl ResponsesStreamEncoder {
         self.id = response_id(id);
         self.model = model.to_owned();
         self.created_at = now_unix();
-        let response = self.response("in_progress", None, None, None);
-        self.emit(out, "response.created", json!({"response": response}));
-        let response = self.response("in_progress", None, None, None);
-        self.emit(out, "response.in_progress", json!({"response": response}));
+        for kind in ["response.created", "response.in_progress"] {
+            self.emit_response(out, kind, "in_progress", None, None, None);
+        }
     }
 
     fn part_start(&mut self, out: &mut Vec<u8>, kind: &PartKind) {
@@ -684,11 +714,18 @@ impl ResponsesStreamEncoder {
             CallKind::Custom => "response.custom_tool_call_input.delta",
             _ => "response.function_call_arguments.delta",
         };
-        self.emit(
-            out,
-            event,
-            json!({"item_id": item_id, "output_index": output_index, "delta": delta}),
-        );
+        #[derive(Serialize)]
+        struct ArgumentsDelta<'a> {
+            item_id: &'a str,
+            output_index: usize,
+            delta: &'a str,
+        }
+        let delta = ArgumentsDelta {
+            item_id,
+            output_index,
+            delta,
+        };
+        self.emit(out, event, delta);
     }
 
     fn close(&mut self, out: &mut Vec<u8>) {
@@ -802,22 +839,40 @@ impl ResponsesStreamEncoder {
         self.output.push(item);
     }
 
+    /// A text or reasoning delta: the events a stream sends most, serialised from
+    /// borrowed fields.
     fn text_delta(&mut self, out: &mut Vec<u8>, delta: &str) {
+        #[derive(Serialize)]
+        struct TextDelta<'a> {
+            item_id: &'a str,
+            output_index: usize,
+            content_index: usize,
+            delta: &'a str,
+            logprobs: [(); 0],
+        }
+        #[derive(Serialize)]
+        struct SummaryDelta<'a> {
+            item_id: &'a str,
+            output_index: usize,
+            summary_index: usize,
+            delta: &'a str,
+        }
         let Some(open) = &mut self.open else {
             return;
         };
-        let (item_id, output_index) = (open.item_id.clone(), open.output_index);
+        let (item_id, output_index) = (open.item_id.as_str(), open.output_index);
         match &mut open.part {
             EncPart::Text { text } => {
                 text.push_str(delta);
-                self.emit(
-                    out,
-                    "response.output_text.delta",
-                    json!({
-                        "item_id": item_id, "output_index": output_index,
-                        "content_index": 0, "delta": delta, "logprobs": [],
-                    }),
-                );
+                let event = TextDelta {
+                    item_id,
+                    output_index,
+                    content_index: 0,
+                    delta,
+                    logprobs: [],
+                };
+                write_event(out, "response.output_text.delta", self.seq, &event);
+                self.seq += 1;
             }
             EncPart::Thinking {
                 text, summary_open, ..
@@ -826,26 +881,32 @@ impl ResponsesStreamEncoder {
                     return;
                 }
                 text.push_str(delta);
-                let first = !*summary_open;
-                *summary_open = true;
-                if first {
-                    self.emit(
+                if !std::mem::replace(summary_open, true) {
+                    let added = json!({
+                        "item_id": item_id, "output_index": output_index, "summary_index": 0,
+                        "part": {"type": "summary_text", "text": ""},
+                    });
+                    write_event(
                         out,
                         "response.reasoning_summary_part.added",
-                        json!({
-                            "item_id": item_id, "output_index": output_index, "summary_index": 0,
-                            "part": {"type": "summary_text", "text": ""},
-                        }),
+                        self.seq,
+                        &added,
                     );
+                    self.seq += 1;
                 }
-                self.emit(
+                let event = SummaryDelta {
+                    item_id,
+                    output_index,
+                    summary_index: 0,
+                    delta,
+                };
+                write_event(
                     out,
                     "response.reasoning_summary_text.delta",
-                    json!({
-                        "item_id": item_id, "output_index": output_index,
-                        "summary_index": 0, "delta": delta,
-                    }),
+                    self.seq,
+                    &event,
                 );
+                self.seq += 1;
             }
             EncPart::Tool { .. } => {}
         }
@@ -892,13 +953,12 @@ impl ResponsesStreamEncoder {
         }
         self.close(out);
         let (status, incomplete) = status_of(stop);
-        let response = self.response(status, incomplete, None, Some(usage));
         let event = if status == "completed" {
             "response.completed"
         } else {
             "response.incomplete"
         };
-        self.emit(out, event, json!({"response": response}));
+        self.emit_response(out, event, status, incomplete, None, Some(usage));
         self.ended = true;
     }
 
@@ -919,8 +979,7 @@ impl ResponsesStreamEncoder {
             self.id = response_id("");
         }
         let failure = json!({"code": failure_code(error.kind), "message": error.message});
-        let response = self.response("failed", None, Some(failure), None);
-        self.emit(out, "response.failed", json!({"response": response}));
+        self.emit_response(out, "response.failed", "failed", None, Some(&failure), None);
         self.ended = true;
     }
 }
@@ -1348,6 +1407,80 @@ mod tests {
             encoder.encode(event, &mut out);
         }
         out
+    }
+
+    /// The encoder's bytes, member order included (`created_at` masked), for each kind
+    /// of item and ending: what the API writes, and what this encoder wrote through
+    /// merged `Value` maps before it serialised straight into the stream.
+    #[test]
+    fn stream_encoder_bytes_are_the_apis() {
+        let call = |index, id: &str, name: &str| StreamEvent::PartStart {
+            index,
+            kind: PartKind::ToolCall {
+                id: id.into(),
+                name: name.into(),
+            },
+        };
+        let args = |index, json: &str| StreamEvent::ToolArgsDelta {
+            index,
+            json: json.into(),
+        };
+        let mut truncated = sample_response();
+        truncated.parts.truncate(2);
+        truncated.stop_reason = StopReason::MaxTokens;
+        let mut failing = events_of(&sample_response());
+        failing.truncate(5);
+        failing.push(StreamEvent::Error {
+            error: ApiError::new(ErrorKind::Overloaded, "busy \"now\""),
+        });
+        let streams = [
+            events_of(&sample_response()),
+            vec![
+                StreamEvent::Start {
+                    id: "chatcmpl-9".into(),
+                    model: "qwen3".into(),
+                    usage: Usage::default(),
+                },
+                call(0, "c1", "read"),
+                args(0, " {\"path\""),
+                args(0, ":\"a\"}"),
+                StreamEvent::PartStop { index: 0 },
+                call(1, "c2", "list"),
+                StreamEvent::PartStop { index: 1 },
+                call(2, "c3", "apply_patch"),
+                args(2, "*** Begin Patch\n"),
+                StreamEvent::PartStop { index: 2 },
+                call(3, "c4", "local_shell"),
+                args(3, "{\"action\":{\"type\":\"exec\",\"command\":[\"ls\"]}}"),
+                StreamEvent::PartStop { index: 3 },
+                StreamEvent::Finish {
+                    stop_reason: StopReason::ToolUse,
+                    stop_sequence: None,
+                    usage: Usage::default(),
+                },
+            ],
+            events_of(&truncated),
+            failing,
+            vec![StreamEvent::Error {
+                error: ApiError::new(ErrorKind::RateLimit, "slow down"),
+            }],
+        ];
+        let mut text = String::new();
+        for events in &streams {
+            text.push_str(&String::from_utf8(encode_events(events)).expect("utf8"));
+        }
+        // `created_at` is the clock's: masked.
+        let mut masked = String::new();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("\"created_at\":") {
+            let (head, tail) = rest.split_at(at + "\"created_at\":".len());
+            masked.push_str(head);
+            masked.push('T');
+            rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
+        }
+        masked.push_str(rest);
+        let golden = include_str!("../../tests/golden/responses_stream.sse");
+        assert_eq!(masked, golden, "{masked}");
     }
 
     #[test]
