@@ -3,6 +3,7 @@
 //! shapes (`cache_control`, signed thinking, server tools) wherever ngl can carry them.
 //! Defaults and losses: `docs/translation.md#anthropic-messages`.
 
+mod borrowed;
 mod error;
 #[cfg(test)]
 mod fixtures;

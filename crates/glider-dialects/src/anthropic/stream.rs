@@ -1,6 +1,7 @@
 //! Anthropic SSE streams (`message_start` … `message_stop`): the backend decoder and the
 //! client encoder.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use glider_ngl::stream::PartKind;
@@ -8,6 +9,7 @@ use glider_ngl::{ApiError, StopReason, StreamEvent, Usage};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::borrowed::{ReadDelta, read_block_delta};
 use super::error::{encode_error, error_from_json};
 use super::response::{
     WireUsage, decode_stop, decode_usage, message_id, stop_reason_str, stop_sequence_of,
@@ -40,6 +42,9 @@ pub(super) struct AnthropicStreamDecoder {
     /// The Anthropic indices of the tool call blocks seen so far (kept only with
     /// `tool_deltas_only`, the one reader of them).
     tool_blocks: Vec<u64>,
+    /// Tests compare the borrowing reader with the `Value` reading alone.
+    #[cfg(test)]
+    value_only: bool,
 }
 
 impl AnthropicStreamDecoder {
@@ -88,11 +93,53 @@ impl AnthropicStreamDecoder {
         }
     }
 
+    /// A content block's delta, for the open block only.
+    fn apply_delta(&mut self, block_index: u64, delta: ReadDelta<'_>, out: &mut Vec<StreamEvent>) {
+        let Some(Some(index)) = self.blocks.get(&block_index).copied() else {
+            return;
+        };
+        if self.open.map(|(_, open)| open) != Some(index) {
+            return;
+        }
+        out.push(match delta {
+            ReadDelta::Text(text) => StreamEvent::TextDelta {
+                index,
+                text: text.into_owned(),
+            },
+            ReadDelta::Thinking(text) => StreamEvent::ThinkingDelta {
+                index,
+                text: text.into_owned(),
+            },
+            ReadDelta::Signature(signature) => StreamEvent::ThinkingSignature {
+                index,
+                signature: signature.into_owned(),
+            },
+            ReadDelta::InputJson(json) if json.is_empty() => return,
+            ReadDelta::InputJson(json) => StreamEvent::ToolArgsDelta {
+                index,
+                json: json.into_owned(),
+            },
+            ReadDelta::Other => return,
+        });
+    }
+
     fn handle(&mut self, event: SseEvent, out: &mut Vec<StreamEvent>) -> Result<(), ApiError> {
         if self.done || event.data.trim().is_empty() || event.data.trim() == "[DONE]" {
             return Ok(());
         }
 
+        #[cfg(test)]
+        let borrowing = !self.value_only;
+        #[cfg(not(test))]
+        let borrowing = true;
+        // Only an event named a delta is tried: another would be parsed twice.
+        if borrowing
+            && event.event.as_deref() == Some("content_block_delta")
+            && let Some((index, delta)) = read_block_delta(event.event.as_deref(), &event.data)
+        {
+            self.apply_delta(index, delta, out);
+            return Ok(());
+        }
         let data: Value = serde_json::from_str(&event.data)
             .map_err(|e| bad_gateway(format!("anthropic stream: event data is not JSON: {e}")))?;
         let kind = data
@@ -186,43 +233,18 @@ impl AnthropicStreamDecoder {
             }
             "content_block_delta" => {
                 let block_index = block_index(&data)?;
-                let Some(Some(index)) = self.blocks.get(&block_index).copied() else {
-                    return Ok(());
-                };
-                if self.open.map(|(_, open)| open) != Some(index) {
-                    return Ok(());
-                }
                 let delta = data.get("delta").unwrap_or(&Value::Null);
                 let field = |key: &str| {
-                    delta
-                        .get(key)
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned()
+                    Cow::Borrowed(delta.get(key).and_then(Value::as_str).unwrap_or_default())
                 };
-                let event = match delta.get("type").and_then(Value::as_str) {
-                    Some("text_delta") => StreamEvent::TextDelta {
-                        index,
-                        text: field("text"),
-                    },
-                    Some("thinking_delta") => StreamEvent::ThinkingDelta {
-                        index,
-                        text: field("thinking"),
-                    },
-                    Some("signature_delta") => StreamEvent::ThinkingSignature {
-                        index,
-                        signature: field("signature"),
-                    },
-                    Some("input_json_delta") => {
-                        let json = field("partial_json");
-                        if json.is_empty() {
-                            return Ok(());
-                        }
-                        StreamEvent::ToolArgsDelta { index, json }
-                    }
-                    _ => return Ok(()),
+                let read = match delta.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => ReadDelta::Text(field("text")),
+                    Some("thinking_delta") => ReadDelta::Thinking(field("thinking")),
+                    Some("signature_delta") => ReadDelta::Signature(field("signature")),
+                    Some("input_json_delta") => ReadDelta::InputJson(field("partial_json")),
+                    _ => ReadDelta::Other,
                 };
-                out.push(event);
+                self.apply_delta(block_index, read, out);
             }
             "content_block_stop" => {
                 let block_index = block_index(&data)?;
@@ -572,10 +594,10 @@ mod tests {
     use glider_ngl::{ResponseBuilder, StreamEvent as E};
     use serde_json::{Value, json};
 
-    use crate::Codec;
     use crate::anthropic::Anthropic;
     use crate::anthropic::fixtures::expected_response;
     use crate::framing::{SseParser, write_sse_json};
+    use crate::{Codec, StreamDecoder};
 
     const CAPTURED_STREAM: &str = "event: message_start\n\
 data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01XFDUDYJgAACzvnptvVoYEL\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5-20250929\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":12,\"cache_creation_input_tokens\":2048,\"cache_read_input_tokens\":18432,\"output_tokens\":1,\"service_tier\":\"standard\"}}}\n\
@@ -713,6 +735,63 @@ data: {\"type\":\"message_stop\"}\n\
         }
         events.extend(decoder.finish());
         events
+    }
+
+    /// The borrowing reader of content block deltas gives what the `Value` reading
+    /// gives, for the captured stream and for deltas it leaves to that reading.
+    #[test]
+    fn borrowed_deltas_decode_as_the_value_reading_does() {
+        let start = |index: u64, block: &str| {
+            format!(
+                "event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":{index},\"content_block\":{block}}}\n\n"
+            )
+        };
+        let delta = |data: &str| format!("event: content_block_delta\ndata: {data}\n\n");
+        let mut odd = String::from(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"x\",\"usage\":{\"input_tokens\":3}}}\n\n",
+        );
+        odd.push_str(&start(0, r#"{"type":"text","text":""}"#));
+        for data in [
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a \"b\" \u00e9"}}"#,
+            r#"{"index":0,"delta":{"type":"text_delta","text":"no type: the event name"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":null}"#,
+            r#"{"type":"content_block_delta","index":0}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":7}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x","text":"dup"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":["text_delta"]}"#,
+            r#"{"type":"content_block_delta","index":5,"delta":{"type":"text_delta","text":"unknown block"}}"#,
+            r#"{"type":"ping","index":0}"#,
+        ] {
+            odd.push_str(&delta(data));
+        }
+        odd.push_str(&start(
+            1,
+            r#"{"type":"tool_use","id":"t","name":"f","input":{}}"#,
+        ));
+        for data in [
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"closed block"}}"#,
+            r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"no index"}}"#,
+        ] {
+            odd.push_str(&delta(data));
+        }
+        for wire in [CAPTURED_STREAM, odd.as_str()] {
+            let read = |value_only: bool| {
+                let mut decoder = super::AnthropicStreamDecoder {
+                    value_only,
+                    ..super::AnthropicStreamDecoder::default()
+                };
+                let mut events = match decoder.feed(wire.as_bytes()) {
+                    Ok(events) => events,
+                    Err(error) => vec![E::Error { error }],
+                };
+                events.extend(decoder.finish());
+                events
+            };
+            assert_eq!(read(false), read(true), "{wire}");
+        }
     }
 
     #[test]
