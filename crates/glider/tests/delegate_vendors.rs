@@ -301,8 +301,9 @@ async fn agy_opens_a_detached_tmux_session_and_answers_at_once() {
     );
     let has = s.tmux(&["has-session", "-t", &session]);
     assert!(has.status.success(), "the tmux session exists: {has:?}");
+    // The fake logs its pid before its prompt: wait for the prompt, its last log line.
     assert!(
-        until(|| !s.pids().is_empty()).await,
+        until(|| !s.lines("prompt.log").is_empty()).await,
         "agy started in the session"
     );
     let pid = s.pids()[0];
