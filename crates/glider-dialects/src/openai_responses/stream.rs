@@ -1400,6 +1400,23 @@ mod tests {
             .collect()
     }
 
+    fn call(index: usize, id: &str, name: &str) -> StreamEvent {
+        StreamEvent::PartStart {
+            index,
+            kind: PartKind::ToolCall {
+                id: id.into(),
+                name: name.into(),
+            },
+        }
+    }
+
+    fn args(index: usize, json: &str) -> StreamEvent {
+        StreamEvent::ToolArgsDelta {
+            index,
+            json: json.into(),
+        }
+    }
+
     fn encode_events(events: &[StreamEvent]) -> Vec<u8> {
         let mut encoder = codec().stream_encoder();
         let mut out = Vec::new();
@@ -1414,17 +1431,6 @@ mod tests {
     /// merged `Value` maps before it serialised straight into the stream.
     #[test]
     fn stream_encoder_bytes_are_the_apis() {
-        let call = |index, id: &str, name: &str| StreamEvent::PartStart {
-            index,
-            kind: PartKind::ToolCall {
-                id: id.into(),
-                name: name.into(),
-            },
-        };
-        let args = |index, json: &str| StreamEvent::ToolArgsDelta {
-            index,
-            json: json.into(),
-        };
         let mut truncated = sample_response();
         truncated.parts.truncate(2);
         truncated.stop_reason = StopReason::MaxTokens;
@@ -1594,17 +1600,6 @@ mod tests {
             id: "chatcmpl-9".into(),
             model: "qwen3".into(),
             usage: Usage::default(),
-        };
-        let call = |index, id: &str, name: &str| StreamEvent::PartStart {
-            index,
-            kind: PartKind::ToolCall {
-                id: id.into(),
-                name: name.into(),
-            },
-        };
-        let args = |index, json: &str| StreamEvent::ToolArgsDelta {
-            index,
-            json: json.into(),
         };
         let wire = encode_events(&[
             start,
