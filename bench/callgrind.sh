@@ -6,7 +6,7 @@
 # total and per-request instruction count; the profile stays in bench/.run/callgrind/
 # for `callgrind_annotate --inclusive=yes bench/.run/callgrind/cg.out`.
 #
-#   bench/callgrind.sh [openai|anthropic|anthropic-ollama|anthropic-vllm|responses|responses-vllm] [small|large] [N]
+#   bench/callgrind.sh [openai|anthropic|anthropic-ollama|anthropic-vllm|responses|responses-vllm|openai-ollama] [small|large] [N]
 #
 # `responses` is a Codex turn: an OpenAI Responses body with a `gpt-*` model name,
 # forwarded to an `openai` backend. BENCH_LOCAL_WINDOW (default 131072) sets the local
@@ -46,6 +46,7 @@ case "$front" in
   anthropic-ollama) dialect=anthropic; model=bench-ollama; path=/v1/messages ;;
   anthropic-vllm) dialect=anthropic; model=bench-chat; path=/v1/messages ;;
   responses-vllm) dialect=responses; model=bench-chat; path=/v1/responses ;;
+  openai-ollama) dialect=openai; model=bench-ollama; path=/v1/chat/completions ;;
   responses) dialect=responses; model=gpt-4.1; path=/v1/responses ;;
   *) echo "unknown front $front" >&2; exit 2 ;;
 esac

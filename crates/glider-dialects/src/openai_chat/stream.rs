@@ -3,6 +3,7 @@
 
 use glider_ngl::stream::PartKind;
 use glider_ngl::{ApiError, StopReason, StreamEvent, Usage};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::borrowed::{self, Chunk};
@@ -332,24 +333,52 @@ pub(super) struct ChatStreamEncoder {
 }
 
 impl ChatStreamEncoder {
-    fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Value {
-        json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{
-                "index": 0,
-                "delta": delta,
-                "logprobs": null,
-                "finish_reason": finish_reason,
+    /// One `chat.completion.chunk` of `delta`, serialised from borrowed fields straight
+    /// into the stream, members in the API's order.
+    fn write_chunk(&self, out: &mut Vec<u8>, delta: impl Serialize, finish_reason: Option<&str>) {
+        #[derive(Serialize)]
+        struct Chunk<'a, D> {
+            id: &'a str,
+            object: &'static str,
+            created: u64,
+            model: &'a str,
+            choices: [Choice<'a, D>; 1],
+        }
+        #[derive(Serialize)]
+        struct Choice<'a, D> {
+            index: u32,
+            delta: D,
+            logprobs: Option<()>,
+            finish_reason: Option<&'a str>,
+        }
+        let chunk = Chunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &self.model,
+            choices: [Choice {
+                index: 0,
+                delta,
+                logprobs: None,
+                finish_reason,
             }],
-        })
+        };
+        write_sse_json(out, None, &chunk);
     }
 
-    fn write(&self, out: &mut Vec<u8>, delta: Value) {
-        write_sse_json(out, None, &self.chunk(delta, None));
+    fn write(&self, out: &mut Vec<u8>, delta: impl Serialize) {
+        self.write_chunk(out, delta, None);
     }
+}
+
+/// A delta of text (`content`) or reasoning (`reasoning_content`), the chunks a stream
+/// sends most.
+#[derive(Serialize)]
+enum DeltaText<'a> {
+    #[serde(rename = "content")]
+    Content(&'a str),
+    #[serde(rename = "reasoning_content")]
+    Reasoning(&'a str),
 }
 
 impl StreamEncoder for ChatStreamEncoder {
@@ -386,10 +415,10 @@ impl StreamEncoder for ChatStreamEncoder {
                 }
             }
             StreamEvent::TextDelta { text, .. } if !text.is_empty() => {
-                self.write(out, json!({"content": text}));
+                self.write(out, DeltaText::Content(text));
             }
             StreamEvent::ThinkingDelta { text, .. } if !text.is_empty() => {
-                self.write(out, json!({"reasoning_content": text}));
+                self.write(out, DeltaText::Reasoning(text));
             }
             StreamEvent::ToolArgsDelta { json: args, .. } if !args.is_empty() => {
                 if let Some(n) = self.current_tool {
@@ -403,11 +432,7 @@ impl StreamEncoder for ChatStreamEncoder {
             StreamEvent::Finish {
                 stop_reason, usage, ..
             } => {
-                write_sse_json(
-                    out,
-                    None,
-                    &self.chunk(json!({}), Some(encode_finish(*stop_reason))),
-                );
+                self.write_chunk(out, json!({}), Some(encode_finish(*stop_reason)));
                 let mut total = self.start_usage;
                 total.merge(usage);
                 let usage_chunk = json!({
@@ -753,6 +778,78 @@ mod tests {
             .map(|d| serde_json::from_str(&d).expect("chunk JSON"))
             .collect()
     }
+
+    /// The encoder's bytes, member order included (`created` masked): what the API
+    /// writes, and what this encoder wrote through `json!` values before it serialised
+    /// borrowed structs.
+    #[test]
+    fn stream_encoder_bytes_are_the_apis() {
+        let mut events = tool_stream_events();
+        events.insert(
+            1,
+            StreamEvent::ThinkingDelta {
+                index: 0,
+                text: "think \"twice\"\n".into(),
+            },
+        );
+        events.insert(
+            2,
+            StreamEvent::TextDelta {
+                index: 0,
+                text: "é\u{1}".into(),
+            },
+        );
+        let mut wire = encode_stream(&OpenAiChat, &events);
+        wire.extend(encode_stream(
+            &OpenAiChat,
+            &[StreamEvent::Error {
+                error: ApiError::new(ErrorKind::Overloaded, "busy"),
+            }],
+        ));
+        let text = String::from_utf8(wire).expect("utf8");
+        let mut masked = String::new();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("\"created\":") {
+            let (head, tail) = rest.split_at(at + "\"created\":".len());
+            masked.push_str(head);
+            masked.push('T');
+            rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
+        }
+        masked.push_str(rest);
+        assert_eq!(masked, GOLDEN, "{masked}");
+    }
+
+    const GOLDEN: &str = r#"data: {"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":T,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":T,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"reasoning_content":"think \"twice\"\n"},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":T,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"content":"é\u0001"},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":T,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"reasoning_content":"The user wants"},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":T,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"reasoning_content":" two files."},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":T,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"content":"Reading both."},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":T,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"chatcmpl-tool-a1","type":"function","function":{"name":"read_file","arguments":""}}]},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":T,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\": "}}]},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":T,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a.rs\"}"}}]},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":T,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"chatcmpl-tool-b2","type":"function","function":{"name":"read_file","arguments":""}}]},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":T,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"{\"path\": \"b.rs\"}"}}]},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":T,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"tool_calls"}]}
+
+data: {"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":T,"model":"Qwen/Qwen3-8B","choices":[],"usage":{"prompt_tokens":120,"completion_tokens":48,"total_tokens":168,"prompt_tokens_details":{"cached_tokens":100},"completion_tokens_details":{"reasoning_tokens":20}}}
+
+data: [DONE]
+
+data: {"error":{"message":"busy","type":"server_error","param":null,"code":"overloaded"}}
+
+"#;
 
     #[test]
     fn encodes_stream_like_openai() {
