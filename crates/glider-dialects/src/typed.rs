@@ -2,10 +2,11 @@
 //! structs over the bytes, strings borrowed where they have no escapes, unknown members
 //! skipped, no `serde_json::Value` tree. Each reader returns `None` for what its `Value`
 //! reading would read differently or refuse, and its caller falls back to that reading,
-//! so results and errors are the `Value` reading's. This module holds what they share.
+//! so results and errors are the `Value` reading's. This module holds what they share,
+//! and the small shapes the stream writers serialise alike.
 
 use serde::de::{Deserializer, Visitor};
-use serde::{Deserialize, forward_to_deserialize_any};
+use serde::{Deserialize, Serialize, forward_to_deserialize_any};
 use serde_json::value::RawValue;
 
 use crate::scan::ScannedCounts;
@@ -51,3 +52,25 @@ pub(crate) fn usage_counts(
         _ => Some(glider_ngl::Usage::default()),
     }
 }
+
+/// A JSON string member's text, `None` for any other value (what `Value::as_str` reads
+/// of it); the reply and chunk readers keep vLLM's `stop_reason`, a string or a token
+/// id, this way.
+pub(crate) fn string_of(raw: Option<&RawValue>) -> Option<String> {
+    let raw = raw?.get();
+    // A string token the whole parse accepted always decodes.
+    raw.starts_with('"')
+        .then(|| serde_json::from_str(raw).ok())
+        .flatten()
+}
+
+/// `{"type": KIND}`: a bare event (`ping`, `message_stop`) or a tag object.
+#[derive(Serialize)]
+pub(crate) struct Typed {
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+}
+
+/// `{}`.
+#[derive(Serialize)]
+pub(crate) struct EmptyObject {}

@@ -43,15 +43,20 @@ pub(super) enum ReadDelta<'a> {
     Other,
 }
 
-/// A `content_block_delta` event (`name` is its `event:` name, which its data's `type`
-/// overrides, as the `Value` reading reads it): its block index and delta; `None` for
-/// any other event, and where the `Value` reading must read it.
+/// A `content_block_delta` event (`name` is its `event:` name; its data's `type`, when
+/// present, must say the same, as the `Value` reading reads it): its block index and
+/// delta; `None` for any other event — tried by name first, so no other event is parsed
+/// twice — and where the `Value` reading must read it.
 pub(super) fn read_block_delta<'a>(
     name: Option<&str>,
     data: &'a str,
 ) -> Option<(u64, ReadDelta<'a>)> {
+    const DELTA: &str = "content_block_delta";
+    if name != Some(DELTA) {
+        return None;
+    }
     let Object(event) = serde_json::from_str::<Object<Event<'a>>>(data).ok()?;
-    if event.kind.as_deref().or(name) != Some("content_block_delta") {
+    if event.kind.as_deref().is_some_and(|kind| kind != DELTA) {
         return None;
     }
     let Some(Object(delta)) = event.delta else {

@@ -16,6 +16,7 @@ use super::response::{
 };
 use crate::framing::{SseEvent, SseParser, finished, refused, write_sse_json};
 use crate::json::bad_gateway;
+use crate::typed::{EmptyObject, Typed};
 use crate::{StreamDecoder, StreamEncoder};
 
 /// Anthropic SSE → ngl events. Anthropic block indices map onto sequential ngl indices;
@@ -132,9 +133,7 @@ impl AnthropicStreamDecoder {
         let borrowing = !self.value_only;
         #[cfg(not(test))]
         let borrowing = true;
-        // Only an event named a delta is tried: another would be parsed twice.
         if borrowing
-            && event.event.as_deref() == Some("content_block_delta")
             && let Some((index, delta)) = read_block_delta(event.event.as_deref(), &event.data)
         {
             self.apply_delta(index, delta, out);
@@ -392,12 +391,6 @@ impl AnthropicStreamEncoder {
 // stream (no `Value` built per event): members in the API's order.
 
 #[derive(Serialize)]
-struct Typed {
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-#[derive(Serialize)]
 struct Indexed {
     #[serde(rename = "type")]
     kind: &'static str,
@@ -448,10 +441,6 @@ enum Block<'a> {
         input: EmptyObject,
     },
 }
-
-/// `{}`.
-#[derive(Serialize)]
-struct EmptyObject {}
 
 #[derive(Serialize)]
 struct BlockDelta<'a> {
@@ -777,6 +766,22 @@ data: {\"type\":\"message_stop\"}\n\
         ] {
             odd.push_str(&delta(data));
         }
+        // The typed reader does read: every delta of the captured stream, and the odd
+        // deltas but those of a wrong type, duplicated, an array or without an index.
+        let typed_reads = |wire: &str| {
+            let mut parser = SseParser::new();
+            let events = parser.feed(wire.as_bytes()).expect("short lines");
+            let deltas = events
+                .iter()
+                .filter(|e| e.event.as_deref() == Some("content_block_delta"));
+            let read = deltas
+                .clone()
+                .filter(|e| super::read_block_delta(e.event.as_deref(), &e.data).is_some());
+            (read.count(), deltas.count())
+        };
+        let (read, deltas) = typed_reads(CAPTURED_STREAM);
+        assert!(deltas > 0 && read == deltas, "{read} of {deltas}");
+        assert_eq!(typed_reads(&odd), (9, 14));
         for wire in [CAPTURED_STREAM, odd.as_str()] {
             let read = |value_only: bool| {
                 let mut decoder = super::AnthropicStreamDecoder {

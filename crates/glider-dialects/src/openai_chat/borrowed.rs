@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::response::{decode_finish, decode_usage};
-use crate::typed::{Object, usage_counts};
+use crate::typed::{Object, string_of, usage_counts};
 
 #[derive(Deserialize)]
 struct Reply<'a> {
@@ -132,10 +132,7 @@ impl<'a> ChunkChoice<'a> {
 
     /// vLLM's `stop_reason` when it is a string (the stop sequence that matched).
     pub(super) fn stop_sequence(&self) -> Option<String> {
-        let raw = self.stop_reason?.get();
-        raw.starts_with('"')
-            .then(|| serde_json::from_str(raw).ok())
-            .flatten()
+        string_of(self.stop_reason)
     }
 }
 
@@ -150,22 +147,19 @@ impl ChunkDelta<'_> {
 
 /// A chunk with its usage, or `None` where the `Value` reading must read it: an error,
 /// tool calls (their fragments are read one way only, there), usage the scan cannot
-/// read, a string `stop_reason` that does not decode.
+/// read.
 pub(super) fn chunk(data: &str) -> Option<(Chunk<'_>, Usage)> {
     let Object(chunk) = serde_json::from_str::<Object<Chunk<'_>>>(data).ok()?;
     if chunk.error.is_some() || chunk.object.as_deref() == Some("error") {
         return None;
     }
-    for choice in chunk.choices.iter().flatten() {
-        let Object(choice) = choice;
-        let calls = choice.delta().and_then(|delta| delta.tool_calls);
-        if calls.is_some()
-            || choice
-                .stop_reason
-                .is_some_and(|raw| raw.get().starts_with('"') && choice.stop_sequence().is_none())
-        {
-            return None;
-        }
+    let calls = |Object(choice): &Object<ChunkChoice<'_>>| {
+        choice
+            .delta()
+            .is_some_and(|delta| delta.tool_calls.is_some())
+    };
+    if chunk.choices.iter().flatten().any(calls) {
+        return None;
     }
     let usage = usage_counts(chunk.usage, |counts| decode_usage(counts))?;
     Some((chunk, usage))
@@ -207,10 +201,7 @@ pub(super) fn decode(body: &[u8]) -> Option<Response> {
         });
         has_calls = true;
     }
-    let stop_sequence = match choice.stop_reason.map(RawValue::get) {
-        Some(raw) if raw.starts_with('"') => Some(serde_json::from_str::<String>(raw).ok()?),
-        _ => None,
-    };
+    let stop_sequence = string_of(choice.stop_reason);
     let stop_reason = decode_finish(
         choice.finish_reason.as_deref(),
         stop_sequence.is_some(),

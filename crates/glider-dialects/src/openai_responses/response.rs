@@ -16,6 +16,7 @@ use super::request::reasoning_part;
 use crate::json::{bad_gateway, str_field};
 use crate::openai_chat::now_unix;
 use crate::scan::Counts;
+use crate::typed::{EmptyObject, Typed};
 
 fn encode_usage(u: &Usage) -> Value {
     let input = u.input_tokens + u.cache_read_tokens + u.cache_write_tokens;
@@ -92,13 +93,6 @@ impl Serialize for ResponseShape<'_> {
         struct TextConfig {
             format: Typed,
         }
-        #[derive(Serialize)]
-        struct Typed {
-            #[serde(rename = "type")]
-            kind: &'static str,
-        }
-        #[derive(Serialize)]
-        struct EmptyObject {}
         let mut response = serializer.serialize_struct("Response", 24)?;
         response.serialize_field("id", self.id)?;
         response.serialize_field("object", "response")?;
