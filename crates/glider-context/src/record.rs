@@ -145,7 +145,7 @@ impl ContinuityRecord {
 
     /// The record of a fold in progress (the writer's live sessions).
     pub fn of_folder(session: &str, folder: &Folder) -> ContinuityRecord {
-        Self::of_folder_goal_bytes(session, folder, usize::MAX)
+        Self::of_folder_for(session, folder, usize::MAX)
     }
 
     /// [`ContinuityRecord::of_folder`] for rendering within `max_tokens`
@@ -154,13 +154,15 @@ impl ContinuityRecord {
     /// goal older than those whose lines alone overflow the budget (and the first that
     /// overflows it, which makes the budget leave out everything else first, as the
     /// whole list would) never reaches the text: it is counted as left out without
-    /// being copied, measured and dropped again on every render.
+    /// being copied, measured and dropped again on every render; so are the
+    /// sections the budget leaves out first when what it keeps longer fills it
+    /// ([`build`]).
     pub fn of_folder_within(session: &str, folder: &Folder, max_tokens: u64) -> ContinuityRecord {
-        Self::of_folder_goal_bytes(session, folder, budget_bytes(max_tokens))
+        Self::of_folder_for(session, folder, budget_bytes(max_tokens))
     }
 
-    /// A fold's record, its goals' lines up to the first past `goal_line_bytes`.
-    fn of_folder_goal_bytes(session: &str, folder: &Folder, goal_line_bytes: usize) -> Self {
+    /// A fold's record built for a text of at most `budget_bytes` ([`build`]).
+    fn of_folder_for(session: &str, folder: &Folder, budget_bytes: usize) -> Self {
         build(
             session,
             folder.episodes(),
@@ -168,7 +170,7 @@ impl ContinuityRecord {
             folder.files(),
             folder.errors(),
             folder.narrative(),
-            goal_line_bytes,
+            budget_bytes,
         )
     }
 
@@ -491,7 +493,13 @@ fn budget_bytes(max_tokens: u64) -> usize {
 }
 
 /// Build the record from the graph's parts, its goals' lines up to the first that
-/// takes them past `goal_line_bytes` ([`ContinuityRecord::of_folder_within`]).
+/// takes them past `budget_bytes` ([`ContinuityRecord::of_folder_within`]). The
+/// sections a budget leaves out first (recent exchanges, then closing words, then
+/// files: [`ContinuityRecord::into_text`]) are built in the reverse order, each only
+/// while what is built so far fits `budget_bytes`: once it does not, the budget would
+/// leave every item of the later sections out, so they are never copied, measured and
+/// dropped. A long session's goals alone usually fill a record, and then only they
+/// and the open errors are built.
 fn build<'a>(
     session: &str,
     episodes: &[Episode],
@@ -499,13 +507,9 @@ fn build<'a>(
     files: impl Iterator<Item = &'a FileFact>,
     errors: &[ErrorFact],
     narrative: Option<&Narrative>,
-    goal_line_bytes: usize,
+    budget_bytes: usize,
 ) -> ContinuityRecord {
-    let (goals, goals_left_out) = goals(episodes, goals_total, goal_line_bytes);
-    let mut files: Vec<FileState> = files.filter_map(file_state).collect();
-    files.sort_by(|a, b| b.last_ms.cmp(&a.last_ms).then(a.path.cmp(&b.path)));
-    let files_left_out = files.len().saturating_sub(MAX_FILES);
-    files.truncate(MAX_FILES);
+    let (goals, goals_left_out) = goals(episodes, goals_total, budget_bytes);
     let open: Vec<&ErrorFact> = errors.iter().filter(|e| e.closed_ms.is_none()).collect();
     let open_errors_left_out = open.len().saturating_sub(MAX_OPEN_ERRORS);
     let open_errors = open[open_errors_left_out..]
@@ -516,18 +520,35 @@ fn build<'a>(
             opened_ms: e.opened_ms,
         })
         .collect();
-    ContinuityRecord {
+    let mut record = ContinuityRecord {
         session: session.to_owned(),
         narrative: narrative.cloned(),
         goals,
         goals_left_out,
-        files,
-        files_left_out,
-        decisions: decisions(episodes),
         open_errors,
         open_errors_left_out,
-        recent: recent(episodes),
+        ..ContinuityRecord::default()
+    };
+    let fits = |record: &ContinuityRecord| {
+        budget_bytes == usize::MAX || record.rendered_len() <= budget_bytes
+    };
+    if !fits(&record) {
+        return record;
     }
+    let mut files: Vec<FileState> = files.filter_map(file_state).collect();
+    files.sort_by(|a, b| b.last_ms.cmp(&a.last_ms).then(a.path.cmp(&b.path)));
+    record.files_left_out = files.len().saturating_sub(MAX_FILES);
+    files.truncate(MAX_FILES);
+    record.files = files;
+    if !fits(&record) {
+        return record;
+    }
+    record.decisions = decisions(episodes);
+    if !fits(&record) {
+        return record;
+    }
+    record.recent = recent(episodes);
+    record
 }
 
 /// The goals, newest kept first until [`GOALS_MAX_CHARS`] and until their lines
@@ -1264,5 +1285,13 @@ mod tests {
             .len();
         let whole = ContinuityRecord::of_folder("s", &folder).goals.len();
         assert!(within * 3 < whole * 2, "{within} of {whole} goals copied");
+        // Its goals fill the record: nothing the budget leaves out before them is built.
+        let within = ContinuityRecord::of_folder_within("s", &folder, 1500);
+        let whole = ContinuityRecord::of_folder("s", &folder);
+        assert!(!whole.recent.is_empty() && !whole.decisions.is_empty() && !whole.files.is_empty());
+        assert!(
+            within.recent.is_empty() && within.decisions.is_empty() && within.files.is_empty(),
+            "{within:?}"
+        );
     }
 }
