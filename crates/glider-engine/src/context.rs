@@ -6,10 +6,11 @@
 //! context. The engine knows nothing of how it is stored; with no sink attached nothing
 //! is built or copied.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use glider_ngl::stream::PartKind;
 use glider_ngl::{Dialect, Part, Request, Response, Role, StopReason, StreamEvent, Turn};
+use memchr::memmem::Finder;
 use serde_json::Value;
 
 use crate::contextkit::ContextKit;
@@ -121,11 +122,22 @@ pub fn compaction_prompt(request: &Request) -> Option<CompactionPrompt> {
     if last.role != glider_ngl::Role::User {
         return None;
     }
+    // Every request of a session with the context log on asks this of its newest user
+    // text: a vectorised search, its tables built once, instead of `str::contains`.
+    static FINDERS: LazyLock<[(Finder<'static>, CompactionPrompt); 2]> = LazyLock::new(|| {
+        [
+            (
+                Finder::new(CLAUDE_CODE_COMPACTION),
+                CompactionPrompt::ClaudeCode,
+            ),
+            (Finder::new(CODEX_COMPACTION), CompactionPrompt::Codex),
+        ]
+    });
     last.parts.iter().find_map(|part| match part {
-        Part::Text { text, .. } if text.contains(CLAUDE_CODE_COMPACTION) => {
-            Some(CompactionPrompt::ClaudeCode)
-        }
-        Part::Text { text, .. } if text.contains(CODEX_COMPACTION) => Some(CompactionPrompt::Codex),
+        Part::Text { text, .. } => FINDERS
+            .iter()
+            .find(|(finder, _)| finder.find(text.as_bytes()).is_some())
+            .map(|(_, prompt)| *prompt),
         _ => None,
     })
 }
