@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# bench/one-core.sh — a quick A/B of one config line at saturation on one core: Glider
+# alone on core 1, the mock upstream and glider-load (50 connections) on core 0, an
+# OpenAI Chat Completions small body to a local vLLM-type backend. Prints requests a
+# second and Glider's CPU time (user + system, /proc/PID/stat) per request. Noisy on a
+# shared machine: alternate the variants and compare pairs; `bench/callgrind.sh` is the
+# stable count.
+#
+#   bench/one-core.sh 'context: { enabled: false }' 5     # extra config line, seconds
+#   bench/one-core.sh '' 5 perf                            # and a perf record of Glider
+#
+# Needs the release binaries (cargo build --release -p glider -p glider-test-support
+# -p glider-bench --bins) and two cores; perf only for the third argument.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+bin="${BENCH_BIN:-$root/target/release}"
+mkdir -p "$here/.run"
+dir=$(mktemp -d "$here/.run/one-core.XXXX")
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+python3 -c "
+import json, sys
+sys.path.insert(0, '$here')
+import bodies
+json.dump(bodies.render(bodies.conversation('small'), 'openai', 'bench-chat', False), open('$dir/body.json', 'w'))"
+taskset -c 0 "$bin/glider-mock" --port 0 --reply-text "Benchmark reply" >"$dir/mock.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do grep -q listening "$dir/mock.log" && break; sleep 0.1; done
+mock=$(grep -o '127.0.0.1:[0-9]*' "$dir/mock.log" | head -1)
+cat >"$dir/glider.yaml" <<YAML
+server: { bind: 127.0.0.1, proxy_port: 0 }
+backends:
+  - { name: vllm, type: vllm, base_url: "http://$mock/v1", models: [{ name: bench-chat, context_window: 131072 }] }
+routing: { cloud_fallback: false }
+${1:-}
+YAML
+GLIDER_HOME="$dir/home" taskset -c 1 "$bin/glider" serve -c "$dir/glider.yaml" --port 0 >"$dir/glider.log" 2>&1 &
+glider=$!
+pids+=($glider)
+for _ in $(seq 1 300); do grep -q 'gateway listening' "$dir/glider.log" && break; sleep 0.1; done
+port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/glider.log" | head -1 | cut -d: -f3)
+load=(taskset -c 0 "$bin/glider-load" --url "http://127.0.0.1:$port/v1/chat/completions" --body "$dir/body.json" --warmup 0)
+"${load[@]}" --connections 4 --duration 1 >/dev/null
+seconds="${2:-5}"
+cpu() { awk '{print $14 + $15}' "/proc/$glider/stat"; }
+t0=$(cpu)
+if [ "${3:-}" = perf ]; then
+  perf record -o "$here/.run/one-core.perf.data" -p "$glider" -- sleep "$seconds" >/dev/null 2>&1 &
+  recorder=$!
+fi
+out=$("${load[@]}" --connections 50 --duration "$seconds")
+if [ "${3:-}" = perf ]; then wait "$recorder" || true; fi
+t1=$(cpu)
+requests=$(echo "$out" | grep -o '"requests":[0-9]*' | cut -d: -f2)
+ticks=$(getconf CLK_TCK)
+echo "config='${1:-}' requests=$requests req/s=$((requests / seconds)) cpu_us/req=$(( (t1 - t0) * 1000000 / ticks / requests ))"
