@@ -45,14 +45,26 @@ load=(taskset -c 0 "$bin/glider-load" --url "http://127.0.0.1:$port/v1/chat/comp
 "${load[@]}" --connections 4 --duration 1 >/dev/null
 seconds="${2:-5}"
 cpu() { awk '{print $14 + $15}' "/proc/$glider/stat"; }
+# Each thread's CPU ticks, summed by name (tokio's workers share one).
+threads() {
+  for task in /proc/"$glider"/task/*; do
+    printf '%s\t%s\n' "$(cat "$task/comm")" "$(awk '{print $14 + $15}' "$task/stat")"
+  done | awk -F'\t' '{t[$1] += $2} END {for (n in t) print n "\t" t[n]}' | sort
+}
+threads >"$dir/threads.0"
 t0=$(cpu)
 if [ "${3:-}" = perf ]; then
-  perf record -o "$here/.run/one-core.perf.data" -p "$glider" -- sleep "$seconds" >/dev/null 2>&1 &
+  perf record -g -o "$here/.run/one-core.perf.data" -p "$glider" -- sleep "$seconds" >/dev/null 2>&1 &
   recorder=$!
 fi
 out=$("${load[@]}" --connections 50 --duration "$seconds")
 if [ "${3:-}" = perf ]; then wait "$recorder" || true; fi
 t1=$(cpu)
+threads >"$dir/threads.1"
 requests=$(echo "$out" | grep -o '"requests":[0-9]*' | cut -d: -f2)
 ticks=$(getconf CLK_TCK)
 echo "config='${1:-}' requests=$requests req/s=$((requests / seconds)) cpu_us/req=$(( (t1 - t0) * 1000000 / ticks / requests ))"
+# Threads that ran, by CPU µs a request.
+join -t$'\t' -a2 -e0 -o 0,1.2,2.2 "$dir/threads.0" "$dir/threads.1" |
+  awk -F'\t' -v r="$requests" -v hz="$ticks" '$3 > $2 {printf "  %-24s %d\n", $1, ($3 - $2) * 1000000 / hz / r}'
+
