@@ -51,17 +51,10 @@ case "$front" in
   *) echo "unknown front $front" >&2; exit 2 ;;
 esac
 stream=False; [ -n "${BENCH_STREAM:-}" ] && stream=True
-python3 -c "
-import json, sys
-sys.path.insert(0, '$here')
-import bodies
-json.dump(bodies.render(bodies.conversation('$size'), '$dialect', '$model', $stream), open('$dir/body.json', 'w'))
-"
-
-"$bin/glider-mock" --port 0 --reply-text "Benchmark reply" >"$dir/mock.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 100); do grep -q listening "$dir/mock.log" && break; sleep 0.1; done
-mock=$(grep -o '127.0.0.1:[0-9]*' "$dir/mock.log" | head -1)
+# shellcheck source=bench/common.sh
+. "$here/common.sh"
+bench_body "$size" "$dialect" "$model" "$stream"
+bench_mock
 cat >"$dir/glider.yaml" <<YAML
 server: { bind: 127.0.0.1, proxy_port: 0 }
 backends:
@@ -76,9 +69,7 @@ GLIDER_HOME="$dir/home" valgrind --tool=callgrind --instr-atstart=no \
   --callgrind-out-file="$dir/cg.out" "$bin/glider" serve -c "$dir/glider.yaml" --port 0 \
   >"$dir/glider.log" 2>&1 &
 glider=$!
-pids+=($glider)
-for _ in $(seq 1 300); do grep -q 'gateway listening' "$dir/glider.log" && break; sleep 0.2; done
-port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/glider.log" | head -1 | cut -d: -f3)
+bench_glider_port
 load=("$bin/glider-load" --url "http://127.0.0.1:$port$path" --body "$dir/body.json"
   --connections 1 --duration 600 --warmup 0
   --header 'anthropic-version: 2023-06-01' --header 'x-api-key: bench')

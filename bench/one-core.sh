@@ -20,15 +20,10 @@ dir=$(mktemp -d "$here/.run/one-core.XXXX")
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
-python3 -c "
-import json, sys
-sys.path.insert(0, '$here')
-import bodies
-json.dump(bodies.render(bodies.conversation('small'), 'openai', 'bench-chat', False), open('$dir/body.json', 'w'))"
-taskset -c 0 "$bin/glider-mock" --port 0 --reply-text "Benchmark reply" >"$dir/mock.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 100); do grep -q listening "$dir/mock.log" && break; sleep 0.1; done
-mock=$(grep -o '127.0.0.1:[0-9]*' "$dir/mock.log" | head -1)
+# shellcheck source=bench/common.sh
+. "$here/common.sh"
+bench_body small openai bench-chat False
+bench_mock taskset -c 0
 cat >"$dir/glider.yaml" <<YAML
 server: { bind: 127.0.0.1, proxy_port: 0 }
 backends:
@@ -38,9 +33,7 @@ ${1:-}
 YAML
 GLIDER_HOME="$dir/home" taskset -c 1 "$bin/glider" serve -c "$dir/glider.yaml" --port 0 >"$dir/glider.log" 2>&1 &
 glider=$!
-pids+=($glider)
-for _ in $(seq 1 300); do grep -q 'gateway listening' "$dir/glider.log" && break; sleep 0.1; done
-port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/glider.log" | head -1 | cut -d: -f3)
+bench_glider_port
 load=(taskset -c 0 "$bin/glider-load" --url "http://127.0.0.1:$port/v1/chat/completions" --body "$dir/body.json" --warmup 0)
 "${load[@]}" --connections 4 --duration 1 >/dev/null
 seconds="${2:-5}"
