@@ -1,7 +1,10 @@
 //! The SQLite file under `GLIDER_HOME/context/` (0700 directory, 0600 files, WAL
 //! mode): opening it, its numbered migrations (`PRAGMA user_version`), appending
 //! events, reading them back, and the only deletions there are — retention by age and
-//! size, and forgetting a session — each logged as an event.
+//! size, and forgetting a session — each logged as an event. A writer's batch is
+//! written as one row per session (up to [`MAX_ROW_EVENTS`] events in it), so the
+//! insert, its index entry and the statement are paid once per batch, not per event;
+//! an event keeps an id of its own (schema 4).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,7 +42,41 @@ const MIGRATIONS: &[&str] = &[
     // 3: events are found by age in id order (appended oldest first), so the time index
     // is gone: it cost every insert a second B-tree write and every commit a WAL page.
     "DROP INDEX IF EXISTS events_by_time;",
+    // 4: a row may hold several events of one session (`kind = 'events'`, `body` a JSON
+    // array of `{at_ms, family, body}`): its `count` events take the ids up to the
+    // row's own, which is its last event's; `at_ms` is its newest event's time and
+    // `first_ms` its oldest's; `requests` counts its requests. A row of one event is
+    // written as before.
+    "ALTER TABLE events ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE events ADD COLUMN requests INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE events ADD COLUMN first_ms INTEGER;
+    UPDATE events SET requests = 1 WHERE kind = 'request';",
 ];
+
+/// Most events one row holds: what a retention by size or a failed read takes at once
+/// stays small, and so does a row (a few tens of KB).
+pub const MAX_ROW_EVENTS: usize = 64;
+
+/// The `kind` of a row of several events.
+const ROW_OF_EVENTS: &str = "events";
+
+/// An event in a row of several, as written.
+#[derive(serde::Serialize)]
+struct RowEvent<'a> {
+    at_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    family: Option<&'a str>,
+    body: &'a EventBody,
+}
+
+/// An event in a row of several, as read.
+#[derive(serde::Deserialize)]
+struct ReadRowEvent {
+    at_ms: u64,
+    #[serde(default)]
+    family: Option<String>,
+    body: EventBody,
+}
 
 /// Why the store could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -158,15 +195,18 @@ fn make_files_private(dir: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Append `events` (with their families) in one transaction; returns their ids. The
-/// writer calls this once per batch, so its three statements (`BEGIN`, the insert,
-/// `COMMIT`) are prepared once per connection and reused: a transaction opened with
-/// `Connection::transaction` parses `BEGIN` and `COMMIT` again each time.
+/// Append `events` (with their families) in one transaction; returns their ids, in
+/// order. Each session's events go in rows of up to [`MAX_ROW_EVENTS`], in the order
+/// given; ids rise with that order within a session (a row's events take the ids just
+/// below its own). The writer calls this once per batch, so its statements are
+/// prepared once per connection and reused (a transaction opened with
+/// `Connection::transaction` parses `BEGIN` and `COMMIT` again each time); `BEGIN
+/// IMMEDIATE` takes the write lock first, so the ids it hands out are the newest.
 pub fn append(
     conn: &mut Connection,
     events: &[(Option<String>, Event)],
 ) -> Result<Vec<i64>, StoreError> {
-    conn.prepare_cached("BEGIN")?.execute([])?;
+    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
     let inserted = insert_events(conn, events)
         .and_then(|ids| Ok(conn.prepare_cached("COMMIT")?.execute([]).map(|_| ids)?));
     if inserted.is_err() && !conn.is_autocommit() {
@@ -181,30 +221,93 @@ fn insert_events(
     events: &[(Option<String>, Event)],
 ) -> Result<Vec<i64>, StoreError> {
     let mut insert = conn.prepare_cached(
-        "INSERT INTO events (at_ms, session, family, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO events (id, at_ms, session, family, kind, body, count, requests, first_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?;
-    let mut ids = Vec::with_capacity(events.len());
-    for (family, event) in events {
-        let body = serde_json::to_string(&event.body)
-            .map_err(|source| StoreError::BadEvent { id: -1, source })?;
-        ids.push(insert.insert(params![
-            event.at_ms as i64,
-            event.session,
+    let mut last_id: i64 = conn
+        .prepare_cached("SELECT IFNULL(MAX(id), 0) FROM events")?
+        .query_row([], |r| r.get(0))?;
+    let mut ids = vec![0; events.len()];
+    for row in rows_by_session(events) {
+        let first = &events[row[0]].1;
+        let newest = row
+            .iter()
+            .map(|&at| events[at].1.at_ms)
+            .max()
+            .unwrap_or(first.at_ms);
+        let requests = row
+            .iter()
+            .filter(|&&at| matches!(events[at].1.body, EventBody::Request(_)))
+            .count();
+        let bad = |source| StoreError::BadEvent { id: -1, source };
+        let (kind, family, body, first_ms) = if let [only] = row[..] {
+            let (family, event) = &events[only];
+            let body = serde_json::to_string(&event.body).map_err(bad)?;
+            (event.body.kind(), family.as_deref(), body, None)
+        } else {
+            let written: Vec<RowEvent<'_>> = row
+                .iter()
+                .map(|&at| RowEvent {
+                    at_ms: events[at].1.at_ms,
+                    family: events[at].0.as_deref(),
+                    body: &events[at].1.body,
+                })
+                .collect();
+            let family = written.iter().rev().find_map(|e| e.family);
+            let oldest = written.iter().map(|e| e.at_ms).min().unwrap_or(newest);
+            let body = serde_json::to_string(&written).map_err(bad)?;
+            (ROW_OF_EVENTS, family, body, Some(oldest as i64))
+        };
+        for (offset, &at) in row.iter().enumerate() {
+            ids[at] = last_id + 1 + offset as i64;
+        }
+        last_id += row.len() as i64;
+        insert.execute(params![
+            last_id,
+            newest as i64,
+            first.session,
             family,
-            event.body.kind(),
-            body
-        ])?);
+            kind,
+            body,
+            row.len() as i64,
+            requests as i64,
+            first_ms
+        ])?;
     }
     Ok(ids)
+}
+
+/// `events`' indexes grouped into rows: each session's (in the order it first comes),
+/// in order, at most [`MAX_ROW_EVENTS`] a row.
+fn rows_by_session(events: &[(Option<String>, Event)]) -> Vec<Vec<usize>> {
+    let mut sessions: Vec<(Option<&str>, Vec<usize>)> = Vec::new();
+    for (at, (_, event)) in events.iter().enumerate() {
+        let session = event.session.as_deref();
+        match sessions.iter_mut().find(|(s, _)| *s == session) {
+            Some((_, indexes)) => indexes.push(at),
+            None => sessions.push((session, vec![at])),
+        }
+    }
+    sessions
+        .into_iter()
+        .flat_map(|(_, indexes)| {
+            indexes
+                .chunks(MAX_ROW_EVENTS)
+                .map(<[usize]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// Every event of `session` (all events when `None`), oldest first.
 pub fn events(conn: &Connection, session: Option<&str>) -> Result<Vec<Stored>, StoreError> {
     let sql = match session {
         Some(_) => {
-            "SELECT id, at_ms, session, family, body FROM events WHERE session = ?1 ORDER BY id"
+            "SELECT id, at_ms, session, family, kind, count, body FROM events WHERE session = ?1 ORDER BY id"
         }
-        None => "SELECT id, at_ms, session, family, body FROM events WHERE ?1 IS NULL ORDER BY id",
+        None => {
+            "SELECT id, at_ms, session, family, kind, count, body FROM events WHERE ?1 IS NULL ORDER BY id"
+        }
     };
     let mut query = conn.prepare(sql)?;
     let rows = query.query_map([session], |row| {
@@ -214,22 +317,48 @@ pub fn events(conn: &Connection, session: Option<&str>) -> Result<Vec<Stored>, S
             row.get::<_, Option<String>>(2)?,
             row.get::<_, Option<String>>(3)?,
             row.get::<_, String>(4)?,
+            row.get::<_, i64>(5)?,
+            row.get::<_, String>(6)?,
         ))
     })?;
     let mut out = Vec::new();
     for row in rows {
-        let (id, at_ms, session, family, body) = row?;
-        let body: EventBody =
-            serde_json::from_str(&body).map_err(|source| StoreError::BadEvent { id, source })?;
-        out.push(Stored {
-            id,
-            family,
+        let (id, at_ms, session, family, kind, count, body) = row?;
+        if kind != ROW_OF_EVENTS {
+            let body: EventBody = serde_json::from_str(&body)
+                .map_err(|source| StoreError::BadEvent { id, source })?;
+            out.push(Stored {
+                id,
+                family,
+                event: Event {
+                    at_ms: at_ms as u64,
+                    session,
+                    body,
+                },
+            });
+            continue;
+        }
+        let first_id = id - count + 1;
+        let read: Vec<ReadRowEvent> =
+            serde_json::from_str(&body).map_err(|source| StoreError::BadEvent {
+                id: first_id,
+                source,
+            })?;
+        if read.len() as i64 != count {
+            return Err(StoreError::BadEvent {
+                id: first_id,
+                source: serde::de::Error::invalid_length(read.len(), &"the row's count"),
+            });
+        }
+        out.extend(read.into_iter().enumerate().map(|(offset, e)| Stored {
+            id: first_id + offset as i64,
+            family: e.family,
             event: Event {
-                at_ms: at_ms as u64,
-                session,
-                body,
+                at_ms: e.at_ms,
+                session: session.clone(),
+                body: e.body,
             },
-        });
+        }));
     }
     Ok(out)
 }
@@ -237,7 +366,7 @@ pub fn events(conn: &Connection, session: Option<&str>) -> Result<Vec<Stored>, S
 /// The sessions in the log, most recently active first.
 pub fn sessions(conn: &Connection) -> Result<Vec<SessionRow>, StoreError> {
     let mut query = conn.prepare(
-        "SELECT session, MIN(at_ms), MAX(at_ms), COUNT(*), SUM(kind = 'request')
+        "SELECT session, MIN(IFNULL(first_ms, at_ms)), MAX(at_ms), SUM(count), SUM(requests)
          FROM events WHERE session IS NOT NULL GROUP BY session ORDER BY MAX(id) DESC",
     )?;
     let rows = query.query_map([], |row| {
@@ -293,7 +422,7 @@ pub fn data_version(conn: &Connection) -> Result<i64, StoreError> {
 /// the session's content, only that a deletion happened). Returns how many went.
 pub fn forget(conn: &mut Connection, session: &str, now_ms: u64) -> Result<u64, StoreError> {
     let tx = conn.transaction()?;
-    let deleted = tx.execute("DELETE FROM events WHERE session = ?1", [session])? as u64;
+    let deleted = delete_counted(&tx, "session = ?1", [session])?;
     if deleted > 0 {
         let body = EventBody::Forgotten { deleted };
         tx.execute(
@@ -328,12 +457,15 @@ pub fn apply_retention(
         // before the first that is not: found by walking ids from the oldest, which reads
         // only the rows it deletes (no time index to keep on every insert). An event
         // stamped a moment earlier than one appended before it goes at the next pass.
-        Ok(tx.execute(
-            "DELETE FROM events WHERE id < IFNULL(
+        // A row goes once its newest event is old (`at_ms`): an older event in a row
+        // with a newer one waits for the next pass too.
+        delete_counted(
+            tx,
+            "id < IFNULL(
                 (SELECT id FROM events WHERE at_ms >= ?1 ORDER BY id LIMIT 1),
                 (SELECT MAX(id) + 1 FROM events))",
             [cutoff as i64],
-        )? as u64)
+        )
     })?;
     deleted += aged;
     // Oldest first, a slice at a time, until the live pages fit.
@@ -353,10 +485,11 @@ pub fn apply_retention(
             |r| r.get(0),
         )?;
         let gone = delete_logged(conn, "size", before as u64, |tx| {
-            Ok(tx.execute(
-                "DELETE FROM events WHERE id IN (SELECT id FROM events ORDER BY id LIMIT ?1)",
+            delete_counted(
+                tx,
+                "id IN (SELECT id FROM events ORDER BY id LIMIT ?1)",
                 [slice],
-            )? as u64)
+            )
         })?;
         if gone == 0 {
             break;
@@ -371,14 +504,31 @@ pub fn apply_retention(
 /// than the oldest event size retention left. Logged as a `responses` retention event.
 fn retain_responses(conn: &mut Connection, cutoff: u64) -> Result<u64, StoreError> {
     let oldest_event: Option<i64> = conn
-        .query_row("SELECT at_ms FROM events ORDER BY id LIMIT 1", [], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT IFNULL(first_ms, at_ms) FROM events ORDER BY id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
         .optional()?;
     let before = oldest_event.map_or(cutoff, |oldest| cutoff.max(oldest as u64));
     delete_logged(conn, "responses", before, |tx| {
         Ok(tx.execute("DELETE FROM responses WHERE at_ms < ?1", [before as i64])? as u64)
     })
+}
+
+/// Delete the rows `condition` selects; returns how many events they held.
+fn delete_counted(
+    tx: &rusqlite::Transaction<'_>,
+    condition: &str,
+    params: impl rusqlite::Params + Copy,
+) -> Result<u64, StoreError> {
+    let events: i64 = tx.query_row(
+        &format!("SELECT IFNULL(SUM(count), 0) FROM events WHERE {condition}"),
+        params,
+        |r| r.get(0),
+    )?;
+    tx.execute(&format!("DELETE FROM events WHERE {condition}"), params)?;
+    Ok(events as u64)
 }
 
 /// Run `delete` and, when it deleted anything, log a retention event in the same
@@ -510,13 +660,15 @@ mod tests {
     fn retention_by_age_deletes_old_events_and_logs_it() {
         let home = tempfile::tempdir().expect("tempdir");
         let mut conn = open(home.path()).expect("opens");
-        append(&mut conn, &[gap(1_000), gap(2_000), gap(50_000)]).expect("append");
+        // Two batches: a row of two events, then one of one.
+        append(&mut conn, &[gap(1_000), gap(2_000)]).expect("append");
+        append(&mut conn, &[gap(50_000)]).expect("append");
         let retention = Retention {
             max_age_ms: 10_000,
             max_bytes: u64::MAX,
         };
         let deleted = apply_retention(&mut conn, retention, 55_000).expect("retention");
-        assert_eq!(deleted, 2);
+        assert_eq!(deleted, 2, "events are counted, not rows");
         let left = store_events(&conn);
         assert_eq!(left.len(), 1, "the store-level retention event");
         assert_eq!(
@@ -542,12 +694,10 @@ mod tests {
             .collect::<Result<_, _>>()
             .expect("rows");
         assert_eq!(indexes, ["events_by_session"]);
-        // Appended in this order: the third was stamped before the second.
-        append(
-            &mut conn,
-            &[gap(1_000), gap(60_000), gap(2_000), gap(70_000)],
-        )
-        .expect("append");
+        // Appended in this order, a batch each: the third was stamped before the second.
+        for at_ms in [1_000, 60_000, 2_000, 70_000] {
+            append(&mut conn, &[gap(at_ms)]).expect("append");
+        }
         let retention = Retention {
             max_age_ms: 10_000,
             max_bytes: u64::MAX,
@@ -602,6 +752,165 @@ mod tests {
         assert!(logged.iter().all(
             |s| matches!(&s.event.body, EventBody::Retention { reason, .. } if reason == "size")
         ));
+    }
+
+    fn event(session: &str, at_ms: u64, body: EventBody) -> (Option<String>, Event) {
+        (
+            Some(format!("family-{session}")),
+            Event {
+                at_ms,
+                session: Some(session.into()),
+                body,
+            },
+        )
+    }
+
+    #[test]
+    fn a_batch_is_a_row_per_session_and_each_event_keeps_an_id_of_its_own() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        let request = || EventBody::Request(Default::default());
+        let reply = || EventBody::Reply(Default::default());
+        append(&mut conn, &[gap(1)]).expect("append");
+        // Two sessions interleaved, and one long enough for two rows.
+        let mut batch = vec![
+            event("a", 10, request()),
+            event("b", 11, request()),
+            event("a", 12, reply()),
+            event("b", 13, reply()),
+        ];
+        batch.extend((0..MAX_ROW_EVENTS as u64 + 1).map(|i| event("c", 20 + i, request())));
+        let ids = append(&mut conn, &batch).expect("append");
+        let rows: i64 = conn
+            .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(rows, 1 + 2 + 2, "the gap, a and b, and c's two rows");
+        let mut unique = ids.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), batch.len(), "{ids:?}");
+        assert!(
+            ids.iter().all(|&id| id > 1),
+            "after the gap's id 1: {ids:?}"
+        );
+        for session in ["a", "b", "c"] {
+            let wanted: Vec<(i64, u64, Option<String>, &EventBody)> = batch
+                .iter()
+                .zip(&ids)
+                .filter(|((_, e), _)| e.session.as_deref() == Some(session))
+                .map(|((family, e), &id)| (id, e.at_ms, family.clone(), &e.body))
+                .collect();
+            let read = events(&conn, Some(session)).expect("read");
+            let got: Vec<(i64, u64, Option<String>, &EventBody)> = read
+                .iter()
+                .map(|s| (s.id, s.event.at_ms, s.family.clone(), &s.event.body))
+                .collect();
+            assert_eq!(
+                got, wanted,
+                "session {session}: its events, ids and families"
+            );
+            assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "ids rise");
+            assert_eq!(
+                last_id(&conn, session).expect("last"),
+                wanted.last().map(|w| w.0)
+            );
+            assert_eq!(
+                last_family(&conn, session).expect("family"),
+                Some(format!("family-{session}"))
+            );
+        }
+        let summary = sessions(&conn).expect("sessions");
+        let c = summary.iter().find(|r| r.session == "c").expect("c");
+        assert_eq!(
+            (c.first_ms, c.last_ms, c.events, c.requests),
+            (
+                20,
+                20 + MAX_ROW_EVENTS as u64,
+                MAX_ROW_EVENTS as u64 + 1,
+                MAX_ROW_EVENTS as u64 + 1
+            )
+        );
+        let a = summary.iter().find(|r| r.session == "a").expect("a");
+        assert_eq!(
+            (a.first_ms, a.last_ms, a.events, a.requests),
+            (10, 12, 2, 1)
+        );
+        assert_eq!(
+            forget(&mut conn, "c", 99).expect("forget"),
+            MAX_ROW_EVENTS as u64 + 1
+        );
+        // A later batch's ids come after every id still in the log (as SQLite's own
+        // rowids would: the ids of a forgotten newest session may be handed out again).
+        let newest: i64 = conn
+            .query_row("SELECT MAX(id) FROM events", [], |r| r.get(0))
+            .expect("max");
+        let later = append(&mut conn, &[event("a", 30, request())]).expect("append");
+        assert_eq!(later, [newest + 1]);
+        let a: Vec<i64> = events(&conn, Some("a"))
+            .expect("read")
+            .iter()
+            .map(|s| s.id)
+            .collect();
+        assert!(
+            a.windows(2).all(|w| w[0] < w[1]),
+            "a's ids still rise: {a:?}"
+        );
+    }
+
+    #[test]
+    fn a_row_goes_by_age_once_its_newest_event_is_old() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        append(&mut conn, &[gap(1_000), gap(30_000)]).expect("append");
+        let retention = Retention {
+            max_age_ms: 10_000,
+            max_bytes: u64::MAX,
+        };
+        // The older event is past the cutoff, the newer one not: the row waits.
+        assert_eq!(
+            apply_retention(&mut conn, retention, 20_000).expect("retention"),
+            0
+        );
+        assert_eq!(events(&conn, Some("s")).expect("read").len(), 2);
+        assert_eq!(
+            apply_retention(&mut conn, retention, 45_000).expect("retention"),
+            2
+        );
+        assert!(events(&conn, Some("s")).expect("read").is_empty());
+    }
+
+    #[test]
+    fn a_store_of_schema_3_is_migrated_with_its_events_and_ids() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let path = db_path(home.path());
+        {
+            let conn = Connection::open(&path).expect("opens");
+            for sql in &MIGRATIONS[..3] {
+                conn.execute_batch(sql).expect("old schema");
+            }
+            conn.pragma_update(None, "user_version", 3).expect("pragma");
+            for (id, kind, body) in [
+                (7, "request", json(&EventBody::Request(Default::default()))),
+                (9, "reply", json(&EventBody::Reply(Default::default()))),
+            ] {
+                conn.execute(
+                    "INSERT INTO events (id, at_ms, session, family, kind, body) VALUES (?1, 5, 's', 'f', ?2, ?3)",
+                    params![id, kind, body],
+                )
+                .expect("old row");
+            }
+        }
+        let mut conn = open(home.path()).expect("migrates");
+        let read: Vec<i64> = events(&conn, Some("s"))
+            .expect("read")
+            .iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(read, [7, 9]);
+        let summary = sessions(&conn).expect("sessions");
+        assert_eq!((summary[0].events, summary[0].requests), (2, 1));
+        let ids = append(&mut conn, &[gap(6), gap(7)]).expect("append");
+        assert_eq!(ids, [10, 11], "after the old rows' ids");
     }
 
     #[test]
