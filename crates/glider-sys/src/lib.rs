@@ -14,4 +14,5 @@ pub mod procutil;
 pub mod runstate;
 pub mod safego;
 pub mod stdio_rpc;
+pub mod threadprio;
 pub mod webguard;

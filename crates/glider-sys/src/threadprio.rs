@@ -1,0 +1,45 @@
+//! Scheduling hints for Glider's background threads: a thread that writes what the
+//! request path handed it (the context log's writer) should not preempt a request
+//! being served on the same core.
+
+/// Lower the calling thread's priority: on Linux its nice value is raised by `by`
+/// (capped at 19, the lowest priority; a thread's nice value is its own there). Under
+/// CFS a thread woken with work then waits for its core to go idle instead of
+/// preempting the thread serving a request, and under load it still gets its share.
+/// Lowering needs no privilege. Elsewhere it does nothing.
+pub fn lower_this_thread(by: i32) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::process::{getpriority_process, setpriority_process};
+        let me = Some(rustix::thread::gettid());
+        let nice = getpriority_process(me)?;
+        setpriority_process(me, (nice + by).min(19))?;
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = by;
+    Ok(())
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use rustix::process::getpriority_process;
+
+    #[test]
+    fn only_the_calling_thread_is_lowered() {
+        let process_nice = getpriority_process(None).expect("nice");
+        let lowered = std::thread::spawn(|| {
+            let me = Some(rustix::thread::gettid());
+            let before = getpriority_process(me).expect("nice");
+            super::lower_this_thread(10).expect("lowered");
+            (before, getpriority_process(me).expect("nice"))
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(lowered.1, (lowered.0 + 10).min(19), "{lowered:?}");
+        assert_eq!(
+            getpriority_process(None).expect("nice"),
+            process_nice,
+            "the rest of the process keeps its priority"
+        );
+    }
+}
