@@ -74,3 +74,36 @@ pub(crate) struct Typed {
 /// `{}`.
 #[derive(Serialize)]
 pub(crate) struct EmptyObject {}
+
+/// Whether a stream decoder tries its borrowing reader before the `Value` reading:
+/// always, in a build (a field of no size); the differential tests turn it off
+/// (`value_only`) to compare the two readings on the same wire.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Reading {
+    #[cfg(test)]
+    pub(crate) value_only: bool,
+}
+
+impl Reading {
+    pub(crate) fn borrowing(self) -> bool {
+        #[cfg(test)]
+        return !self.value_only;
+        #[cfg(not(test))]
+        true
+    }
+}
+
+/// What `decoder` gives for all of `wire` and its end, an error as an `Error` event:
+/// the differential tests' one reading of a stream.
+#[cfg(test)]
+pub(crate) fn decode_all(
+    mut decoder: impl crate::StreamDecoder,
+    wire: &[u8],
+) -> Vec<glider_ngl::StreamEvent> {
+    let mut events = match decoder.feed(wire) {
+        Ok(events) => events,
+        Err(error) => vec![glider_ngl::StreamEvent::Error { error }],
+    };
+    events.extend(decoder.finish());
+    events
+}

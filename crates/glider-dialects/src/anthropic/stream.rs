@@ -16,7 +16,7 @@ use super::response::{
 };
 use crate::framing::{SseEvent, SseParser, finished, refused, write_sse_json};
 use crate::json::bad_gateway;
-use crate::typed::{EmptyObject, Typed};
+use crate::typed::{EmptyObject, Reading, Typed};
 use crate::{StreamDecoder, StreamEncoder};
 
 /// Anthropic SSE → ngl events. Anthropic block indices map onto sequential ngl indices;
@@ -43,9 +43,8 @@ pub(super) struct AnthropicStreamDecoder {
     /// The Anthropic indices of the tool call blocks seen so far (kept only with
     /// `tool_deltas_only`, the one reader of them).
     tool_blocks: Vec<u64>,
-    /// Tests compare the borrowing reader with the `Value` reading alone.
-    #[cfg(test)]
-    value_only: bool,
+    /// Whether the borrowing reader is tried first (always, but in tests).
+    reading: Reading,
 }
 
 impl AnthropicStreamDecoder {
@@ -129,11 +128,7 @@ impl AnthropicStreamDecoder {
             return Ok(());
         }
 
-        #[cfg(test)]
-        let borrowing = !self.value_only;
-        #[cfg(not(test))]
-        let borrowing = true;
-        if borrowing
+        if self.reading.borrowing()
             && let Some((index, delta)) = read_block_delta(event.event.as_deref(), &event.data)
         {
             self.apply_delta(index, delta, out);
@@ -577,16 +572,17 @@ impl StreamEncoder for AnthropicStreamEncoder {
 
 #[cfg(test)]
 mod tests {
+    use crate::typed::{Reading, decode_all};
     use glider_ngl::stream::PartKind;
     use glider_ngl::stream::events_of;
     use glider_ngl::{ApiError, ErrorKind, Part, Response, StopReason, StreamEvent, Usage};
     use glider_ngl::{ResponseBuilder, StreamEvent as E};
     use serde_json::{Value, json};
 
+    use crate::Codec;
     use crate::anthropic::Anthropic;
     use crate::anthropic::fixtures::expected_response;
     use crate::framing::{SseParser, write_sse_json};
-    use crate::{Codec, StreamDecoder};
 
     const CAPTURED_STREAM: &str = "event: message_start\n\
 data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01XFDUDYJgAACzvnptvVoYEL\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5-20250929\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":12,\"cache_creation_input_tokens\":2048,\"cache_read_input_tokens\":18432,\"output_tokens\":1,\"service_tier\":\"standard\"}}}\n\
@@ -784,16 +780,12 @@ data: {\"type\":\"message_stop\"}\n\
         assert_eq!(typed_reads(&odd), (9, 14));
         for wire in [CAPTURED_STREAM, odd.as_str()] {
             let read = |value_only: bool| {
-                let mut decoder = super::AnthropicStreamDecoder {
-                    value_only,
+                let reading = Reading { value_only };
+                let decoder = super::AnthropicStreamDecoder {
+                    reading,
                     ..super::AnthropicStreamDecoder::default()
                 };
-                let mut events = match decoder.feed(wire.as_bytes()) {
-                    Ok(events) => events,
-                    Err(error) => vec![E::Error { error }],
-                };
-                events.extend(decoder.finish());
-                events
+                decode_all(decoder, wire.as_bytes())
             };
             assert_eq!(read(false), read(true), "{wire}");
         }

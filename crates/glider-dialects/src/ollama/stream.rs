@@ -12,6 +12,7 @@ use super::response::{
 use crate::framing::{LineSplitter, finished, refused};
 use crate::json::bad_gateway;
 use crate::openai_chat::error_fields;
+use crate::typed::Reading;
 use crate::{StreamDecoder, StreamEncoder};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,9 +30,8 @@ pub(super) struct OllamaStreamDecoder {
     next_index: usize,
     stamp: String,
     tool_calls: usize,
-    /// Tests compare the borrowing reader with the `Value` reading alone.
-    #[cfg(test)]
-    value_only: bool,
+    /// Whether the borrowing reader is tried first (always, but in tests).
+    reading: Reading,
 }
 
 impl OllamaStreamDecoder {
@@ -65,11 +65,12 @@ impl OllamaStreamDecoder {
     }
 
     fn line(&mut self, line: &str, out: &mut Vec<StreamEvent>) -> Result<(), ApiError> {
-        #[cfg(test)]
-        let borrowing = !self.value_only;
-        #[cfg(not(test))]
-        let borrowing = true;
-        if let Some((chunk, usage)) = borrowing.then(|| borrowed::line(line)).flatten() {
+        if let Some((chunk, usage)) = self
+            .reading
+            .borrowing()
+            .then(|| borrowed::line(line))
+            .flatten()
+        {
             if !self.started {
                 self.start(
                     chunk.created_at.as_deref().unwrap_or_default(),
@@ -309,16 +310,17 @@ impl StreamEncoder for OllamaStreamEncoder {
 
 #[cfg(test)]
 mod tests {
+    use crate::typed::{Reading, decode_all};
     use glider_ngl::stream::PartKind;
     use glider_ngl::stream::events_of;
     use glider_ngl::{ApiError, Part, Response, StopReason, StreamEvent, Usage};
     use glider_ngl::{ErrorKind, ResponseBuilder};
     use serde_json::{Value, json};
 
+    use crate::Codec;
     use crate::ollama::Ollama;
     use crate::ollama::fixtures::call;
     use crate::openai_chat::fixtures::{decode_every_split, encode_stream};
-    use crate::{Codec, StreamDecoder};
 
     /// The borrowing reader of lines gives what the `Value` reading gives, line by
     /// line, for every shape a server sends — and leaves it the ones it does not read.
@@ -350,16 +352,12 @@ mod tests {
             // Each line after the first `skip`, so every one is read first and last once.
             let wire: String = lines[skip..].iter().map(|l| format!("{l}\n")).collect();
             let read = |value_only: bool| {
-                let mut decoder = super::OllamaStreamDecoder {
-                    value_only,
+                let reading = Reading { value_only };
+                let decoder = super::OllamaStreamDecoder {
+                    reading,
                     ..super::OllamaStreamDecoder::default()
                 };
-                let mut events = match decoder.feed(wire.as_bytes()) {
-                    Ok(events) => events,
-                    Err(error) => vec![StreamEvent::Error { error }],
-                };
-                events.extend(decoder.finish());
-                events
+                decode_all(decoder, wire.as_bytes())
             };
             assert_eq!(read(false), read(true), "from line {skip}");
         }

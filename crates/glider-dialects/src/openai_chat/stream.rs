@@ -13,6 +13,7 @@ use super::response::{
 };
 use crate::framing::{SseParser, finished, refused, write_sse, write_sse_json};
 use crate::json::bad_gateway;
+use crate::typed::{EmptyObject, Reading};
 use crate::{StreamDecoder, StreamEncoder};
 
 /// The part a stream decoder has open.
@@ -41,9 +42,8 @@ pub(super) struct ChatStreamDecoder {
     stop_sequence: Option<String>,
     saw_tool_calls: bool,
     usage: Usage,
-    /// Tests compare the borrowing reader with the `Value` reading alone.
-    #[cfg(test)]
-    value_only: bool,
+    /// Whether the borrowing reader is tried first (always, but in tests).
+    reading: Reading,
 }
 
 impl ChatStreamDecoder {
@@ -169,11 +169,12 @@ impl ChatStreamDecoder {
             }
             return Ok(());
         }
-        #[cfg(test)]
-        let borrowing = !self.value_only;
-        #[cfg(not(test))]
-        let borrowing = true;
-        if let Some((chunk, usage)) = borrowing.then(|| borrowed::chunk(data)).flatten() {
+        if let Some((chunk, usage)) = self
+            .reading
+            .borrowing()
+            .then(|| borrowed::chunk(data))
+            .flatten()
+        {
             self.borrowed_chunk(&chunk, &usage, out);
             return Ok(());
         }
@@ -432,7 +433,7 @@ impl StreamEncoder for ChatStreamEncoder {
             StreamEvent::Finish {
                 stop_reason, usage, ..
             } => {
-                self.write_chunk(out, json!({}), Some(encode_finish(*stop_reason)));
+                self.write_chunk(out, EmptyObject {}, Some(encode_finish(*stop_reason)));
                 let mut total = self.start_usage;
                 total.merge(usage);
                 let usage_chunk = json!({
@@ -461,16 +462,17 @@ impl StreamEncoder for ChatStreamEncoder {
 
 #[cfg(test)]
 mod tests {
+    use crate::typed::{Reading, decode_all};
     use glider_ngl::ResponseBuilder;
     use glider_ngl::stream::PartKind;
     use glider_ngl::stream::events_of;
     use glider_ngl::{ApiError, ErrorKind, Part, Response, StopReason, StreamEvent, Usage};
     use serde_json::{Value, json};
 
+    use crate::Codec;
     use crate::framing::SseParser;
     use crate::openai_chat::OpenAiChat;
-    use crate::openai_chat::fixtures::{decode_every_split, encode_stream, read_call};
-    use crate::{Codec, StreamDecoder};
+    use crate::openai_chat::fixtures::{decode_every_split, encode_stream, mask_number, read_call};
 
     fn sse_data(wire: &[u8]) -> Vec<String> {
         let mut parser = SseParser::new();
@@ -525,16 +527,12 @@ mod tests {
             }
             crate::framing::write_sse(&mut wire, None, "[DONE]");
             let read = |value_only: bool| {
-                let mut decoder = super::ChatStreamDecoder {
-                    value_only,
+                let reading = Reading { value_only };
+                let decoder = super::ChatStreamDecoder {
+                    reading,
                     ..super::ChatStreamDecoder::default()
                 };
-                let mut events = match decoder.feed(&wire) {
-                    Ok(events) => events,
-                    Err(error) => vec![StreamEvent::Error { error }],
-                };
-                events.extend(decoder.finish());
-                events
+                decode_all(decoder, &wire)
             };
             assert_eq!(read(false), read(true), "{} chunks", end);
         }
@@ -806,16 +804,7 @@ mod tests {
                 error: ApiError::new(ErrorKind::Overloaded, "busy"),
             }],
         ));
-        let text = String::from_utf8(wire).expect("utf8");
-        let mut masked = String::new();
-        let mut rest = text.as_str();
-        while let Some(at) = rest.find("\"created\":") {
-            let (head, tail) = rest.split_at(at + "\"created\":".len());
-            masked.push_str(head);
-            masked.push('T');
-            rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
-        }
-        masked.push_str(rest);
+        let masked = mask_number(&String::from_utf8(wire).expect("utf8"), "created");
         assert_eq!(masked, GOLDEN, "{masked}");
     }
 

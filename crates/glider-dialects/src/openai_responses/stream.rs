@@ -517,8 +517,8 @@ struct EncItem {
 
 /// One Responses event, serialised straight into the stream: `{"type": KIND, <the
 /// body's members>, "sequence_number": SEQ}` (a body that is not an object adds
-/// nothing).
-fn write_event(out: &mut Vec<u8>, kind: &str, seq: u64, body: &impl Serialize) {
+/// nothing), SEQ taken from `seq`, which moves on to the next.
+fn write_event(out: &mut Vec<u8>, kind: &str, seq: &mut u64, body: &impl Serialize) {
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(kind.as_bytes());
     out.extend_from_slice(b"\ndata: {\"type\":");
@@ -534,8 +534,9 @@ fn write_event(out: &mut Vec<u8>, kind: &str, seq: u64, body: &impl Serialize) {
         out.truncate(at);
     }
     out.extend_from_slice(b",\"sequence_number\":");
-    serde_json::to_writer(&mut *out, &seq).expect(json);
+    serde_json::to_writer(&mut *out, &*seq).expect(json);
     out.extend_from_slice(b"}\n\n");
+    *seq += 1;
 }
 
 #[derive(Debug, Default)]
@@ -552,13 +553,7 @@ pub(super) struct ResponsesStreamEncoder {
 
 impl ResponsesStreamEncoder {
     fn emit(&mut self, out: &mut Vec<u8>, kind: &str, body: impl Serialize) {
-        let seq = self.next_seq();
-        write_event(out, kind, seq, &body);
-    }
-
-    fn next_seq(&mut self) -> u64 {
-        self.seq += 1;
-        self.seq - 1
+        write_event(out, kind, &mut self.seq, &body);
     }
 
     /// A `response.*` event carrying the response object as it stands.
@@ -575,7 +570,6 @@ impl ResponsesStreamEncoder {
         struct ResponseEvent<'a> {
             response: ResponseShape<'a>,
         }
-        let seq = self.next_seq();
         let response = ResponseShape {
             id: &self.id,
             model: &self.model,
@@ -586,7 +580,7 @@ impl ResponsesStreamEncoder {
             output: &self.output,
             usage,
         };
-        write_event(out, kind, seq, &ResponseEvent { response });
+        write_event(out, kind, &mut self.seq, &ResponseEvent { response });
     }
 
     fn start(&mut self, out: &mut Vec<u8>, id: &str, model: &str) {
@@ -871,8 +865,7 @@ impl ResponsesStreamEncoder {
                     delta,
                     logprobs: [],
                 };
-                write_event(out, "response.output_text.delta", self.seq, &event);
-                self.seq += 1;
+                write_event(out, "response.output_text.delta", &mut self.seq, &event);
             }
             EncPart::Thinking {
                 text, summary_open, ..
@@ -889,10 +882,9 @@ impl ResponsesStreamEncoder {
                     write_event(
                         out,
                         "response.reasoning_summary_part.added",
-                        self.seq,
+                        &mut self.seq,
                         &added,
                     );
-                    self.seq += 1;
                 }
                 let event = SummaryDelta {
                     item_id,
@@ -903,10 +895,9 @@ impl ResponsesStreamEncoder {
                 write_event(
                     out,
                     "response.reasoning_summary_text.delta",
-                    self.seq,
+                    &mut self.seq,
                     &event,
                 );
-                self.seq += 1;
             }
             EncPart::Tool { .. } => {}
         }
@@ -1476,15 +1467,7 @@ mod tests {
             text.push_str(&String::from_utf8(encode_events(events)).expect("utf8"));
         }
         // `created_at` is the clock's: masked.
-        let mut masked = String::new();
-        let mut rest = text.as_str();
-        while let Some(at) = rest.find("\"created_at\":") {
-            let (head, tail) = rest.split_at(at + "\"created_at\":".len());
-            masked.push_str(head);
-            masked.push('T');
-            rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
-        }
-        masked.push_str(rest);
+        let masked = crate::openai_chat::fixtures::mask_number(&text, "created_at");
         let golden = include_str!("../../tests/golden/responses_stream.sse");
         assert_eq!(masked, golden, "{masked}");
     }
