@@ -289,13 +289,8 @@ fn rows_by_session(events: &[(Option<String>, Event)]) -> Vec<Vec<usize>> {
         }
     }
     sessions
-        .into_iter()
-        .flat_map(|(_, indexes)| {
-            indexes
-                .chunks(MAX_ROW_EVENTS)
-                .map(<[usize]>::to_vec)
-                .collect::<Vec<_>>()
-        })
+        .iter()
+        .flat_map(|(_, indexes)| indexes.chunks(MAX_ROW_EVENTS).map(<[usize]>::to_vec))
         .collect()
 }
 
@@ -520,15 +515,17 @@ fn retain_responses(conn: &mut Connection, cutoff: u64) -> Result<u64, StoreErro
 fn delete_counted(
     tx: &rusqlite::Transaction<'_>,
     condition: &str,
-    params: impl rusqlite::Params + Copy,
+    params: impl rusqlite::Params,
 ) -> Result<u64, StoreError> {
-    let events: i64 = tx.query_row(
-        &format!("SELECT IFNULL(SUM(count), 0) FROM events WHERE {condition}"),
-        params,
-        |r| r.get(0),
-    )?;
-    tx.execute(&format!("DELETE FROM events WHERE {condition}"), params)?;
-    Ok(events as u64)
+    let mut delete = tx.prepare(&format!(
+        "DELETE FROM events WHERE {condition} RETURNING count"
+    ))?;
+    let counts = delete.query_map(params, |r| r.get::<_, i64>(0))?;
+    let mut events = 0u64;
+    for count in counts {
+        events += count? as u64;
+    }
+    Ok(events)
 }
 
 /// Run `delete` and, when it deleted anything, log a retention event in the same
