@@ -4,7 +4,10 @@
 //! size, and forgetting a session — each logged as an event. A writer's batch is
 //! written as one row per session (up to [`MAX_ROW_EVENTS`] events in it), so the
 //! insert, its index entry and the statement are paid once per batch, not per event;
-//! an event keeps an id of its own (schema 4).
+//! an event keeps an id of its own (schema 4). A row whose JSON is longer than
+//! [`COMPRESS_OVER`] is stored LZ4-compressed (schema 5): at saturation a batch's rows
+//! are tens of KB, and the bytes, not the statements, are what SQLite's WAL writes,
+//! checksums and checkpoints cost.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -51,7 +54,19 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE events ADD COLUMN requests INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE events ADD COLUMN first_ms INTEGER;
     UPDATE events SET requests = 1 WHERE kind = 'request';",
+    // 5: a row's `body` may be a BLOB: its JSON compressed (an LZ4 block after the JSON's
+    // length, 4 bytes little-endian). Nothing to convert; the version tells an older
+    // Glider, which reads only text, that it cannot read this file.
+    "-- schema 5: compressed bodies",
 ];
+
+/// A row's JSON longer than this is stored compressed; a shorter one (a quiet
+/// session's commit of one or two events) stays text, readable in the `sqlite3` shell.
+pub const COMPRESS_OVER: usize = 4 * 1024;
+
+/// Most bytes a compressed body may say it holds: far above what [`MAX_ROW_EVENTS`]
+/// capped events make, so a damaged length is an error, not an allocation.
+const MAX_DECOMPRESSED: usize = 256 * 1024 * 1024;
 
 /// Most events one row holds: what a retention by size or a failed read takes at once
 /// stays small, and so does a row (a few tens of KB).
@@ -98,6 +113,8 @@ pub enum StoreError {
     },
     #[error("event {id} in the context database does not parse: {source}")]
     BadEvent { id: i64, source: serde_json::Error },
+    #[error("event {id} in the context database does not decompress: {reason}")]
+    BadCompression { id: i64, reason: String },
 }
 
 /// An event as stored, with its id and turn family.
@@ -242,7 +259,7 @@ fn insert_events(
         let bad = |source| StoreError::BadEvent { id: -1, source };
         let (kind, family, body, first_ms) = if let [only] = row[..] {
             let (family, event) = &events[only];
-            let body = serde_json::to_string(&event.body).map_err(bad)?;
+            let body = serde_json::to_vec(&event.body).map_err(bad)?;
             (event.body.kind(), family.as_deref(), body, None)
         } else {
             let written: Vec<RowEvent<'_>> = row
@@ -255,7 +272,8 @@ fn insert_events(
                 .collect();
             let family = written.iter().rev().find_map(|e| e.family);
             let oldest = written.iter().map(|e| e.at_ms).min().unwrap_or(newest);
-            let body = serde_json::to_string(&written).map_err(bad)?;
+            let mut body = Vec::with_capacity(ROW_BYTES_PER_EVENT * written.len());
+            serde_json::to_writer(&mut body, &written).map_err(bad)?;
             (ROW_OF_EVENTS, family, body, Some(oldest as i64))
         };
         for (offset, &at) in row.iter().enumerate() {
@@ -268,13 +286,51 @@ fn insert_events(
             first.session,
             family,
             kind,
-            body,
+            stored_body(body),
             row.len() as i64,
             requests as i64,
             first_ms
         ])?;
     }
     Ok(ids)
+}
+
+/// What an event's JSON in a row takes, about: the buffer it is written in starts at
+/// this much an event, so that it is seldom grown.
+const ROW_BYTES_PER_EVENT: usize = 768;
+
+/// A row's JSON as stored: text, or compressed past [`COMPRESS_OVER`].
+fn stored_body(json: Vec<u8>) -> rusqlite::types::Value {
+    use rusqlite::types::Value;
+    if json.len() > COMPRESS_OVER {
+        return Value::Blob(lz4_flex::block::compress_prepend_size(&json));
+    }
+    // serde_json writes UTF-8 only.
+    match String::from_utf8(json) {
+        Ok(text) => Value::Text(text),
+        Err(error) => Value::Blob(lz4_flex::block::compress_prepend_size(error.as_bytes())),
+    }
+}
+
+/// A row's JSON as read back (`id` names it in an error): text as it is, a BLOB
+/// decompressed.
+fn read_body(id: i64, body: rusqlite::types::ValueRef<'_>) -> Result<Vec<u8>, StoreError> {
+    use rusqlite::types::ValueRef;
+    let bad = |reason: String| StoreError::BadCompression { id, reason };
+    match body {
+        ValueRef::Text(text) => Ok(text.to_vec()),
+        ValueRef::Blob(blob) => {
+            let (size, block) = blob
+                .split_first_chunk::<4>()
+                .ok_or_else(|| bad(format!("{} bytes, no length", blob.len())))?;
+            let size = u32::from_le_bytes(*size) as usize;
+            if size > MAX_DECOMPRESSED {
+                return Err(bad(format!("says it holds {size} bytes")));
+            }
+            lz4_flex::block::decompress(block, size).map_err(|error| bad(error.to_string()))
+        }
+        other => Err(bad(format!("a body of type {:?}", other.data_type()))),
+    }
 }
 
 /// `events`' indexes grouped into rows: each session's (in the order it first comes),
@@ -306,21 +362,23 @@ pub fn events(conn: &Connection, session: Option<&str>) -> Result<Vec<Stored>, S
     };
     let mut query = conn.prepare(sql)?;
     let rows = query.query_map([session], |row| {
+        let id = row.get::<_, i64>(0)?;
         Ok((
-            row.get::<_, i64>(0)?,
+            id,
             row.get::<_, i64>(1)?,
             row.get::<_, Option<String>>(2)?,
             row.get::<_, Option<String>>(3)?,
             row.get::<_, String>(4)?,
             row.get::<_, i64>(5)?,
-            row.get::<_, String>(6)?,
+            read_body(id, row.get_ref(6)?),
         ))
     })?;
     let mut out = Vec::new();
     for row in rows {
         let (id, at_ms, session, family, kind, count, body) = row?;
+        let body = body?;
         if kind != ROW_OF_EVENTS {
-            let body: EventBody = serde_json::from_str(&body)
+            let body: EventBody = serde_json::from_slice(&body)
                 .map_err(|source| StoreError::BadEvent { id, source })?;
             out.push(Stored {
                 id,
@@ -335,7 +393,7 @@ pub fn events(conn: &Connection, session: Option<&str>) -> Result<Vec<Stored>, S
         }
         let first_id = id - count + 1;
         let read: Vec<ReadRowEvent> =
-            serde_json::from_str(&body).map_err(|source| StoreError::BadEvent {
+            serde_json::from_slice(&body).map_err(|source| StoreError::BadEvent {
                 id: first_id,
                 source,
             })?;
@@ -852,6 +910,78 @@ mod tests {
             a.windows(2).all(|w| w[0] < w[1]),
             "a's ids still rise: {a:?}"
         );
+    }
+
+    #[test]
+    fn a_long_row_is_stored_compressed_and_reads_back_the_same() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        let goal = |n: usize| {
+            EventBody::Request(crate::event::RequestEvent {
+                request: format!("r{n}"),
+                root: true,
+                user_text: Some(format!("goal {n}: ").repeat(20)),
+                ..Default::default()
+            })
+        };
+        let batch: Vec<_> = (0..30).map(|n| event("busy", n as u64, goal(n))).collect();
+        let mut ids = append(&mut conn, &batch).expect("append");
+        ids.extend(append(&mut conn, &[event("quiet", 99, goal(99))]).expect("append"));
+        let kinds: Vec<(String, String)> = conn
+            .prepare("SELECT session, typeof(body) FROM events ORDER BY id")
+            .expect("query")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("rows")
+            .collect::<Result<_, _>>()
+            .expect("read");
+        assert_eq!(
+            kinds,
+            [
+                ("busy".into(), "blob".into()),
+                ("quiet".into(), "text".into())
+            ],
+            "the batch's row is past {COMPRESS_OVER} bytes of JSON, the single event is not"
+        );
+        let stored = events(&conn, None).expect("reads");
+        let read: Vec<(i64, Option<String>, Event)> = stored
+            .into_iter()
+            .map(|s| (s.id, s.family, s.event))
+            .collect();
+        let written: Vec<(i64, Option<String>, Event)> = batch
+            .into_iter()
+            .chain([event("quiet", 99, goal(99))])
+            .zip(&ids)
+            .map(|((family, event), &id)| (id, family, event))
+            .collect();
+        assert_eq!(read, written);
+    }
+
+    #[test]
+    fn a_damaged_compressed_row_is_a_clear_error_not_an_allocation() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        let long = EventBody::Compaction(crate::event::CompactionEvent {
+            narrative: "n".repeat(2 * COMPRESS_OVER),
+            ..Default::default()
+        });
+        let id = append(&mut conn, &[event("s", 1, long)]).expect("append")[0];
+        for (damage, says) in [
+            (
+                &[0xffu8, 0xff, 0xff, 0x7f, 0][..],
+                "says it holds 2147483647 bytes",
+            ),
+            (&[16, 0, 0, 0, 0xf0, 1, 2][..], "does not decompress"),
+            (&[1, 2][..], "2 bytes, no length"),
+        ] {
+            conn.execute(
+                "UPDATE events SET body = ?1 WHERE id = ?2",
+                params![damage, id],
+            )
+            .expect("damage");
+            let error = events(&conn, Some("s")).expect_err("damaged").to_string();
+            assert!(error.contains(&format!("event {id} ")), "{error}");
+            assert!(error.contains(says), "{error}");
+        }
     }
 
     #[test]
