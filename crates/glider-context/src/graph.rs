@@ -9,7 +9,9 @@
 //! incremental ([`Folder`]): the log's writer keeps one per live session and feeds it
 //! each committed event, so the continuity record is rebuilt without a query.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::HashMap;
 
 use serde::Serialize;
 

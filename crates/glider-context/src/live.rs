@@ -18,7 +18,7 @@
 //! second as a commit by another connection) and retention make the writer reload or
 //! drop what it holds.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -186,7 +186,7 @@ pub(crate) struct LiveSessions {
 impl LiveSessions {
     pub(crate) fn new(conn: &Connection, cache: Arc<RecordCache>) -> Self {
         LiveSessions {
-            sessions: HashMap::new(),
+            sessions: HashMap::default(),
             cache,
             tick: 0,
             data_version: store::data_version(conn).unwrap_or(0),

@@ -7,7 +7,7 @@
 //! a read renders one, or the writer does once it idles; at start a thread of its own
 //! loads the recent sessions' records and sends them through the same queue.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
