@@ -72,6 +72,24 @@ pub fn bound_local_context(request: &mut Request, config: &ContextConfig, window
 /// (`compaction`) the episode is the one its instruction (the last turn, always kept)
 /// follows. A request with no root user turn (nothing but tool traffic) is bounded by
 /// its tail instead.
+/// Whether [`bound_to_episode`] reads the continuity record for `request`: only then is
+/// it worth fetching (and, when stale, rendering).
+pub fn reads_record(request: &Request, compaction: bool) -> bool {
+    record_episode_root(request, compaction).is_some()
+}
+
+/// Where the current episode begins, when the record goes before it. Not when there
+/// is nothing from before the episode: the record would only restate what the model
+/// sees anyway (a new session's first turn), and a small model reads the extra system
+/// text as instructions (a forced tool call went unanswered). A compaction keeps it:
+/// the record is what it is answered from.
+fn record_episode_root(request: &Request, compaction: bool) -> Option<usize> {
+    let before_instruction = request.turns.len().saturating_sub(usize::from(compaction));
+    let root = episode_root(&request.turns[..before_instruction])?;
+    let earlier = request.turns[..root].iter().any(|t| t.role != Role::System);
+    (earlier || compaction).then_some(root)
+}
+
 pub fn bound_to_episode(
     request: &mut Request,
     record: &str,
@@ -82,18 +100,9 @@ pub fn bound_to_episode(
     if !config.bound_local {
         return Bounded::default();
     }
-    let before_instruction = request.turns.len().saturating_sub(usize::from(compaction));
-    let Some(root) = episode_root(&request.turns[..before_instruction]) else {
+    let Some(root) = record_episode_root(request, compaction) else {
         return bound_local_context(request, config, window);
     };
-    // Nothing from before this episode: the record would only restate what the model
-    // sees anyway (a new session's first turn), and a small model reads the extra
-    // system text as instructions (a forced tool call went unanswered). A compaction
-    // keeps it: the record is what it is answered from.
-    let earlier = request.turns[..root].iter().any(|t| t.role != Role::System);
-    if !earlier && !compaction {
-        return bound_local_context(request, config, window);
-    }
     let mut cut = Bounded::default();
     let mut index = 0;
     request.turns.retain(|turn| {
@@ -541,6 +550,47 @@ mod tests {
             "no call without its result, nor the reverse"
         );
         assert_eq!(calls.last(), Some(&"b7"), "the newest exchange stays");
+    }
+
+    #[test]
+    fn the_record_is_read_only_where_bounding_puts_it_in() {
+        let first_turn = Request {
+            model: "m".into(),
+            turns: vec![
+                Turn::text(Role::System, "you are a CLI"),
+                Turn::text(Role::User, "the first goal"),
+            ],
+            ..Request::default()
+        };
+        let compaction = Request {
+            turns: [
+                first_turn.turns.clone(),
+                vec![Turn::text(Role::User, "summarise")],
+            ]
+            .concat(),
+            ..first_turn.clone()
+        };
+        for (request, is_compaction, reads) in [
+            (three_episodes(), false, true),
+            (first_turn, false, false),
+            (compaction, true, true),
+        ] {
+            assert_eq!(reads_record(&request, is_compaction), reads);
+            let mut bounded = request.clone();
+            let cut = bound_to_episode(
+                &mut bounded,
+                RECORD,
+                &config(100_000),
+                200_000,
+                is_compaction,
+            );
+            assert_eq!(
+                cut.record_tokens > 0,
+                reads,
+                "bounding puts the record in exactly where it is read: {:?}",
+                texts(&request)
+            );
+        }
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
 use crate::events::ContextLeftOut;
 use crate::router::local_window;
-use crate::transform::{Bounded, bound_local_context, bound_to_episode, over_local_budget};
+use crate::transform::{
+    Bounded, bound_local_context, bound_to_episode, over_local_budget, reads_record,
+};
 
 pub(crate) struct BoundedContext;
 
@@ -27,9 +29,13 @@ impl Phase for BoundedContext {
         if !context.bound_local || !decision.candidates.iter().any(|c| c.backend.is_local()) {
             return ready(Flow::Continue);
         }
-        // Read once, from memory (never the database): the writer keeps it current.
+        // Read once, from memory (never the database): the writer keeps it current. Not
+        // read at all when bounding would not use it (a session's first turn): a stale
+        // record is rendered when read.
         let record: Option<Arc<str>> = match (&job.context, &decision.session) {
-            (Some(sink), Some(session)) => sink.record(session),
+            (Some(sink), Some(session)) if reads_record(&job.request, job.compaction) => {
+                sink.record(session)
+            }
             _ => None,
         };
         job.adapted.resize_with(decision.candidates.len(), || None);
