@@ -1,6 +1,6 @@
 //! The context writer's per-event work outside Glider: batches of one sticky session's
 //! request and reply events (the shape `bench/callgrind.sh openai small` writes)
-//! appended with `store::append` and folded live. Prints the time a batch's append and
+//! appended with `store::append` and folded live (given to the fold, as the writer does). Prints the time a batch's append and
 //! fold take per event, and the process's CPU time per event (`/proc/self/stat`).
 //! `VARIED=1` gives every request a different user text (less to compress).
 //!
@@ -39,8 +39,8 @@ fn main() {
         let ids = store::append(&mut conn, &rows).expect("append");
         append_ns += started.elapsed().as_nanos();
         let started = Instant::now();
-        for ((family, event), _) in rows.iter().zip(&ids) {
-            folder.feed_event(event, family.as_ref());
+        for ((family, event), _) in rows.into_iter().zip(&ids) {
+            folder.feed_owned(event, family);
         }
         fold_ns += started.elapsed().as_nanos();
     }

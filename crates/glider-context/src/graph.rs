@@ -236,6 +236,75 @@ impl SessionGraph {
     }
 }
 
+/// The strings a step keeps of a request (its key, door, model, rule and reason, and
+/// the user's text for the episode's goal) or of a reply (its backend, stop reason
+/// and text): cloned from an event the fold borrows (a replay), moved out of one it is
+/// given (the writer's), in the step's own fields.
+struct Kept {
+    key: String,
+    user_text: Option<String>,
+    step: Step,
+}
+
+impl Kept {
+    fn of_request(request: &RequestEvent) -> Self {
+        Kept {
+            key: request.request.clone(),
+            user_text: request.user_text.clone(),
+            step: Step {
+                door: request.door.clone(),
+                model: request.model.clone(),
+                rule: request.rule.clone(),
+                reason: request.reason.clone(),
+                ..Step::default()
+            },
+        }
+    }
+
+    fn taken_from_request(request: &mut RequestEvent) -> Self {
+        use std::mem::take;
+        Kept {
+            key: take(&mut request.request),
+            user_text: take(&mut request.user_text),
+            step: Step {
+                door: take(&mut request.door),
+                model: take(&mut request.model),
+                rule: take(&mut request.rule),
+                reason: take(&mut request.reason),
+                ..Step::default()
+            },
+        }
+    }
+
+    fn of_reply(reply: &ReplyEvent) -> Self {
+        Kept {
+            key: String::new(),
+            user_text: None,
+            step: Step {
+                backend: reply.backend.clone(),
+                stop_reason: reply.stop_reason.clone(),
+                reply_text: reply.text.clone(),
+                ..Step::default()
+            },
+        }
+    }
+
+    /// Takes all but the backend, which the model counts read after.
+    fn taken_from_reply(reply: &mut ReplyEvent) -> Self {
+        use std::mem::take;
+        Kept {
+            key: String::new(),
+            user_text: None,
+            step: Step {
+                backend: reply.backend.clone(),
+                stop_reason: take(&mut reply.stop_reason),
+                reply_text: take(&mut reply.text),
+                ..Step::default()
+            },
+        }
+    }
+}
+
 /// Fold `events` (one session's, oldest first) into its graph.
 pub fn fold(session: &str, events: &[Stored]) -> SessionGraph {
     let mut folder = Folder::new(session);
@@ -330,21 +399,55 @@ impl Folder {
         self.feed_event(&stored.event, stored.family.as_ref());
     }
 
-    /// [`Folder::feed`] for an event not read back from the store (the writer's,
-    /// just committed with its `family`).
+    /// [`Folder::feed`] for an event not read back from the store (just committed
+    /// with its `family`).
     pub fn feed_event(&mut self, event: &crate::event::Event, family: Option<&String>) {
         let at_ms = event.at_ms;
         match &event.body {
-            EventBody::Request(request) => self.request(request, at_ms, family.cloned()),
-            EventBody::Reply(reply) => self.reply(reply, at_ms),
+            EventBody::Request(request) => {
+                self.request(request, Kept::of_request(request), at_ms, family.cloned())
+            }
+            EventBody::Reply(reply) => self.reply(reply, Kept::of_reply(reply)),
+            _ => self.other(&event.body, at_ms, family),
+        }
+        self.after_event();
+    }
+
+    /// [`Folder::feed_event`] for an event the caller gives up (the writer's, once
+    /// committed): what a step keeps of a request or a reply moves into the fold
+    /// instead of being copied.
+    pub fn feed_owned(&mut self, event: crate::event::Event, family: Option<String>) {
+        let at_ms = event.at_ms;
+        match event.body {
+            EventBody::Request(mut request) => {
+                let kept = Kept::taken_from_request(&mut request);
+                self.request(&request, kept, at_ms, family)
+            }
+            EventBody::Reply(mut reply) => {
+                let kept = Kept::taken_from_reply(&mut reply);
+                self.reply(&reply, kept)
+            }
+            body => self.other(&body, at_ms, family.as_ref()),
+        }
+        self.after_event();
+    }
+
+    /// An event that is neither a request nor a reply.
+    fn other(&mut self, body: &EventBody, at_ms: u64, family: Option<&String>) {
+        match body {
             EventBody::Compaction(compaction) => self.compaction(compaction),
             EventBody::BudgetStop(stop) => self.budget_stop(stop),
             EventBody::Delegate(run) => self.delegate(run, at_ms, family),
-            EventBody::Gap { .. }
+            EventBody::Request(_)
+            | EventBody::Reply(_)
+            | EventBody::Gap { .. }
             | EventBody::Retention { .. }
             | EventBody::Forgotten { .. }
             | EventBody::ToolRun(_) => {}
         }
+    }
+
+    fn after_event(&mut self) {
         if self.live {
             self.trim();
         }
@@ -537,63 +640,73 @@ impl Folder {
         index
     }
 
-    fn request(&mut self, request: &RequestEvent, at_ms: u64, family: Option<String>) {
+    /// `request`, whose strings a step keeps are in `kept` (see [`Kept`]).
+    fn request(&mut self, request: &RequestEvent, kept: Kept, at_ms: u64, family: Option<String>) {
         for call in &request.tool_calls {
             self.saw_call(call);
         }
         for result in &request.tool_results {
             self.result(result, at_ms, family.clone());
         }
-        let family_key = family.clone().unwrap_or_else(|| request.request.clone());
+        let Kept {
+            key,
+            user_text,
+            step,
+            ..
+        } = kept;
+        let family_key = family.unwrap_or_else(|| key.clone());
         let episode = self.episode(family_key, at_ms);
         let episode_ref = &mut self.graph.episodes[episode];
         if episode_ref.goal.is_none() && request.root {
-            episode_ref.goal = request.user_text.clone();
+            episode_ref.goal = user_text;
             episode_ref.goal_line = episode_ref.goal_text().map(crate::record::GoalLine::of);
             self.goals += usize::from(episode_ref.goal_line.is_some());
         }
         episode_ref.steps.push(Step {
-            request: request.request.clone(),
+            request: key.clone(),
             at_ms,
-            door: request.door.clone(),
-            model: request.model.clone(),
-            rule: request.rule.clone(),
-            reason: request.reason.clone(),
             estimated_tokens: request.estimated_tokens,
             compaction: request.compaction,
-            ..Step::default()
+            ..step
         });
-        self.steps.insert(
-            request.request.clone(),
-            (episode, episode_ref.steps.len() - 1),
-        );
+        self.steps
+            .insert(key, (episode, episode_ref.steps.len() - 1));
     }
 
-    fn reply(&mut self, reply: &ReplyEvent, _at_ms: u64) {
+    /// `reply`, whose strings its step keeps are in `kept` (see [`Kept`]).
+    fn reply(&mut self, reply: &ReplyEvent, kept: Kept) {
         for call in &reply.tool_calls {
             self.saw_call(call);
         }
         if let Some(&(episode, step)) = self.steps.get(&reply.request) {
             let step = &mut self.graph.episodes[episode].steps[step];
-            step.backend = reply.backend.clone();
             step.local = reply.local;
             step.status = reply.status;
             step.input_tokens = reply.input_tokens;
             step.output_tokens = reply.output_tokens;
-            step.stop_reason = reply.stop_reason.clone();
             step.tool_calls = reply.tool_calls.iter().map(|c| c.name.clone()).collect();
-            step.reply_text = reply.text.clone();
+            step.backend = kept.step.backend;
+            step.stop_reason = kept.step.stop_reason;
+            step.reply_text = kept.step.reply_text;
         }
         if let (Some(backend), Some(model)) = (&reply.backend, &reply.model) {
-            let entry = self
+            // Found without building a key: a session uses few models.
+            let known = self
                 .models
-                .entry((backend.clone(), model.clone()))
-                .or_insert_with(|| ModelUse {
-                    backend: backend.clone(),
-                    model: model.clone(),
-                    local: reply.local.unwrap_or(false),
-                    ..ModelUse::default()
-                });
+                .iter_mut()
+                .find(|((b, m), _)| b == backend && m == model);
+            let entry = match known {
+                Some((_, entry)) => entry,
+                None => self
+                    .models
+                    .entry((backend.clone(), model.clone()))
+                    .or_insert_with(|| ModelUse {
+                        backend: backend.clone(),
+                        model: model.clone(),
+                        local: reply.local.unwrap_or(false),
+                        ..ModelUse::default()
+                    }),
+            };
             entry.requests += 1;
             entry.input_tokens += reply.input_tokens;
             entry.output_tokens += reply.output_tokens;

@@ -194,18 +194,20 @@ impl LiveSessions {
         }
     }
 
-    /// `rows` were committed with `ids`: feed them to their sessions' folds, which
-    /// marks those records stale. Nothing is rendered here.
+    /// `rows` were committed with `ids`: feed them to their sessions' folds (which
+    /// take what they keep of them), which marks those records stale. Nothing is
+    /// rendered here.
     pub(crate) fn committed(
         &mut self,
         conn: &Connection,
-        rows: &[(Option<String>, Event)],
+        rows: Vec<(Option<String>, Event)>,
         ids: &[i64],
     ) {
-        for ((family, event), &id) in rows.iter().zip(ids) {
-            let Some(session) = event.session.as_deref() else {
+        for ((family, mut event), &id) in rows.into_iter().zip(ids) {
+            let Some(session) = event.session.take() else {
                 continue;
             };
+            let session = session.as_str();
             self.tick += 1;
             if !self.sessions.contains_key(session) {
                 // Loaded whole, this event included (it is committed).
@@ -220,16 +222,15 @@ impl LiveSessions {
             let Some(live) = self.sessions.get_mut(session) else {
                 continue;
             };
+            let is_request = matches!(event.body, EventBody::Request(_));
             if id > live.last_id {
                 let mut state = live.slot.lock();
-                state.folder.feed_event(event, family.as_ref());
+                state.folder.feed_owned(event, family);
                 state.rendered = None;
                 live.last_id = id;
             }
             live.used = self.tick;
-            if !matches!(event.body, EventBody::Request(_))
-                && !self.idle_due.iter().any(|s| s == session)
-            {
+            if !is_request && !self.idle_due.iter().any(|s| s == session) {
                 self.idle_due.push(session.to_owned());
             }
         }

@@ -340,7 +340,7 @@ impl Writer {
                     self.counters
                         .written
                         .fetch_add(ids.len() as u64, Ordering::Relaxed);
-                    self.live.committed(&self.conn, &rows, &ids);
+                    self.live.committed(&self.conn, rows, &ids);
                     if let Some(observer) = self.observer.get()
                         && !activity.is_empty()
                     {

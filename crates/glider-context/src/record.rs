@@ -1196,13 +1196,16 @@ mod tests {
     #[test]
     fn a_live_fold_renders_the_replays_record_and_holds_what_the_record_reads() {
         let log = mixed_session(6000);
+        // Fed as the writer feeds it: each event given up to the fold.
         let mut live = crate::graph::Folder::live("s");
         let mut replay = crate::graph::Folder::new("s");
+        let mut given = crate::graph::Folder::new("s");
         let mut most_episodes = 0;
         let mut most_steps = 0;
         for (n, stored) in log.events.iter().enumerate() {
-            live.feed(stored);
+            live.feed_owned(stored.event.clone(), stored.family.clone());
             replay.feed(stored);
+            given.feed_owned(stored.event.clone(), stored.family.clone());
             most_episodes = most_episodes.max(live.episodes().len());
             most_steps = most_steps.max(live.episodes().iter().map(|e| e.steps.len()).sum());
             if n % 53 == 0 || n == log.events.len() - 1 {
@@ -1241,6 +1244,10 @@ mod tests {
             "only open errors are held"
         );
         assert!(live.files().all(|f| f.changes.len() <= 2));
+        assert!(
+            given.into_graph() == replay.into_graph(),
+            "a fold given the events builds the graph a fold that borrows them builds"
+        );
     }
 
     #[test]
