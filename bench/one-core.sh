@@ -8,6 +8,9 @@
 #
 #   bench/one-core.sh 'context: { enabled: false }' 5     # extra config line, seconds
 #   bench/one-core.sh '' 5 perf                            # and a perf record of Glider
+#   PERF_OPTS='--call-graph=dwarf,16384 -F 1000' bench/one-core.sh '' 3 perf   # with stacks
+#                                  (the release build has no frame pointers: -g's stacks
+#                                  are cut short; dwarf unwinding follows them)
 #
 # Needs the release binaries (cargo build --release -p glider -p glider-test-support
 # -p glider-bench --bins) and two cores; perf only for the third argument.
@@ -47,7 +50,7 @@ threads() {
 threads >"$dir/threads.0"
 t0=$(cpu)
 if [ "${3:-}" = perf ]; then
-  perf record -g -o "$here/.run/one-core.perf.data" -p "$glider" -- sleep "$seconds" >/dev/null 2>&1 &
+  perf record ${PERF_OPTS:--g} -o "$here/.run/one-core.perf.data" -p "$glider" -- sleep "$seconds" >/dev/null 2>&1 &
   recorder=$!
 fi
 out=$("${load[@]}" --connections 50 --duration "$seconds")
