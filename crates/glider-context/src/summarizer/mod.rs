@@ -305,22 +305,6 @@ impl Worker {
     }
 
     async fn compact(&mut self, config: &Config, session: &str, trigger: Trigger) {
-        let reader = self.reader.clone();
-        let owned = session.to_owned();
-        let events = match tokio::task::spawn_blocking(move || reader.events(&owned)).await {
-            Ok(Ok(events)) => events,
-            Ok(Err(error)) => {
-                tracing::warn!(%error, session, "summarizer cannot read the session");
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "summarizer read task failed");
-                return;
-            }
-        };
-        let Some(range) = compaction::select(&events, trigger) else {
-            return;
-        };
         let (backend_config, model) = match config.summarizer_target() {
             Ok(target) => target,
             Err(why) => {
@@ -333,13 +317,24 @@ impl Worker {
         };
         self.warned = None;
         let settings = &config.context.summarizer;
-        let (graph, required) = compaction::required(session, &range);
-        let input = compaction::render_input(
-            &range,
-            &graph,
-            &required,
-            settings.max_input_tokens.saturating_mul(CHARS_PER_TOKEN) as usize,
-        );
+        let reader = self.reader.clone();
+        let owned = session.to_owned();
+        let max_chars = settings.max_input_tokens.saturating_mul(CHARS_PER_TOKEN) as usize;
+        // Reading the session and folding it grow with its length: off the runtime's
+        // threads, which serve requests.
+        let prepare = move || prepare(&reader, &owned, trigger, max_chars);
+        let (input, required, range) = match tokio::task::spawn_blocking(prepare).await {
+            Ok(Ok(Some(prepared))) => prepared,
+            Ok(Ok(None)) => return,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, session, "summarizer cannot read the session");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "summarizer read task failed");
+                return;
+            }
+        };
         let backend = self.source.backend(backend_config);
         let started = Instant::now();
         let mark = backend.foreground.mark();
@@ -443,6 +438,35 @@ impl Worker {
             body: EventBody::Compaction(event),
         });
     }
+}
+
+/// Where a compaction's range lies: what its event says of it.
+struct RangeSpan {
+    since_ms: u64,
+    until_ms: u64,
+    until_event: i64,
+}
+
+/// `session`'s range for `trigger`, the summarizer's input for it (at most
+/// `max_chars`) and what the summary must name; `None` when there is nothing to compact.
+fn prepare(
+    reader: &Reader,
+    session: &str,
+    trigger: Trigger,
+    max_chars: usize,
+) -> Result<Option<(String, compaction::Required, RangeSpan)>, StoreError> {
+    let events = reader.events(session)?;
+    let Some(range) = compaction::select(&events, trigger) else {
+        return Ok(None);
+    };
+    let (graph, required) = compaction::required(session, &range);
+    let input = compaction::render_input(&range, &graph, &required, max_chars);
+    let span = RangeSpan {
+        since_ms: range.since_ms,
+        until_ms: range.until_ms,
+        until_event: range.until_event,
+    };
+    Ok(Some((input, required, span)))
 }
 
 /// What the model answered.
