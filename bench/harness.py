@@ -172,18 +172,12 @@ class Proc:
                 pass
         return rss, hwm
 
-    def cpu_ticks(self):
-        """User and system clock ticks used so far, summed over the process group."""
-        ticks = 0
-        for pid in self.pids():
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    stat = f.read()
-                fields = stat[stat.rindex(")") + 2:].split()
-                ticks += int(fields[11]) + int(fields[12])
-            except (OSError, ValueError, IndexError):
-                pass
-        return ticks
+    def pause(self):
+        """Stop the process group (SIGSTOP) while another is measured."""
+        os.killpg(self.pid, signal.SIGSTOP)
+
+    def resume(self):
+        os.killpg(self.pid, signal.SIGCONT)
 
     def stop(self):
         if self in Proc.running:
@@ -859,26 +853,14 @@ def context_counters(dashboard_port):
     return found
 
 
-def wait_quiet(procs, limit_s=180.0):
-    """Wait until none of `procs` uses the CPU (under 2 ticks in half a second), up to
-    `limit_s`; returns the seconds waited. A variant measured next to another's
-    background work (a summarizer folding a session of a million events after its
-    saturation run) pays for it on the shared core."""
-    started = time.time()
-    while time.time() - started < limit_s:
-        before = [p.cpu_ticks() for p in procs]
-        time.sleep(0.5)
-        if all(p.cpu_ticks() - b < 2 for p, b in zip(procs, before)):
-            break
-    return time.time() - started
-
-
 def run_context(res, mock_port, slow_port):
     """Context on vs off (issue 14 "Measured"): one Glider per variant, all started
     before the first run and loaded one at a time, in rounds that alternate them, on the
     OpenAI Chat same-dialect path (the cheapest one, where the log's cost shows most).
-    Each run waits until the other variants are idle (`wait_quiet`): they share the
-    core, and one's background work (the summarizer's) must not land in another's run.
+    The variants not being measured are stopped (SIGSTOP) meanwhile: they share the
+    core, and one's background work must land in its own runs, not another's (the
+    summarizer's idle compaction, 60 s after a run, folds the whole session: a million
+    events by the fourth round, which took "on" from 10,800 to 4,700 req/s).
     Per run: p50 at 1 connection (the added latency per request) and, at saturation,
     requests/s with the events written per second, dropped and gaps from /metrics."""
     rounds = int(os.environ.get("BENCH_CONTEXT_ROUNDS", "3"))
@@ -911,27 +893,34 @@ def run_context(res, mock_port, slow_port):
     for round_no in range(rounds):
         for name, (t, dashboard) in started.items():
             others = [o.proc for n, (o, _) in started.items() if n != name]
-            waited = wait_quiet(others)
-            out[name].setdefault("waited_for_others_s", []).append(round(waited, 1))
-            if waited > 1:
-                log(f"  {name} round {round_no}: waited {waited:.0f} s for the other variants to idle")
-            r = measure(name, lambda: wrk(t, t.body("small"), 1))
-            if r:
-                out[name]["latency"].append(r)
-                log(f"  {name} round {round_no}: 1 conn p50 {r['latency_us']['p50']} us")
-            before = context_counters(dashboard)
-            r = measure(name, lambda: wrk(t, t.body("small"), SAT_CONNS))
-            if r:
-                after = context_counters(dashboard)
-                r["context"] = {k: after[k] - before[k] for k in after}
-                r["events_per_s"] = r["context"]["glider_context_events_written_total"] / SECONDS
-                out[name]["saturation"].append(r)
-                log(f"  {name} round {round_no}: {SAT_CONNS} conns {r['rps']:.0f} req/s, "
-                    f"{r['events_per_s']:.0f} events/s, gaps {r['context']['glider_context_gaps_total']:.0f}, "
-                    f"dropped {r['context']['glider_context_events_dropped_total']:.0f}")
+            for other in others:
+                other.pause()
+            try:
+                measure_context_variant(out, measure, name, t, dashboard, round_no)
+            finally:
+                for other in others:
+                    other.resume()
     for name, (t, _) in started.items():
         out[name]["rss_end_kib"] = t.proc.memory()[0]
         t.proc.stop()
+
+
+def measure_context_variant(out, measure, name, t, dashboard, round_no):
+    """One round of one context variant: p50 at 1 connection, then saturation."""
+    r = measure(name, lambda: wrk(t, t.body("small"), 1))
+    if r:
+        out[name]["latency"].append(r)
+        log(f"  {name} round {round_no}: 1 conn p50 {r['latency_us']['p50']} us")
+    before = context_counters(dashboard)
+    r = measure(name, lambda: wrk(t, t.body("small"), SAT_CONNS))
+    if r:
+        after = context_counters(dashboard)
+        r["context"] = {k: after[k] - before[k] for k in after}
+        r["events_per_s"] = r["context"]["glider_context_events_written_total"] / SECONDS
+        out[name]["saturation"].append(r)
+        log(f"  {name} round {round_no}: {SAT_CONNS} conns {r['rps']:.0f} req/s, "
+            f"{r['events_per_s']:.0f} events/s, gaps {r['context']['glider_context_gaps_total']:.0f}, "
+            f"dropped {r['context']['glider_context_events_dropped_total']:.0f}")
 
 
 def run_mitm(res, T, mitm, glider_mitm_port, glider):

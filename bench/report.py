@@ -145,9 +145,7 @@ def context_section(res):
         if failed(v):
             continue
         rows = [f"{r['latency_us']['p50']} / {s['rps']:,.0f}" for r, s in zip(v["latency"], v["saturation"])]
-        waited = v.get("waited_for_others_s")
-        waits = f" (waited {', '.join(f'{w:.0f}' for w in waited)} s for the other variants to idle first)" if waited else ""
-        L.append(f"- {name}: {', '.join(rows)}{waits}")
+        L.append(f"- {name}: {', '.join(rows)}")
     off = summary.get("off")
     if off and off["p50"] is not None and off["rps"]:
         L.append("\nTargets (issue 14), each \"on\" variant against \"off\":\n")
