@@ -65,13 +65,6 @@ pub fn bound_local_context(request: &mut Request, config: &ContextConfig, window
     cut_to_budget(request, budget, last_user, Bounded::default())
 }
 
-/// Give a local model the session's continuity `record` and the current episode only:
-/// the turns before the episode's root user turn are dropped (the record stands for
-/// them), the record goes in as a system turn after the leading system turns, and the
-/// episode is cut to the budget keeping its root. For a CLI's compaction request
-/// (`compaction`) the episode is the one its instruction (the last turn, always kept)
-/// follows. A request with no root user turn (nothing but tool traffic) is bounded by
-/// its tail instead.
 /// Whether [`bound_to_episode`] reads the continuity record for `request`: only then is
 /// it worth fetching (and, when stale, rendering).
 pub fn reads_record(request: &Request, compaction: bool) -> bool {
@@ -90,6 +83,14 @@ fn record_episode_root(request: &Request, compaction: bool) -> Option<usize> {
     (earlier || compaction).then_some(root)
 }
 
+/// Give a local model the session's continuity `record` and the current episode only:
+/// the turns before the episode's root user turn are dropped (the record stands for
+/// them), the record goes in as a system turn after the leading system turns, and the
+/// episode is cut to the budget keeping its root. For a CLI's compaction request
+/// (`compaction`) the episode is the one its instruction (the last turn, always kept)
+/// follows. A request with no root user turn (nothing but tool traffic), or with
+/// nothing before its episode (a session's first turn: [`reads_record`]), is bounded by
+/// its tail instead.
 pub fn bound_to_episode(
     request: &mut Request,
     record: &str,
