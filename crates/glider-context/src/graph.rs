@@ -236,10 +236,9 @@ impl SessionGraph {
     }
 }
 
-/// The strings a step keeps of a request (its key, door, model, rule and reason, and
-/// the user's text for the episode's goal) or of a reply (its backend, stop reason
-/// and text): cloned from an event the fold borrows (a replay), moved out of one it is
-/// given (the writer's), in the step's own fields.
+/// The strings a step keeps of a request: its key, door, model, rule and reason (in
+/// the step's own fields) and the user's text for the episode's goal. Cloned from an
+/// event the fold borrows (a replay), moved out of one it is given (the writer's).
 struct Kept {
     key: String,
     user_text: Option<String>,
@@ -275,32 +274,31 @@ impl Kept {
             },
         }
     }
+}
 
+/// The strings a step keeps of its reply: its backend, stop reason and text.
+struct ReplyKept {
+    backend: Option<String>,
+    stop_reason: Option<String>,
+    text: Option<String>,
+}
+
+impl ReplyKept {
     fn of_reply(reply: &ReplyEvent) -> Self {
-        Kept {
-            key: String::new(),
-            user_text: None,
-            step: Step {
-                backend: reply.backend.clone(),
-                stop_reason: reply.stop_reason.clone(),
-                reply_text: reply.text.clone(),
-                ..Step::default()
-            },
+        ReplyKept {
+            backend: reply.backend.clone(),
+            stop_reason: reply.stop_reason.clone(),
+            text: reply.text.clone(),
         }
     }
 
     /// Takes all but the backend, which the model counts read after.
     fn taken_from_reply(reply: &mut ReplyEvent) -> Self {
         use std::mem::take;
-        Kept {
-            key: String::new(),
-            user_text: None,
-            step: Step {
-                backend: reply.backend.clone(),
-                stop_reason: take(&mut reply.stop_reason),
-                reply_text: take(&mut reply.text),
-                ..Step::default()
-            },
+        ReplyKept {
+            backend: reply.backend.clone(),
+            stop_reason: take(&mut reply.stop_reason),
+            text: take(&mut reply.text),
         }
     }
 }
@@ -407,7 +405,7 @@ impl Folder {
             EventBody::Request(request) => {
                 self.request(request, Kept::of_request(request), at_ms, family.cloned())
             }
-            EventBody::Reply(reply) => self.reply(reply, Kept::of_reply(reply)),
+            EventBody::Reply(reply) => self.reply(reply, ReplyKept::of_reply(reply)),
             _ => self.other(&event.body, at_ms, family),
         }
         self.after_event();
@@ -424,7 +422,7 @@ impl Folder {
                 self.request(&request, kept, at_ms, family)
             }
             EventBody::Reply(mut reply) => {
-                let kept = Kept::taken_from_reply(&mut reply);
+                let kept = ReplyKept::taken_from_reply(&mut reply);
                 self.reply(&reply, kept)
             }
             body => self.other(&body, at_ms, family.as_ref()),
@@ -652,7 +650,6 @@ impl Folder {
             key,
             user_text,
             step,
-            ..
         } = kept;
         let family_key = family.unwrap_or_else(|| key.clone());
         let episode = self.episode(family_key, at_ms);
@@ -673,8 +670,8 @@ impl Folder {
             .insert(key, (episode, episode_ref.steps.len() - 1));
     }
 
-    /// `reply`, whose strings its step keeps are in `kept` (see [`Kept`]).
-    fn reply(&mut self, reply: &ReplyEvent, kept: Kept) {
+    /// `reply`, whose strings its step keeps are in `kept`.
+    fn reply(&mut self, reply: &ReplyEvent, kept: ReplyKept) {
         for call in &reply.tool_calls {
             self.saw_call(call);
         }
@@ -685,9 +682,9 @@ impl Folder {
             step.input_tokens = reply.input_tokens;
             step.output_tokens = reply.output_tokens;
             step.tool_calls = reply.tool_calls.iter().map(|c| c.name.clone()).collect();
-            step.backend = kept.step.backend;
-            step.stop_reason = kept.step.stop_reason;
-            step.reply_text = kept.step.reply_text;
+            step.backend = kept.backend;
+            step.stop_reason = kept.stop_reason;
+            step.reply_text = kept.text;
         }
         if let (Some(backend), Some(model)) = (&reply.backend, &reply.model) {
             // Found without building a key: a session uses few models.

@@ -204,10 +204,11 @@ impl LiveSessions {
         ids: &[i64],
     ) {
         for ((family, mut event), &id) in rows.into_iter().zip(ids) {
-            let Some(session) = event.session.take() else {
+            // Taken: the fold is given the event, and the session is kept below.
+            let Some(owned_session) = event.session.take() else {
                 continue;
             };
-            let session = session.as_str();
+            let session = owned_session.as_str();
             self.tick += 1;
             if !self.sessions.contains_key(session) {
                 // Loaded whole, this event included (it is committed).
@@ -231,7 +232,7 @@ impl LiveSessions {
             }
             live.used = self.tick;
             if !is_request && !self.idle_due.iter().any(|s| s == session) {
-                self.idle_due.push(session.to_owned());
+                self.idle_due.push(owned_session);
             }
         }
     }
