@@ -325,18 +325,19 @@ impl RowBuffers {
     }
 
     /// `json` as stored: text, or compressed past [`COMPRESS_OVER`] (its length, 4
-    /// bytes little-endian, then the LZ4 block).
+    /// bytes little-endian, then the LZ4 block). A length that 4 bytes cannot say goes
+    /// as text, which SQLite refuses as too big: the batch fails and is counted lost.
     fn stored_body(&mut self) -> rusqlite::types::ToSqlOutput<'_> {
         use rusqlite::types::{ToSqlOutput, ValueRef};
-        if self.json.len() <= COMPRESS_OVER {
+        let length = match u32::try_from(self.json.len()) {
+            Ok(length) if self.json.len() > COMPRESS_OVER => length,
             // serde_json writes UTF-8 only.
-            return ToSqlOutput::Borrowed(ValueRef::Text(&self.json));
-        }
+            _ => return ToSqlOutput::Borrowed(ValueRef::Text(&self.json)),
+        };
         let most = 4 + lz4_flex::block::get_maximum_output_size(self.json.len());
         if self.packed.len() < most {
             self.packed.resize(most, 0);
         }
-        let length = u32::try_from(self.json.len()).unwrap_or(u32::MAX);
         self.packed[..4].copy_from_slice(&length.to_le_bytes());
         let size = lz4_flex::block::compress_into(&self.json, &mut self.packed[4..])
             .expect("the output holds the most a block can take");
