@@ -39,10 +39,15 @@ def test_claude_code_turn_answered_by_the_local_model(glider_for_claude, tmp_pat
                     DISABLE_ERROR_REPORTING="1", DISABLE_AUTOUPDATER="1", CLAUDE_CODE_MAX_RETRIES="0")
     code, out, err = run([cli("claude"), "-p", "Reply with one word: hello", "--output-format", "json", "--max-turns", "1"],
                          env, work, timeout=600)
-    assert code == 0, f"claude failed ({code})\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}"
-    result = json.loads(out)
-    assert result["type"] == "result" and isinstance(result.get("result"), str), (out[-2000:], err[-2000:])
-    assert result.get("is_error") is False and result["result"].strip(), result
+    result = json.loads(out) if out.strip().startswith("{") else {}
+    # The 270M model samples: now and then it answers with a tool call, which
+    # `--max-turns 1` ends as `error_max_turns` after a well-formed `tool_use` turn. That
+    # is the model's choice, read correctly by the CLI; any other failure is Glider's.
+    called_a_tool = result.get("subtype") == "error_max_turns" and result.get("stop_reason") == "tool_use"
+    if not called_a_tool:
+        assert code == 0, f"claude failed ({code})\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}"
+        assert result.get("type") == "result" and isinstance(result.get("result"), str), (out[-2000:], err[-2000:])
+        assert result.get("is_error") is False and result["result"].strip(), result
     requests = get_json(f"{glider_for_claude.dashboard}/api/requests?limit=20")["requests"]
     main = [r for r in requests if any("tools" in note for note in r["fitted"])]
     assert main, requests
