@@ -17,6 +17,9 @@
 # BENCH_STREAM=1 asks for a streamed reply (what Claude Code and Codex always do): the
 # count then includes reading the stream, and with the context log on, capturing it.
 #
+# BENCH_CONNECTIONS (default 1) sets glider-load's connections: at 16 the context log's
+# writer commits batches of tens of events, as it does at saturation.
+#
 # BENCH_CONTEXT_YAML, when set, is one more line of the config, e.g.
 # `context: { enabled: false }` or `context: { summarizer: { enabled: false } }`: the
 # context log's writer thread is counted too (callgrind counts every thread), so the
@@ -71,7 +74,7 @@ GLIDER_HOME="$dir/home" valgrind --tool=callgrind --instr-atstart=no \
 glider=$!
 bench_glider_port
 load=("$bin/glider-load" --url "http://127.0.0.1:$port$path" --body "$dir/body.json"
-  --connections 1 --duration 600 --warmup 0
+  --connections "${BENCH_CONNECTIONS:-1}" --duration 600 --warmup 0
   --header 'anthropic-version: 2023-06-01' --header 'x-api-key: bench')
 "${load[@]}" --max-requests 50 >"$dir/warmup.json"
 callgrind_control -i on "$glider" >/dev/null

@@ -14,6 +14,11 @@
 #
 # Needs the release binaries (cargo build --release -p glider -p glider-test-support
 # -p glider-bench --bins) and two cores; perf only for the third argument.
+# BENCH_CONNECTIONS (default 50): glider-load's connections; at 1 the p50 is the figure.
+# BENCH_LOAD=wrk: wrk (the harness's load) instead of glider-load; it leaves the
+# proxy's core less idle time between requests.
+# BENCH_WRITER_CORE: move the context log's writer thread to that core (an A/B of
+# whether its work delays requests by sharing their core).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -39,6 +44,11 @@ glider=$!
 bench_glider_port
 load=(taskset -c 0 "$bin/glider-load" --url "http://127.0.0.1:$port/v1/chat/completions" --body "$dir/body.json" --warmup 0)
 "${load[@]}" --connections 4 --duration 1 >/dev/null
+if [ -n "${BENCH_WRITER_CORE:-}" ]; then
+  for task in /proc/"$glider"/task/*; do
+    if grep -q "^glider-context-w" "$task/comm"; then taskset -p -c "$BENCH_WRITER_CORE" "${task##*/}" >/dev/null; fi
+  done
+fi
 seconds="${2:-5}"
 cpu() { awk '{print $14 + $15}' "/proc/$glider/stat"; }
 # Each thread's CPU ticks, summed by name (tokio's workers share one).
@@ -53,13 +63,19 @@ if [ "${3:-}" = perf ]; then
   perf record ${PERF_OPTS:--g} -o "$here/.run/one-core.perf.data" -p "$glider" -- sleep "$seconds" >/dev/null 2>&1 &
   recorder=$!
 fi
-out=$("${load[@]}" --connections 50 --duration "$seconds")
+if [ "${BENCH_LOAD:-}" = wrk ]; then
+  out=$(BENCH_BODY="$dir/body.json" taskset -c 0 wrk -t1 -c"${BENCH_CONNECTIONS:-50}" -d"${seconds}s" \
+    --timeout 30s -s "$here/wrk/post.lua" "http://127.0.0.1:$port/v1/chat/completions")
+else
+  out=$("${load[@]}" --connections "${BENCH_CONNECTIONS:-50}" --duration "$seconds")
+fi
 if [ "${3:-}" = perf ]; then wait "$recorder" || true; fi
 t1=$(cpu)
 threads >"$dir/threads.1"
 requests=$(echo "$out" | grep -o '"requests":[0-9]*' | cut -d: -f2)
 ticks=$(getconf CLK_TCK)
-echo "config='${1:-}' requests=$requests req/s=$((requests / seconds)) cpu_us/req=$(( (t1 - t0) * 1000000 / ticks / requests ))"
+p50=$(echo "$out" | grep -o '"latency_us":{[^}]*' | grep -o '"p50":[0-9.]*' | head -1 | cut -d: -f2)
+echo "config='${1:-}' requests=$requests req/s=$((requests / seconds)) cpu_us/req=$(( (t1 - t0) * 1000000 / ticks / requests )) p50_us=$p50"
 # Threads that ran, by CPU µs a request.
 join -t$'\t' -a2 -e0 -o 0,1.2,2.2 "$dir/threads.0" "$dir/threads.1" |
   awk -F'\t' -v r="$requests" -v hz="$ticks" '$3 > $2 {printf "  %-24s %d\n", $1, ($3 - $2) * 1000000 / hz / r}'
