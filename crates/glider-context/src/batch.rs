@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// Under load, a writer commits at most this often. What a crash can lose is what it
 /// always could — writes queued and not yet committed — now at most this much newer.
-pub(crate) const COMMIT_EVERY: Duration = Duration::from_millis(5);
+pub(crate) const COMMIT_EVERY: Duration = Duration::from_millis(50);
 
 /// When the batch after a commit at `last_commit` (none yet: `None`) may be written.
 pub(crate) fn due_after(last_commit: Option<Instant>) -> Instant {

@@ -30,7 +30,7 @@ use crate::store::{self, Retention, StoreError};
 /// the log added went from +22 µs to none, with no event dropped at saturation.
 const WRITER_NICE: i32 = 10;
 /// Most events written in one transaction.
-const MAX_BATCH: usize = 512;
+const MAX_BATCH: usize = 4096;
 /// Families remembered for requests whose reply has not come (a Cursor turn handed
 /// back to its origin never has one); past this the oldest memory is dropped.
 const MAX_OPEN_REQUESTS: usize = 16_384;
