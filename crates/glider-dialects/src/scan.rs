@@ -9,7 +9,7 @@
 //! escapes, a member given twice, a body cut short — is [`Unscannable`], and the caller
 //! settles it with a full parse.
 
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 use std::ops::Range;
 
 /// The scan could not place the member for certain; parse the body instead.
@@ -88,6 +88,7 @@ pub(crate) fn counts_of(
     let counts = ScannedCounts {
         object,
         unscannable: Cell::new(false),
+        members: OnceCell::new(),
     };
     let usage = decode(&counts);
     if counts.unscannable.get() {
@@ -119,15 +120,45 @@ impl Counts for serde_json::Value {
 pub(crate) struct ScannedCounts<'a> {
     object: &'a [u8],
     unscannable: Cell<bool>,
+    /// The object's own members (name, value), scanned once on the first count: a
+    /// usage decoder reads four or five counts, and each scan of the object (an
+    /// Ollama reply's is the whole reply) cost about 2,000 instructions.
+    members: OnceCell<Result<Vec<Member<'a>>, Unscannable>>,
+}
+
+/// A member of a scanned object: its name and where its value lies.
+type Member<'a> = (&'a [u8], Range<usize>);
+
+impl<'a> ScannedCounts<'a> {
+    /// The value of the object's member `key` (the last, when given twice).
+    fn member(&self, key: &str) -> Result<Option<&'a [u8]>, Unscannable> {
+        let object = self.object;
+        let members = self.members.get_or_init(|| {
+            let mut members = Vec::with_capacity(8);
+            top_level_members(object, |name, value| members.push((name, value)))?;
+            Ok(members)
+        });
+        let members = members.as_ref().map_err(|&unscannable| unscannable)?;
+        Ok(members
+            .iter()
+            .rev()
+            .find(|(name, _)| *name == key.as_bytes())
+            .map(|(_, value)| &object[value.clone()]))
+    }
 }
 
 impl Counts for ScannedCounts<'_> {
     fn count(&self, path: &[&str]) -> u64 {
         let mut value = self.object;
         for (depth, key) in path.iter().enumerate() {
-            match member_spans(value, [key]) {
-                Ok([Some(span)]) => value = &value[span],
-                Ok([None]) => return 0,
+            let member = if depth == 0 {
+                self.member(key)
+            } else {
+                member_spans(value, [key]).map(|[span]| span.map(|span| &value[span]))
+            };
+            match member {
+                Ok(Some(found)) => value = found,
+                Ok(None) => return 0,
                 // Below the object, `null` or a scalar has no members: absent, as
                 // `Value::get` says.
                 Err(Unscannable) if depth > 0 && value.first().is_some_and(|c| *c != b'{') => {
@@ -166,9 +197,9 @@ fn integer(bytes: &[u8]) -> Option<u64> {
 
 /// Call `visit` with each top-level member's key (as written, without its quotes) and
 /// its value's byte range, in order.
-pub fn top_level_members(
-    body: &[u8],
-    mut visit: impl FnMut(&[u8], Range<usize>),
+pub fn top_level_members<'a>(
+    body: &'a [u8],
+    mut visit: impl FnMut(&'a [u8], Range<usize>),
 ) -> Result<(), Unscannable> {
     let mut at = skip_space(body, 0);
     if body.get(at) != Some(&b'{') {

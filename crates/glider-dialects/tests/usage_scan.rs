@@ -115,6 +115,16 @@ fn backend_shapes_scan_to_the_decoded_usage() {
             .input_tokens,
         3
     );
+    // A count given twice inside the usage (and an Ollama reply's, whose counts are
+    // the reply's own members): the last one, as a full parse keeps it.
+    let inner = br#"{"id":"c","object":"chat.completion","model":"m","choices":[],
+        "usage":{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens":9,"completion_tokens":2}}"#;
+    let usage = scanned(Dialect::OpenAiChat, inner).expect("scans");
+    assert_eq!((usage.input_tokens, usage.output_tokens), (9, 2));
+    let ollama =
+        br#"{"model":"q","done":true,"eval_count":3,"prompt_eval_count":4,"eval_count":8}"#;
+    let usage = scanned(Dialect::Ollama, ollama).expect("scans");
+    assert_eq!((usage.input_tokens, usage.output_tokens), (4, 8));
     // A null usage, or none at all: no usage, and nothing to decode for it.
     let null = br#"{"id":"c","object":"chat.completion","model":"m","usage":null,
         "choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}"#;
