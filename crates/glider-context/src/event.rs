@@ -280,6 +280,14 @@ fn cap_strings(value: &mut Value) {
     }
 }
 
+/// [`edges`] of an owned `text`: kept as it is (not copied) when short.
+pub fn into_edges(text: String, edge: usize) -> String {
+    if text.len() <= 2 * edge || text.chars().count() <= 2 * edge {
+        return text;
+    }
+    edges(&text, edge)
+}
+
 /// At most `chars` characters from the start of `text`.
 pub fn prefix(text: &str, chars: usize) -> &str {
     // No more bytes than `chars`: no more characters either, nothing to walk.
@@ -294,6 +302,10 @@ pub fn prefix(text: &str, chars: usize) -> &str {
 
 /// `text` whole when short, else its first and last `edge` characters.
 pub fn edges(text: &str, edge: usize) -> String {
+    // No more bytes than `2 * edge`: no more characters either, nothing to count.
+    if text.len() <= 2 * edge {
+        return text.to_owned();
+    }
     let count = text.chars().count();
     if count <= 2 * edge {
         return text.to_owned();
@@ -310,6 +322,15 @@ pub fn edges(text: &str, edge: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_owned_text_keeps_the_same_edges_as_a_borrowed_one() {
+        // Short in bytes, short in characters but long in bytes, and long.
+        for text in ["short".to_owned(), "é".repeat(30), "ab".repeat(40)] {
+            assert_eq!(into_edges(text.clone(), 20), edges(&text, 20), "{text}");
+        }
+        assert!(into_edges("ab".repeat(40), 20).contains("\n…\n"));
+    }
 
     #[test]
     fn long_results_keep_both_ends_and_their_length() {

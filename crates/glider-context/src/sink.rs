@@ -15,7 +15,7 @@ use crate::Context;
 use crate::event::{
     BudgetStopEvent, CompactionEvent, DelegateEvent, Event, EventBody, MAX_NARRATIVE_EDGE_CHARS,
     MAX_USER_TEXT_CHARS, REPLY_TEXT_EDGE_CHARS, ReplyEvent, RequestEvent, ToolCall, ToolResult,
-    ToolRunEvent, edges, prefix,
+    ToolRunEvent, edges, into_edges, prefix,
 };
 
 impl ContextSink for Context {
@@ -96,6 +96,9 @@ impl ContextSink for Context {
                 }),
             });
         }
+        let compaction = turn
+            .compaction
+            .map(|source| compaction_event(source, &turn.text, record.status == Some(200)));
         let body = ReplyEvent {
             request: self.request_key(turn.request_id),
             backend: record.backend.clone(),
@@ -107,12 +110,7 @@ impl ContextSink for Context {
                 + record.usage.cache_read_tokens
                 + record.usage.cache_write_tokens,
             output_tokens: record.usage.output_tokens,
-            stop_reason: turn.stop_reason.map(|r| {
-                serde_json::to_value(r)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()
-            }),
+            stop_reason: turn.stop_reason.map(|r| r.as_str().to_owned()),
             tool_calls: turn
                 .tool_calls
                 .into_iter()
@@ -120,11 +118,8 @@ impl ContextSink for Context {
                 .collect(),
             ttft_ms: record.ttft_ms,
             total_ms: record.total_ms,
-            text: (!turn.text.is_empty()).then(|| edges(&turn.text, REPLY_TEXT_EDGE_CHARS)),
+            text: (!turn.text.is_empty()).then(|| into_edges(turn.text, REPLY_TEXT_EDGE_CHARS)),
         };
-        let compaction = turn
-            .compaction
-            .map(|source| compaction_event(source, &turn.text, record.status == Some(200)));
         let at_ms = crate::now_ms();
         self.log.append(Event {
             at_ms,

@@ -331,6 +331,21 @@ pub enum StopReason {
     PauseTurn,
 }
 
+impl StopReason {
+    /// Its name as serialised (`end_turn`, `tool_use`, …), without building a JSON value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::EndTurn => "end_turn",
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::StopSequence => "stop_sequence",
+            StopReason::ToolUse => "tool_use",
+            StopReason::ContentFilter => "content_filter",
+            StopReason::Refusal => "refusal",
+            StopReason::PauseTurn => "pause_turn",
+        }
+    }
+}
+
 /// Token accounting, in Anthropic's sense: `input_tokens` EXCLUDES cached tokens, which
 /// are counted in `cache_read_tokens` / `cache_write_tokens`. OpenAI's `prompt_tokens`
 /// includes its `cached_tokens`: its codecs subtract on decode and add on encode.
