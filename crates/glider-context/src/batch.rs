@@ -5,7 +5,7 @@
 //! once, and a flush ends the wait. While a batch gathers the writer sleeps until it is
 //! due and then takes what came, instead of waiting on the queue: a wait wakes it for
 //! every write (a context switch per request on the request path's core, and a futex
-//! wake in every sender); so does a poll each millisecond, five times a batch.
+//! wake in every sender); so would a poll each millisecond (fifty times a batch).
 
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::thread;
