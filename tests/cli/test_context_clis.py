@@ -74,6 +74,12 @@ def session_with(home, command):
     return found
 
 
+def steps_now(dashboard, key):
+    """The session's steps as the dashboard shows them now."""
+    view = get_json(f"{dashboard}/api/context/sessions/{key}")
+    return [s for e in view["graph"]["episodes"] for s in e["steps"]]
+
+
 def assert_exactly_those(export, path, command, ops=("read", "edited")):
     graph = export["graph"]
     files = {f["path"]: [c["op"] for c in f["changes"]] for f in graph["files"]}
@@ -411,8 +417,13 @@ context: {{{{summarizer: {{{{enabled: false}}}}}}}}
                       "--dangerously-bypass-approvals-and-sandbox", "--json", f"/local {question}"]
             code, out, err = run(resume, env, work)
             assert code == 0, f"codex resume failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
-            steps = [s for e in get_json(f"{glider.dashboard}/api/context/sessions/{key}")["graph"]["episodes"]
-                     for s in e["steps"]]
+
+            # The writer commits at most every 50 ms under load: the last reply may
+            # still be queued when codex exits.
+            def answered_locally():
+                found = steps_now(glider.dashboard, key)
+                return found if any(s["rule"] == "explicit" and s["local"] for s in found) else None
+            steps = poll(answered_locally, timeout=10) or steps_now(glider.dashboard, key)
     finally:
         local.shutdown()
         local.server_close()
