@@ -282,10 +282,10 @@ fn cap_strings(value: &mut Value) {
 
 /// [`edges`] of an owned `text`: kept as it is (not copied) when short.
 pub fn into_edges(text: String, edge: usize) -> String {
-    if text.len() <= 2 * edge || text.chars().count() <= 2 * edge {
-        return text;
+    match long_text_chars(&text, edge) {
+        None => text,
+        Some(count) => cut_to_edges(&text, count, edge),
     }
-    edges(&text, edge)
 }
 
 /// At most `chars` characters from the start of `text`.
@@ -302,14 +302,25 @@ pub fn prefix(text: &str, chars: usize) -> &str {
 
 /// `text` whole when short, else its first and last `edge` characters.
 pub fn edges(text: &str, edge: usize) -> String {
-    // No more bytes than `2 * edge`: no more characters either, nothing to count.
+    match long_text_chars(text, edge) {
+        None => text.to_owned(),
+        Some(count) => cut_to_edges(text, count, edge),
+    }
+}
+
+/// The characters of `text` when it has more than `2 * edge` of them (`None`: it is
+/// short and kept whole). No more bytes than that means no more characters either, and
+/// nothing is counted.
+fn long_text_chars(text: &str, edge: usize) -> Option<usize> {
     if text.len() <= 2 * edge {
-        return text.to_owned();
+        return None;
     }
     let count = text.chars().count();
-    if count <= 2 * edge {
-        return text.to_owned();
-    }
+    (count > 2 * edge).then_some(count)
+}
+
+/// The first and last `edge` characters of `text`, which has `count` of them.
+fn cut_to_edges(text: &str, count: usize, edge: usize) -> String {
     let head = prefix(text, edge);
     let tail_start = text
         .char_indices()
