@@ -74,9 +74,7 @@ impl Answer {
                 model: model.to_owned(),
                 latency_ms: took.as_millis() as u64,
                 output_tokens: response.usage.output_tokens,
-                stop_reason: serde_json::to_value(response.stop_reason)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned)),
+                stop_reason: Some(response.stop_reason.as_str().to_owned()),
                 tool_calls: glider_ngl::tool_calls(&response.parts)
                     .map(|(_, name, _)| name.to_owned())
                     .collect(),
