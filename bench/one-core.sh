@@ -45,9 +45,15 @@ bench_glider_port
 load=(taskset -c 0 "$bin/glider-load" --url "http://127.0.0.1:$port/v1/chat/completions" --body "$dir/body.json" --warmup 0)
 "${load[@]}" --connections 4 --duration 1 >/dev/null
 if [ -n "${BENCH_WRITER_CORE:-}" ]; then
+  # A thread's name is cut to 15 bytes: the writer shows as `glider-context-` (as does
+  # the record preload, done by now or harmless to move too).
+  moved=0
   for task in /proc/"$glider"/task/*; do
-    if grep -q "^glider-context-w" "$task/comm"; then taskset -p -c "$BENCH_WRITER_CORE" "${task##*/}" >/dev/null; fi
+    if [ "$(cat "$task/comm")" = glider-context- ]; then
+      taskset -p -c "$BENCH_WRITER_CORE" "${task##*/}" >/dev/null && moved=$((moved + 1))
+    fi
   done
+  [ "$moved" -gt 0 ] || { echo "BENCH_WRITER_CORE: no context writer thread found (context off?)" >&2; exit 1; }
 fi
 seconds="${2:-5}"
 cpu() { awk '{print $14 + $15}' "/proc/$glider/stat"; }
