@@ -211,6 +211,79 @@ async fn requests_through_the_engine_become_events_and_a_graph() {
     assert_eq!(backends, [("claude", false, 2), ("local", true, 2)]);
 }
 
+/// A same-dialect whole reply (OpenAI Chat to vLLM, not streamed) is forwarded as it
+/// came and read for its text and stop reason without a full decode: the reply event
+/// keeps both, and its usage; a reply with a tool call still gives the call.
+#[tokio::test]
+async fn a_forwarded_whole_reply_keeps_its_text_stop_reason_and_calls() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let yaml = format!(
+        "backends:\n\
+         \x20 - {{name: pool, type: vllm, base_url: '{}/v1', models: [qwen]}}\n",
+        mock.base_url()
+    );
+    let engine = Engine::new(ConfigHandle::new(
+        Config::parse(&yaml, "t").expect("valid"),
+        None,
+    ));
+    let home = tempfile::tempdir().expect("tempdir");
+    let context = attach(&engine, home.path());
+    let ask_chat = |content: &str| {
+        let body = json!({"model": "qwen", "max_tokens": 50, "stream": false,
+            "tools": [{"type": "function", "function": {"name": "Read", "parameters": {"type": "object"}}}],
+            "messages": [{"role": "user", "content": content}]});
+        let engine = engine.clone();
+        async move {
+            let completion = engine
+                .complete(CompletionRequest::gateway(
+                    Dialect::OpenAiChat,
+                    Bytes::from(body.to_string()),
+                    HeaderMap::new(),
+                ))
+                .await
+                .expect("answered");
+            match completion.body {
+                CompletionBody::Raw { mut rest, .. } => while rest.next().await.is_some() {},
+                CompletionBody::Events(mut events) => while events.next().await.is_some() {},
+                CompletionBody::Whole(_) => {}
+            }
+        }
+    };
+    ask_chat("say \"hi\"").await;
+    ask_chat("please [[call:Read {\"file_path\": \"/p/b.rs\"}]]").await;
+    let mut replies = Vec::new();
+    for _ in 0..200 {
+        context.log().flush();
+        let conn = store::open(home.path()).expect("opens");
+        replies = store::events(&conn, None)
+            .expect("reads")
+            .into_iter()
+            .filter_map(|e| match e.event.body {
+                EventBody::Reply(reply) => Some(reply),
+                _ => None,
+            })
+            .collect();
+        if replies.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(replies.len(), 2);
+    let text = &replies[0];
+    assert_eq!(text.text.as_deref(), Some("echo: say \"hi\""));
+    assert_eq!(text.stop_reason.as_deref(), Some("end_turn"));
+    assert!(text.output_tokens > 0, "the usage is read too");
+    assert!(text.tool_calls.is_empty());
+    let call = &replies[1];
+    assert_eq!(call.stop_reason.as_deref(), Some("tool_use"));
+    let calls: Vec<_> = call
+        .tool_calls
+        .iter()
+        .map(|c| (c.name.as_str(), c.arguments.clone()))
+        .collect();
+    assert_eq!(calls, [("Read", json!({"file_path": "/p/b.rs"}))]);
+}
+
 /// Poll `check` (flushing the log first) until it holds or a generous deadline passes.
 async fn eventually(context: &Context, mut check: impl FnMut() -> bool) -> bool {
     for _ in 0..500 {

@@ -13,7 +13,8 @@ macro_rules! dialect_codec {
         dialect: $dialect:expr,
         stream_content_type: $content_type:expr,
         stream_decoder: $decoder:ty,
-        stream_encoder: $encoder:ty $(,)?
+        stream_encoder: $encoder:ty
+        $(, reply_text: $reply_text:path)? $(,)?
     ) => {
         impl $crate::Codec for $codec {
             fn dialect(&self) -> ::glider_ngl::Dialect {
@@ -49,6 +50,12 @@ macro_rules! dialect_codec {
                 response::response_usage(body)
             }
 
+            $(
+                fn reply_text<'a>(&self, body: &'a [u8]) -> Option<$crate::ReplyText<'a>> {
+                    $reply_text(body)
+                }
+            )?
+
             fn stream_decoder(&self) -> Box<dyn $crate::StreamDecoder> {
                 Box::<$decoder>::default()
             }
@@ -82,8 +89,17 @@ pub mod scan;
 mod tool_cache;
 mod typed;
 
-use glider_ngl::{ApiError, Dialect, Request, Response, StreamEvent, Usage};
+use glider_ngl::{ApiError, Dialect, Request, Response, StopReason, StreamEvent, Usage};
 use serde_json::Value;
+
+/// What [`Codec::reply_text`] reads of a reply without tool calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplyText<'a> {
+    pub usage: Usage,
+    pub stop_reason: StopReason,
+    /// The reply's text parts, joined in order (its thinking left out).
+    pub text: std::borrow::Cow<'a, str>,
+}
 
 /// Incremental decoder of a backend's streamed reply into ngl events.
 pub trait StreamDecoder: Send {
@@ -119,6 +135,15 @@ pub trait Codec: Sync {
     /// the rest: what a forwarded reply is read for when nothing needs its content.
     /// `Err` when the scan cannot place it; decode the reply then.
     fn response_usage(&self, body: &[u8]) -> Result<Usage, scan::Unscannable>;
+    /// A backend's non-streamed reply that makes no tool call, read for its usage, stop
+    /// reason and text alone ([`ReplyText`]), as [`Codec::decode_response`] reads them,
+    /// without building the [`Response`]: what a forwarded reply is read for when the
+    /// context log keeps its text. `None` for a reply with tool calls, one this reading
+    /// leaves to the full decode, or a dialect without it: decode the reply then.
+    fn reply_text<'a>(&self, body: &'a [u8]) -> Option<ReplyText<'a>> {
+        let _ = body;
+        None
+    }
     fn stream_decoder(&self) -> Box<dyn StreamDecoder>;
     fn stream_encoder(&self) -> Box<dyn StreamEncoder>;
     /// Content type of this dialect's stream (`text/event-stream`, `application/x-ndjson`).

@@ -5,11 +5,56 @@
 //! so results and errors are the `Value` reading's. This module holds what they share,
 //! and the small shapes the stream writers serialise alike.
 
+use std::borrow::Cow;
+
 use serde::de::{Deserializer, Visitor};
 use serde::{Deserialize, Serialize, forward_to_deserialize_any};
 use serde_json::value::RawValue;
 
 use crate::scan::ScannedCounts;
+
+/// An optional JSON string, borrowed from the body when it has no escapes, for a field
+/// `#[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]`.
+/// serde's `borrow` reaches only a bare `Cow<str>` field: inside an `Option` every
+/// string was read owned, an allocation each (a reply's id, model, text and finish
+/// reason; each stream chunk's).
+pub(crate) fn optional_text<'de: 'a, 'a, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Cow<'a, str>>, D::Error> {
+    struct OptionalText;
+    impl<'de> Visitor<'de> for OptionalText {
+        type Value = Option<Cow<'de, str>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or null")
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, inner: D) -> Result<Self::Value, D::Error> {
+            inner.deserialize_str(self)
+        }
+
+        fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Borrowed(text)))
+        }
+
+        fn visit_str<E>(self, text: &str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(text.to_owned())))
+        }
+
+        fn visit_string<E>(self, text: String) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(text)))
+        }
+    }
+    deserializer.deserialize_option(OptionalText)
+}
 
 /// A struct read only from a JSON object: serde's derive also reads a struct from an
 /// array, by position, which the `Value` decode refuses (`"message": [...]`).
@@ -106,4 +151,38 @@ pub(crate) fn decode_all(
     };
     events.extend(decoder.finish());
     events
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    #[derive(serde::Deserialize)]
+    struct Field<'a> {
+        #[serde(borrow, default, deserialize_with = "super::optional_text")]
+        text: Option<Cow<'a, str>>,
+    }
+
+    fn read(json: &str) -> Option<Option<Cow<'_, str>>> {
+        serde_json::from_str::<Field<'_>>(json).ok().map(|f| f.text)
+    }
+
+    #[test]
+    fn an_optional_text_is_borrowed_unless_escaped_and_refuses_other_types() {
+        assert!(matches!(
+            read(r#"{"text": "plain"}"#),
+            Some(Some(Cow::Borrowed("plain")))
+        ));
+        match read(r#"{"text": "a\nb"}"#) {
+            Some(Some(Cow::Owned(text))) => assert_eq!(text, "a\nb"),
+            other => panic!("an escaped string is read owned: {other:?}"),
+        }
+        assert_eq!(read(r#"{"text": null}"#), Some(None));
+        assert_eq!(read("{}"), Some(None), "absent is the default");
+        assert_eq!(
+            read(r#"{"text": 1}"#),
+            None,
+            "a number is refused, as before"
+        );
+    }
 }

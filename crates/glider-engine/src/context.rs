@@ -305,6 +305,14 @@ impl ReplyCapture {
         }
     }
 
+    /// A whole reply without tool calls, read for its stop reason and text alone.
+    pub(crate) fn text_reply(&mut self, stop_reason: StopReason, text: &str) {
+        self.stop_reason = Some(stop_reason);
+        if self.sink.is_some() {
+            self.text.push(text);
+        }
+    }
+
     /// Whether only the reply's tool calls are kept (for the budget kit): no sink, which
     /// would also keep its stop reason and text.
     pub(crate) fn keeps_only_tool_calls(&self) -> bool {

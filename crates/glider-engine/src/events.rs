@@ -429,15 +429,29 @@ impl Tracker {
 
     /// A forwarded whole reply: only its usage is read (a scan, no decode) when nothing
     /// else needs it — no context capture, or one that keeps only tool calls and a reply
-    /// that makes none; else, or when the scan cannot place the usage, it is decoded.
+    /// that makes none; a capture that keeps the text of a reply without tool calls gets
+    /// it from the dialect's text reading ([`glider_dialects::Codec::reply_text`]); else,
+    /// or when those readings cannot place what they read, the reply is decoded.
     fn whole_reply(&mut self, dialect: Dialect, body: &[u8]) {
         let codec = codec(dialect);
-        let usage_alone = self.context.as_deref().is_none_or(|capture| {
-            capture.keeps_only_tool_calls() && !glider_dialects::reply_may_call_tools(dialect, body)
-        });
+        let calls = || glider_dialects::reply_may_call_tools(dialect, body);
+        let usage_alone = self
+            .context
+            .as_deref()
+            .is_none_or(|capture| capture.keeps_only_tool_calls() && !calls());
         if usage_alone && let Ok(usage) = codec.response_usage(body) {
             self.record.usage.merge(&usage);
-        } else if let Ok(response) = codec.decode_response(body) {
+            return;
+        }
+        if let Some(capture) = self.context.as_deref_mut()
+            && !usage_alone
+            && let Some(reply) = codec.reply_text(body)
+        {
+            self.record.usage.merge(&reply.usage);
+            capture.text_reply(reply.stop_reason, &reply.text);
+            return;
+        }
+        if let Ok(response) = codec.decode_response(body) {
             self.response(&response);
         }
     }

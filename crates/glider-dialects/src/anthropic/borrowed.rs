@@ -12,7 +12,12 @@ use crate::typed::Object;
 
 #[derive(Deserialize)]
 struct Event<'a> {
-    #[serde(rename = "type", borrow, default)]
+    #[serde(
+        rename = "type",
+        borrow,
+        default,
+        deserialize_with = "crate::typed::optional_text"
+    )]
     kind: Option<Cow<'a, str>>,
     index: u64,
     #[serde(borrow, default)]
@@ -21,15 +26,20 @@ struct Event<'a> {
 
 #[derive(Deserialize)]
 struct Delta<'a> {
-    #[serde(rename = "type", borrow, default)]
+    #[serde(
+        rename = "type",
+        borrow,
+        default,
+        deserialize_with = "crate::typed::optional_text"
+    )]
     kind: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     text: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     thinking: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     signature: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     partial_json: Option<Cow<'a, str>>,
 }
 

@@ -18,23 +18,23 @@ use crate::typed::Object;
 pub(super) struct Line<'a> {
     #[serde(borrow, default)]
     error: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     pub(super) created_at: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     pub(super) model: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     message: Option<Object<Message<'a>>>,
     #[serde(default)]
     done: Option<bool>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     pub(super) done_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 pub(super) struct Message<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     pub(super) thinking: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     pub(super) content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     tool_calls: Option<&'a RawValue>,

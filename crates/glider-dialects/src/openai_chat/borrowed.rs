@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::response::{decode_finish, decode_usage};
+use crate::ReplyText;
 use crate::typed::{Object, string_of, usage_counts};
 
 #[derive(Deserialize)]
@@ -24,9 +25,9 @@ struct Reply<'a> {
     error: Option<&'a RawValue>,
     #[serde(borrow)]
     choices: Vec<Object<Choice<'a>>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     model: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     usage: Option<&'a RawValue>,
@@ -36,7 +37,7 @@ struct Reply<'a> {
 struct Choice<'a> {
     #[serde(borrow)]
     message: Object<Message<'a>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     finish_reason: Option<Cow<'a, str>>,
     /// vLLM's: the stop string that matched, or a token id (read only as a string).
     #[serde(borrow, default)]
@@ -45,13 +46,13 @@ struct Choice<'a> {
 
 #[derive(Deserialize)]
 struct Message<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     reasoning_content: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     reasoning: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     content: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     refusal: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     tool_calls: Option<Vec<Object<Call<'a>>>>,
@@ -59,7 +60,7 @@ struct Message<'a> {
 
 #[derive(Deserialize)]
 struct Call<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     id: Option<Cow<'a, str>>,
     #[serde(borrow)]
     function: Object<Function<'a>>,
@@ -78,11 +79,11 @@ struct Function<'a> {
 pub(super) struct Chunk<'a> {
     #[serde(borrow, default)]
     error: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     object: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     pub(super) id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     pub(super) model: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     usage: Option<&'a RawValue>,
@@ -96,7 +97,7 @@ pub(super) struct ChunkChoice<'a> {
     index: Option<u64>,
     #[serde(borrow, default)]
     delta: Option<Object<ChunkDelta<'a>>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     pub(super) finish_reason: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     stop_reason: Option<&'a RawValue>,
@@ -104,11 +105,11 @@ pub(super) struct ChunkChoice<'a> {
 
 #[derive(Deserialize)]
 pub(super) struct ChunkDelta<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     reasoning_content: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     reasoning: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "crate::typed::optional_text")]
     pub(super) content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     tool_calls: Option<&'a RawValue>,
@@ -165,16 +166,37 @@ pub(super) fn chunk(data: &str) -> Option<(Chunk<'_>, Usage)> {
     Some((chunk, usage))
 }
 
-/// The reply, or `None` where the `Value` decode must read it.
-pub(super) fn decode(body: &[u8]) -> Option<Response> {
+/// The reply's first choice and the reply with its choices taken out, or `None` where
+/// the `Value` decode must read it.
+fn first_choice(body: &[u8]) -> Option<(Reply<'_>, Choice<'_>)> {
     // Validated whole first: skipping an unknown member does not check its UTF-8, and
     // the `Value` decode refuses a reply with a bad byte anywhere.
     let body = std::str::from_utf8(body).ok()?;
-    let Object(reply) = serde_json::from_str::<Object<Reply<'_>>>(body).ok()?;
+    let Object(mut reply) = serde_json::from_str::<Object<Reply<'_>>>(body).ok()?;
     if reply.error.is_some() {
         return None;
     }
-    let Object(choice) = reply.choices.into_iter().next()?;
+    let Object(choice) = std::mem::take(&mut reply.choices).into_iter().next()?;
+    Some((reply, choice))
+}
+
+/// A choice's stop reason and vLLM's stop string (`None` unless the reason is a stop
+/// sequence), as the `Value` decode reads them.
+fn stop_of(choice: &Choice<'_>, has_calls: bool) -> (StopReason, Option<String>) {
+    let stop_sequence = string_of(choice.stop_reason);
+    let stop_reason = decode_finish(
+        choice.finish_reason.as_deref(),
+        stop_sequence.is_some(),
+        has_calls,
+    );
+    let stop_sequence = stop_sequence.filter(|_| stop_reason == StopReason::StopSequence);
+    (stop_reason, stop_sequence)
+}
+
+/// The reply, or `None` where the `Value` decode must read it.
+pub(super) fn decode(body: &[u8]) -> Option<Response> {
+    let (reply, choice) = first_choice(body)?;
+    let (stop_reason, stop_sequence) = stop_of(&choice, has_calls(&choice));
     let Object(message) = choice.message;
     let mut parts = Vec::new();
     let reasoning = message.reasoning_content.or(message.reasoning);
@@ -191,7 +213,6 @@ pub(super) fn decode(body: &[u8]) -> Option<Response> {
     if let Some(refusal) = message.refusal {
         parts.push(Part::text(refusal.into_owned()));
     }
-    let mut has_calls = false;
     for (i, Object(call)) in message.tool_calls.into_iter().flatten().enumerate() {
         let Object(function) = call.function;
         parts.push(Part::ToolCall {
@@ -199,21 +220,46 @@ pub(super) fn decode(body: &[u8]) -> Option<Response> {
             name: function.name.into_owned(),
             arguments: arguments(function.arguments)?,
         });
-        has_calls = true;
     }
-    let stop_sequence = string_of(choice.stop_reason);
-    let stop_reason = decode_finish(
-        choice.finish_reason.as_deref(),
-        stop_sequence.is_some(),
-        has_calls,
-    );
     Some(Response {
         id: reply.id.map(Cow::into_owned).unwrap_or_default(),
         model: reply.model.map(Cow::into_owned).unwrap_or_default(),
         parts,
         stop_reason,
-        stop_sequence: stop_sequence.filter(|_| stop_reason == StopReason::StopSequence),
+        stop_sequence,
         usage: usage_counts(reply.usage, |counts| decode_usage(counts))?,
+    })
+}
+
+/// Whether the choice's message makes a tool call.
+fn has_calls(choice: &Choice<'_>) -> bool {
+    let Object(message) = &choice.message;
+    message
+        .tool_calls
+        .as_ref()
+        .is_some_and(|calls| !calls.is_empty())
+}
+
+/// A reply that makes no tool call, read for its usage, stop reason and text alone
+/// ([`ReplyText`]: what [`decode`] reads of them, without building the [`Response`]);
+/// `None` for one with tool calls, or where [`decode`] would be `None`.
+pub(super) fn reply_text(body: &[u8]) -> Option<ReplyText<'_>> {
+    let (reply, choice) = first_choice(body)?;
+    if has_calls(&choice) {
+        return None;
+    }
+    let (stop_reason, _) = stop_of(&choice, false);
+    let Object(message) = choice.message;
+    let content = message.content.filter(|t| !t.is_empty());
+    let text = match (content, message.refusal) {
+        (Some(content), Some(refusal)) => Cow::Owned(content.into_owned() + &refusal),
+        (Some(text), None) | (None, Some(text)) => text,
+        (None, None) => Cow::Borrowed(""),
+    };
+    Some(ReplyText {
+        usage: usage_counts(reply.usage, |counts| decode_usage(counts))?,
+        stop_reason,
+        text,
     })
 }
 
@@ -232,8 +278,22 @@ fn arguments(raw: Option<&RawValue>) -> Option<Value> {
 mod tests {
     use serde_json::json;
 
-    use super::decode;
+    use glider_ngl::{Part, Response};
+
+    use super::{decode, reply_text};
     use crate::openai_chat::response::decode_value;
+
+    /// A decoded reply's text parts joined, as [`super::reply_text`] gives them.
+    fn joined_text(response: &Response) -> String {
+        response
+            .parts
+            .iter()
+            .filter_map(|part| match part {
+                Part::Text { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
 
     /// Replies a server sends: each decodes here, to what the `Value` decode reads.
     #[test]
@@ -268,7 +328,42 @@ mod tests {
             let borrowed = decode(body.as_bytes()).unwrap_or_else(|| panic!("borrowed: {body}"));
             let value = decode_value(body.as_bytes()).expect("value decode");
             assert_eq!(borrowed, value, "{body}");
+            let calls = value
+                .parts
+                .iter()
+                .any(|p| matches!(p, Part::ToolCall { .. }));
+            match reply_text(body.as_bytes()) {
+                Some(read) => {
+                    assert!(
+                        !calls,
+                        "a reply with tool calls is left to the decode: {body}"
+                    );
+                    assert_eq!(read.text, joined_text(&value), "{body}");
+                    assert_eq!(read.stop_reason, value.stop_reason, "{body}");
+                    assert_eq!(read.usage, value.usage, "{body}");
+                }
+                None => assert!(calls, "only tool calls send the text reading back: {body}"),
+            }
         }
+    }
+
+    /// The text reading joins content and refusal as the decode's text parts do, and an
+    /// empty `tool_calls` is no call.
+    #[test]
+    fn the_text_reading_joins_what_the_decode_keeps_as_text() {
+        let body = br#"{"choices": [{"message": {"content": "a\n", "refusal": "no",
+            "reasoning_content": "hidden", "tool_calls": []}, "finish_reason": "length"}]}"#;
+        let read = reply_text(body).expect("no calls");
+        let value = decode_value(body).expect("value decode");
+        assert_eq!(read.text, "a\nno");
+        assert_eq!(read.text, joined_text(&value));
+        assert_eq!(read.stop_reason, glider_ngl::StopReason::MaxTokens);
+        let plain = br#"{"choices": [{"message": {"content": "just this"}}]}"#;
+        let read = reply_text(plain).expect("plain");
+        assert!(
+            matches!(read.text, std::borrow::Cow::Borrowed("just this")),
+            "a text without escapes is borrowed from the body"
+        );
     }
 
     /// What the `Value` decode reads otherwise, or refuses, is left to it.
@@ -292,6 +387,11 @@ mod tests {
         ];
         for body in others {
             assert!(decode(body).is_none(), "{}", String::from_utf8_lossy(body));
+            assert!(
+                reply_text(body).is_none(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
         }
         // Each of those reads as the `Value` decode reads it, through the codec.
         let duplicate = others[7];
