@@ -59,6 +59,26 @@ pub fn exercise(dialect: Dialect, input: &[u8], rng: &mut Rng) {
             panic!("{dialect:?}: a decoded response does not re-decode: {error}\n{again}");
         }
     }
+    // The text reading (a scan that does not validate what it skips) reads, where the
+    // decode reads the same reply, what the decode reads.
+    if let Some(read) = own.reply_text(input)
+        && let Ok(response) = own.decode_response(input)
+    {
+        let text: String = response
+            .parts
+            .iter()
+            .filter_map(|part| match part {
+                glider_ngl::Part::Text { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            (read.text.as_ref(), read.stop_reason, read.usage),
+            (text.as_str(), response.stop_reason, response.usage),
+            "{dialect:?}: {}",
+            String::from_utf8_lossy(input)
+        );
+    }
     let error = own.decode_error(502, input);
     for other in DIALECTS {
         let _ = codec(other).encode_error(&error);
