@@ -1,8 +1,7 @@
 //! One borrowing pass over a JSON body's top level: where a member's value lies, found
 //! without decoding the body or allocating. The model rewrite of a forwarded request
 //! splices the new name over the old one's bytes with it, and the usage of a forwarded
-//! reply is read from its `usage` member alone (with a Chat Completions reply's text and
-//! stop reason when the context log keeps them), instead of parsing (and, for the
+//! reply is read from its `usage` member alone, instead of parsing (and, for the
 //! request, re-serialising) the whole, often 80 KB, body.
 //!
 //! The scan follows strings, nesting and delimiters; it does not validate what it
@@ -10,7 +9,6 @@
 //! escapes, a member given twice, a body cut short — is [`Unscannable`], and the caller
 //! settles it with a full parse.
 
-use std::borrow::Cow;
 use std::cell::{Cell, OnceCell};
 use std::ops::Range;
 
@@ -53,7 +51,7 @@ pub fn top_level_string(body: &[u8], key: &str) -> Option<Range<usize>> {
 
 /// Where the values of the top-level members `keys` lie (the last of duplicates, as a
 /// full parse keeps it); `None` for an absent one.
-pub(crate) fn member_spans<const N: usize>(
+fn member_spans<const N: usize>(
     body: &[u8],
     keys: [&str; N],
 ) -> Result<[Option<Range<usize>>; N], Unscannable> {
@@ -64,34 +62,6 @@ pub(crate) fn member_spans<const N: usize>(
         }
     })?;
     Ok(spans)
-}
-
-/// Where the first element of `array` (an array's bytes) lies; `None` when it is empty.
-pub(crate) fn first_element(array: &[u8]) -> Result<Option<Range<usize>>, Unscannable> {
-    if array.first() != Some(&b'[') {
-        return Err(Unscannable);
-    }
-    let at = skip_space(array, 1);
-    if array.get(at) == Some(&b']') {
-        return Ok(None);
-    }
-    let end = value_end(array, at).ok_or(Unscannable)?;
-    Ok(Some(at..end))
-}
-
-/// A string value's text (borrowed when it has no escapes), `None` for `null` or no
-/// value; any other value is [`Unscannable`] (what a full read makes of it decides).
-pub(crate) fn text_of(value: Option<&[u8]>) -> Result<Option<Cow<'_, str>>, Unscannable> {
-    match value {
-        None | Some(b"null") => Ok(None),
-        Some([b'"', inner @ .., b'"']) if !inner.contains(&b'\\') => std::str::from_utf8(inner)
-            .map(|text| Some(Cow::Borrowed(text)))
-            .map_err(|_| Unscannable),
-        Some(quoted @ [b'"', ..]) => serde_json::from_slice::<String>(quoted)
-            .map(|text| Some(Cow::Owned(text)))
-            .map_err(|_| Unscannable),
-        Some(_) => Err(Unscannable),
-    }
 }
 
 /// A reply's usage from its top-level `usage` member alone, read by `decode` as a

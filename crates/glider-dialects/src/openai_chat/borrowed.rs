@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::response::{decode_finish, decode_usage, text_parts_joined};
+use super::response::{decode_finish, decode_usage};
 use crate::ReplyText;
 use crate::typed::{Object, string_of, usage_counts};
 
@@ -250,10 +250,16 @@ pub(super) fn reply_text(body: &[u8]) -> Option<ReplyText<'_>> {
     }
     let (stop_reason, _) = stop_of(&choice, false);
     let Object(message) = choice.message;
+    let content = message.content.filter(|t| !t.is_empty());
+    let text = match (content, message.refusal) {
+        (Some(content), Some(refusal)) => Cow::Owned(content.into_owned() + &refusal),
+        (Some(text), None) | (None, Some(text)) => text,
+        (None, None) => Cow::Borrowed(""),
+    };
     Some(ReplyText {
         usage: usage_counts(reply.usage, |counts| decode_usage(counts))?,
         stop_reason,
-        text: text_parts_joined(message.content, message.refusal),
+        text,
     })
 }
 

@@ -30,5 +30,5 @@ dialect_codec! {
     stream_content_type: "text/event-stream",
     stream_decoder: stream::ChatStreamDecoder,
     stream_encoder: stream::ChatStreamEncoder,
-    reply_text: response::reply_text,
+    reply_text: borrowed::reply_text,
 }

@@ -8,10 +8,8 @@ use glider_ngl::{ApiError, Part, Response, StopReason, Usage};
 use serde_json::{Map, Value, json};
 
 use super::error::error_fields;
-use crate::ReplyText;
 use crate::json::bad_gateway;
-use crate::scan::{self, Counts, Unscannable};
-use std::borrow::Cow;
+use crate::scan::Counts;
 
 /// Seconds since the Unix epoch (0 if the clock is before it).
 pub(crate) fn now_unix() -> u64 {
@@ -24,65 +22,6 @@ pub(crate) fn now_unix() -> u64 {
 /// The reply's usage from its top-level `usage` member alone (see [`crate::scan`]).
 pub(super) fn response_usage(body: &[u8]) -> Result<Usage, crate::scan::Unscannable> {
     crate::scan::usage_member(body, |counts| decode_usage(counts))
-}
-
-/// A reply without tool calls read for its usage, stop reason and text
-/// ([`crate::ReplyText`]) by the scan, as [`decode_response`] reads them; the borrowing
-/// read decides what the scan cannot place (and leaves the rest to the full decode).
-/// Like the usage scan, it does not validate what it skips.
-pub(super) fn reply_text(body: &[u8]) -> Option<ReplyText<'_>> {
-    scanned_reply_text(body).unwrap_or_else(|Unscannable| super::borrowed::reply_text(body))
-}
-
-/// `Ok(None)`: a reply with tool calls or one the decode refuses (an error, no choice).
-fn scanned_reply_text(body: &[u8]) -> Result<Option<ReplyText<'_>>, Unscannable> {
-    let [error, choices, usage] = scan::member_spans(body, ["error", "choices", "usage"])?;
-    if error.is_some_and(|span| &body[span] != b"null") {
-        return Ok(None);
-    }
-    let Some(choices) = choices.map(|span| &body[span]) else {
-        return Ok(None);
-    };
-    let Some(choice) = scan::first_element(choices)?.map(|span| &choices[span]) else {
-        return Ok(None);
-    };
-    let [message, finish, stop] =
-        scan::member_spans(choice, ["message", "finish_reason", "stop_reason"])?;
-    let message = &choice[message.ok_or(Unscannable)?];
-    let [content, refusal, calls] =
-        scan::member_spans(message, ["content", "refusal", "tool_calls"])?;
-    let value = |span: Option<std::ops::Range<usize>>| span.map(|span| &message[span]);
-    if !matches!(value(calls.clone()), None | Some(b"null" | b"[]")) {
-        return Ok(None);
-    }
-    let content = scan::text_of(value(content))?;
-    let refusal = scan::text_of(value(refusal))?;
-    let finish = scan::text_of(finish.map(|span| &choice[span]))?;
-    let stop_sequence = stop.is_some_and(|span| choice[span.start] == b'"');
-    let usage = match usage {
-        Some(span) if body[span.start] == b'{' => {
-            scan::counts_of(&body[span], |counts| decode_usage(counts))?
-        }
-        _ => Usage::default(),
-    };
-    Ok(Some(ReplyText {
-        usage,
-        stop_reason: decode_finish(finish.as_deref(), stop_sequence, false),
-        text: text_parts_joined(content, refusal),
-    }))
-}
-
-/// A message's text parts as the decode keeps them — a non-empty `content`, then any
-/// `refusal` — joined.
-pub(super) fn text_parts_joined<'a>(
-    content: Option<Cow<'a, str>>,
-    refusal: Option<Cow<'a, str>>,
-) -> Cow<'a, str> {
-    match (content.filter(|text| !text.is_empty()), refusal) {
-        (Some(content), Some(refusal)) => Cow::Owned(content.into_owned() + &refusal),
-        (Some(text), None) | (None, Some(text)) => text,
-        (None, None) => Cow::Borrowed(""),
-    }
 }
 
 /// ngl usage from an OpenAI `usage` object (`input_tokens` excludes cache reads).
@@ -531,65 +470,5 @@ mod tests {
             assert_eq!(body["choices"][0]["message"]["content"], json!("hi"));
             assert_eq!(body["id"], json!("chatcmpl-1"));
         }
-    }
-
-    /// The text reading (the scan, or the borrowing read where the scan cannot place
-    /// a member) reads what the full decode reads, and leaves to it exactly the replies
-    /// with tool calls, the ones it refuses, and shapes only it reads.
-    #[test]
-    fn the_scanned_text_reading_reads_what_the_decode_reads() {
-        // (reply, whether the text reading reads it)
-        let replies: [(&[u8], bool); 14] = [
-            (br#"{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Benchmark reply."},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":4}}}"#, true),
-            (br#" { "choices" : [ { "message" : { "content" : "a \"q\" \u00e9\n" , "refusal": "r" } , "finish_reason" : "length" } ] } "#, true),
-            (br#"{"choices": [{"message": {"content": "", "reasoning_content": "t", "refusal": ""}, "finish_reason": "stop", "stop_reason": "END"}]}"#, true),
-            (br#"{"choices": [{"message": {"content": "a"}, "finish_reason": null, "stop_reason": 128009}], "usage": null}"#, true),
-            (br#"{"choices": [{"message": {"content": null, "tool_calls": null}}], "error": null}"#, true),
-            (br#"{"choices": [{"message": {"content": "x", "tool_calls": []}, "finish_reason": "content_filter"}]}"#, true),
-            (br#"{"choices": [{"message": {"content": "x"}}], "usage": {"completion_tokens": 7, "prompt_tokens": 1.5}}"#, true),
-            // A duplicate member: the last, as the decode keeps it (the borrowing read
-            // refuses duplicates; the scan reads them).
-            (br#"{"choices": [{"message": {"content": "x"}}], "model": "a", "model": "b"}"#, true),
-            (br#"{"choices": [{"message": {"content": null, "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{}"}}]}}]}"#, false),
-            (br#"{"error": {"message": "overloaded"}, "choices": [{"message": {"content": "x"}}]}"#, false),
-            (br#"{"choices": []}"#, false),
-            (br#"{"choices": [{"message": {"content": [{"type": "text", "text": "x"}]}}]}"#, false),
-            (br#"{"choices": [{"message": {"content": "x"}, "finish_reason": 1}]}"#, false),
-            (br#"{"choices": [{"message": {"content": "x"}}]"#, false),
-        ];
-        for (body, reads) in replies {
-            let shown = String::from_utf8_lossy(body);
-            let Some(read) = super::reply_text(body) else {
-                assert!(!reads, "left to the decode: {shown}");
-                continue;
-            };
-            assert!(reads, "read: {shown}");
-            let decoded = super::decode_value(body).expect("decodes");
-            let text: String = decoded
-                .parts
-                .iter()
-                .filter_map(|p| match p {
-                    Part::Text { text, .. } => Some(text.as_str()),
-                    _ => None,
-                })
-                .collect();
-            assert_eq!(
-                (read.text.as_ref(), read.stop_reason, read.usage),
-                (text.as_str(), decoded.stop_reason, decoded.usage),
-                "{shown}"
-            );
-            if let Some(borrowed) = super::super::borrowed::reply_text(body) {
-                assert_eq!(read, borrowed, "{shown}");
-            }
-        }
-        // The common reply is read by the scan itself, its text borrowed.
-        let plain = super::scanned_reply_text(replies[0].0)
-            .expect("scans")
-            .expect("reads");
-        assert!(matches!(
-            plain.text,
-            std::borrow::Cow::Borrowed("Benchmark reply.")
-        ));
-        assert_eq!(plain.usage.input_tokens, 8);
     }
 }
