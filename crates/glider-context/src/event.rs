@@ -2,6 +2,8 @@
 //! turn family and time in columns (for queries), the rest as JSON. Nothing is ever
 //! rewritten; the graph ([`crate::graph`]) is a fold over these.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -130,12 +132,14 @@ pub struct RequestEvent {
     /// Which run of Glider and which request in it (`<run>-<bus id>`), so its reply
     /// finds it.
     pub request: String,
-    pub door: String,
-    pub front: String,
+    /// The door, front and rule are named by `&'static str`s on the request path:
+    /// borrowed there, so an event costs no allocation for them (owned when read back).
+    pub door: Cow<'static, str>,
+    pub front: Cow<'static, str>,
     pub model_requested: String,
     /// The model after aliasing.
     pub model: String,
-    pub rule: String,
+    pub rule: Cow<'static, str>,
     pub reason: String,
     /// The first candidate the router chose and whether it is local.
     pub backend: Option<String>,
@@ -166,7 +170,8 @@ pub struct ReplyEvent {
     pub error: Option<String>,
     pub input_tokens: u64,
     pub output_tokens: u64,
-    pub stop_reason: Option<String>,
+    /// Borrowed from `StopReason::as_str` on the request path (owned when read back).
+    pub stop_reason: Option<Cow<'static, str>>,
     pub tool_calls: Vec<ToolCall>,
     pub ttft_ms: Option<u64>,
     pub total_ms: Option<u64>,

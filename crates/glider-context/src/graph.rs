@@ -9,6 +9,7 @@
 //! incremental ([`Folder`]): the log's writer keeps one per live session and feeds it
 //! each committed event, so the continuity record is rebuilt without a query.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use foldhash::HashMap;
@@ -112,9 +113,9 @@ pub struct LoopStop {
 pub struct Step {
     pub request: String,
     pub at_ms: u64,
-    pub door: String,
+    pub door: Cow<'static, str>,
     pub model: String,
-    pub rule: String,
+    pub rule: Cow<'static, str>,
     pub reason: String,
     /// Who answered (`origin` for the CLI's own cloud), once the reply ended.
     pub backend: Option<String>,
@@ -123,7 +124,7 @@ pub struct Step {
     pub estimated_tokens: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
-    pub stop_reason: Option<String>,
+    pub stop_reason: Option<Cow<'static, str>>,
     /// The tools the reply called.
     pub tool_calls: Vec<String>,
     /// The reply's text as the log kept it.
@@ -279,7 +280,7 @@ impl Kept {
 /// The strings a step keeps of its reply: its backend, stop reason and text.
 struct ReplyKept {
     backend: Option<String>,
-    stop_reason: Option<String>,
+    stop_reason: Option<Cow<'static, str>>,
     text: Option<String>,
 }
 

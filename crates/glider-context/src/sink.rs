@@ -28,11 +28,11 @@ impl ContextSink for Context {
         let root = tool_results.is_empty() && user_text.is_some() && !compaction;
         let body = RequestEvent {
             request: self.request_key(turn.request_id),
-            door: turn.door.as_str().to_owned(),
-            front: turn.front.as_str().to_owned(),
+            door: turn.door.as_str().into(),
+            front: turn.front.as_str().into(),
             model_requested: turn.request.model.clone(),
             model: turn.model.to_owned(),
-            rule: turn.decision.rule.as_str().to_owned(),
+            rule: turn.decision.rule.as_str().into(),
             reason: turn.decision.reason.clone(),
             backend: first.map(|c| c.backend.name().to_owned()),
             local: first.map(|c| c.backend.is_local()),
@@ -110,7 +110,7 @@ impl ContextSink for Context {
                 + record.usage.cache_read_tokens
                 + record.usage.cache_write_tokens,
             output_tokens: record.usage.output_tokens,
-            stop_reason: turn.stop_reason.map(|r| r.as_str().to_owned()),
+            stop_reason: turn.stop_reason.map(|r| r.as_str().into()),
             tool_calls: turn
                 .tool_calls
                 .into_iter()

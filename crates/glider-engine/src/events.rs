@@ -274,8 +274,9 @@ pub struct Tracker {
     /// Dropped without a record ([`Tracker::forget`]).
     forgotten: bool,
     /// The reply's tool calls and stop reason, kept only when a context sink is attached
-    /// or the session's spend is counted.
-    context: Option<Box<ReplyCapture>>,
+    /// or the session's spend is counted (in place, not boxed: one allocation less on
+    /// each such request).
+    context: Option<ReplyCapture>,
 }
 
 impl Tracker {
@@ -288,12 +289,12 @@ impl Tracker {
 
     /// Keep the reply's tool calls for the context sink, told when the request ends.
     pub(crate) fn capture_context(&mut self, capture: ReplyCapture) {
-        self.context = Some(Box::new(capture));
+        self.context = Some(capture);
     }
 
     /// The reply capture for the context sink, when one is attached.
     pub(crate) fn context_capture(&mut self) -> Option<&mut ReplyCapture> {
-        self.context.as_deref_mut()
+        self.context.as_mut()
     }
 
     /// Count the reply in `session`'s episode `family` when the request ends (its
@@ -304,7 +305,7 @@ impl Tracker {
             _ => {
                 let mut capture = ReplyCapture::new(None, session.to_owned());
                 capture.count_in(kit, family);
-                self.context = Some(Box::new(capture));
+                self.context = Some(capture);
             }
         }
     }
@@ -347,7 +348,7 @@ impl Tracker {
         if stream {
             // What the record and the capture read, and no more: usage, errors and the
             // end, and the tool calls for a capture that keeps only those.
-            self.raw_stream = Some(match self.context.as_deref() {
+            self.raw_stream = Some(match self.context.as_ref() {
                 None => glider_dialects::usage_stream_decoder(dialect, false),
                 Some(capture) if capture.keeps_only_tool_calls() => {
                     glider_dialects::usage_stream_decoder(dialect, true)
@@ -437,13 +438,13 @@ impl Tracker {
         let calls = || glider_dialects::reply_may_call_tools(dialect, body);
         let usage_alone = self
             .context
-            .as_deref()
+            .as_ref()
             .is_none_or(|capture| capture.keeps_only_tool_calls() && !calls());
         if usage_alone && let Ok(usage) = codec.response_usage(body) {
             self.record.usage.merge(&usage);
             return;
         }
-        if let Some(capture) = self.context.as_deref_mut()
+        if let Some(capture) = self.context.as_mut()
             && !usage_alone
             && let Some(reply) = codec.reply_text(body)
         {
