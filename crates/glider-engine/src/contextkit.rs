@@ -6,7 +6,9 @@
 //! context log uses for its turn families. What this module decides is carried out by
 //! the `budget` pipeline phase; it never waits and never fails a request.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use glider_config::ContextConfig;
@@ -286,8 +288,14 @@ impl Sessions {
         {
             self.map.remove(&oldest);
         }
-        let state = self.map.entry(session.to_owned()).or_default();
-        state.used = self.tick;
+        // A known session (nearly every request) is found without copying its key:
+        // an allocation a request, twice (admitted, then finished).
+        let tick = self.tick;
+        if !self.map.contains_key(session) {
+            self.map.insert(session.to_owned(), SessionState::default());
+        }
+        let state = self.map.get_mut(session).expect("present or just inserted");
+        state.used = tick;
         state
     }
 }
