@@ -219,6 +219,8 @@ fn newest_calls_and_results(request: &Request) -> (Vec<ToolCall>, Vec<ToolResult
             Role::System | Role::Assistant => {}
         }
     }
-    let text = (!text.is_empty()).then(|| prefix(&text, MAX_USER_TEXT_CHARS).to_owned());
-    (calls, results, text)
+    // Cut in place: the joined text is already the event's own.
+    let kept = prefix(&text, MAX_USER_TEXT_CHARS).len();
+    text.truncate(kept);
+    (calls, results, (!text.is_empty()).then_some(text))
 }
