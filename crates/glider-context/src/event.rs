@@ -149,10 +149,17 @@ pub struct RequestEvent {
     /// unless the family still waits on tool results (then it is a subagent's prompt).
     pub root: bool,
     /// That text, when `root`, up to [`MAX_USER_TEXT_CHARS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_text: Option<String>,
     /// Tool calls in the newest assistant turn (often already seen in its reply).
+    /// Written only when there are some (and this and the other optional members of
+    /// a request or reply are absent when empty: most requests have neither calls nor
+    /// results, and each member written cost the writer's JSON, its compression and
+    /// SQLite's WAL bytes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
     /// Tool results after it: what the CLI's tools returned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_results: Vec<ToolResult>,
     /// A CLI's compaction request (recognised by its instruction's text).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -167,11 +174,13 @@ pub struct ReplyEvent {
     pub model: Option<String>,
     pub local: Option<bool>,
     pub status: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub input_tokens: u64,
     pub output_tokens: u64,
     /// Borrowed from `StopReason::as_str` on the request path (owned when read back).
     pub stop_reason: Option<Cow<'static, str>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
     pub ttft_ms: Option<u64>,
     pub total_ms: Option<u64>,
@@ -338,6 +347,44 @@ fn cut_to_edges(text: &str, count: usize, edge: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Empty optional members are left out of a written event, and an event written
+    /// before with them (`[]`, `null`) reads as the same event.
+    #[test]
+    fn empty_members_are_left_out_and_old_rows_with_them_still_read() {
+        let request = EventBody::Request(RequestEvent {
+            request: "r-1".into(),
+            rule: "model".into(),
+            ..RequestEvent::default()
+        });
+        let written = serde_json::to_value(&request).expect("serializes");
+        for absent in ["user_text", "tool_calls", "tool_results", "compaction"] {
+            assert!(written.get(absent).is_none(), "{absent}: {written}");
+        }
+        let old = r#"{"kind":"request","request":"r-1","door":"","front":"","model_requested":"",
+            "model":"","rule":"model","reason":"","backend":null,"local":null,"estimated_tokens":0,
+            "root":false,"user_text":null,"tool_calls":[],"tool_results":[]}"#;
+        assert_eq!(
+            serde_json::from_str::<EventBody>(old).expect("reads"),
+            request
+        );
+        let reply = EventBody::Reply(ReplyEvent {
+            request: "r-1".into(),
+            stop_reason: Some("end_turn".into()),
+            ..ReplyEvent::default()
+        });
+        let written = serde_json::to_value(&reply).expect("serializes");
+        for absent in ["error", "tool_calls", "text"] {
+            assert!(written.get(absent).is_none(), "{absent}: {written}");
+        }
+        let old = r#"{"kind":"reply","request":"r-1","backend":null,"model":null,"local":null,
+            "status":null,"error":null,"input_tokens":0,"output_tokens":0,
+            "stop_reason":"end_turn","tool_calls":[],"ttft_ms":null,"total_ms":null}"#;
+        assert_eq!(
+            serde_json::from_str::<EventBody>(old).expect("reads"),
+            reply
+        );
+    }
 
     #[test]
     fn an_owned_text_keeps_the_same_edges_as_a_borrowed_one() {
