@@ -55,9 +55,14 @@ fn attach(engine: &Engine, dir: &std::path::Path) -> Arc<Context> {
 async fn ask(engine: &Engine, session: &str, body: Value) {
     let mut headers = HeaderMap::new();
     headers.insert("x-claude-code-session-id", session.parse().expect("header"));
+    complete(engine, Dialect::Anthropic, body, headers).await;
+}
+
+/// Send `body` in `dialect` and read its reply to the end.
+async fn complete(engine: &Engine, dialect: Dialect, body: Value, headers: HeaderMap) {
     let completion = engine
         .complete(CompletionRequest::gateway(
-            Dialect::Anthropic,
+            dialect,
             Bytes::from(body.to_string()),
             headers,
         ))
@@ -233,21 +238,7 @@ async fn a_forwarded_whole_reply_keeps_its_text_stop_reason_and_calls() {
             "tools": [{"type": "function", "function": {"name": "Read", "parameters": {"type": "object"}}}],
             "messages": [{"role": "user", "content": content}]});
         let engine = engine.clone();
-        async move {
-            let completion = engine
-                .complete(CompletionRequest::gateway(
-                    Dialect::OpenAiChat,
-                    Bytes::from(body.to_string()),
-                    HeaderMap::new(),
-                ))
-                .await
-                .expect("answered");
-            match completion.body {
-                CompletionBody::Raw { mut rest, .. } => while rest.next().await.is_some() {},
-                CompletionBody::Events(mut events) => while events.next().await.is_some() {},
-                CompletionBody::Whole(_) => {}
-            }
-        }
+        async move { complete(&engine, Dialect::OpenAiChat, body, HeaderMap::new()).await }
     };
     ask_chat("say \"hi\"").await;
     ask_chat("please [[call:Read {\"file_path\": \"/p/b.rs\"}]]").await;
