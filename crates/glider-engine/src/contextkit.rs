@@ -7,9 +7,9 @@
 //! the `budget` pipeline phase; it never waits and never fails a request.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use foldhash::{HashMap, HashSet};
-use std::sync::Mutex;
 
 use glider_config::ContextConfig;
 use glider_ngl::{Part, Request, Role};

@@ -435,17 +435,22 @@ impl Tracker {
     /// or when those readings cannot place what they read, the reply is decoded.
     fn whole_reply(&mut self, dialect: Dialect, body: &[u8]) {
         let codec = codec(dialect);
-        let calls = || glider_dialects::reply_may_call_tools(dialect, body);
+        // Looked for only when something keeps the reply's content.
+        let may_call =
+            self.context.is_some() && glider_dialects::reply_may_call_tools(dialect, body);
         let usage_alone = self
             .context
             .as_ref()
-            .is_none_or(|capture| capture.keeps_only_tool_calls() && !calls());
+            .is_none_or(|capture| capture.keeps_only_tool_calls() && !may_call);
         if usage_alone && let Ok(usage) = codec.response_usage(body) {
             self.record.usage.merge(&usage);
             return;
         }
-        if let Some(capture) = self.context.as_mut()
-            && !usage_alone
+        // A reply that may call tools goes straight to the decode (the text reading
+        // would parse it only to hand it over).
+        if !usage_alone
+            && !may_call
+            && let Some(capture) = self.context.as_mut()
             && let Some(reply) = codec.reply_text(body)
         {
             self.record.usage.merge(&reply.usage);
