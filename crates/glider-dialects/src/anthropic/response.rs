@@ -121,15 +121,13 @@ pub(super) fn decode_stop_reason(reason: &str) -> StopReason {
     }
 }
 
+/// Anthropic's `stop_reason`: ngl's names ([`StopReason::as_str`]) but for a turn
+/// that calls tools (always `tool_use`) and a content filter (Anthropic says `refusal`).
 pub(super) fn stop_reason_str(reason: StopReason, has_tool_calls: bool) -> &'static str {
     match reason {
-        StopReason::EndTurn if has_tool_calls => "tool_use",
-        StopReason::EndTurn => "end_turn",
-        StopReason::MaxTokens => "max_tokens",
-        StopReason::StopSequence => "stop_sequence",
-        StopReason::ToolUse => "tool_use",
-        StopReason::ContentFilter | StopReason::Refusal => "refusal",
-        StopReason::PauseTurn => "pause_turn",
+        StopReason::EndTurn if has_tool_calls => StopReason::ToolUse.as_str(),
+        StopReason::ContentFilter => StopReason::Refusal.as_str(),
+        other => other.as_str(),
     }
 }
 
