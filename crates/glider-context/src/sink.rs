@@ -192,13 +192,7 @@ fn newest_calls_and_results(request: &Request) -> (Vec<ToolCall>, Vec<ToolResult
                             content,
                             is_error,
                         } => {
-                            let joined: Vec<&str> = content
-                                .iter()
-                                .filter_map(|p| match p {
-                                    Part::Text { text, .. } => Some(text.as_str()),
-                                    _ => None,
-                                })
-                                .collect();
+                            let joined: Vec<&str> = glider_ngl::texts(content).collect();
                             results.push(ToolResult::new(
                                 call_id.clone(),
                                 name.clone(),

@@ -61,6 +61,14 @@ impl Turn {
     }
 }
 
+/// The texts of the text parts among `parts`, in order (thinking left out).
+pub fn texts(parts: &[Part]) -> impl Iterator<Item = &str> {
+    parts.iter().filter_map(|part| match part {
+        Part::Text { text, .. } => Some(text.as_str()),
+        _ => None,
+    })
+}
+
 /// The tool calls among `parts` as (id, name, arguments), in order.
 pub fn tool_calls(parts: &[Part]) -> impl Iterator<Item = (&str, &str, &Value)> {
     parts.iter().filter_map(|part| match part {

@@ -285,14 +285,7 @@ mod tests {
 
     /// A decoded reply's text parts joined, as [`super::reply_text`] gives them.
     fn joined_text(response: &Response) -> String {
-        response
-            .parts
-            .iter()
-            .filter_map(|part| match part {
-                Part::Text { text, .. } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect()
+        glider_ngl::texts(&response.parts).collect()
     }
 
     /// Replies a server sends: each decodes here, to what the `Value` decode reads.

@@ -64,14 +64,7 @@ pub fn exercise(dialect: Dialect, input: &[u8], rng: &mut Rng) {
     if let Some(read) = own.reply_text(input)
         && let Ok(response) = own.decode_response(input)
     {
-        let text: String = response
-            .parts
-            .iter()
-            .filter_map(|part| match part {
-                glider_ngl::Part::Text { text, .. } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect();
+        let text: String = glider_ngl::texts(&response.parts).collect();
         assert_eq!(
             (read.text.as_ref(), read.stop_reason, read.usage),
             (text.as_str(), response.stop_reason, response.usage),

@@ -94,12 +94,7 @@ pub fn parse_flag(text: &str) -> Option<Flag> {
 /// text after it, whose leading flag goes too).
 pub fn find_flag(request: &Request) -> Option<Flag> {
     let turn = request.turns.iter().rev().find(|t| t.role == Role::User)?;
-    let texts = || {
-        turn.parts.iter().filter_map(|part| match part {
-            Part::Text { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-    };
+    let texts = || glider_ngl::texts(&turn.parts);
     let typed = texts().find_map(parse_flag);
     match texts().find_map(command_block_flag) {
         Some(block) => Some(Flag {
