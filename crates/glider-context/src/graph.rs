@@ -171,6 +171,9 @@ pub struct CommandFact {
 pub struct ErrorFact {
     /// The command, or the tool and file, that failed.
     pub subject: String,
+    /// The file, when a file tool failed on it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     pub reason: String,
     pub call_id: String,
     pub opened_ms: u64,
@@ -566,6 +569,11 @@ impl Folder {
         self.files.values()
     }
 
+    /// What is known of the file at `path`.
+    pub fn file(&self, path: &str) -> Option<&FileFact> {
+        self.files.get(path)
+    }
+
     pub fn errors(&self) -> &[ErrorFact] {
         &self.graph.errors
     }
@@ -727,6 +735,7 @@ impl Folder {
                 if outcome.failed {
                     self.open_error(
                         format!("{} {path}", call.name),
+                        Some(&path),
                         &outcome,
                         &call_id,
                         at_ms,
@@ -742,7 +751,8 @@ impl Folder {
                 for (path, op) in files {
                     let subject = format!("{name} {path}");
                     if outcome.failed {
-                        self.open_error(subject, &outcome, &call_id, at_ms, family.clone());
+                        let about = Some(path.as_str());
+                        self.open_error(subject, about, &outcome, &call_id, at_ms, family.clone());
                     } else {
                         self.close_errors(&subject, &call_id, at_ms);
                         let op = match op {
@@ -755,7 +765,8 @@ impl Folder {
             }
             Action::Command { command } => {
                 if outcome.failed {
-                    self.open_error(command.clone(), &outcome, &call_id, at_ms, family.clone());
+                    let (subject, about) = (command.clone(), None);
+                    self.open_error(subject, about, &outcome, &call_id, at_ms, family.clone());
                 } else {
                     self.close_errors(&command, &call_id, at_ms);
                 }
@@ -773,7 +784,8 @@ impl Folder {
             }
             Action::Other => {
                 if outcome.failed {
-                    self.open_error(call.name.clone(), &outcome, &call_id, at_ms, family);
+                    let (subject, about) = (call.name.clone(), None);
+                    self.open_error(subject, about, &outcome, &call_id, at_ms, family);
                 }
             }
         }
@@ -820,6 +832,7 @@ impl Folder {
     fn open_error(
         &mut self,
         subject: String,
+        path: Option<&str>,
         outcome: &tools::Outcome,
         call_id: &str,
         at_ms: u64,
@@ -827,6 +840,7 @@ impl Folder {
     ) {
         self.graph.errors.push(ErrorFact {
             subject,
+            path: path.map(str::to_owned),
             reason: outcome.reason.clone().unwrap_or_default(),
             call_id: call_id.to_owned(),
             opened_ms: at_ms,

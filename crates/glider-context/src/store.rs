@@ -385,16 +385,28 @@ fn rows_by_session(events: &[(Option<String>, Event)]) -> Vec<Vec<usize>> {
 
 /// Every event of `session` (all events when `None`), oldest first.
 pub fn events(conn: &Connection, session: Option<&str>) -> Result<Vec<Stored>, StoreError> {
+    events_after(conn, session, i64::MIN)
+}
+
+/// The events of `session` (all sessions' when `None`) whose id is above `after`,
+/// oldest first: what came since a reader last looked (the summarizer reads a session
+/// this way, from where it left it).
+pub fn events_after(
+    conn: &Connection,
+    session: Option<&str>,
+    after: i64,
+) -> Result<Vec<Stored>, StoreError> {
+    // A row's id is its newest event's: a row above `after` may begin at or below it.
     let sql = match session {
         Some(_) => {
-            "SELECT id, at_ms, session, family, kind, count, body FROM events WHERE session = ?1 ORDER BY id"
+            "SELECT id, at_ms, session, family, kind, count, body FROM events WHERE session = ?1 AND id > ?2 ORDER BY id"
         }
         None => {
-            "SELECT id, at_ms, session, family, kind, count, body FROM events WHERE ?1 IS NULL ORDER BY id"
+            "SELECT id, at_ms, session, family, kind, count, body FROM events WHERE ?1 IS NULL AND id > ?2 ORDER BY id"
         }
     };
     let mut query = conn.prepare(sql)?;
-    let rows = query.query_map([session], |row| {
+    let rows = query.query_map(params![session, after], |row| {
         let id = row.get::<_, i64>(0)?;
         Ok((
             id,
@@ -436,15 +448,24 @@ pub fn events(conn: &Connection, session: Option<&str>) -> Result<Vec<Stored>, S
                 source: serde::de::Error::invalid_length(read.len(), &"the row's count"),
             });
         }
-        out.extend(read.into_iter().enumerate().map(|(offset, e)| Stored {
-            id: first_id + offset as i64,
-            family: e.family,
-            event: Event {
-                at_ms: e.at_ms,
-                session: session.clone(),
-                body: e.body,
-            },
-        }));
+        let skipped = after
+            .saturating_add(1)
+            .saturating_sub(first_id)
+            .clamp(0, count) as usize;
+        out.extend(
+            read.into_iter()
+                .enumerate()
+                .skip(skipped)
+                .map(|(offset, e)| Stored {
+                    id: first_id + offset as i64,
+                    family: e.family,
+                    event: Event {
+                        at_ms: e.at_ms,
+                        session: session.clone(),
+                        body: e.body,
+                    },
+                }),
+        );
     }
     Ok(out)
 }
@@ -487,6 +508,20 @@ pub fn recent_sessions(conn: &Connection, limit: usize) -> Result<Vec<String>, S
     )?;
     let rows = query.query_map([limit as i64], |row| row.get::<_, String>(0))?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The id of `session`'s oldest event (`None` when the log holds none of it). Only
+/// retention and forgetting delete events, and both delete a session's oldest first
+/// (or all of it): a reader that saw this id before and sees it again knows nothing it
+/// read was deleted since.
+pub fn first_id(conn: &Connection, session: &str) -> Result<Option<i64>, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT id - count + 1 FROM events WHERE session = ?1 ORDER BY id LIMIT 1",
+            [session],
+            |r| r.get(0),
+        )
+        .optional()?)
 }
 
 /// The id of `session`'s newest event (`None` when the log holds none of it).
@@ -943,6 +978,40 @@ mod tests {
             a.windows(2).all(|w| w[0] < w[1]),
             "a's ids still rise: {a:?}"
         );
+    }
+
+    #[test]
+    fn a_reader_reads_what_came_after_an_id_even_inside_a_row() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        // Rows of three events (ids 1-3) and two (4-5).
+        append(&mut conn, &[gap(1), gap(2), gap(3)]).expect("append");
+        append(&mut conn, &[gap(4), gap(5)]).expect("append");
+        let after = |id| {
+            events_after(&conn, Some("s"), id)
+                .expect("reads")
+                .iter()
+                .map(|s| (s.id, s.event.at_ms))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(after(1), [(2, 2), (3, 3), (4, 4), (5, 5)]);
+        assert_eq!(after(3), [(4, 4), (5, 5)]);
+        assert_eq!(after(4), [(5, 5)]);
+        assert_eq!(after(5), []);
+        assert_eq!(after(i64::MIN).len(), 5);
+        assert_eq!(first_id(&conn, "s").expect("reads"), Some(1));
+        // Retention takes the oldest row: the session's first id says so.
+        apply_retention(
+            &mut conn,
+            Retention {
+                max_age_ms: 10,
+                max_bytes: u64::MAX,
+            },
+            14,
+        )
+        .expect("retention");
+        assert_eq!(first_id(&conn, "s").expect("reads"), Some(4));
+        assert_eq!(first_id(&conn, "none").expect("reads"), None);
     }
 
     #[test]

@@ -1,17 +1,19 @@
-//! The pure half of the summarizer: which events a compaction covers (its range), what
-//! its narrative must name (every file edited in the range and every error still open,
-//! from the graph), the text the model is given ([`render_input`], the one place that
-//! says what the model sees), and the check that accepts or rejects what it wrote.
+//! The pure half of the summarizer: what it carries of a session between runs
+//! ([`Carried`]: the session folded so far and the range since the last accepted
+//! compaction), which events a compaction covers (its range), what its narrative must
+//! name (every file edited in the range and every error still open, from the fold), the
+//! text the model is given ([`Carried::render_input`], the one place that says what
+//! the model sees), and the check that accepts or rejects what it wrote.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::event::{CompactionEvent, EventBody, ToolCall, prefix};
-use crate::graph::{self, Narrative, SessionGraph};
+use crate::graph::{self, Folder, Narrative};
 use crate::record::{ContinuityRecord, op_word};
 use crate::store::Stored;
-use crate::tools::{self, Action, FileOp};
+use crate::tools::FileOp;
 
-/// What the model is told to do with [`render_input`]'s text.
+/// What the model is told to do with [`Carried::render_input`]'s text.
 pub const SYSTEM_PROMPT: &str = "You keep the continuity record of a coding session \
 that an AI coding assistant runs for a user. You get the session's continuity record \
 (its summary so far, if any, and the structural facts Glider keeps: goals, files, the \
@@ -45,83 +47,336 @@ impl Trigger {
     }
 }
 
-/// The events one compaction covers.
-#[derive(Debug)]
-pub struct Range<'a> {
-    /// The last accepted compaction before it (its narrative is updated).
-    pub previous: Option<&'a CompactionEvent>,
-    /// The session's events from the first up to the range's end (the graph is folded
-    /// over these: the state when the range ends).
-    pub through: &'a [Stored],
-    /// The requests and replies in the range, oldest first.
-    pub turns: Vec<&'a Stored>,
+/// What one compaction covers: what its event says of its range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Range {
+    /// The first request's or reply's time after the last accepted compaction.
     pub since_ms: u64,
+    /// The range's newest event, and its time.
     pub until_ms: u64,
     pub until_event: i64,
     pub trigger: Trigger,
 }
 
-impl Range<'_> {
-    /// The tool calls whose results arrived in the range (what it did: a fact of the
-    /// graph belongs to the range when its call's result is here).
-    fn resulted_calls(&self) -> HashSet<&str> {
-        self.turns
+/// The events folded so far belong to a range an accepted compaction cut in two (one
+/// the carrier did not make): [`Carried::advance`] cannot split them, so the session is
+/// read again from its first event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stale;
+
+/// What the summarizer carries of one session from one run to the next, so that a run
+/// reads and folds only the events committed since the last one, however long the
+/// session grows: the session folded up to [`Carried::through`] (a live fold, bounded,
+/// whose record is the replay's), the last accepted compaction, and what the range
+/// after it amounts to so far — its transcript lines (the newest, within the input's
+/// budget), the files it edited and the commands it ran.
+pub struct Carried {
+    session: String,
+    /// The session's oldest event id when it was first read: a different one later
+    /// means events were deleted since (forget, retention; both delete a session's
+    /// oldest first), and the session is read again.
+    first_id: i64,
+    /// The newest event folded, and its time.
+    through: i64,
+    through_ms: u64,
+    folder: Folder,
+    /// The last accepted compaction: its narrative is the one updated.
+    previous: Option<CompactionEvent>,
+    range: RangeSoFar,
+}
+
+/// The range after the last accepted compaction, as far as it was folded.
+#[derive(Default)]
+struct RangeSoFar {
+    /// The range holds the events after this one (the compaction's end).
+    after: i64,
+    since_ms: Option<u64>,
+    requests: bool,
+    /// The turns as transcript lines, oldest first; older ones are dropped (and
+    /// counted) past the input's budget.
+    turns: Kept,
+    /// Paths the range edited, wrote, created or deleted.
+    edited: BTreeSet<String>,
+    /// The commands the range ran, with their outcome.
+    commands: Kept,
+}
+
+/// Lines, oldest first, the newest kept within a budget of characters.
+#[derive(Default)]
+struct Kept {
+    lines: VecDeque<String>,
+    chars: usize,
+    left_out: usize,
+}
+
+impl Kept {
+    fn push(&mut self, line: String, budget: usize) {
+        self.chars += line.len() + 1;
+        self.lines.push_back(line);
+        while self.chars > budget {
+            let Some(oldest) = self.lines.pop_front() else {
+                break;
+            };
+            self.chars -= oldest.len() + 1;
+            self.left_out += 1;
+        }
+    }
+
+    /// The newest lines that fit in `room` characters, and how many were left out
+    /// (here and before).
+    fn newest_within(&self, room: usize) -> (usize, impl Iterator<Item = &String>) {
+        let mut used = 0;
+        let kept = self
+            .lines
             .iter()
-            .filter_map(|s| match &s.event.body {
-                EventBody::Request(r) => Some(r.tool_results.iter().map(|t| t.call_id.as_str())),
-                _ => None,
+            .rev()
+            .take_while(|line| {
+                used += line.len() + 1;
+                used <= room
             })
-            .flatten()
-            .collect()
+            .count();
+        let skipped = self.lines.len() - kept;
+        (self.left_out + skipped, self.lines.iter().skip(skipped))
     }
 }
 
-/// The range `trigger` asks for in one session's `events` (oldest first): the requests
-/// and replies after the last accepted compaction, up to the newest turn family's first
-/// event (`Episode`) or to the end (`Idle`). `None` when it holds no request.
-pub fn select(events: &[Stored], trigger: Trigger) -> Option<Range<'_>> {
-    let previous = events.iter().rev().find_map(|s| match &s.event.body {
-        EventBody::Compaction(c) if c.accepted => Some(c),
-        _ => None,
-    });
-    let after = previous.map_or(i64::MIN, |c| c.until_event);
-    let start = events.iter().position(|s| s.id > after)?;
-    let end = match trigger {
-        Trigger::Idle => events.len(),
-        Trigger::Episode => {
-            let newest = events
-                .iter()
-                .rev()
-                .find(|s| matches!(s.event.body, EventBody::Request(_)))?
-                .family
-                .as_deref()?;
-            events[start..]
-                .iter()
-                .position(|s| s.family.as_deref() == Some(newest))
-                .map_or(events.len(), |at| start + at)
+impl Carried {
+    /// Nothing of `session` read yet; `first_id` is its oldest event's id now.
+    pub fn new(session: &str, first_id: i64) -> Carried {
+        Carried {
+            session: session.to_owned(),
+            first_id,
+            through: i64::MIN,
+            through_ms: 0,
+            folder: Folder::live(session),
+            previous: None,
+            range: RangeSoFar {
+                after: i64::MIN,
+                ..RangeSoFar::default()
+            },
         }
-    };
-    let window = events.get(start..end)?;
-    let turns: Vec<&Stored> = window
-        .iter()
-        .filter(|s| matches!(s.event.body, EventBody::Request(_) | EventBody::Reply(_)))
-        .collect();
-    if !turns
-        .iter()
-        .any(|s| matches!(s.event.body, EventBody::Request(_)))
-    {
-        return None;
     }
-    let (first, last) = (turns.first()?, window.last()?);
-    Some(Range {
-        previous,
-        through: &events[..end],
-        since_ms: first.event.at_ms,
-        until_ms: last.event.at_ms,
-        until_event: last.id,
-        turns,
-        trigger,
-    })
+
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// The session's oldest event id when it was first read.
+    pub fn first_id(&self) -> i64 {
+        self.first_id
+    }
+
+    /// The newest event folded: the next run reads the events after it.
+    pub fn through(&self) -> i64 {
+        self.through
+    }
+
+    /// Fold `events` (the session's events after [`Carried::through`], oldest first) as
+    /// far as `trigger`'s range goes, and say what the range now covers: `Idle` takes
+    /// them all; `Episode` stops before the first of them in the newest request's turn
+    /// family (the episode just begun), folding the rest in a later run. An accepted
+    /// compaction among them starts the range again after its end. Each new turn's
+    /// lines and commands are kept within `max_chars`. `None` when the range holds no
+    /// request (nothing to compact).
+    pub fn advance(
+        &mut self,
+        events: &[Stored],
+        trigger: Trigger,
+        max_chars: usize,
+    ) -> Result<Option<Range>, Stale> {
+        let accepted = events.iter().rev().find_map(|s| match &s.event.body {
+            EventBody::Compaction(c) if c.accepted && c.until_event > self.range.after => Some(c),
+            _ => None,
+        });
+        if let Some(compaction) = accepted {
+            if compaction.until_event < self.through {
+                return Err(Stale);
+            }
+            self.previous = Some(compaction.clone());
+            self.range = RangeSoFar {
+                after: compaction.until_event,
+                ..RangeSoFar::default()
+            };
+        }
+        let end = match trigger {
+            Trigger::Idle => events.len(),
+            Trigger::Episode => {
+                let newest = events
+                    .iter()
+                    .rev()
+                    .find(|s| matches!(s.event.body, EventBody::Request(_)))
+                    .and_then(|s| s.family.as_deref());
+                newest.map_or(0, |family| {
+                    events
+                        .iter()
+                        .position(|s| s.family.as_deref() == Some(family))
+                        .unwrap_or(events.len())
+                })
+            }
+        };
+        let folded = &events[..end];
+        for stored in folded {
+            self.folder.feed(stored);
+        }
+        if let Some(last) = folded.last() {
+            self.through = last.id;
+            self.through_ms = last.event.at_ms;
+        }
+        let after = self.range.after;
+        let new = &folded[folded.partition_point(|s| s.id <= after)..];
+        self.range.take(&self.session, new, max_chars);
+        if !self.range.requests {
+            return Ok(None);
+        }
+        Ok(Some(Range {
+            since_ms: self.range.since_ms.unwrap_or(self.through_ms),
+            until_ms: self.through_ms,
+            until_event: self.through,
+            trigger,
+        }))
+    }
+
+    /// The summarizer's own compaction of the range [`Carried::advance`] gave was
+    /// accepted: the next range starts after it. One that does not end where the fold
+    /// does cannot be, and leaves the range as it was (a later read sees its event).
+    pub fn accepted(&mut self, compaction: &CompactionEvent) {
+        if compaction.accepted && compaction.until_event == self.through {
+            self.previous = Some(compaction.clone());
+            self.range = RangeSoFar {
+                after: compaction.until_event,
+                ..RangeSoFar::default()
+            };
+        }
+    }
+
+    /// What the range's narrative must name: the files it edited, with their latest
+    /// op, and every error still open where the fold is (wherever it was opened).
+    pub fn required(&self) -> Required {
+        let mut required = Required::default();
+        for path in &self.range.edited {
+            let latest = self
+                .folder
+                .file(path)
+                .and_then(|f| f.changes.iter().rev().find(|c| c.op != FileOp::Read));
+            if let Some(change) = latest {
+                required.files.push((file_name(path), change.op));
+            }
+        }
+        for error in self
+            .folder
+            .errors()
+            .iter()
+            .filter(|e| e.closed_ms.is_none())
+        {
+            let names = match &error.path {
+                Some(path) => {
+                    let mut names = vec![error.subject.clone()];
+                    names.extend(file_name(path).names);
+                    names
+                }
+                None => vec![command_name(&error.subject)],
+            };
+            required.errors.push((
+                MustName {
+                    label: error.subject.clone(),
+                    names,
+                },
+                error.reason.clone(),
+            ));
+        }
+        required
+    }
+
+    /// The text the summarizer model is given: the session's continuity record as of
+    /// the range's end ([`ContinuityRecord::render`], the one renderer of its
+    /// structure; its summary is the previous accepted narrative), what the narrative
+    /// must name (the check's list, always whole), the commands the range ran and the
+    /// range's turns, the newest kept when the whole must fit `max_chars`. The record
+    /// gets at most half of `max_chars`, the commands a quarter.
+    pub fn render_input(&self, required: &Required, max_chars: usize) -> String {
+        let mut record = ContinuityRecord::of_folder(&self.session, &self.folder);
+        // The narrative being updated is the one the range starts after.
+        record.narrative = self.previous.as_ref().map(Narrative::of);
+        let record_tokens =
+            ((max_chars / 2) as f64 / glider_engine::tokenizer::BYTES_PER_TOKEN) as u64;
+        let mut out = String::from("The continuity record so far:\n");
+        out.push_str(&record.render(record_tokens));
+        if self.previous.is_none() {
+            out.push_str("\n(no summary yet: this is the session's first compaction)");
+        }
+        out.push_str("\n\nMust be named (every one):\n");
+        list(
+            &mut out,
+            required
+                .files
+                .iter()
+                .map(|(m, op)| format!("{} ({})", m.label, op_word(*op)))
+                .chain(
+                    required
+                        .errors
+                        .iter()
+                        .map(|(m, _)| format!("{} (open error)", m.label)),
+                ),
+        );
+        out.push_str("\nCommands run in these turns:\n");
+        let (left_out, commands) = self.range.commands.newest_within(max_chars / 4);
+        if left_out > 0 {
+            out.push_str(&format!("({left_out} earlier commands left out)\n"));
+        }
+        list(&mut out, commands.cloned());
+        out.push_str("\nNew turns (oldest first):\n");
+        let room = max_chars.saturating_sub(out.len());
+        let (left_out, lines) = self.range.turns.newest_within(room);
+        if left_out > 0 {
+            out.push_str(&format!("({left_out} earlier lines left out)\n"));
+        }
+        for line in lines {
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+impl RangeSoFar {
+    /// Take `events` (folded, all in the range) into it.
+    fn take(&mut self, session: &str, events: &[Stored], max_chars: usize) {
+        if events.is_empty() {
+            return;
+        }
+        let calls = calls_by_id(events);
+        for stored in events {
+            match &stored.event.body {
+                EventBody::Request(_) => self.requests = true,
+                EventBody::Reply(_) => {}
+                _ => continue,
+            }
+            self.since_ms.get_or_insert(stored.event.at_ms);
+            for line in turn_lines(stored, &calls) {
+                self.turns.push(line, max_chars);
+            }
+        }
+        // What the new turns did to files and which commands they ran: a replay of
+        // them alone (a request carries the calls its results answer).
+        let done = graph::fold(session, events);
+        for file in &done.files {
+            if file.changes.iter().any(|c| c.op != FileOp::Read) {
+                self.edited.insert(file.path.clone());
+            }
+        }
+        for command in &done.commands {
+            let outcome = match (command.exit_code, command.failed) {
+                (Some(code), _) => format!("exit {code}"),
+                (None, true) => "failed".to_owned(),
+                (None, false) => "ok".to_owned(),
+            };
+            let line = format!(
+                "{} ({outcome})",
+                one_line(&command.command, COMMAND_NAME_CHARS)
+            );
+            self.commands.push(line, max_chars / 4);
+        }
+    }
 }
 
 /// Something the narrative must name, and the words that count as naming it.
@@ -154,132 +409,6 @@ impl Required {
             .map(|m| m.label.clone())
             .collect()
     }
-}
-
-/// The graph at the range's end and what the narrative must name.
-pub fn required(session: &str, range: &Range<'_>) -> (SessionGraph, Required) {
-    let graph = graph::fold(session, range.through);
-    let resulted = range.resulted_calls();
-    let mut required = Required::default();
-    for file in &graph.files {
-        let in_range = file
-            .changes
-            .iter()
-            .rev()
-            .find(|c| c.op != FileOp::Read && resulted.contains(c.call_id.as_str()));
-        if let Some(change) = in_range {
-            required.files.push((file_name(&file.path), change.op));
-        }
-    }
-    let calls = calls_by_id(range.through);
-    for error in graph.open_errors() {
-        let paths = match calls
-            .get(error.call_id.as_str())
-            .map(|c| tools::action(&c.name, &c.arguments))
-        {
-            Some(Action::Read { path }) => vec![path],
-            Some(Action::Edit { files }) => files.into_iter().map(|(p, _)| p).collect(),
-            _ => Vec::new(),
-        };
-        let names = if paths.is_empty() {
-            vec![command_name(&error.subject)]
-        } else {
-            let mut names = vec![error.subject.clone()];
-            for path in &paths {
-                names.extend(file_name(path).names);
-            }
-            names
-        };
-        required.errors.push((
-            MustName {
-                label: error.subject.clone(),
-                names,
-            },
-            error.reason.clone(),
-        ));
-    }
-    (graph, required)
-}
-
-/// The text the summarizer model is given: the session's continuity record as of the
-/// range's end ([`ContinuityRecord::render`], the one renderer of its structure; its
-/// summary is the previous accepted narrative), what the narrative must name (the
-/// check's list, always whole), the commands the range ran and the range's turns,
-/// newest kept first when the whole must fit `max_chars`. The record gets at most half
-/// of `max_chars`.
-pub fn render_input(
-    range: &Range<'_>,
-    graph: &SessionGraph,
-    required: &Required,
-    max_chars: usize,
-) -> String {
-    let mut record = ContinuityRecord::of_graph(graph);
-    // The narrative being updated is the one the range starts after, whatever the
-    // fold saw later.
-    record.narrative = range.previous.map(Narrative::of);
-    let record_tokens = ((max_chars / 2) as f64 / glider_engine::tokenizer::BYTES_PER_TOKEN) as u64;
-    let mut out = String::from("The continuity record so far:\n");
-    out.push_str(&record.render(record_tokens));
-    if range.previous.is_none() {
-        out.push_str("\n(no summary yet: this is the session's first compaction)");
-    }
-    out.push_str("\n\nMust be named (every one):\n");
-    list(
-        &mut out,
-        required
-            .files
-            .iter()
-            .map(|(m, op)| format!("{} ({})", m.label, op_word(*op)))
-            .chain(
-                required
-                    .errors
-                    .iter()
-                    .map(|(m, _)| format!("{} (open error)", m.label)),
-            ),
-    );
-    out.push_str("\nCommands run in these turns:\n");
-    let resulted = range.resulted_calls();
-    list(
-        &mut out,
-        graph
-            .commands
-            .iter()
-            .filter(|c| resulted.contains(c.call_id.as_str()))
-            .map(|c| {
-                let outcome = match (c.exit_code, c.failed) {
-                    (Some(code), _) => format!("exit {code}"),
-                    (None, true) => "failed".to_owned(),
-                    (None, false) => "ok".to_owned(),
-                };
-                format!("{} ({outcome})", one_line(&c.command, COMMAND_NAME_CHARS))
-            }),
-    );
-    out.push_str("\nNew turns (oldest first):\n");
-    let calls = calls_by_id(range.through);
-    let lines: Vec<String> = range
-        .turns
-        .iter()
-        .flat_map(|s| turn_lines(s, &calls))
-        .collect();
-    let room = max_chars.saturating_sub(out.len());
-    let mut kept = 0;
-    let mut used = 0;
-    for line in lines.iter().rev() {
-        if used + line.len() + 1 > room {
-            break;
-        }
-        used += line.len() + 1;
-        kept += 1;
-    }
-    let left_out = lines.len() - kept;
-    if left_out > 0 {
-        out.push_str(&format!("({left_out} earlier lines left out)\n"));
-    }
-    for line in &lines[left_out..] {
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
 }
 
 fn list(out: &mut String, items: impl Iterator<Item = String>) {
@@ -485,34 +614,64 @@ mod tests {
         log
     }
 
+    /// A carrier that has read nothing of "s", then `events` for `trigger`.
+    fn read(events: &[Stored], trigger: Trigger, max_chars: usize) -> (Carried, Option<Range>) {
+        let mut carried = Carried::new("s", 1);
+        let range = carried
+            .advance(events, trigger, max_chars)
+            .expect("not stale");
+        (carried, range)
+    }
+
+    fn labels(required: &Required) -> (Vec<&str>, Vec<&str>) {
+        (
+            required
+                .files
+                .iter()
+                .map(|(m, _)| m.label.as_str())
+                .collect(),
+            required
+                .errors
+                .iter()
+                .map(|(m, _)| m.label.as_str())
+                .collect(),
+        )
+    }
+
     #[test]
     fn an_episode_range_stops_before_the_new_root_turn() {
         let log = session();
-        let range = select(&log.0, Trigger::Episode).expect("a range");
-        assert_eq!(range.turns.len(), 6, "the three rounds of f1");
-        assert_eq!(range.until_event, 6);
-        let (_, required) = required("s", &range);
-        let files: Vec<_> = required
-            .files
-            .iter()
-            .map(|(m, _)| m.label.as_str())
-            .collect();
+        let (mut carried, range) = read(&log.0, Trigger::Episode, 100_000);
+        let range = range.expect("a range");
+        assert_eq!(
+            (range.since_ms, range.until_event),
+            (1000, 6),
+            "the three rounds of f1"
+        );
+        assert_eq!(carried.through(), 6, "f2 is left for a later run");
+        let required = carried.required();
+        let (files, errors) = labels(&required);
         assert_eq!(files, ["/p/src/parse.rs"]);
-        let errors: Vec<_> = required
-            .errors
-            .iter()
-            .map(|(m, _)| m.label.as_str())
-            .collect();
         assert_eq!(errors, ["cargo test"]);
-        let idle = select(&log.0, Trigger::Idle).expect("a range");
-        assert_eq!(idle.turns.len(), 8);
+        let text = carried.render_input(&carried.required(), 100_000);
+        assert!(!text.contains("now the docs"), "{text}");
+        // The next (idle) run reads what the first left, and its range still starts
+        // with f1: nothing was accepted.
+        let idle = carried
+            .advance(&log.0[6..], Trigger::Idle, 100_000)
+            .expect("not stale")
+            .expect("a range");
+        assert_eq!((idle.since_ms, idle.until_event), (1000, 8));
+        let text = carried.render_input(&carried.required(), 100_000);
+        assert!(text.contains("[user] fix the parser"), "{text}");
+        assert!(text.contains("[user] now the docs"), "{text}");
     }
 
     #[test]
     fn a_narrative_must_name_each_edited_file_and_open_error() {
         let log = session();
-        let range = select(&log.0, Trigger::Episode).expect("a range");
-        let (_, required) = required("s", &range);
+        let (carried, _) = read(&log.0, Trigger::Episode, 100_000);
+        let required = carried.required();
         assert_eq!(
             required.missing("We changed parse.rs; `cargo  test` still fails."),
             Vec::<String>::new(),
@@ -523,6 +682,33 @@ mod tests {
             required.missing("Nothing."),
             ["/p/src/parse.rs", "cargo test"]
         );
+    }
+
+    #[test]
+    fn a_failed_file_tool_is_named_by_its_file() {
+        let mut log = Log(Vec::new());
+        log.turn(
+            "f1",
+            Some("fix it"),
+            vec![],
+            vec![edit("e1", "/p/src/a.rs")],
+        );
+        log.turn(
+            "f1",
+            None,
+            vec![ToolResult::new(
+                "e1".into(),
+                None,
+                true,
+                "old_string not found",
+            )],
+            vec![],
+        );
+        let (carried, _) = read(&log.0, Trigger::Idle, 100_000);
+        let required = carried.required();
+        assert_eq!(labels(&required).1, ["Edit /p/src/a.rs"]);
+        assert!(required.missing("The edit of a.rs failed.").is_empty());
+        assert_eq!(required.missing("It failed."), ["Edit /p/src/a.rs"]);
     }
 
     #[test]
@@ -537,20 +723,22 @@ mod tests {
                 ..CompactionEvent::default()
             }),
         );
-        let range = select(&log.0, Trigger::Idle).expect("the new episode");
-        assert_eq!(range.turns.len(), 2);
+        let (carried, range) = read(&log.0, Trigger::Idle, 100_000);
+        let range = range.expect("the new episode");
+        assert_eq!((range.since_ms, range.until_event), (7000, 9));
         assert_eq!(
-            range.previous.map(|p| p.narrative.as_str()),
+            carried.previous.as_ref().map(|p| p.narrative.as_str()),
             Some("Parser fixed in parse.rs; cargo test fails.")
         );
-        let (graph, required) = required("s", &range);
+        let required = carried.required();
         assert!(required.files.is_empty(), "no edit in this range");
         assert_eq!(required.errors.len(), 1, "the error is still open");
-        let text = render_input(&range, &graph, &required, 100_000);
-        // The input is the rendered record, its summary the previous narrative.
+        let text = carried.render_input(&required, 100_000);
+        // The input is the rendered record (the live fold's, which is the replay's),
+        // its summary the previous narrative.
         let record = ContinuityRecord {
-            narrative: range.previous.map(Narrative::of),
-            ..ContinuityRecord::of_graph(&graph)
+            narrative: carried.previous.as_ref().map(Narrative::of),
+            ..ContinuityRecord::of_graph(&graph::fold("s", &log.0))
         };
         assert!(
             text.starts_with(&format!(
@@ -571,9 +759,81 @@ mod tests {
             "earlier turns are in the narrative: {text}"
         );
         assert!(text.contains("- cargo test: test result: FAILED"), "{text}");
-        assert!(
-            select(&log.0, Trigger::Episode).is_none(),
+        assert_eq!(
+            read(&log.0, Trigger::Episode, 100_000).1,
+            None,
             "f2 has not ended"
+        );
+    }
+
+    #[test]
+    fn runs_that_read_only_what_came_since_agree_with_one_read_of_the_whole() {
+        let mut log = session();
+        let mut carried = Carried::new("s", 1);
+        // As the summarizer reads: the events after the carrier's newest.
+        let run = |log: &Log, carried: &mut Carried, trigger| {
+            let after = log.0.partition_point(|s| s.id <= carried.through());
+            carried
+                .advance(&log.0[after..], trigger, 100_000)
+                .expect("not stale")
+        };
+        run(&log, &mut carried, Trigger::Idle).expect("a range");
+        // Its summary is accepted, and logged after the range.
+        let compaction = CompactionEvent {
+            accepted: true,
+            narrative: "Edited parse.rs; cargo test fails.".into(),
+            until_event: carried.through(),
+            ..CompactionEvent::default()
+        };
+        carried.accepted(&compaction);
+        log.push("f2", EventBody::Compaction(compaction));
+        log.turn(
+            "f2",
+            None,
+            vec![],
+            vec![edit("e2", "/p/docs/guide.md"), bash("b2", "cargo test")],
+        );
+        log.turn(
+            "f2",
+            None,
+            vec![
+                ToolResult::new("e2".into(), None, false, "updated"),
+                ToolResult::new("b2".into(), None, false, "Exit code 0\ntest result: ok"),
+            ],
+            vec![],
+        );
+        log.turn("f3", Some("and the changelog"), vec![], vec![]);
+        run(&log, &mut carried, Trigger::Episode).expect("f2's range");
+        run(&log, &mut carried, Trigger::Idle).expect("f3's range");
+        let (whole, range) = read(&log.0, Trigger::Idle, 100_000);
+        assert_eq!(range.map(|r| r.until_event), Some(carried.through()));
+        assert_eq!(carried.required(), whole.required());
+        let required = carried.required();
+        let (files, errors) = labels(&required);
+        assert_eq!(files, ["/p/docs/guide.md"]);
+        assert!(errors.is_empty(), "cargo test passed: {errors:?}");
+        let text = carried.render_input(&carried.required(), 100_000);
+        assert_eq!(text, whole.render_input(&whole.required(), 100_000));
+        assert!(text.contains("- cargo test (exit 0)"), "{text}");
+        assert!(text.contains("[user] and the changelog"), "{text}");
+        assert!(!text.contains("[user] now the docs"), "{text}");
+    }
+
+    #[test]
+    fn a_compaction_that_cuts_what_was_folded_makes_the_carrier_stale() {
+        let mut log = session();
+        let (mut carried, _) = read(&log.0, Trigger::Idle, 100_000);
+        log.push(
+            "f2",
+            EventBody::Compaction(CompactionEvent {
+                accepted: true,
+                until_event: 6,
+                ..CompactionEvent::default()
+            }),
+        );
+        assert_eq!(
+            carried.advance(&log.0[8..], Trigger::Idle, 100_000),
+            Err(Stale)
         );
     }
 
@@ -588,9 +848,9 @@ mod tests {
                 vec![bash(&format!("x{i}"), &format!("echo {i}"))],
             );
         }
-        let range = select(&log.0, Trigger::Idle).expect("a range");
-        let (graph, required) = required("s", &range);
-        let text = render_input(&range, &graph, &required, 2000);
+        let (carried, range) = read(&log.0, Trigger::Idle, 2000);
+        assert!(range.is_some());
+        let text = carried.render_input(&carried.required(), 2000);
         assert!(text.len() <= 2000 + 200, "{}", text.len());
         assert!(text.contains("/p/src/parse.rs (edited)"), "{text}");
         assert!(text.contains("earlier lines left out"), "{text}");

@@ -2,8 +2,9 @@
 //! compaction. The log's writer tells it which sessions it committed turns for; when an
 //! episode ends (a new root turn) or a session stays quiet for
 //! `context.summarizer.idle_secs`, one task — never a request — reads the session's
-//! events, renders the previous narrative, the graph's facts and the new turns
-//! ([`compaction::render_input`]), asks the configured model within its time and token
+//! events committed since its last run (what it carries between runs:
+//! [`compaction::Carried`]), renders the previous narrative, the graph's facts and the
+//! new turns ([`compaction::Carried::render_input`]), asks the configured model within its time and token
 //! budget, and checks the answer against the graph: accepted only when it names every
 //! file edited and every error still open in its range. Either way the run is a
 //! `compaction` event, and the structural record stands when it is rejected. A run
@@ -25,9 +26,9 @@ use tokio::task::JoinHandle;
 
 use crate::event::{CompactionEvent, Event, EventBody, prefix};
 use crate::log::{Activity, CommitObserver};
-use crate::store::StoreError;
+use crate::store::{self, StoreError};
 use crate::{Context, Reader};
-use compaction::Trigger;
+use compaction::{Carried, Stale, Trigger};
 
 /// Characters per token assumed when the input is cut to `max_input_tokens`.
 const CHARS_PER_TOKEN: u64 = 4;
@@ -233,6 +234,7 @@ impl Summarizer {
             source,
             pending,
             warned: None,
+            carried: CarriedSessions::default(),
         };
         Ok(Summarizer {
             task: glider_sys::safego::spawn_once("summarizer", worker.run()),
@@ -249,6 +251,7 @@ struct Worker {
     pending: Arc<Pending>,
     /// The last "cannot summarize" warning, so a standing problem is logged once.
     warned: Option<String>,
+    carried: CarriedSessions,
 }
 
 impl Worker {
@@ -320,12 +323,12 @@ impl Worker {
         let reader = self.reader.clone();
         let owned = session.to_owned();
         let max_chars = settings.max_input_tokens.saturating_mul(CHARS_PER_TOKEN) as usize;
-        // Reading the session and folding it grow with its length: off the runtime's
-        // threads, which serve requests.
-        let prepare = move || prepare(&reader, &owned, trigger, max_chars);
-        let (input, required, range) = match tokio::task::spawn_blocking(prepare).await {
-            Ok(Ok(Some(prepared))) => prepared,
-            Ok(Ok(None)) => return,
+        let carried = self.carried.take(session);
+        // Reading the session and folding it (only what came since the last run, or
+        // all of it the first time): off the runtime's threads, which serve requests.
+        let prepare = move || prepare(&reader, &owned, trigger, max_chars, carried);
+        let (prepared, mut carried) = match tokio::task::spawn_blocking(prepare).await {
+            Ok(Ok(prepared)) => prepared,
             Ok(Err(error)) => {
                 tracing::warn!(%error, session, "summarizer cannot read the session");
                 return;
@@ -334,6 +337,10 @@ impl Worker {
                 tracing::warn!(%error, "summarizer read task failed");
                 return;
             }
+        };
+        let Some((input, required, range)) = prepared else {
+            self.carried.put(carried);
+            return;
         };
         let backend = self.source.backend(backend_config);
         let started = Instant::now();
@@ -360,6 +367,7 @@ impl Worker {
                 // Dropping the request closes its connection: the server stops the
                 // summary and its slot is the client's.
                 self.pending.yielded(session, trigger);
+                self.carried.put(carried);
                 if let Some(context) = self.context.upgrade() {
                     context
                         .log()
@@ -404,6 +412,10 @@ impl Worker {
             }
             Err(why) => event.reason = Some(why),
         }
+        if let Some(carried) = &mut carried {
+            carried.accepted(&event);
+        }
+        self.carried.put(carried);
         let Some(context) = self.context.upgrade() else {
             return;
         };
@@ -440,33 +452,80 @@ impl Worker {
     }
 }
 
-/// Where a compaction's range lies: what its event says of it.
-struct RangeSpan {
-    since_ms: u64,
-    until_ms: u64,
-    until_event: i64,
-}
+/// A compaction's input, what its answer must name and the range it covers.
+type Prepared = (String, compaction::Required, compaction::Range);
 
 /// `session`'s range for `trigger`, the summarizer's input for it (at most
-/// `max_chars`) and what the summary must name; `None` when there is nothing to compact.
+/// `max_chars`) and what the summary must name (`None` when there is nothing to
+/// compact), with what to carry to the next run. `carried` is what the last run left:
+/// only the events after it are read, unless events of the session were deleted
+/// since (then, or without it, the whole session is).
 fn prepare(
     reader: &Reader,
     session: &str,
     trigger: Trigger,
     max_chars: usize,
-) -> Result<Option<(String, compaction::Required, RangeSpan)>, StoreError> {
-    let events = reader.events(session)?;
-    let Some(range) = compaction::select(&events, trigger) else {
-        return Ok(None);
+    carried: Option<Carried>,
+) -> Result<(Option<Prepared>, Option<Carried>), StoreError> {
+    let Some(conn) = store::open_existing(reader.dir())? else {
+        return Ok((None, None));
     };
-    let (graph, required) = compaction::required(session, &range);
-    let input = compaction::render_input(&range, &graph, &required, max_chars);
-    let span = RangeSpan {
-        since_ms: range.since_ms,
-        until_ms: range.until_ms,
-        until_event: range.until_event,
+    let Some(first_id) = store::first_id(&conn, session)? else {
+        return Ok((None, None));
     };
-    Ok(Some((input, required, span)))
+    let mut carried = carried
+        .filter(|c| c.first_id() == first_id)
+        .unwrap_or_else(|| Carried::new(session, first_id));
+    let events = store::events_after(&conn, Some(session), carried.through())?;
+    let range = match carried.advance(&events, trigger, max_chars) {
+        Ok(range) => range,
+        Err(Stale) => {
+            carried = Carried::new(session, first_id);
+            let events = store::events(&conn, Some(session))?;
+            // A fresh carrier has folded nothing another compaction could cut.
+            carried.advance(&events, trigger, max_chars).unwrap_or(None)
+        }
+    };
+    let prepared = range.map(|range| {
+        let required = carried.required();
+        let input = carried.render_input(&required, max_chars);
+        (input, required, range)
+    });
+    Ok((prepared, Some(carried)))
+}
+
+/// What the summarizer carries of the sessions it compacted lately ([`Carried`]), so
+/// that a run reads only what came since the last; past [`MAX_CARRIED`] the one
+/// compacted longest ago is let go (read whole again on its next run).
+#[derive(Default)]
+struct CarriedSessions {
+    sessions: HashMap<String, (Carried, Instant)>,
+}
+
+/// Sessions whose fold the summarizer keeps between runs.
+const MAX_CARRIED: usize = 64;
+
+impl CarriedSessions {
+    fn take(&mut self, session: &str) -> Option<Carried> {
+        self.sessions.remove(session).map(|(carried, _)| carried)
+    }
+
+    fn put(&mut self, carried: Option<Carried>) {
+        let Some(carried) = carried else {
+            return;
+        };
+        if self.sessions.len() >= MAX_CARRIED
+            && let Some(oldest) = self
+                .sessions
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(session, _)| session.clone())
+        {
+            self.sessions.remove(&oldest);
+        }
+        self.sessions
+            .insert(carried.session().to_owned(), (carried, Instant::now()));
+    }
 }
 
 /// What the model answered.
@@ -528,6 +587,94 @@ mod tests {
             session: session.into(),
             episode_ended: true,
         }
+    }
+
+    /// A root turn of "s" that edits `path`, and the result of the edit.
+    fn edit_turn(user: &str, path: &str, call: &str) -> Vec<(Option<String>, Event)> {
+        use crate::event::{ReplyEvent, RequestEvent, ToolCall, ToolResult};
+        let edit = ToolCall::new(
+            call.into(),
+            "Write".into(),
+            serde_json::json!({"file_path": path, "content": "x"}),
+        );
+        let bodies = [
+            EventBody::Request(RequestEvent {
+                request: format!("{call}-1"),
+                root: true,
+                user_text: Some(user.into()),
+                ..RequestEvent::default()
+            }),
+            EventBody::Reply(ReplyEvent {
+                request: format!("{call}-1"),
+                tool_calls: vec![edit],
+                ..ReplyEvent::default()
+            }),
+            EventBody::Request(RequestEvent {
+                request: format!("{call}-2"),
+                tool_results: vec![ToolResult::new(call.into(), None, false, "ok")],
+                ..RequestEvent::default()
+            }),
+        ];
+        bodies
+            .into_iter()
+            .map(|body| {
+                let event = Event {
+                    at_ms: 1,
+                    session: Some("s".into()),
+                    body,
+                };
+                (Some(call.to_owned()), event)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_run_reads_what_came_since_and_a_forgotten_session_is_read_again() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let reader = Reader::new(home.path().to_path_buf());
+        let mut conn = store::open(home.path()).expect("opens");
+        store::append(
+            &mut conn,
+            &edit_turn("write the parser", "/w/parse.rs", "a"),
+        )
+        .expect("append");
+        let run = |carried| prepare(&reader, "s", Trigger::Idle, 100_000, carried).expect("reads");
+        let (prepared, carried) = run(None);
+        let (input, required, range) = prepared.expect("a range");
+        assert!(input.contains("[user] write the parser"), "{input}");
+        assert_eq!(required.files.len(), 1);
+        let mut carried = carried.expect("carried");
+        assert_eq!(carried.through(), range.until_event);
+        carried.accepted(&CompactionEvent {
+            accepted: true,
+            narrative: "The parser is written in parse.rs.".into(),
+            until_event: range.until_event,
+            ..CompactionEvent::default()
+        });
+        // The next run reads only the new turn, and builds on the narrative.
+        store::append(&mut conn, &edit_turn("now the lexer", "/w/lex.rs", "b")).expect("append");
+        let (prepared, carried) = run(Some(carried));
+        let (input, _, _) = prepared.expect("a range");
+        assert!(
+            input.contains("The parser is written in parse.rs."),
+            "{input}"
+        );
+        assert!(input.contains("[user] now the lexer"), "{input}");
+        assert!(!input.contains("[user] write the parser"), "{input}");
+        // Forgotten, then used again under the same key: nothing of before is carried.
+        store::forget(&mut conn, "s", 2).expect("forgets");
+        store::append(&mut conn, &edit_turn("the readme", "/w/README.md", "c")).expect("append");
+        let (prepared, carried) = run(carried);
+        let (input, required, _) = prepared.expect("a range");
+        for gone in ["parse.rs", "lex.rs", "the lexer", "The parser is written"] {
+            assert!(!input.contains(gone), "{gone} was forgotten: {input}");
+        }
+        assert!(
+            input.contains("this is the session's first compaction"),
+            "{input}"
+        );
+        assert_eq!(required.files.len(), 1);
+        assert!(carried.is_some());
     }
 
     #[test]
