@@ -78,6 +78,46 @@ pub struct RecordedTurn<'a> {
     pub text: String,
     /// The request was a CLI's compaction answered locally, and by what.
     pub compaction: Option<CompactionSource>,
+    /// A whole reply without tool calls whose stop reason and text were left for the
+    /// sink to read off the request path (then `stop_reason` is `None` and `text`
+    /// empty).
+    pub unread: Option<UnreadReply>,
+}
+
+/// A whole reply without tool calls, kept as it came: the request path reads only its
+/// usage (the scan a request pays with no sink attached), and the sink reads its stop
+/// reason and text later, on a thread of its own ([`UnreadReply::read`]) — the context
+/// log's writer does, before the event is stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnreadReply {
+    dialect: Dialect,
+    body: Vec<u8>,
+}
+
+impl UnreadReply {
+    /// Its stop reason and text, as the capture reads a whole reply (the dialect's text
+    /// reading, else its decode; the text bounded to [`REPLY_TEXT_KEPT`] bytes from each
+    /// end). `None` when it does not decode.
+    pub fn read(&self) -> Option<(StopReason, String)> {
+        let codec = glider_dialects::codec(self.dialect);
+        let mut text = TextEdges::default();
+        let stop_reason = match codec.reply_text(&self.body) {
+            Some(reply) => {
+                text.push(&reply.text);
+                reply.stop_reason
+            }
+            None => {
+                let response = codec.decode_response(&self.body).ok()?;
+                for part in &response.parts {
+                    if let Part::Text { text: piece, .. } = part {
+                        text.push(piece);
+                    }
+                }
+                response.stop_reason
+            }
+        };
+        Some((stop_reason, text.finish()))
+    }
 }
 
 /// Who answered a CLI's compaction request locally (`context.compaction: local`).
@@ -187,6 +227,7 @@ pub(crate) struct ReplyCapture {
     stop_reason: Option<StopReason>,
     text: TextEdges,
     compaction: Option<CompactionSource>,
+    unread: Option<UnreadReply>,
 }
 
 /// A reply's text as it streams, bounded: the first [`REPLY_TEXT_KEPT`] bytes and a
@@ -251,6 +292,7 @@ impl ReplyCapture {
             stop_reason: None,
             text: TextEdges::default(),
             compaction: None,
+            unread: None,
         }
     }
 
@@ -313,6 +355,18 @@ impl ReplyCapture {
         }
     }
 
+    /// Whether a whole reply without tool calls may be left unread for the sink
+    /// ([`UnreadReply`]): there is a sink, and the request is no compaction answered
+    /// locally (whose event keeps the reply's text as it is recorded).
+    pub(crate) fn may_leave_unread(&self) -> bool {
+        self.sink.is_some() && self.compaction.is_none()
+    }
+
+    /// A whole reply without tool calls, for the sink to read later.
+    pub(crate) fn leave_unread(&mut self, dialect: Dialect, body: Vec<u8>) {
+        self.unread = Some(UnreadReply { dialect, body });
+    }
+
     /// Whether only the reply's tool calls are kept (for the budget kit): no sink, which
     /// would also keep its stop reason and text.
     pub(crate) fn keeps_only_tool_calls(&self) -> bool {
@@ -342,6 +396,7 @@ impl ReplyCapture {
                 stop_reason: self.stop_reason,
                 text: self.text.finish(),
                 compaction: self.compaction,
+                unread: self.unread,
             });
         }
     }
@@ -410,6 +465,38 @@ mod tests {
             compaction_prompt(&conversation(Turn::text(Role::Assistant, claude))),
             None
         );
+    }
+
+    #[test]
+    fn an_unread_reply_reads_as_the_capture_would_have_read_it() {
+        let unread = |dialect, body: &str| UnreadReply {
+            dialect,
+            body: body.as_bytes().to_vec(),
+        };
+        // Chat Completions: the text reading.
+        let chat = r#"{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,
+            "message":{"role":"assistant","content":"Renamed it."},"finish_reason":"length"}],
+            "usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
+        assert_eq!(
+            unread(Dialect::OpenAiChat, chat).read(),
+            Some((StopReason::MaxTokens, "Renamed it.".to_owned()))
+        );
+        // Anthropic has no text reading: the decode, its text parts joined.
+        let anthropic = r#"{"id":"msg","type":"message","role":"assistant","model":"m",
+            "content":[{"type":"text","text":"Done. "},{"type":"text","text":"All green."}],
+            "stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":2}}"#;
+        assert_eq!(
+            unread(Dialect::Anthropic, anthropic).read(),
+            Some((StopReason::EndTurn, "Done. All green.".to_owned()))
+        );
+        // A long text keeps its edges, as a captured one does.
+        let long = "x".repeat(3 * REPLY_TEXT_KEPT);
+        let body = serde_json::json!({"choices": [{"message": {"content": long},
+            "finish_reason": "stop"}]})
+        .to_string();
+        let (_, text) = unread(Dialect::OpenAiChat, &body).read().expect("reads");
+        assert!(text.len() <= 2 * REPLY_TEXT_KEPT + 8 && text.contains("\n…\n"));
+        assert_eq!(unread(Dialect::OpenAiChat, "not json").read(), None);
     }
 
     #[test]

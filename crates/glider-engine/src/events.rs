@@ -424,25 +424,27 @@ impl Tracker {
     pub fn end(&mut self) {
         self.ended = true;
         if let Some((dialect, body)) = self.raw_whole.take() {
-            self.whole_reply(dialect, &body);
+            self.whole_reply(dialect, body);
         }
     }
 
     /// A forwarded whole reply: only its usage is read (a scan, no decode) when nothing
     /// else needs it — no context capture, or one that keeps only tool calls and a reply
-    /// that makes none; a capture that keeps the text of a reply without tool calls gets
-    /// it from the dialect's text reading ([`glider_dialects::Codec::reply_text`]); else,
-    /// or when those readings cannot place what they read, the reply is decoded.
-    fn whole_reply(&mut self, dialect: Dialect, body: &[u8]) {
+    /// that makes none. A reply without tool calls whose text a sink keeps is left
+    /// unread for it ([`crate::context::UnreadReply`]: read off the request path), or,
+    /// when it may not be, read by the dialect's text reading
+    /// ([`glider_dialects::Codec::reply_text`]); else, or when those readings cannot
+    /// place what they read, the reply is decoded.
+    fn whole_reply(&mut self, dialect: Dialect, body: Vec<u8>) {
         let codec = codec(dialect);
         // Looked for only when something keeps the reply's content.
         let may_call =
-            self.context.is_some() && glider_dialects::reply_may_call_tools(dialect, body);
+            self.context.is_some() && glider_dialects::reply_may_call_tools(dialect, &body);
         let usage_alone = self
             .context
             .as_ref()
             .is_none_or(|capture| capture.keeps_only_tool_calls() && !may_call);
-        if usage_alone && let Ok(usage) = codec.response_usage(body) {
+        if usage_alone && let Ok(usage) = codec.response_usage(&body) {
             self.record.usage.merge(&usage);
             return;
         }
@@ -451,13 +453,21 @@ impl Tracker {
         if !usage_alone
             && !may_call
             && let Some(capture) = self.context.as_mut()
-            && let Some(reply) = codec.reply_text(body)
         {
-            self.record.usage.merge(&reply.usage);
-            capture.text_reply(reply.stop_reason, &reply.text);
-            return;
+            if capture.may_leave_unread()
+                && let Ok(usage) = codec.response_usage(&body)
+            {
+                self.record.usage.merge(&usage);
+                capture.leave_unread(dialect, body);
+                return;
+            }
+            if let Some(reply) = codec.reply_text(&body) {
+                self.record.usage.merge(&reply.usage);
+                capture.text_reply(reply.stop_reason, &reply.text);
+                return;
+            }
         }
-        if let Ok(response) = codec.decode_response(body) {
+        if let Ok(response) = codec.decode_response(&body) {
             self.response(&response);
         }
     }
