@@ -63,10 +63,11 @@ pub struct Episode {
     pub started_ms: u64,
     /// The user's words that began it (up to 4 KiB).
     pub goal: Option<String>,
-    /// Its goal as the continuity record writes it, made once when the goal is set
-    /// (`None` while it has none worth telling: [`Episode::goal_text`]).
+    /// Its goal as the continuity record writes it, made the first time a record
+    /// reads it ([`Episode::goal_line`]): a live fold lets most episodes go before any
+    /// record is rendered, and making it cost more than the rest of a request's fold.
     #[serde(skip)]
-    pub(crate) goal_line: Option<crate::record::GoalLine>,
+    goal_line: LazyGoalLine,
     pub steps: Vec<Step>,
     /// Its oldest steps a live fold let go ([`Folder::live`]); 0 in a replay.
     #[serde(skip_serializing_if = "is_zero")]
@@ -83,6 +84,27 @@ impl Episode {
     /// Its goal, when the user's words say something (not only blanks).
     pub fn goal_text(&self) -> Option<&str> {
         self.goal.as_deref().filter(|g| !g.trim().is_empty())
+    }
+
+    /// Its goal as the record writes it (`None` while it has none worth telling).
+    pub(crate) fn goal_line(&self) -> Option<&crate::record::GoalLine> {
+        let goal = self.goal_text()?;
+        Some(
+            self.goal_line
+                .0
+                .get_or_init(|| crate::record::GoalLine::of(goal)),
+        )
+    }
+}
+
+/// An episode's goal line, made once, when first read. Derived from the goal alone,
+/// so two episodes with the same goal are equal whether or not it was made yet.
+#[derive(Debug, Clone, Default)]
+struct LazyGoalLine(std::sync::OnceLock<crate::record::GoalLine>);
+
+impl PartialEq for LazyGoalLine {
+    fn eq(&self, _: &LazyGoalLine) -> bool {
+        true
     }
 }
 
@@ -488,26 +510,43 @@ impl Folder {
             keep[index] = true;
         }
         keep[whole_from..].fill(true);
-        self.episode_of.clear();
-        self.steps.clear();
+        // Where each episode goes (`None`: let go), and for one cut to its closing
+        // step, which step that was; the maps are updated in place, their keys kept.
+        let mut moved: Vec<Option<(usize, Option<usize>)>> = vec![None; episodes.len()];
         for (index, mut episode) in episodes.into_iter().enumerate() {
             if !keep[index] {
                 continue;
             }
+            let mut closing_at = None;
             if index < whole_from {
-                let closing = episode.steps.iter().rposition(|s| !s.compaction);
-                let closing = closing.map(|at| episode.steps.swap_remove(at));
+                closing_at = episode.steps.iter().rposition(|s| !s.compaction);
+                let closing = closing_at.map(|at| episode.steps.swap_remove(at));
                 episode.steps_left_out += episode.steps.len();
                 episode.steps.clear();
                 episode.steps.extend(closing);
             }
-            let at = self.graph.episodes.len();
-            self.episode_of.insert(episode.family.clone(), at);
-            for (step_at, step) in episode.steps.iter().enumerate() {
-                self.steps.insert(step.request.clone(), (at, step_at));
-            }
+            moved[index] = Some((self.graph.episodes.len(), closing_at));
             self.graph.episodes.push(episode);
         }
+        self.episode_of.retain(|_, at| match moved[*at] {
+            Some((to, _)) => {
+                *at = to;
+                true
+            }
+            None => false,
+        });
+        self.steps
+            .retain(|_, (episode, step)| match moved[*episode] {
+                Some((to, None)) => {
+                    *episode = to;
+                    true
+                }
+                Some((to, Some(closing))) if *step == closing => {
+                    (*episode, *step) = (to, 0);
+                    true
+                }
+                _ => false,
+            });
     }
 
     /// The current episode of a long agent loop keeps its newest [`LIVE_STEPS_KEPT`]
@@ -665,8 +704,7 @@ impl Folder {
         let episode_ref = &mut self.graph.episodes[episode];
         if episode_ref.goal.is_none() && request.root {
             episode_ref.goal = user_text;
-            episode_ref.goal_line = episode_ref.goal_text().map(crate::record::GoalLine::of);
-            self.goals += usize::from(episode_ref.goal_line.is_some());
+            self.goals += usize::from(episode_ref.goal_text().is_some());
         }
         episode_ref.steps.push(Step {
             request: key.clone(),
@@ -950,6 +988,69 @@ mod tests {
 
     fn failed(id: &str, text: &str) -> ToolResult {
         ToolResult::new(id.into(), None, true, text)
+    }
+
+    #[test]
+    fn a_late_reply_finds_its_step_in_an_episode_a_live_fold_cut_to_its_closing_step() {
+        let event = |family: &str, body| {
+            let event = Event {
+                at_ms: 1,
+                session: Some("s".into()),
+                body,
+            };
+            (event, Some(family.to_owned()))
+        };
+        let request = |key: &str, goal: Option<&str>| {
+            EventBody::Request(RequestEvent {
+                request: key.into(),
+                root: goal.is_some(),
+                user_text: goal.map(str::to_owned),
+                ..RequestEvent::default()
+            })
+        };
+        let reply = |key: &str, text: &str| {
+            EventBody::Reply(ReplyEvent {
+                request: key.into(),
+                status: Some(200),
+                text: Some(text.into()),
+                ..ReplyEvent::default()
+            })
+        };
+        let mut live = Folder::live("s");
+        // The one goal of the session, two steps whose replies are still out.
+        for (event, family) in [
+            event("f0", request("a", Some("the goal"))),
+            event("f0", request("b", None)),
+        ] {
+            live.feed_owned(event, family);
+        }
+        // Enough later episodes, each a step without a goal, for trims to cut f0.
+        for n in 1..200 {
+            let (later, family) = event(&format!("f{n}"), request(&format!("k{n}"), None));
+            live.feed_owned(later, family);
+        }
+        let f0 = |live: &Folder| {
+            live.episodes().iter().find(|e| e.family == "f0").map(|e| {
+                e.steps
+                    .iter()
+                    .map(|s| s.request.clone())
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(
+            f0(&live),
+            Some(vec!["b".to_owned()]),
+            "cut to its closing step"
+        );
+        let (late, family) = event("f0", reply("b", "the closing words"));
+        live.feed_owned(late, family);
+        let steps = &live
+            .episodes()
+            .iter()
+            .find(|e| e.family == "f0")
+            .expect("f0")
+            .steps;
+        assert_eq!(steps[0].reply_text.as_deref(), Some("the closing words"));
     }
 
     fn ops(graph: &SessionGraph, path: &str) -> Vec<FileOp> {

@@ -65,23 +65,18 @@ pub struct Goal {
     line: Arc<str>,
 }
 
-/// A goal as the record writes it, and its length in characters (what
-/// [`GOALS_MAX_CHARS`] counts): made once, when the fold sets an episode's goal, so
-/// that a render copies and measures it without walking its text.
+/// A goal as the record writes it: made once, when a record first renders an
+/// episode's goal, so that later renders copy and measure it without walking its text.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct GoalLine {
     line: Arc<str>,
-    chars: usize,
 }
 
 impl GoalLine {
     pub(crate) fn of(goal: &str) -> GoalLine {
-        let mut line = String::new();
+        let mut line = String::with_capacity(goal.len().min(4 * GOALS_MAX_CHARS) + 8);
         block_item(&mut line, prefix(goal, GOALS_MAX_CHARS));
-        GoalLine {
-            line: line.into(),
-            chars: goal.chars().count(),
-        }
+        GoalLine { line: line.into() }
     }
 }
 
@@ -557,12 +552,15 @@ fn build<'a>(
 fn goals(episodes: &[Episode], total: usize, line_bytes: usize) -> (VecDeque<Goal>, usize) {
     let mut kept = VecDeque::new();
     let mut bytes = 0usize;
-    for (index, goal) in goals_within_budget(episodes) {
+    for index in goals_within_budget(episodes) {
         if bytes > line_bytes {
             break;
         }
-        bytes = bytes.saturating_add(goal.line.len());
         let episode = &episodes[index];
+        let Some(goal) = episode.goal_line() else {
+            continue;
+        };
+        bytes = bytes.saturating_add(goal.line.len());
         kept.push_front(Goal {
             family: episode.family.clone(),
             at_ms: episode.started_ms,
@@ -574,25 +572,27 @@ fn goals(episodes: &[Episode], total: usize, line_bytes: usize) -> (VecDeque<Goa
     (kept, left_out)
 }
 
-/// The episodes (by index) whose goals fit [`GOALS_MAX_CHARS`], newest first, with
-/// their goals' lines. Only the kept goals' episodes (and the goal-less ones among
-/// them, and the first goal that did not fit) are visited, and none past where its
-/// reader stops: a long session costs no more.
-fn goals_within_budget(episodes: &[Episode]) -> impl Iterator<Item = (usize, &GoalLine)> {
+/// The episodes (by index) whose goals fit [`GOALS_MAX_CHARS`], newest first. Only
+/// the kept goals' episodes (and the goal-less ones among them, and the first goal
+/// that did not fit) are visited, and none past where its reader stops: a long session
+/// costs no more. Counting a goal's characters is all it does to one (its line is made
+/// only for a render).
+fn goals_within_budget(episodes: &[Episode]) -> impl Iterator<Item = usize> {
     let mut chars = 0;
     episodes
         .iter()
         .enumerate()
         .rev()
-        .filter_map(|(index, e)| e.goal_line.as_ref().map(|g| (index, g)))
-        .take_while(move |(_, goal)| {
+        .filter_map(|(index, e)| e.goal_text().map(|goal| (index, goal.chars().count())))
+        .take_while(move |&(_, goal_chars)| {
             #[cfg(test)]
             work::visited();
             // The newest goal is always kept, cut to the budget if it alone is over.
-            let fits = chars == 0 || chars + goal.chars <= GOALS_MAX_CHARS;
-            chars += goal.chars;
+            let fits = chars == 0 || chars + goal_chars <= GOALS_MAX_CHARS;
+            chars += goal_chars;
             fits
         })
+        .map(|(index, _)| index)
 }
 
 fn file_state(fact: &FileFact) -> Option<FileState> {
@@ -695,15 +695,13 @@ pub(crate) struct Reads {
 
 pub(crate) fn reads(episodes: &[Episode]) -> Reads {
     let newest_first = || episodes.iter().enumerate().rev();
-    let mut goals: Vec<usize> = goals_within_budget(episodes)
-        .map(|(index, _)| index)
-        .collect();
+    let mut goals: Vec<usize> = goals_within_budget(episodes).collect();
     // The first goal the budget left out: the next older episode with one.
     let oldest_kept = goals.last().copied().unwrap_or(0);
     goals.extend(
         episodes[..oldest_kept]
             .iter()
-            .rposition(|e| e.goal_line.is_some()),
+            .rposition(|e| e.goal_text().is_some()),
     );
     Reads {
         goals,
