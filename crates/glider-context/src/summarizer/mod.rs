@@ -4,12 +4,12 @@
 //! `context.summarizer.idle_secs`, one task — never a request — reads the session's
 //! events committed since its last run (what it carries between runs:
 //! [`compaction::Carried`]), renders the previous narrative, the graph's facts and the
-//! new turns ([`compaction::Carried::render_input`]), asks the configured model within its time and token
-//! budget, and checks the answer against the graph: accepted only when it names every
-//! file edited and every error still open in its range. Either way the run is a
-//! `compaction` event, and the structural record stands when it is rejected. A run
-//! yields to the clients: a client's request to the same backend drops it
-//! (`context.summarizer.yield_to_clients`), and it is tried again later.
+//! new turns ([`compaction::Carried::render_input`]), asks the configured model within
+//! its time and token budget, and checks the answer against the graph: accepted only
+//! when it names every file edited and every error still open in its range. Either way
+//! the run is a `compaction` event, and the structural record stands when it is
+//! rejected. A run yields to the clients: a client's request to the same backend drops
+//! it (`context.summarizer.yield_to_clients`), and it is tried again later.
 
 pub mod compaction;
 
