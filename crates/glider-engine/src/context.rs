@@ -108,11 +108,7 @@ impl UnreadReply {
             }
             None => {
                 let response = codec.decode_response(&self.body).ok()?;
-                for part in &response.parts {
-                    if let Part::Text { text: piece, .. } = part {
-                        text.push(piece);
-                    }
-                }
+                glider_ngl::texts(&response.parts).for_each(|piece| text.push(piece));
                 response.stop_reason
             }
         };
@@ -344,14 +340,6 @@ impl ReplyCapture {
                 Part::Text { text, .. } if self.sink.is_some() => self.text.push(text),
                 _ => {}
             }
-        }
-    }
-
-    /// A whole reply without tool calls, read for its stop reason and text alone.
-    pub(crate) fn text_reply(&mut self, stop_reason: StopReason, text: &str) {
-        self.stop_reason = Some(stop_reason);
-        if self.sink.is_some() {
-            self.text.push(text);
         }
     }
 

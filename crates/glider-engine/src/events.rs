@@ -431,10 +431,8 @@ impl Tracker {
     /// A forwarded whole reply: only its usage is read (a scan, no decode) when nothing
     /// else needs it — no context capture, or one that keeps only tool calls and a reply
     /// that makes none. A reply without tool calls whose text a sink keeps is left
-    /// unread for it ([`crate::context::UnreadReply`]: read off the request path), or,
-    /// when it may not be, read by the dialect's text reading
-    /// ([`glider_dialects::Codec::reply_text`]); else, or when those readings cannot
-    /// place what they read, the reply is decoded.
+    /// unread for it ([`crate::context::UnreadReply`]: read off the request path);
+    /// else, or when the scan cannot place the usage, the reply is decoded.
     fn whole_reply(&mut self, dialect: Dialect, body: Vec<u8>) {
         let codec = codec(dialect);
         // Looked for only when something keeps the reply's content.
@@ -448,24 +446,17 @@ impl Tracker {
             self.record.usage.merge(&usage);
             return;
         }
-        // A reply that may call tools goes straight to the decode (the text reading
-        // would parse it only to hand it over).
+        // A reply that may call tools, or a compaction answered locally (rare; its
+        // event keeps the text at once), goes straight to the decode.
         if !usage_alone
             && !may_call
             && let Some(capture) = self.context.as_mut()
+            && capture.may_leave_unread()
+            && let Ok(usage) = codec.response_usage(&body)
         {
-            if capture.may_leave_unread()
-                && let Ok(usage) = codec.response_usage(&body)
-            {
-                self.record.usage.merge(&usage);
-                capture.leave_unread(dialect, body);
-                return;
-            }
-            if let Some(reply) = codec.reply_text(&body) {
-                self.record.usage.merge(&reply.usage);
-                capture.text_reply(reply.stop_reason, &reply.text);
-                return;
-            }
+            self.record.usage.merge(&usage);
+            capture.leave_unread(dialect, body);
+            return;
         }
         if let Ok(response) = codec.decode_response(&body) {
             self.response(&response);
