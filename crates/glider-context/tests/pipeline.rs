@@ -242,6 +242,8 @@ async fn a_forwarded_whole_reply_keeps_its_text_stop_reason_and_calls() {
     };
     ask_chat("say \"hi\"").await;
     ask_chat("please [[call:Read {\"file_path\": \"/p/b.rs\"}]]").await;
+    // Over the size left for the writer to read: read on the request path instead.
+    ask_chat(&format!("long {}", "x".repeat(20_000))).await;
     let mut replies = Vec::new();
     for _ in 0..200 {
         context.log().flush();
@@ -254,12 +256,19 @@ async fn a_forwarded_whole_reply_keeps_its_text_stop_reason_and_calls() {
                 _ => None,
             })
             .collect();
-        if replies.len() == 2 {
+        if replies.len() == 3 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(replies.len(), 2);
+    assert_eq!(replies.len(), 3);
+    let long = replies[2].text.as_deref().expect("the long reply's text");
+    assert!(
+        long.starts_with("echo: long xxx") && long.ends_with("xxx"),
+        "{long:.40}"
+    );
+    assert!(long.len() < 20_000, "its edges: {}", long.len());
+    assert_eq!(replies[2].stop_reason.as_deref(), Some("end_turn"));
     let text = &replies[0];
     assert_eq!(text.text.as_deref(), Some("echo: say \"hi\""));
     assert_eq!(text.stop_reason.as_deref(), Some("end_turn"));

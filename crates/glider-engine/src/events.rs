@@ -26,6 +26,10 @@ use crate::contextkit::{BudgetStop, ContextKit};
 pub const BUS_CAPACITY: usize = 4096;
 /// Largest non-streamed reply body kept to read its usage from.
 const MAX_OBSERVED_BODY: usize = 8 * 1024 * 1024;
+/// Largest whole reply left unread for the context sink ([`crate::context::UnreadReply`]):
+/// it waits in the log's queue (8,192 events by default) until the writer reads it, so
+/// a larger one is read on the request path and only its text's edges wait there.
+const MAX_UNREAD_BODY: usize = 16 * 1024;
 
 /// One request as the dashboard and the history see it. Never holds prompt text.
 #[derive(Debug, Clone, Serialize)]
@@ -431,8 +435,9 @@ impl Tracker {
     /// A forwarded whole reply: only its usage is read (a scan, no decode) when nothing
     /// else needs it — no context capture, or one that keeps only tool calls and a reply
     /// that makes none. A reply without tool calls whose text a sink keeps is left
-    /// unread for it ([`crate::context::UnreadReply`]: read off the request path);
-    /// else, or when the scan cannot place the usage, the reply is decoded.
+    /// unread for it ([`crate::context::UnreadReply`]: read off the request path) when
+    /// it is at most [`MAX_UNREAD_BODY`]; else, or when the scan cannot place the
+    /// usage, the reply is decoded.
     fn whole_reply(&mut self, dialect: Dialect, body: Vec<u8>) {
         let codec = codec(dialect);
         // Looked for only when something keeps the reply's content.
@@ -451,6 +456,7 @@ impl Tracker {
         if !usage_alone
             && !may_call
             && let Some(capture) = self.context.as_mut()
+            && body.len() <= MAX_UNREAD_BODY
             && capture.may_leave_unread()
             && let Ok(usage) = codec.response_usage(&body)
         {
