@@ -217,8 +217,9 @@ async fn requests_through_the_engine_become_events_and_a_graph() {
 }
 
 /// A same-dialect whole reply (OpenAI Chat to vLLM, not streamed) is forwarded as it
-/// came and read for its text and stop reason without a full decode: the reply event
-/// keeps both, and its usage; a reply with a tool call still gives the call.
+/// came, its usage read on the request path and its text and stop reason by the log's
+/// writer (no full decode): the reply event keeps all three; a reply with a tool call
+/// still gives the call; one over the size left to the writer is read on the path.
 #[tokio::test]
 async fn a_forwarded_whole_reply_keeps_its_text_stop_reason_and_calls() {
     let mock = MockVendor::start(MockConfig::default()).await;

@@ -116,6 +116,23 @@ impl UnreadReply {
     }
 }
 
+/// Largest whole reply left unread for the sink ([`UnreadReply`]): it waits in the
+/// sink's queue (the context log's: 8,192 events by default) until it is read, so a
+/// larger one is read on the request path and only its text's edges wait there.
+const MAX_UNREAD_BODY: usize = 16 * 1024;
+
+/// What the request path reads of a forwarded whole reply
+/// ([`ReplyCapture::whole_reply_read`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WholeReplyRead {
+    /// Its usage alone (a scan, no decode).
+    Usage,
+    /// Its usage; the body goes to the sink unread.
+    UsageLeavingUnread,
+    /// All of it.
+    Decode,
+}
+
 /// Who answered a CLI's compaction request locally (`context.compaction: local`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompactionSource {
@@ -343,11 +360,21 @@ impl ReplyCapture {
         }
     }
 
-    /// Whether a whole reply without tool calls may be left unread for the sink
-    /// ([`UnreadReply`]): there is a sink, and the request is no compaction answered
-    /// locally (whose event keeps the reply's text as it is recorded).
-    pub(crate) fn may_leave_unread(&self) -> bool {
-        self.sink.is_some() && self.compaction.is_none()
+    /// What the request path reads of a whole reply `body` in `dialect` for this
+    /// capture: its usage alone when only tool calls are kept and it makes none; its
+    /// usage, leaving the body for the sink ([`UnreadReply`]), when it makes none, is
+    /// at most [`MAX_UNREAD_BODY`] (it waits in the sink's queue) and is no compaction
+    /// answered locally (whose event keeps the text as it is recorded); else all of it.
+    pub(crate) fn whole_reply_read(&self, dialect: Dialect, body: &[u8]) -> WholeReplyRead {
+        if glider_dialects::reply_may_call_tools(dialect, body) {
+            WholeReplyRead::Decode
+        } else if self.sink.is_none() {
+            WholeReplyRead::Usage
+        } else if self.compaction.is_none() && body.len() <= MAX_UNREAD_BODY {
+            WholeReplyRead::UsageLeavingUnread
+        } else {
+            WholeReplyRead::Decode
+        }
     }
 
     /// A whole reply without tool calls, for the sink to read later.
@@ -485,6 +512,53 @@ mod tests {
         let (_, text) = unread(Dialect::OpenAiChat, &body).read().expect("reads");
         assert!(text.len() <= 2 * REPLY_TEXT_KEPT + 8 && text.contains("\n…\n"));
         assert_eq!(unread(Dialect::OpenAiChat, "not json").read(), None);
+    }
+
+    #[test]
+    fn a_whole_reply_is_left_unread_only_for_a_sink_and_without_calls_compaction_or_bulk() {
+        struct Quiet;
+        impl ContextSink for Quiet {
+            fn decided(&self, _: &DecidedTurn<'_>) {}
+            fn recorded(&self, _: RecordedTurn<'_>) {}
+            fn record(&self, _: &str) -> Option<Arc<str>> {
+                None
+            }
+            fn delegated(&self, _: &DelegatedRun<'_>) {}
+        }
+        let text = br#"{"choices":[{"message":{"content":"ok"}}]}"#;
+        let call =
+            br#"{"choices":[{"message":{"tool_calls":[{"id":"c","function":{"name":"Read"}}]}}]}"#;
+        let bulk = format!(
+            r#"{{"choices":[{{"message":{{"content":"{}"}}}}]}}"#,
+            "x".repeat(MAX_UNREAD_BODY)
+        );
+        let chat = Dialect::OpenAiChat;
+        let with_sink = ReplyCapture::new(Some(Arc::new(Quiet)), "s".into());
+        assert_eq!(
+            with_sink.whole_reply_read(chat, text),
+            WholeReplyRead::UsageLeavingUnread
+        );
+        assert_eq!(
+            with_sink.whole_reply_read(chat, call),
+            WholeReplyRead::Decode
+        );
+        assert_eq!(
+            with_sink.whole_reply_read(chat, bulk.as_bytes()),
+            WholeReplyRead::Decode
+        );
+        let mut compaction = ReplyCapture::new(Some(Arc::new(Quiet)), "s".into());
+        compaction.compaction(CompactionSource::LocalModel);
+        assert_eq!(
+            compaction.whole_reply_read(chat, text),
+            WholeReplyRead::Decode
+        );
+        // Without a sink only the calls are kept (the budget kit's).
+        let kit_only = ReplyCapture::new(None, "s".into());
+        assert_eq!(kit_only.whole_reply_read(chat, text), WholeReplyRead::Usage);
+        assert_eq!(
+            kit_only.whole_reply_read(chat, call),
+            WholeReplyRead::Decode
+        );
     }
 
     #[test]

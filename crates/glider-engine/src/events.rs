@@ -19,17 +19,13 @@ use glider_ngl::{Dialect, Response, StreamEvent, Usage};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-use crate::context::ReplyCapture;
+use crate::context::{ReplyCapture, WholeReplyRead};
 use crate::contextkit::{BudgetStop, ContextKit};
 
 /// Events kept for a subscriber that falls behind.
 pub const BUS_CAPACITY: usize = 4096;
 /// Largest non-streamed reply body kept to read its usage from.
 const MAX_OBSERVED_BODY: usize = 8 * 1024 * 1024;
-/// Largest whole reply left unread for the context sink ([`crate::context::UnreadReply`]):
-/// it waits in the log's queue (8,192 events by default) until the writer reads it, so
-/// a larger one is read on the request path and only its text's edges wait there.
-const MAX_UNREAD_BODY: usize = 16 * 1024;
 
 /// One request as the dashboard and the history see it. Never holds prompt text.
 #[derive(Debug, Clone, Serialize)]
@@ -432,36 +428,26 @@ impl Tracker {
         }
     }
 
-    /// A forwarded whole reply: only its usage is read (a scan, no decode) when nothing
-    /// else needs it — no context capture, or one that keeps only tool calls and a reply
-    /// that makes none. A reply without tool calls whose text a sink keeps is left
-    /// unread for it ([`crate::context::UnreadReply`]: read off the request path) when
-    /// it is at most [`MAX_UNREAD_BODY`]; else, or when the scan cannot place the
-    /// usage, the reply is decoded.
+    /// A forwarded whole reply, read for what the capture needs of it
+    /// ([`ReplyCapture::whole_reply_read`]; its usage alone without one), and decoded
+    /// when the usage scan cannot place what it reads.
     fn whole_reply(&mut self, dialect: Dialect, body: Vec<u8>) {
         let codec = codec(dialect);
-        // Looked for only when something keeps the reply's content.
-        let may_call =
-            self.context.is_some() && glider_dialects::reply_may_call_tools(dialect, &body);
-        let usage_alone = self
+        let read = self
             .context
             .as_ref()
-            .is_none_or(|capture| capture.keeps_only_tool_calls() && !may_call);
-        if usage_alone && let Ok(usage) = codec.response_usage(&body) {
-            self.record.usage.merge(&usage);
-            return;
-        }
-        // A reply that may call tools, or a compaction answered locally (rare; its
-        // event keeps the text at once), goes straight to the decode.
-        if !usage_alone
-            && !may_call
-            && let Some(capture) = self.context.as_mut()
-            && body.len() <= MAX_UNREAD_BODY
-            && capture.may_leave_unread()
+            .map_or(WholeReplyRead::Usage, |capture| {
+                capture.whole_reply_read(dialect, &body)
+            });
+        if read != WholeReplyRead::Decode
             && let Ok(usage) = codec.response_usage(&body)
         {
             self.record.usage.merge(&usage);
-            capture.leave_unread(dialect, body);
+            if read == WholeReplyRead::UsageLeavingUnread
+                && let Some(capture) = self.context.as_mut()
+            {
+                capture.leave_unread(dialect, body);
+            }
             return;
         }
         if let Ok(response) = codec.decode_response(&body) {
