@@ -789,8 +789,8 @@ impl Folder {
                 for (path, op) in files {
                     let subject = format!("{name} {path}");
                     if outcome.failed {
-                        let about = Some(path.as_str());
-                        self.open_error(subject, about, &outcome, &call_id, at_ms, family.clone());
+                        let file = Some(path.as_str());
+                        self.open_error(subject, file, &outcome, &call_id, at_ms, family.clone());
                     } else {
                         self.close_errors(&subject, &call_id, at_ms);
                         let op = match op {
@@ -803,8 +803,8 @@ impl Folder {
             }
             Action::Command { command } => {
                 if outcome.failed {
-                    let (subject, about) = (command.clone(), None);
-                    self.open_error(subject, about, &outcome, &call_id, at_ms, family.clone());
+                    let subject = command.clone();
+                    self.open_error(subject, None, &outcome, &call_id, at_ms, family.clone());
                 } else {
                     self.close_errors(&command, &call_id, at_ms);
                 }
@@ -822,8 +822,8 @@ impl Folder {
             }
             Action::Other => {
                 if outcome.failed {
-                    let (subject, about) = (call.name.clone(), None);
-                    self.open_error(subject, about, &outcome, &call_id, at_ms, family);
+                    let subject = call.name.clone();
+                    self.open_error(subject, None, &outcome, &call_id, at_ms, family);
                 }
             }
         }

@@ -581,6 +581,11 @@ mod tests {
         )
     }
 
+    /// The result of call `id`, failed or not.
+    fn result(id: &str, failed: bool, text: &str) -> ToolResult {
+        ToolResult::new(id.into(), None, failed, text)
+    }
+
     fn bash(id: &str, command: &str) -> ToolCall {
         ToolCall::new(id.into(), "Bash".into(), json!({"command": command}))
     }
@@ -596,18 +601,13 @@ mod tests {
         log.turn(
             "f1",
             None,
-            vec![ToolResult::new("e1".into(), None, false, "updated")],
+            vec![result("e1", false, "updated")],
             vec![bash("b1", "cargo test")],
         );
         log.turn(
             "f1",
             None,
-            vec![ToolResult::new(
-                "b1".into(),
-                None,
-                true,
-                "Exit code 101\ntest result: FAILED",
-            )],
+            vec![result("b1", true, "Exit code 101\ntest result: FAILED")],
             vec![],
         );
         log.turn("f2", Some("now the docs"), vec![], vec![]);
@@ -696,12 +696,7 @@ mod tests {
         log.turn(
             "f1",
             None,
-            vec![ToolResult::new(
-                "e1".into(),
-                None,
-                true,
-                "old_string not found",
-            )],
+            vec![result("e1", true, "old_string not found")],
             vec![],
         );
         let (carried, _) = read(&log.0, Trigger::Idle, 100_000);
@@ -797,8 +792,8 @@ mod tests {
             "f2",
             None,
             vec![
-                ToolResult::new("e2".into(), None, false, "updated"),
-                ToolResult::new("b2".into(), None, false, "Exit code 0\ntest result: ok"),
+                result("e2", false, "updated"),
+                result("b2", false, "Exit code 0\ntest result: ok"),
             ],
             vec![],
         );
