@@ -15,6 +15,7 @@ pub mod live;
 pub mod log;
 pub mod record;
 pub mod responses;
+mod rowjson;
 mod sink;
 pub mod store;
 pub mod summarizer;

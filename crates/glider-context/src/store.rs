@@ -15,6 +15,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::event::{Event, EventBody};
+use crate::rowjson;
 
 /// The database file's name inside the context directory.
 pub const DB_FILE: &str = "context.sqlite3";
@@ -75,16 +76,7 @@ pub const MAX_ROW_EVENTS: usize = 64;
 /// The `kind` of a row of several events.
 const ROW_OF_EVENTS: &str = "events";
 
-/// An event in a row of several, as written.
-#[derive(serde::Serialize)]
-struct RowEvent<'a> {
-    at_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    family: Option<&'a str>,
-    body: &'a EventBody,
-}
-
-/// An event in a row of several, as read.
+/// An event in a row of several, as read (written by [`rowjson::write_row`]).
 #[derive(serde::Deserialize)]
 struct ReadRowEvent {
     at_ms: u64,
@@ -261,21 +253,17 @@ fn insert_events(
             buffers.json.clear();
             let (kind, family, first_ms) = if let [only] = row[..] {
                 let (family, event) = &events[only];
-                serde_json::to_writer(&mut buffers.json, &event.body).map_err(bad)?;
+                rowjson::write_body(&mut buffers.json, &event.body).map_err(bad)?;
                 (event.body.kind(), family.as_deref(), None)
             } else {
-                let written: Vec<RowEvent<'_>> = row
-                    .iter()
-                    .map(|&at| RowEvent {
-                        at_ms: events[at].1.at_ms,
-                        family: events[at].0.as_deref(),
-                        body: &events[at].1.body,
-                    })
-                    .collect();
-                let family = written.iter().rev().find_map(|e| e.family);
-                let oldest = written.iter().map(|e| e.at_ms).min().unwrap_or(newest);
-                serde_json::to_writer(&mut buffers.json, &written).map_err(bad)?;
-                (ROW_OF_EVENTS, family, Some(oldest as i64))
+                let written = row.iter().map(|&at| {
+                    let (family, event) = &events[at];
+                    (event.at_ms, family.as_deref(), &event.body)
+                });
+                let family = row.iter().rev().find_map(|&at| events[at].0.as_deref());
+                let oldest = row.iter().map(|&at| events[at].1.at_ms).min();
+                rowjson::write_row(&mut buffers.json, written).map_err(bad)?;
+                (ROW_OF_EVENTS, family, Some(oldest.unwrap_or(newest) as i64))
             };
             for (offset, &at) in row.iter().enumerate() {
                 ids[at] = last_id + 1 + offset as i64;
