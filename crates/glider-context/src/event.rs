@@ -188,24 +188,6 @@ pub struct ReplyEvent {
     /// [`REPLY_TEXT_EDGE_CHARS`]; absent in events written before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
-    /// A whole reply left unread on the request path: the log's writer reads its stop
-    /// reason and text into the fields above ([`ReplyEvent::read_unread`]) before the
-    /// event is stored or folded. Never stored.
-    #[serde(skip)]
-    pub unread: Option<glider_engine::UnreadReply>,
-}
-
-impl ReplyEvent {
-    /// The stop reason and text of the reply `unread` holds, into their fields (once;
-    /// nothing when it holds none, or it does not decode).
-    pub fn read_unread(&mut self) {
-        if let Some(unread) = self.unread.take()
-            && let Some((stop_reason, text)) = unread.read()
-        {
-            self.stop_reason = Some(stop_reason.as_str().into());
-            self.text = reply_text(text);
-        }
-    }
 }
 
 /// A reply's text as an event keeps it: none when empty, else its edges

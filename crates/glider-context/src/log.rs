@@ -310,11 +310,7 @@ impl Writer {
         let mut activity: Vec<Activity> = Vec::new();
         for message in batch {
             match message {
-                Message::Event(mut event) => {
-                    // What the request path left unread of a reply is read here, off it.
-                    if let EventBody::Reply(reply) = &mut event.body {
-                        reply.read_unread();
-                    }
+                Message::Event(event) => {
                     let (family, began) = self.families.assign(&self.conn, &event);
                     if observed {
                         note_activity(&mut activity, &event, began);

@@ -196,8 +196,6 @@ fn write_reply(out: &mut Vec<u8>, reply: &ReplyEvent) -> serde_json::Result<()> 
         ttft_ms,
         total_ms,
         text,
-        // Never stored: the writer reads it into the members above first.
-        unread: _,
     } = reply;
     let mut object = Object::tagged(out, "reply");
     object.str(name!("request"), request);
@@ -436,7 +434,6 @@ mod tests {
             ttft_ms: Some(20),
             total_ms: Some(0),
             text: Some("done.\r\n".into()),
-            unread: None,
         };
         let bodies = [
             EventBody::Request(full_request),

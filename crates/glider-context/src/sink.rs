@@ -119,7 +119,6 @@ impl ContextSink for Context {
             ttft_ms: record.ttft_ms,
             total_ms: record.total_ms,
             text: reply_text(turn.text),
-            unread: turn.unread,
         };
         let at_ms = crate::now_ms();
         self.log.append(Event {

@@ -217,9 +217,9 @@ async fn requests_through_the_engine_become_events_and_a_graph() {
 }
 
 /// A same-dialect whole reply (OpenAI Chat to vLLM, not streamed) is forwarded as it
-/// came, its usage read on the request path and its text and stop reason by the log's
-/// writer (no full decode): the reply event keeps all three; a reply with a tool call
-/// still gives the call; one over the size left to the writer is read on the path.
+/// came and read once for its usage, text and stop reason (no full decode): the reply
+/// event keeps all three, a long text its edges; a reply with a tool call still gives
+/// the call.
 #[tokio::test]
 async fn a_forwarded_whole_reply_keeps_its_text_stop_reason_and_calls() {
     let mock = MockVendor::start(MockConfig::default()).await;
@@ -243,7 +243,6 @@ async fn a_forwarded_whole_reply_keeps_its_text_stop_reason_and_calls() {
     };
     ask_chat("say \"hi\"").await;
     ask_chat("please [[call:Read {\"file_path\": \"/p/b.rs\"}]]").await;
-    // Over the size left for the writer to read: read on the request path instead.
     ask_chat(&format!("long {}", "x".repeat(20_000))).await;
     let mut replies = Vec::new();
     for _ in 0..200 {

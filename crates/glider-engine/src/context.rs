@@ -78,48 +78,7 @@ pub struct RecordedTurn<'a> {
     pub text: String,
     /// The request was a CLI's compaction answered locally, and by what.
     pub compaction: Option<CompactionSource>,
-    /// A whole reply without tool calls whose stop reason and text were left for the
-    /// sink to read off the request path (then `stop_reason` is `None` and `text`
-    /// empty).
-    pub unread: Option<UnreadReply>,
 }
-
-/// A whole reply without tool calls, kept as it came: the request path reads only its
-/// usage (the scan a request pays with no sink attached), and the sink reads its stop
-/// reason and text later, on a thread of its own ([`UnreadReply::read`]) — the context
-/// log's writer does, before the event is stored.
-#[derive(Debug, Clone, PartialEq)]
-pub struct UnreadReply {
-    dialect: Dialect,
-    body: Vec<u8>,
-}
-
-impl UnreadReply {
-    /// Its stop reason and text, as the capture reads a whole reply (the dialect's text
-    /// reading, else its decode; the text bounded to [`REPLY_TEXT_KEPT`] bytes from each
-    /// end). `None` when it does not decode.
-    pub fn read(&self) -> Option<(StopReason, String)> {
-        let codec = glider_dialects::codec(self.dialect);
-        let mut text = TextEdges::default();
-        let stop_reason = match codec.reply_text(&self.body) {
-            Some(reply) => {
-                text.push(&reply.text);
-                reply.stop_reason
-            }
-            None => {
-                let response = codec.decode_response(&self.body).ok()?;
-                glider_ngl::texts(&response.parts).for_each(|piece| text.push(piece));
-                response.stop_reason
-            }
-        };
-        Some((stop_reason, text.finish()))
-    }
-}
-
-/// Largest whole reply left unread for the sink ([`UnreadReply`]): it waits in the
-/// sink's queue (the context log's: 8,192 events by default) until it is read, so a
-/// larger one is read on the request path and only its text's edges wait there.
-const MAX_UNREAD_BODY: usize = 16 * 1024;
 
 /// What the request path reads of a forwarded whole reply
 /// ([`ReplyCapture::whole_reply_read`]).
@@ -127,8 +86,9 @@ const MAX_UNREAD_BODY: usize = 16 * 1024;
 pub(crate) enum WholeReplyRead {
     /// Its usage alone (a scan, no decode).
     Usage,
-    /// Its usage; the body goes to the sink unread.
-    UsageLeavingUnread,
+    /// Its usage, stop reason and text in one reading (the dialect's text reading,
+    /// `Codec::reply_text`: no `Response` built).
+    Text,
     /// All of it.
     Decode,
 }
@@ -240,7 +200,6 @@ pub(crate) struct ReplyCapture {
     stop_reason: Option<StopReason>,
     text: TextEdges,
     compaction: Option<CompactionSource>,
-    unread: Option<UnreadReply>,
 }
 
 /// A reply's text as it streams, bounded: the first [`REPLY_TEXT_KEPT`] bytes and a
@@ -305,7 +264,6 @@ impl ReplyCapture {
             stop_reason: None,
             text: TextEdges::default(),
             compaction: None,
-            unread: None,
         }
     }
 
@@ -361,25 +319,26 @@ impl ReplyCapture {
     }
 
     /// What the request path reads of a whole reply `body` in `dialect` for this
-    /// capture: its usage alone when only tool calls are kept and it makes none; its
-    /// usage, leaving the body for the sink ([`UnreadReply`]), when it makes none, is
-    /// at most [`MAX_UNREAD_BODY`] (it waits in the sink's queue) and is no compaction
-    /// answered locally (whose event keeps the text as it is recorded); else all of it.
+    /// capture: all of it when it may call tools; its usage alone when only tool calls
+    /// are kept (no sink); else its usage, stop reason and text. One reading on the
+    /// request path costs fewer instructions than a usage scan there and a text reading
+    /// elsewhere (the log's writer runs on the same cores at saturation).
     pub(crate) fn whole_reply_read(&self, dialect: Dialect, body: &[u8]) -> WholeReplyRead {
         if glider_dialects::reply_may_call_tools(dialect, body) {
             WholeReplyRead::Decode
         } else if self.sink.is_none() {
             WholeReplyRead::Usage
-        } else if self.compaction.is_none() && body.len() <= MAX_UNREAD_BODY {
-            WholeReplyRead::UsageLeavingUnread
         } else {
-            WholeReplyRead::Decode
+            WholeReplyRead::Text
         }
     }
 
-    /// A whole reply without tool calls, for the sink to read later.
-    pub(crate) fn leave_unread(&mut self, dialect: Dialect, body: Vec<u8>) {
-        self.unread = Some(UnreadReply { dialect, body });
+    /// A whole reply without tool calls, read by the dialect's text reading.
+    pub(crate) fn text_reply(&mut self, stop_reason: StopReason, text: &str) {
+        self.stop_reason = Some(stop_reason);
+        if self.sink.is_some() {
+            self.text.push(text);
+        }
     }
 
     /// Whether only the reply's tool calls are kept (for the budget kit): no sink, which
@@ -411,7 +370,6 @@ impl ReplyCapture {
                 stop_reason: self.stop_reason,
                 text: self.text.finish(),
                 compaction: self.compaction,
-                unread: self.unread,
             });
         }
     }
@@ -482,76 +440,75 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_unread_reply_reads_as_the_capture_would_have_read_it() {
-        let unread = |dialect, body: &str| UnreadReply {
-            dialect,
-            body: body.as_bytes().to_vec(),
-        };
-        // Chat Completions: the text reading.
-        let chat = r#"{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,
-            "message":{"role":"assistant","content":"Renamed it."},"finish_reason":"length"}],
-            "usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
-        assert_eq!(
-            unread(Dialect::OpenAiChat, chat).read(),
-            Some((StopReason::MaxTokens, "Renamed it.".to_owned()))
-        );
-        // Anthropic has no text reading: the decode, its text parts joined.
-        let anthropic = r#"{"id":"msg","type":"message","role":"assistant","model":"m",
-            "content":[{"type":"text","text":"Done. "},{"type":"text","text":"All green."}],
-            "stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":2}}"#;
-        assert_eq!(
-            unread(Dialect::Anthropic, anthropic).read(),
-            Some((StopReason::EndTurn, "Done. All green.".to_owned()))
-        );
-        // A long text keeps its edges, as a captured one does.
-        let long = "x".repeat(3 * REPLY_TEXT_KEPT);
-        let body = serde_json::json!({"choices": [{"message": {"content": long},
-            "finish_reason": "stop"}]})
-        .to_string();
-        let (_, text) = unread(Dialect::OpenAiChat, &body).read().expect("reads");
-        assert!(text.len() <= 2 * REPLY_TEXT_KEPT + 8 && text.contains("\n…\n"));
-        assert_eq!(unread(Dialect::OpenAiChat, "not json").read(), None);
+    /// A sink that keeps what each finished capture handed it.
+    #[derive(Default)]
+    struct Kept(std::sync::Mutex<Vec<(Option<StopReason>, String)>>);
+
+    impl ContextSink for Kept {
+        fn decided(&self, _: &DecidedTurn<'_>) {}
+        fn recorded(&self, turn: RecordedTurn<'_>) {
+            self.0
+                .lock()
+                .expect("lock")
+                .push((turn.stop_reason, turn.text));
+        }
+        fn record(&self, _: &str) -> Option<Arc<str>> {
+            None
+        }
+        fn delegated(&self, _: &DelegatedRun<'_>) {}
     }
 
     #[test]
-    fn a_whole_reply_is_left_unread_only_for_a_sink_and_without_calls_compaction_or_bulk() {
-        struct Quiet;
-        impl ContextSink for Quiet {
-            fn decided(&self, _: &DecidedTurn<'_>) {}
-            fn recorded(&self, _: RecordedTurn<'_>) {}
-            fn record(&self, _: &str) -> Option<Arc<str>> {
-                None
-            }
-            fn delegated(&self, _: &DelegatedRun<'_>) {}
+    fn a_reply_read_by_its_text_reading_is_captured_as_its_decode_is() {
+        let long = "x".repeat(3 * REPLY_TEXT_KEPT);
+        let chats = [
+            r#"{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,
+                "message":{"role":"assistant","content":"Renamed \"it\"."},"finish_reason":"length"}],
+                "usage":{"prompt_tokens":3,"completion_tokens":2}}"#
+                .to_owned(),
+            serde_json::json!({"choices": [{"message": {"content": long, "refusal": "no"},
+                "finish_reason": "stop"}]})
+            .to_string(),
+        ];
+        let codec = glider_dialects::codec(Dialect::OpenAiChat);
+        let bus = crate::Bus::default();
+        let mut tracker = bus.start("gateway", Dialect::OpenAiChat, None);
+        let record = tracker.record.clone();
+        tracker.forget();
+        for body in chats {
+            let sink = Arc::new(Kept::default());
+            let mut read = ReplyCapture::new(Some(sink.clone()), "s".into());
+            let reply = codec
+                .reply_text(body.as_bytes())
+                .expect("the text reading reads it");
+            read.text_reply(reply.stop_reason, &reply.text);
+            read.finish(&record);
+            let mut decoded = ReplyCapture::new(Some(sink.clone()), "s".into());
+            decoded.response(&codec.decode_response(body.as_bytes()).expect("decodes"));
+            decoded.finish(&record);
+            let kept = sink.0.lock().expect("lock");
+            assert_eq!(kept[0], kept[1]);
+            assert!(
+                kept[0].1.len() <= 2 * REPLY_TEXT_KEPT + 8,
+                "the text's edges"
+            );
         }
+    }
+
+    #[test]
+    fn a_whole_reply_is_read_for_its_text_only_for_a_sink_and_without_calls() {
         let text = br#"{"choices":[{"message":{"content":"ok"}}]}"#;
         let call =
             br#"{"choices":[{"message":{"tool_calls":[{"id":"c","function":{"name":"Read"}}]}}]}"#;
-        let bulk = format!(
-            r#"{{"choices":[{{"message":{{"content":"{}"}}}}]}}"#,
-            "x".repeat(MAX_UNREAD_BODY)
-        );
         let chat = Dialect::OpenAiChat;
-        let with_sink = ReplyCapture::new(Some(Arc::new(Quiet)), "s".into());
-        assert_eq!(
-            with_sink.whole_reply_read(chat, text),
-            WholeReplyRead::UsageLeavingUnread
-        );
+        let mut with_sink = ReplyCapture::new(Some(Arc::new(Kept::default())), "s".into());
+        assert_eq!(with_sink.whole_reply_read(chat, text), WholeReplyRead::Text);
         assert_eq!(
             with_sink.whole_reply_read(chat, call),
             WholeReplyRead::Decode
         );
-        assert_eq!(
-            with_sink.whole_reply_read(chat, bulk.as_bytes()),
-            WholeReplyRead::Decode
-        );
-        let mut compaction = ReplyCapture::new(Some(Arc::new(Quiet)), "s".into());
-        compaction.compaction(CompactionSource::LocalModel);
-        assert_eq!(
-            compaction.whole_reply_read(chat, text),
-            WholeReplyRead::Decode
-        );
+        with_sink.compaction(CompactionSource::LocalModel);
+        assert_eq!(with_sink.whole_reply_read(chat, text), WholeReplyRead::Text);
         // Without a sink only the calls are kept (the budget kit's).
         let kit_only = ReplyCapture::new(None, "s".into());
         assert_eq!(kit_only.whole_reply_read(chat, text), WholeReplyRead::Usage);

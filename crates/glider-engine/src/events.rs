@@ -424,33 +424,40 @@ impl Tracker {
     pub fn end(&mut self) {
         self.ended = true;
         if let Some((dialect, body)) = self.raw_whole.take() {
-            self.whole_reply(dialect, body);
+            self.whole_reply(dialect, &body);
         }
     }
 
     /// A forwarded whole reply, read for what the capture needs of it
     /// ([`ReplyCapture::whole_reply_read`]; its usage alone without one), and decoded
     /// when the usage scan cannot place what it reads.
-    fn whole_reply(&mut self, dialect: Dialect, body: Vec<u8>) {
+    fn whole_reply(&mut self, dialect: Dialect, body: &[u8]) {
         let codec = codec(dialect);
         let read = self
             .context
             .as_ref()
             .map_or(WholeReplyRead::Usage, |capture| {
-                capture.whole_reply_read(dialect, &body)
+                capture.whole_reply_read(dialect, body)
             });
-        if read != WholeReplyRead::Decode
-            && let Ok(usage) = codec.response_usage(&body)
-        {
-            self.record.usage.merge(&usage);
-            if read == WholeReplyRead::UsageLeavingUnread
-                && let Some(capture) = self.context.as_mut()
-            {
-                capture.leave_unread(dialect, body);
+        match read {
+            WholeReplyRead::Usage => {
+                if let Ok(usage) = codec.response_usage(body) {
+                    self.record.usage.merge(&usage);
+                    return;
+                }
             }
-            return;
+            WholeReplyRead::Text => {
+                if let Some(capture) = self.context.as_mut()
+                    && let Some(reply) = codec.reply_text(body)
+                {
+                    self.record.usage.merge(&reply.usage);
+                    capture.text_reply(reply.stop_reason, &reply.text);
+                    return;
+                }
+            }
+            WholeReplyRead::Decode => {}
         }
-        if let Ok(response) = codec.decode_response(&body) {
+        if let Ok(response) = codec.decode_response(body) {
             self.response(&response);
         }
     }

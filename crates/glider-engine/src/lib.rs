@@ -16,7 +16,7 @@ pub mod transform;
 
 pub use context::{
     CompactionPrompt, CompactionSource, ContextSink, DecidedTurn, DelegatedRun, RecordedTurn,
-    ReplyToolCall, UnreadReply, compaction_prompt, newest_turns, tool_calls_of,
+    ReplyToolCall, compaction_prompt, newest_turns, tool_calls_of,
 };
 pub use contextkit::{BUDGET_BACKEND, BudgetStop, ContextKit, SessionBudget, StopLimit};
 pub use events::{
