@@ -472,7 +472,7 @@ mod tests {
         ];
         let codec = glider_dialects::codec(Dialect::OpenAiChat);
         let bus = crate::Bus::default();
-        let mut tracker = bus.start("gateway", Dialect::OpenAiChat, None);
+        let tracker = bus.start("gateway", Dialect::OpenAiChat, None);
         let record = tracker.record.clone();
         tracker.forget();
         for body in chats {
