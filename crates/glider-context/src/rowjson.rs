@@ -27,11 +27,7 @@ pub(crate) fn write_row<'e>(
     out: &mut Vec<u8>,
     events: impl IntoIterator<Item = (u64, Option<&'e str>, &'e EventBody)>,
 ) -> serde_json::Result<()> {
-    out.push(b'[');
-    for (at, (at_ms, family, body)) in events.into_iter().enumerate() {
-        if at > 0 {
-            out.push(b',');
-        }
+    write_array(out, events, |out, (at_ms, family, body)| {
         let mut object = Object::open(out);
         object.int(name!("at_ms"), at_ms);
         if let Some(family) = family {
@@ -39,6 +35,22 @@ pub(crate) fn write_row<'e>(
         }
         object.with(name!("body"), |out| write_body(out, body))?;
         object.close();
+        Ok(())
+    })
+}
+
+/// `[…]` of `items`, each written by `write`.
+fn write_array<T>(
+    out: &mut Vec<u8>,
+    items: impl IntoIterator<Item = T>,
+    mut write: impl FnMut(&mut Vec<u8>, T) -> serde_json::Result<()>,
+) -> serde_json::Result<()> {
+    out.push(b'[');
+    for (at, item) in items.into_iter().enumerate() {
+        if at > 0 {
+            out.push(b',');
+        }
+        write(out, item)?;
     }
     out.push(b']');
     Ok(())
@@ -170,8 +182,7 @@ fn write_request(out: &mut Vec<u8>, request: &RequestEvent) -> serde_json::Resul
     }
     if !tool_results.is_empty() {
         object.with(name!("tool_results"), |out| {
-            write_results(out, tool_results);
-            Ok(())
+            write_results(out, tool_results)
         })?;
     }
     if *compaction {
@@ -222,11 +233,7 @@ fn write_reply(out: &mut Vec<u8>, reply: &ReplyEvent) -> serde_json::Result<()> 
 }
 
 fn write_calls(out: &mut Vec<u8>, calls: &[ToolCall]) -> serde_json::Result<()> {
-    out.push(b'[');
-    for (at, call) in calls.iter().enumerate() {
-        if at > 0 {
-            out.push(b',');
-        }
+    write_array(out, calls, |out, call| {
         let ToolCall {
             id,
             name,
@@ -239,17 +246,12 @@ fn write_calls(out: &mut Vec<u8>, calls: &[ToolCall]) -> serde_json::Result<()> 
             serde_json::to_writer(out, arguments)
         })?;
         object.close();
-    }
-    out.push(b']');
-    Ok(())
+        Ok(())
+    })
 }
 
-fn write_results(out: &mut Vec<u8>, results: &[ToolResult]) {
-    out.push(b'[');
-    for (at, result) in results.iter().enumerate() {
-        if at > 0 {
-            out.push(b',');
-        }
+fn write_results(out: &mut Vec<u8>, results: &[ToolResult]) -> serde_json::Result<()> {
+    write_array(out, results, |out, result| {
         let ToolResult {
             call_id,
             name,
@@ -264,8 +266,8 @@ fn write_results(out: &mut Vec<u8>, results: &[ToolResult]) {
         object.str(name!("text"), text);
         object.int(name!("chars"), *chars);
         object.close();
-    }
-    out.push(b']');
+        Ok(())
+    })
 }
 
 /// `text` as a JSON string, escaped as `serde_json` escapes it: `"` and `\` with a
