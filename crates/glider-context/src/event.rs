@@ -127,6 +127,11 @@ impl EventBody {
 
 /// A request once routed. Only the conversation's newest turns are kept (the last
 /// assistant turn and what follows it): the rest was seen by the requests before.
+///
+/// Its stored JSON (and a [`ReplyEvent`]'s, a [`ToolCall`]'s and a [`ToolResult`]'s) is
+/// written by hand in `rowjson.rs`, byte for byte what these serde attributes write: a
+/// member added there fails to compile until written, and a changed attribute fails
+/// that module's tests until it is written alike.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RequestEvent {
     /// Which run of Glider and which request in it (`<run>-<bus id>`), so its reply

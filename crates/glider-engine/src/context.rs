@@ -495,6 +495,59 @@ mod tests {
         }
     }
 
+    /// A forwarded whole reply through the tracker, with the log's capture: Chat
+    /// Completions by its text reading, Anthropic (no text reading) by its decode; both
+    /// give the sink their text and stop reason and the record their usage.
+    #[test]
+    fn a_tracker_reads_a_forwarded_whole_reply_for_the_sink_in_either_dialect() {
+        let chat = br#"{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,
+            "message":{"role":"assistant","content":"Renamed it."},"finish_reason":"stop"}],
+            "usage":{"prompt_tokens":11,"completion_tokens":3}}"#;
+        let anthropic = br#"{"id":"msg","type":"message","role":"assistant","model":"m",
+            "content":[{"type":"text","text":"Done. "},{"type":"text","text":"All green."}],
+            "stop_reason":"max_tokens","usage":{"input_tokens":11,"output_tokens":3}}"#;
+        let replies: [(Dialect, &[u8], StopReason, &str); 2] = [
+            (
+                Dialect::OpenAiChat,
+                chat,
+                StopReason::EndTurn,
+                "Renamed it.",
+            ),
+            (
+                Dialect::Anthropic,
+                anthropic,
+                StopReason::MaxTokens,
+                "Done. All green.",
+            ),
+        ];
+        for (dialect, body, stop_reason, text) in replies {
+            let sink = Arc::new(Kept::default());
+            let bus = crate::Bus::default();
+            let mut tracker = bus.start("gateway", dialect, None);
+            tracker.capture_context(ReplyCapture::new(Some(sink.clone()), "s".into()));
+            tracker.observe_raw_in(dialect, false);
+            let (head, tail) = body.split_at(body.len() / 2);
+            tracker.raw_bytes(head);
+            tracker.raw_bytes(tail);
+            tracker.end();
+            assert_eq!(
+                (
+                    tracker.record.usage.input_tokens,
+                    tracker.record.usage.output_tokens
+                ),
+                (11, 3),
+                "{dialect:?}"
+            );
+            drop(tracker);
+            let kept = sink.0.lock().expect("lock");
+            assert_eq!(
+                kept[..],
+                [(Some(stop_reason), text.to_owned())],
+                "{dialect:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_whole_reply_is_read_for_its_text_only_for_a_sink_and_without_calls() {
         let text = br#"{"choices":[{"message":{"content":"ok"}}]}"#;

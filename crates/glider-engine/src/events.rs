@@ -430,7 +430,9 @@ impl Tracker {
 
     /// A forwarded whole reply, read for what the capture needs of it
     /// ([`ReplyCapture::whole_reply_read`]; its usage alone without one), and decoded
-    /// when the usage scan cannot place what it reads.
+    /// whenever that reading cannot read it: the usage scan cannot place what it reads,
+    /// or the dialect has no text reading (only Chat Completions has one) or it declines
+    /// the body.
     fn whole_reply(&mut self, dialect: Dialect, body: &[u8]) {
         let codec = codec(dialect);
         let read = self
