@@ -157,6 +157,20 @@ class Proc:
                 out.append(int(entry))
         return out
 
+    def cpu_seconds(self):
+        """User + system CPU seconds of the process group so far (/proc/PID/stat; every
+        thread of each process counted: a proxy's writer and summarizer threads too)."""
+        ticks = 0
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    stat = f.read()
+                fields = stat[stat.rindex(")") + 2:].split()
+                ticks += int(fields[11]) + int(fields[12])
+            except (OSError, ValueError, IndexError):
+                continue
+        return ticks / os.sysconf("SC_CLK_TCK")
+
     def memory(self):
         """(VmRSS, VmHWM) in KiB summed over the process group."""
         rss = hwm = 0
@@ -286,11 +300,17 @@ def wrk(target, body_path, conns, seconds=None, threads=1):
     if WARMUP:
         run_cmd(pinned(base[:3] + [f"-d{WARMUP}s"] + base[3:], CPU_LOAD), env)
     SAMPLER.target = target.proc
+    cpu_before = target.proc.cpu_seconds() if target.proc else None
     try:
         out = run_cmd(pinned(base[:3] + [f"-d{seconds}s"] + base[3:], CPU_LOAD), env)
     finally:
         SAMPLER.target = None
     result = parse_bench_json(out)
+    if cpu_before is not None and result.get("requests"):
+        # The proxy's CPU a request: its cost whatever share of the other core the load
+        # generator and the mock got (req/s moves with that share too).
+        cpu = target.proc.cpu_seconds() - cpu_before
+        result["cpu_us_per_request"] = cpu * 1e6 / result["requests"]
     result["loadavg"] = float(open("/proc/loadavg").read().split()[0])
     e = result["errors"]
     result["error_count"] = e["connect"] + e["read"] + e["write"] + e["status"] + e["timeout"]

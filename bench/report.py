@@ -130,30 +130,34 @@ def context_section(res):
         return []
     L = [f"\n## Context on vs off (OpenAI Chat, same dialect; small body; "
          f"p50 at 1 connection, saturation at {res.get('sat_conns', 32)} connections)\n"]
-    L.append("| variant | config | p50 µs (1 conn) | req/s (saturation) | events written/s | dropped | gaps | compactions | rounds |")
-    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    L.append("| variant | config | p50 µs (1 conn) | req/s (saturation) | CPU µs a request (saturation) | events written/s | dropped | gaps | compactions | rounds |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     summary = {}
     for name, v in ctx.items():
         if failed(v):
-            L.append(f"| {name} | failed: {str(v.get('failed'))[:160]} | | | | | | | |")
+            L.append(f"| {name} | failed: {str(v.get('failed'))[:160]} | | | | | | | | |")
             continue
         p50 = median([r["latency_us"]["p50"] for r in v["latency"]])
         rps = median([r["rps"] for r in v["saturation"]])
+        cpu = median([r["cpu_us_per_request"] for r in v["saturation"] if "cpu_us_per_request" in r])
         eps = median([r["events_per_s"] for r in v["saturation"]])
         dropped = sum(r["context"]["glider_context_events_dropped_total"] for r in v["saturation"])
         gaps = sum(r["context"]["glider_context_gaps_total"] for r in v["saturation"])
         compactions = sum(r["context"]["compactions"] for r in v["saturation"])
-        summary[name] = {"p50": p50, "rps": rps, "gaps": gaps, "dropped": dropped}
+        summary[name] = {"p50": p50, "rps": rps, "cpu": cpu, "gaps": gaps, "dropped": dropped}
         fmt = lambda x, f: "—" if x is None else format(x, f)  # noqa: E731
-        L.append(f"| {name} | `{v['config']}` | {fmt(p50, ',.0f')} | {fmt(rps, ',.0f')} | {fmt(eps, ',.0f')} | "
-                 f"{dropped:.0f} | {gaps:.0f} | {compactions:.0f} | {len(v['saturation'])} |")
+        L.append(f"| {name} | `{v['config']}` | {fmt(p50, ',.0f')} | {fmt(rps, ',.0f')} | {fmt(cpu, ',.1f')} | "
+                 f"{fmt(eps, ',.0f')} | {dropped:.0f} | {gaps:.0f} | {compactions:.0f} | {len(v['saturation'])} |")
         if v.get("failures"):
-            L.append(f"| {name} | failed runs: {'; '.join(f[:100] for f in v['failures'])} | | | | | | | |")
-    L.append("\nEach round, per variant: p50 µs at 1 connection / req/s at saturation:\n")
+            L.append(f"| {name} | failed runs: {'; '.join(f[:100] for f in v['failures'])} | | | | | | | | |")
+    L.append("\nEach round, per variant: p50 µs at 1 connection / req/s at saturation / CPU µs a "
+             "request at saturation:\n")
     for name, v in ctx.items():
         if failed(v):
             continue
-        rows = [f"{r['latency_us']['p50']} / {s['rps']:,.0f}" for r, s in zip(v["latency"], v["saturation"])]
+        rows = [f"{r['latency_us']['p50']} / {s['rps']:,.0f} / "
+                + (f"{s['cpu_us_per_request']:.1f}" if "cpu_us_per_request" in s else "—")
+                for r, s in zip(v["latency"], v["saturation"])]
         L.append(f"- {name}: {', '.join(rows)}")
     off = summary.get("off")
     if off and off["p50"] is not None and off["rps"]:
@@ -171,7 +175,21 @@ def context_section(res):
                      f"throughput cost {cost:+.1f} % from the medians{shown} "
                      f"(target under 5 %, by both: {ok(both < 5)}); "
                      f"gaps {on['gaps']:.0f}, dropped {on['dropped']:.0f} (target zero: {ok(on['gaps'] == 0)})")
+            cpu_cost = cpu_cost_of(ctx["off"], ctx[name])
+            if cpu_cost is not None:
+                L.append(f"  - by the proxy's CPU a request at saturation (its one core's capacity, "
+                         f"whatever share of the other core the load generator got): "
+                         f"{cpu_cost:+.1f} % more CPU, the median of each round's own ratio")
     return L
+
+
+def cpu_cost_of(off, on):
+    """The median over rounds of on's CPU a request over off's, as a percentage more."""
+    ratios = [b["cpu_us_per_request"] / a["cpu_us_per_request"] - 1
+              for a, b in zip(off["saturation"], on["saturation"])
+              if a.get("cpu_us_per_request") and "cpu_us_per_request" in b]
+    middle = median(ratios)
+    return None if middle is None else middle * 100
 
 
 def render(res):
