@@ -113,12 +113,18 @@ def median(values):
     return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
-def paired_cost(off, on):
-    """The throughput cost as the median over rounds of 1 - on/off within each round:
+def paired_ratio(off, on, key):
+    """The median over rounds of on/off for a saturation run's `key`, within each round:
     a round's variants run back to back, so a drift of the shared machine between
     rounds cancels out of each ratio (it does not out of a ratio of medians)."""
-    ratios = [b["rps"] / a["rps"] for a, b in zip(off["saturation"], on["saturation"]) if a["rps"]]
-    middle = median(ratios)
+    ratios = [b[key] / a[key] for a, b in zip(off["saturation"], on["saturation"])
+              if a.get(key) and key in b]
+    return median(ratios)
+
+
+def paired_cost(off, on):
+    """The throughput cost, as the median of each round's own 1 - on/off."""
+    middle = paired_ratio(off, on, "rps")
     return None if middle is None else (1 - middle) * 100
 
 
@@ -184,12 +190,9 @@ def context_section(res):
 
 
 def cpu_cost_of(off, on):
-    """The median over rounds of on's CPU a request over off's, as a percentage more."""
-    ratios = [b["cpu_us_per_request"] / a["cpu_us_per_request"] - 1
-              for a, b in zip(off["saturation"], on["saturation"])
-              if a.get("cpu_us_per_request") and "cpu_us_per_request" in b]
-    middle = median(ratios)
-    return None if middle is None else middle * 100
+    """On's CPU a request over off's, as a percentage more: the median of each round's."""
+    middle = paired_ratio(off, on, "cpu_us_per_request")
+    return None if middle is None else (middle - 1) * 100
 
 
 def render(res):

@@ -195,12 +195,6 @@ pub struct ReplyEvent {
     pub text: Option<String>,
 }
 
-/// A reply's text as an event keeps it: none when empty, else its edges
-/// ([`REPLY_TEXT_EDGE_CHARS`]).
-pub fn reply_text(text: String) -> Option<String> {
-    (!text.is_empty()).then(|| into_edges(text, REPLY_TEXT_EDGE_CHARS))
-}
-
 /// A compaction. The contract the summarizer and the compaction answer share: the
 /// newest `accepted` one's `narrative` is the continuity record's narrative, covering
 /// the session up to `until_ms`. The summarizer's runs cover a range of events (those

@@ -14,8 +14,8 @@ use glider_ngl::{Part, Request, Role};
 use crate::Context;
 use crate::event::{
     BudgetStopEvent, CompactionEvent, DelegateEvent, Event, EventBody, MAX_NARRATIVE_EDGE_CHARS,
-    MAX_USER_TEXT_CHARS, ReplyEvent, RequestEvent, ToolCall, ToolResult, ToolRunEvent, edges,
-    prefix, reply_text,
+    MAX_USER_TEXT_CHARS, REPLY_TEXT_EDGE_CHARS, ReplyEvent, RequestEvent, ToolCall, ToolResult,
+    ToolRunEvent, edges, into_edges, prefix,
 };
 
 impl ContextSink for Context {
@@ -118,7 +118,7 @@ impl ContextSink for Context {
                 .collect(),
             ttft_ms: record.ttft_ms,
             total_ms: record.total_ms,
-            text: reply_text(turn.text),
+            text: (!turn.text.is_empty()).then(|| into_edges(turn.text, REPLY_TEXT_EDGE_CHARS)),
         };
         let at_ms = crate::now_ms();
         self.log.append(Event {

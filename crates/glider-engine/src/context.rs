@@ -326,7 +326,7 @@ impl ReplyCapture {
     pub(crate) fn whole_reply_read(&self, dialect: Dialect, body: &[u8]) -> WholeReplyRead {
         if glider_dialects::reply_may_call_tools(dialect, body) {
             WholeReplyRead::Decode
-        } else if self.sink.is_none() {
+        } else if self.keeps_only_tool_calls() {
             WholeReplyRead::Usage
         } else {
             WholeReplyRead::Text
@@ -488,6 +488,11 @@ mod tests {
             decoded.finish(&record);
             let kept = sink.0.lock().expect("lock");
             assert_eq!(kept[0], kept[1]);
+            assert!(
+                kept[0].1.starts_with("Renamed") || kept[0].1.starts_with("xxx"),
+                "{:.40}",
+                kept[0].1
+            );
             assert!(
                 kept[0].1.len() <= 2 * REPLY_TEXT_KEPT + 8,
                 "the text's edges"

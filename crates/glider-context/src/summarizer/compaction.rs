@@ -319,7 +319,10 @@ impl Carried {
                 ),
         );
         out.push_str("\nCommands run in these turns:\n");
-        let (left_out, commands) = self.range.commands.newest_within(max_chars / 4);
+        let (left_out, commands) = self
+            .range
+            .commands
+            .newest_within(commands_budget(max_chars));
         if left_out > 0 {
             out.push_str(&format!("({left_out} earlier commands left out)\n"));
         }
@@ -374,9 +377,14 @@ impl RangeSoFar {
                 "{} ({outcome})",
                 one_line(&command.command, COMMAND_NAME_CHARS)
             );
-            self.commands.push(line, max_chars / 4);
+            self.commands.push(line, commands_budget(max_chars));
         }
     }
+}
+
+/// The characters of an input of `max_chars` its commands may take: a quarter.
+fn commands_budget(max_chars: usize) -> usize {
+    max_chars / 4
 }
 
 /// Something the narrative must name, and the words that count as naming it.
