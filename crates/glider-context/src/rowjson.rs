@@ -12,6 +12,7 @@
 use serde::Serialize;
 
 use crate::event::{EventBody, ReplyEvent, RequestEvent, ToolCall, ToolResult};
+use glider_dialects::reader::string_byte_flags;
 
 /// A member's name with its punctuation, `,"<name>":`, written in one piece. Each name
 /// here is a literal that needs no escape.
@@ -284,7 +285,8 @@ pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) {
         // Eight bytes at a time while none of them needs an escape, then on to the
         // first that may.
         if let Some(word) = bytes.get(at..at + 8) {
-            let flagged = escape_flags(u64::from_le_bytes(word.try_into().expect("eight bytes")));
+            let flagged =
+                string_byte_flags(u64::from_le_bytes(word.try_into().expect("eight bytes")));
             if flagged == 0 {
                 at += 8;
                 continue;
@@ -332,20 +334,6 @@ fn escape_of(byte: u8) -> Option<Escape> {
         0..0x20 => Escape::Unicode,
         _ => return None,
     })
-}
-
-/// The high bit of each byte of `word` that may be `"`, `\` or below 0x20 (bytes in
-/// memory order, little-endian). Each test is the "some byte is zero" (or "below n")
-/// bit trick: it never misses a byte that is one, and a borrow may flag bytes above a
-/// real one but none below it, so the lowest flagged byte is the first to look at.
-fn escape_flags(word: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let zero_bytes = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
-    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
-    below_space
-        | zero_bytes(word ^ (ONES * u64::from(b'"')))
-        | zero_bytes(word ^ (ONES * u64::from(b'\\')))
 }
 
 #[cfg(test)]
@@ -418,7 +406,7 @@ mod tests {
                     (seed >> (i * 8)) as u8
                 }
             });
-            let flags = escape_flags(u64::from_le_bytes(bytes));
+            let flags = string_byte_flags(u64::from_le_bytes(bytes));
             for (i, &byte) in bytes.iter().enumerate() {
                 if escape_of(byte).is_some() {
                     assert_ne!(flags & (0x80 << (i * 8)), 0, "{bytes:?}: byte {i} missed");

@@ -85,6 +85,7 @@ mod json;
 pub mod ollama;
 pub mod openai_chat;
 pub mod openai_responses;
+pub mod reader;
 pub mod scan;
 mod tool_cache;
 mod typed;

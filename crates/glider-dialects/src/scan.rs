@@ -186,7 +186,7 @@ impl Counts for ScannedCounts<'_> {
 
 /// A JSON number's bytes as `Value::as_u64` reads it when it is a plain unsigned
 /// integer that fits; `None` for anything else.
-fn integer(bytes: &[u8]) -> Option<u64> {
+pub(crate) fn integer(bytes: &[u8]) -> Option<u64> {
     // JSON has no leading zeros (`007` is refused by a parse, read as 7 by `parse`).
     let leading_zero = bytes.len() > 1 && bytes[0] == b'0';
     if leading_zero || !bytes.first().is_some_and(u8::is_ascii_digit) {

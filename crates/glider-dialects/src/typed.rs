@@ -102,7 +102,11 @@ pub(crate) fn usage_counts(
 /// of it); the reply and chunk readers keep vLLM's `stop_reason`, a string or a token
 /// id, this way.
 pub(crate) fn string_of(raw: Option<&RawValue>) -> Option<String> {
-    let raw = raw?.get();
+    string_in(raw?.get())
+}
+
+/// [`string_of`] a member's JSON text.
+pub(crate) fn string_in(raw: &str) -> Option<String> {
     // A string token the whole parse accepted always decodes.
     raw.starts_with('"')
         .then(|| serde_json::from_str(raw).ok())

@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 
 use super::response::{decode_finish, decode_usage};
 use crate::ReplyText;
+use crate::reader::{ReadCounts, Reader, Refused};
 use crate::typed::{Object, string_of, usage_counts};
 
 #[derive(Deserialize)]
@@ -183,12 +184,20 @@ fn first_choice(body: &[u8]) -> Option<(Reply<'_>, Choice<'_>)> {
 /// A choice's stop reason and vLLM's stop string (`None` unless the reason is a stop
 /// sequence), as the `Value` decode reads them.
 fn stop_of(choice: &Choice<'_>, has_calls: bool) -> (StopReason, Option<String>) {
-    let stop_sequence = string_of(choice.stop_reason);
-    let stop_reason = decode_finish(
+    stop_from(
         choice.finish_reason.as_deref(),
-        stop_sequence.is_some(),
+        string_of(choice.stop_reason),
         has_calls,
-    );
+    )
+}
+
+/// [`stop_of`] from the choice's `finish_reason` and its `stop_reason` when a string.
+fn stop_from(
+    finish_reason: Option<&str>,
+    stop_sequence: Option<String>,
+    has_calls: bool,
+) -> (StopReason, Option<String>) {
+    let stop_reason = decode_finish(finish_reason, stop_sequence.is_some(), has_calls);
     let stop_sequence = stop_sequence.filter(|_| stop_reason == StopReason::StopSequence);
     (stop_reason, stop_sequence)
 }
@@ -244,23 +253,126 @@ fn has_calls(choice: &Choice<'_>) -> bool {
 /// ([`ReplyText`]: what [`decode`] reads of them, without building the [`Response`]);
 /// `None` for one with tool calls, or where [`decode`] would be `None`.
 pub(super) fn reply_text(body: &[u8]) -> Option<ReplyText<'_>> {
+    std::str::from_utf8(body)
+        .ok()
+        .and_then(read_reply_text)
+        .or_else(|| typed_reply_text(body))
+}
+
+/// [`reply_text`] by the typed parse.
+fn typed_reply_text(body: &[u8]) -> Option<ReplyText<'_>> {
     let (reply, choice) = first_choice(body)?;
     if has_calls(&choice) {
         return None;
     }
     let (stop_reason, _) = stop_of(&choice, false);
     let Object(message) = choice.message;
-    let content = message.content.filter(|t| !t.is_empty());
-    let text = match (content, message.refusal) {
-        (Some(content), Some(refusal)) => Cow::Owned(content.into_owned() + &refusal),
-        (Some(text), None) | (None, Some(text)) => text,
-        (None, None) => Cow::Borrowed(""),
-    };
     Some(ReplyText {
         usage: usage_counts(reply.usage, |counts| decode_usage(counts))?,
         stop_reason,
+        text: joined(message.content, message.refusal),
+    })
+}
+
+/// A message's text parts joined, as the decode keeps them: its content (when not
+/// empty), then its refusal.
+fn joined<'a>(content: Option<Cow<'a, str>>, refusal: Option<Cow<'a, str>>) -> Cow<'a, str> {
+    match (content.filter(|t| !t.is_empty()), refusal) {
+        (Some(content), Some(refusal)) => Cow::Owned(content.into_owned() + &refusal),
+        (Some(text), None) | (None, Some(text)) => text,
+        (None, None) => Cow::Borrowed(""),
+    }
+}
+
+/// [`reply_text`] by one pass of the validating reader ([`crate::reader`]): the
+/// members the typed parse reads, read as it reads them, the rest validated and
+/// skipped — for fewer instructions than the usage scan it stands in for where the
+/// context log is off. `None` for what it declines — several choices, tool calls, a
+/// member given twice, an escaped member name, an `error` — or refuses, and the typed
+/// reading decides.
+fn read_reply_text(body: &str) -> Option<ReplyText<'_>> {
+    let mut reader = Reader::new(body);
+    let (mut choice, mut usage, mut id, mut model) = (None, None, None, None);
+    reader
+        .object(|name, reader| match name {
+            Some("error") => Err(Refused),
+            Some("choices") => {
+                let mut first = None;
+                reader.array(|index, reader| match index {
+                    0 => once(&mut first, read_choice(reader)?),
+                    _ => Err(Refused),
+                })?;
+                once(&mut choice, first.ok_or(Refused)?)
+            }
+            Some("usage") => once(&mut usage, ReadCounts::read(reader)?),
+            Some("id") => once(&mut id, reader.optional_text()?),
+            Some("model") => once(&mut model, reader.optional_text()?),
+            None => Err(Refused),
+            _ => reader.skip(),
+        })
+        .ok()?;
+    reader.end().ok()?;
+    let (text, finish_reason, stop_reason) = choice?;
+    let stop_sequence = stop_reason.and_then(crate::typed::string_in);
+    let (stop_reason, _) = stop_from(finish_reason.as_deref(), stop_sequence, false);
+    Some(ReplyText {
+        usage: usage.map_or_else(Usage::default, |counts| decode_usage(&counts)),
+        stop_reason,
         text,
     })
+}
+
+/// Keep `value` in `slot`, declining a member given twice (the typed parse refuses it).
+fn once<T>(slot: &mut Option<T>, value: T) -> Result<(), Refused> {
+    match slot.replace(value) {
+        None => Ok(()),
+        Some(_) => Err(Refused),
+    }
+}
+
+/// A choice as [`read_reply_text`] reads it: its message's text, its `finish_reason`,
+/// and its `stop_reason`'s JSON text.
+type ChoiceText<'a> = (Cow<'a, str>, Option<Cow<'a, str>>, Option<&'a str>);
+
+fn read_choice<'a>(reader: &mut Reader<'a>) -> Result<ChoiceText<'a>, Refused> {
+    let (mut text, mut finish_reason, mut stop_reason) = (None, None, None);
+    reader.object(|name, reader| match name {
+        Some("message") => once(&mut text, read_message(reader)?),
+        Some("finish_reason") => once(&mut finish_reason, reader.optional_text()?),
+        Some("stop_reason") => once(&mut stop_reason, reader.value()?),
+        None => Err(Refused),
+        _ => reader.skip(),
+    })?;
+    Ok((text.ok_or(Refused)?, finish_reason.flatten(), stop_reason))
+}
+
+/// A message's text parts joined ([`joined`]); one with tool calls is declined.
+fn read_message<'a>(reader: &mut Reader<'a>) -> Result<Cow<'a, str>, Refused> {
+    let (mut content, mut refusal, mut reasoning, mut reasoning_content, mut calls) =
+        (None, None, None, None, None);
+    reader.object(|name, reader| match name {
+        Some("content") => once(&mut content, reader.optional_text()?),
+        Some("refusal") => once(&mut refusal, reader.optional_text()?),
+        Some("reasoning") => once(&mut reasoning, reader.optional_text()?),
+        Some("reasoning_content") => once(&mut reasoning_content, reader.optional_text()?),
+        // No call (`null`, `[]`) reads as none; calls are the decode's.
+        Some("tool_calls") => match reader.value()? {
+            none if no_calls(none) => once(&mut calls, ()),
+            _ => Err(Refused),
+        },
+        None => Err(Refused),
+        _ => reader.skip(),
+    })?;
+    Ok(joined(content.flatten(), refusal.flatten()))
+}
+
+/// Whether a message's `tool_calls` (its JSON text) holds no call: `null` or an empty
+/// array.
+fn no_calls(calls: &str) -> bool {
+    calls == "null"
+        || calls
+            .strip_prefix('[')
+            .is_some_and(|rest| rest.trim_start().starts_with(']'))
 }
 
 /// A call's arguments as the `Value` decode reads them: a string parsed (or kept when
@@ -357,6 +469,99 @@ mod tests {
             matches!(read.text, std::borrow::Cow::Borrowed("just this")),
             "a text without escapes is borrowed from the body"
         );
+    }
+
+    /// The reader reads a reply without tool calls as the typed parse
+    /// does — text, stop reason and usage — however it is spaced and ordered, and
+    /// declines what it does not read for certain.
+    #[test]
+    fn the_reader_reads_a_text_reply_as_the_typed_parse_does() {
+        let usages = [
+            json!(null),
+            json!({"prompt_tokens": 239, "completion_tokens": 3, "total_tokens": 242,
+                "prompt_tokens_details": {"cached_tokens": 7}}),
+            json!({"completion_tokens": 2, "prompt_tokens": 1.5}),
+            // vLLM's null details; a count past u64, a negative one, a nested array.
+            json!({"prompt_tokens": 5, "prompt_tokens_details": null,
+                "completion_tokens": 18_446_744_073_709_551_615u64}),
+            json!({"prompt_tokens": -3, "completion_tokens": 2, "prompt_tokens_details":
+                {"cached_tokens": 2}, "completion_tokens_details": {"reasoning_tokens": 1, "x": [1]}}),
+        ];
+        let messages = [
+            json!({"role": "assistant", "content": "Benchmark reply", "refusal": null}),
+            json!({"content": "esc \"q\" \\ \n \u{1} é 😀", "tool_calls": []}),
+            json!({"content": "", "refusal": "no", "reasoning_content": "r"}),
+            json!({"content": "a", "refusal": "b", "reasoning": null, "tool_calls": null}),
+            json!({"content": null}),
+            json!({}),
+        ];
+        let stops = [
+            json!({"finish_reason": "stop"}),
+            json!({"finish_reason": "length", "stop_reason": null}),
+            json!({"finish_reason": "stop", "stop_reason": "###"}),
+            json!({"finish_reason": "stop", "stop_reason": 128009}),
+            json!({"finish_reason": "content_filter", "logprobs": {"content": [{"t": "}"}]}}),
+            json!({"finish_reason": null}),
+            json!({}),
+        ];
+        let mut read = 0;
+        for usage in &usages {
+            for message in &messages {
+                for stop in &stops {
+                    let mut choice = stop.clone();
+                    choice["message"] = message.clone();
+                    choice["index"] = json!(0);
+                    let reply = json!({"id": "chatcmpl-1", "object": "chat.completion",
+                        "created": 1, "model": "m", "choices": [choice], "usage": usage});
+                    for body in [
+                        reply.to_string(),
+                        serde_json::to_string_pretty(&reply).expect("serialises"),
+                    ] {
+                        let scanned = super::read_reply_text(&body)
+                            .unwrap_or_else(|| panic!("the reader reads {body}"));
+                        let typed = super::typed_reply_text(body.as_bytes()).expect("typed");
+                        assert_eq!(scanned.text, typed.text, "{body}");
+                        assert_eq!(scanned.stop_reason, typed.stop_reason, "{body}");
+                        assert_eq!(scanned.usage, typed.usage, "{body}");
+                        read += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(read, 5 * 6 * 7 * 2);
+        let plain = r#"{"choices": [{"message": {"content": "just this"}}]}"#;
+        assert!(matches!(
+            super::read_reply_text(plain).map(|read| read.text),
+            Some(std::borrow::Cow::Borrowed("just this"))
+        ));
+        // Left to the typed reading: several choices, a member given twice, an escaped
+        // member name, tool calls, a text of another type, an error, no choice or
+        // message, a raw control byte in a text, bytes after the reply, JSON it refuses.
+        for body in [
+            r#"{"choices": [{"message": {"content": "x"}}, {"message": {"content": "y"}}]}"#,
+            r#"{"choices": [{"message": {"content": "x", "content": "y"}}]}"#,
+            r#"{"choices": [{"message": {"content": "x"}, "finish_reason": null, "finish_reason": "length"}]}"#,
+            r#"{"choices": [{"message": {"content": "x"}}], "usage": {}, "usage": {}}"#,
+            r#"{"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": 1, "prompt_tokens": 2}}"#,
+            r#"{"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens_details": {"cached_tokens": 1}, "prompt_tokens_details": null}}"#,
+            r#"{"choices": [{"message": {"cont\u0065nt": "x"}}]}"#,
+            r#"{"choices": [{"message": {"content": null, "tool_calls": [{"function": {"name": "f"}}]}}]}"#,
+            r#"{"choices": [{"message": {"content": "x", "reasoning": 1}}]}"#,
+            r#"{"choices": [{"message": {"content": "x"}, "finish_reason": 1}]}"#,
+            r#"{"choices": [{"message": {"content": ["x"]}}]}"#,
+            r#"{"choices": [{"message": {"content": "x"}}], "id": 7}"#,
+            r#"{"choices": [{"message": {"content": "x"}}], "error": null}"#,
+            r#"{"choices": []}"#,
+            r#"{"choices": [{"finish_reason": "stop"}]}"#,
+            r#"{"choices": [{"message": ["x"]}]}"#,
+            "{\"choices\": [{\"message\": {\"content\": \"a\nb\"}}]}",
+            r#"{"choices": [{"message": {"content": "x"}}]} x"#,
+            r#"{"choices": [{"message": {"content": "x"}}] "#,
+            r#"{"choices": [{"message": {"content": "x"}}], "x": tru}"#,
+            r#"{"choices": {"message": {"content": "x"}}}"#,
+        ] {
+            assert!(super::read_reply_text(body).is_none(), "{body}");
+        }
     }
 
     /// What the `Value` decode reads otherwise, or refuses, is left to it.

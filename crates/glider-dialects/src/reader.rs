@@ -1,0 +1,432 @@
+//! A one-pass JSON reader that validates everything it passes over and borrows what it
+//! reads: the caller walks the objects and arrays it wants and reads or skips each
+//! value. It refuses what serde_json refuses (bad syntax, a raw control byte or a bad
+//! escape in a string, nesting past [`MAX_DEPTH`]), and [`Refused`] is also how a
+//! caller declines what it does not read for certain; either way the caller falls back
+//! to a typed parse. It costs a fraction of serde's per-token machinery: plain string
+//! bytes are passed eight at a time ([`string_byte_flags`]), and nothing is allocated.
+//! The text must be valid UTF-8 already (it is a `&str`).
+
+use std::borrow::Cow;
+
+/// The reader refuses the text, or its caller declines it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refused;
+
+/// Deepest nesting the reader follows (serde_json's limit is 128).
+const MAX_DEPTH: usize = 100;
+
+/// A position in a JSON text.
+pub(crate) struct Reader<'a> {
+    text: &'a str,
+    at: usize,
+    depth: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            at: 0,
+            depth: 0,
+        }
+    }
+
+    /// The next byte past white space.
+    fn peek(&mut self) -> Option<u8> {
+        let bytes = self.text.as_bytes();
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(self.at) {
+            self.at += 1;
+        }
+        bytes.get(self.at).copied()
+    }
+
+    fn expect(&mut self, byte: u8) -> Result<(), Refused> {
+        if self.peek() != Some(byte) {
+            return Err(Refused);
+        }
+        self.at += 1;
+        Ok(())
+    }
+
+    /// Only white space is left.
+    pub(crate) fn end(mut self) -> Result<(), Refused> {
+        match self.peek() {
+            None => Ok(()),
+            Some(_) => Err(Refused),
+        }
+    }
+
+    fn enter(&mut self, open: u8) -> Result<(), Refused> {
+        self.expect(open)?;
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(Refused);
+        }
+        Ok(())
+    }
+
+    /// Each member of the object here, in order: `visit` gets its name (`None` for one
+    /// with an escape: a typed parse would unescape it) and must read its value.
+    pub(crate) fn object(
+        &mut self,
+        mut visit: impl FnMut(Option<&'a str>, &mut Self) -> Result<(), Refused>,
+    ) -> Result<(), Refused> {
+        self.enter(b'{')?;
+        if self.peek() == Some(b'}') {
+            self.at += 1;
+            self.depth -= 1;
+            return Ok(());
+        }
+        loop {
+            let (name, escaped) = self.raw_string()?;
+            self.expect(b':')?;
+            visit((!escaped).then_some(name), self)?;
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b'}') => break,
+                _ => return Err(Refused),
+            }
+        }
+        self.at += 1;
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// Each element of the array here, in order: `visit` gets its index and must read
+    /// it.
+    pub(crate) fn array(
+        &mut self,
+        mut visit: impl FnMut(usize, &mut Self) -> Result<(), Refused>,
+    ) -> Result<(), Refused> {
+        self.enter(b'[')?;
+        if self.peek() == Some(b']') {
+            self.at += 1;
+            self.depth -= 1;
+            return Ok(());
+        }
+        let mut index = 0;
+        loop {
+            visit(index, self)?;
+            index += 1;
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b']') => break,
+                _ => return Err(Refused),
+            }
+        }
+        self.at += 1;
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// The next value's JSON text, validated.
+    pub(crate) fn value(&mut self) -> Result<&'a str, Refused> {
+        self.peek();
+        let start = self.at;
+        self.skip()?;
+        Ok(&self.text[start..self.at])
+    }
+
+    /// Pass over the next value, validating it.
+    pub(crate) fn skip(&mut self) -> Result<(), Refused> {
+        match self.peek().ok_or(Refused)? {
+            b'"' => self.raw_string().map(drop),
+            b'{' => self.object(|_, reader| reader.skip()),
+            b'[' => self.array(|_, reader| reader.skip()),
+            b't' => self.literal("true"),
+            b'f' => self.literal("false"),
+            b'n' => self.literal("null"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => Err(Refused),
+        }
+    }
+
+    /// A string or `null`, as serde reads an optional text: a string without escapes
+    /// is borrowed. Any other value is refused.
+    pub(crate) fn optional_text(&mut self) -> Result<Option<Cow<'a, str>>, Refused> {
+        if self.peek() == Some(b'n') {
+            return self.literal("null").map(|()| None);
+        }
+        let (raw, escaped) = self.raw_string()?;
+        if !escaped {
+            return Ok(Some(Cow::Borrowed(raw)));
+        }
+        // Quotes included; the reader has checked every escape.
+        let quoted = &self.text[self.at - raw.len() - 2..self.at];
+        serde_json::from_str(quoted)
+            .map(|text| Some(Cow::Owned(text)))
+            .map_err(|_| Refused)
+    }
+
+    /// A string's text between its quotes, as written, and whether it has an escape.
+    fn raw_string(&mut self) -> Result<(&'a str, bool), Refused> {
+        self.expect(b'"')?;
+        let bytes = self.text.as_bytes();
+        let start = self.at;
+        let mut escaped = false;
+        loop {
+            while let Some(word) = bytes.get(self.at..self.at + 8) {
+                let flags =
+                    string_byte_flags(u64::from_le_bytes(word.try_into().expect("eight bytes")));
+                if flags != 0 {
+                    self.at += (flags.trailing_zeros() / 8) as usize;
+                    break;
+                }
+                self.at += 8;
+            }
+            match *bytes.get(self.at).ok_or(Refused)? {
+                b'"' => {
+                    self.at += 1;
+                    return Ok((&self.text[start..self.at - 1], escaped));
+                }
+                b'\\' => {
+                    escaped = true;
+                    self.escape()?;
+                }
+                byte if byte < 0x20 => return Err(Refused),
+                _ => self.at += 1,
+            }
+        }
+    }
+
+    /// The escape whose backslash is here.
+    fn escape(&mut self) -> Result<(), Refused> {
+        let bytes = self.text.as_bytes();
+        match bytes.get(self.at + 1).ok_or(Refused)? {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 2,
+            b'u' => {
+                let hex = bytes.get(self.at + 2..self.at + 6).ok_or(Refused)?;
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return Err(Refused);
+                }
+                self.at += 6;
+            }
+            _ => return Err(Refused),
+        }
+        Ok(())
+    }
+
+    fn literal(&mut self, word: &str) -> Result<(), Refused> {
+        if !self.text.as_bytes()[self.at..].starts_with(word.as_bytes()) {
+            return Err(Refused);
+        }
+        self.at += word.len();
+        Ok(())
+    }
+
+    /// A number by JSON's grammar: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
+    fn number(&mut self) -> Result<(), Refused> {
+        let bytes = self.text.as_bytes();
+        let digits = |at: &mut usize| {
+            let start = *at;
+            while bytes.get(*at).is_some_and(u8::is_ascii_digit) {
+                *at += 1;
+            }
+            *at > start
+        };
+        let mut at = self.at;
+        if bytes.get(at) == Some(&b'-') {
+            at += 1;
+        }
+        match bytes.get(at) {
+            Some(b'0') => at += 1,
+            Some(b'1'..=b'9') => {
+                digits(&mut at);
+            }
+            _ => return Err(Refused),
+        }
+        if bytes.get(at) == Some(&b'.') {
+            at += 1;
+            if !digits(&mut at) {
+                return Err(Refused);
+            }
+        }
+        if let Some(b'e' | b'E') = bytes.get(at) {
+            at += 1;
+            if let Some(b'+' | b'-') = bytes.get(at) {
+                at += 1;
+            }
+            if !digits(&mut at) {
+                return Err(Refused);
+            }
+        }
+        self.at = at;
+        Ok(())
+    }
+}
+
+/// Most counts [`ReadCounts`] keeps (a usage object has about ten).
+const MAX_COUNTS: usize = 24;
+
+/// A usage object's scalars, read in the reader's pass for a usage decoder
+/// ([`crate::scan::Counts`]): each member's value and each member's of a nested object
+/// (two levels, what any dialect's usage has), by their names. Nothing is allocated.
+#[derive(Default)]
+pub(crate) struct ReadCounts<'a> {
+    values: [([&'a str; 2], &'a str); MAX_COUNTS],
+    len: usize,
+}
+
+impl<'a> ReadCounts<'a> {
+    /// The usage value here: an object's counts; `null` or any other value is no
+    /// usage, as `Value::get` reads it. A member given twice is declined (a parse
+    /// keeps the last, and of a nested object the last one's members).
+    pub(crate) fn read(reader: &mut Reader<'a>) -> Result<Self, Refused> {
+        let mut counts = Self::default();
+        if reader.peek() != Some(b'{') {
+            return reader.skip().map(|()| counts);
+        }
+        reader.object(|name, reader| {
+            let name = name.ok_or(Refused)?;
+            if reader.peek() != Some(b'{') {
+                return counts.keep([name, ""], reader.value()?);
+            }
+            // An object is no count itself; its name is kept to find it given twice.
+            counts.keep([name, ""], "")?;
+            reader.object(|member, reader| {
+                let value = match reader.peek() {
+                    Some(b'{' | b'[') => reader.skip().map(|()| "")?,
+                    _ => reader.value()?,
+                };
+                counts.keep([name, member.ok_or(Refused)?], value)
+            })
+        })?;
+        Ok(counts)
+    }
+
+    fn keep(&mut self, path: [&'a str; 2], value: &'a str) -> Result<(), Refused> {
+        let kept = &self.values[..self.len];
+        if self.len == MAX_COUNTS || kept.iter().any(|(at, _)| *at == path) {
+            return Err(Refused);
+        }
+        self.values[self.len] = (path, value);
+        self.len += 1;
+        Ok(())
+    }
+}
+
+impl crate::scan::Counts for ReadCounts<'_> {
+    fn count(&self, path: &[&str]) -> u64 {
+        let key = match path {
+            [name] => [*name, ""],
+            [name, member] => [*name, *member],
+            _ => return 0,
+        };
+        self.values[..self.len]
+            .iter()
+            .find(|(at, _)| *at == key)
+            .and_then(|(_, value)| crate::scan::integer(value.as_bytes()))
+            .unwrap_or(0)
+    }
+}
+
+/// The high bit of each byte of `word` that may be `"`, `\` or below 0x20 (bytes in
+/// memory order, little-endian): what a JSON string's writer escapes and its reader
+/// stops at. Each test is the "some byte is zero" (or "below n") bit trick: it never
+/// misses a byte that is one, and a borrow may flag bytes above a real one but none
+/// below it, so the lowest flagged byte is the first to look at.
+pub fn string_byte_flags(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero_bytes = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+    below_space
+        | zero_bytes(word ^ (ONES * u64::from(b'"')))
+        | zero_bytes(word ^ (ONES * u64::from(b'\\')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the reader takes `text` as one value, as serde_json does.
+    fn reads(text: &str) -> bool {
+        let mut reader = Reader::new(text);
+        reader.skip().is_ok() && reader.end().is_ok()
+    }
+
+    /// The reader accepts and refuses what serde_json accepts and refuses, over
+    /// hand-picked edges and every one-byte change of a reply.
+    #[test]
+    fn validates_as_serde_json_does() {
+        let edges = [
+            "0",
+            "-0",
+            "1.5e-7",
+            "1E+2",
+            "-12",
+            "01",
+            "1.",
+            ".5",
+            "1e",
+            "-",
+            "+1",
+            "1.5e999",
+            "true",
+            "tru",
+            "nulls",
+            "null",
+            "\"\"",
+            "\"\\u00e9\\n\\\"\\\\\\/\"",
+            "\"\\x\"",
+            "\"\\u00g0\"",
+            "\"a\u{1}b\"",
+            "\"é ✓ 😀\"",
+            "\"unterminated",
+            "[]",
+            "[1,]",
+            "[,1]",
+            "{}",
+            "{\"a\":1,}",
+            "{\"a\" 1}",
+            "{\"a\":1 \"b\":2}",
+            "{1:2}",
+            " [ {\"a\" : [ ] } ] ",
+            "[1] x",
+            "",
+            " ",
+        ];
+        for text in edges {
+            let serde = serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok();
+            assert_eq!(reads(text), serde, "{text:?}");
+        }
+        let reply = r#"{"id":"chatcmpl-1","choices":[{"index":0,"message":{"role":"assistant","content":"Hi \"you\" é\n","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3.5e1,"details":[true,false,-1]}}"#;
+        assert!(reads(reply));
+        let bytes = reply.as_bytes();
+        for at in 0..bytes.len() {
+            for byte in [
+                b'"', b'\\', b'{', b'}', b'[', b']', b',', b':', b'1', b'e', b'-', b' ', b'\n',
+                b'x', 0x01,
+            ] {
+                let mut changed = bytes.to_vec();
+                changed[at] = byte;
+                let Ok(text) = std::str::from_utf8(&changed) else {
+                    continue;
+                };
+                let serde = serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok();
+                assert_eq!(reads(text), serde, "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_refused_not_followed() {
+        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+        assert!(!reads(&deep));
+        let fits = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
+        assert!(reads(&fits));
+    }
+
+    #[test]
+    fn texts_are_borrowed_unless_escaped_and_other_values_refused() {
+        fn read(text: &str) -> Result<Option<Cow<'_, str>>, Refused> {
+            Reader::new(text).optional_text()
+        }
+        assert_eq!(read("\"plain\""), Ok(Some(Cow::Borrowed("plain"))));
+        assert!(matches!(read("\"a\\nb\""), Ok(Some(Cow::Owned(text))) if text == "a\nb"));
+        assert_eq!(read("null"), Ok(None));
+        assert_eq!(read("1"), Err(Refused));
+        assert_eq!(read("[\"x\"]"), Err(Refused));
+    }
+}
