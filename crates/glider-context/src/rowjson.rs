@@ -279,6 +279,12 @@ pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
+    if !may_need_escape(bytes) {
+        // Most strings (names, models, ids, most prose): copied whole.
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
     let mut run_start = 0;
     let mut at = 0;
     while at < bytes.len() {
@@ -313,6 +319,23 @@ pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) {
     }
     out.extend_from_slice(&bytes[run_start..]);
     out.push(b'"');
+}
+
+/// Whether some byte of `bytes` may need an escape: a word at a time, the last short
+/// one padded with a byte that needs none. Never false for a string with one.
+fn may_need_escape(bytes: &[u8]) -> bool {
+    let mut words = bytes.chunks_exact(8);
+    let flagged = |word: [u8; 8]| string_byte_flags(u64::from_le_bytes(word)) != 0;
+    if words
+        .by_ref()
+        .any(|word| flagged(word.try_into().expect("eight bytes")))
+    {
+        return true;
+    }
+    let rest = words.remainder();
+    let mut last = [b' '; 8];
+    last[..rest.len()].copy_from_slice(rest);
+    flagged(last)
 }
 
 enum Escape {
@@ -376,6 +399,28 @@ mod tests {
                     serde_json::to_string(text).expect("serializes"),
                     "{text:?}"
                 );
+            }
+        }
+    }
+
+    /// A byte to escape is found wherever it lies: in a whole word or in the short
+    /// last one, of a string of any length.
+    #[test]
+    fn an_escape_is_found_in_any_place_of_any_length() {
+        for length in 1..=24 {
+            for at in 0..length {
+                for byte in [b'"', b'\\', 0x01, b'\n', 0x1f] {
+                    let mut text = vec![b'a'; length];
+                    text[at] = byte;
+                    let text = String::from_utf8(text).expect("ASCII");
+                    let mut out = Vec::new();
+                    write_str(&mut out, &text);
+                    assert_eq!(
+                        String::from_utf8(out).expect("UTF-8"),
+                        serde_json::to_string(&text).expect("serializes"),
+                        "{text:?}"
+                    );
+                }
             }
         }
     }

@@ -256,67 +256,78 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Most counts [`ReadCounts`] keeps (a usage object has about ten).
-const MAX_COUNTS: usize = 24;
+/// Most counts a usage decoder reads through [`ReadCounts`].
+const MAX_COUNTS: usize = 8;
 
-/// A usage object's scalars, read in the reader's pass for a usage decoder
-/// ([`crate::scan::Counts`]): each member's value and each member's of a nested object
-/// (two levels, what any dialect's usage has), by their names. Nothing is allocated.
-#[derive(Default)]
+/// A usage object's counts, read in the reader's pass for a usage decoder
+/// ([`crate::scan::Counts`]) that reads the paths it was read for, of one or two member
+/// names. The rest of the object is validated and skipped.
 pub(crate) struct ReadCounts<'a> {
-    values: [([&'a str; 2], &'a str); MAX_COUNTS],
-    len: usize,
+    paths: &'a [&'a [&'a str]],
+    values: [Option<&'a str>; MAX_COUNTS],
 }
 
 impl<'a> ReadCounts<'a> {
-    /// The usage value here: an object's counts; `null` or any other value is no
-    /// usage, as `Value::get` reads it. A member given twice is declined (a parse
-    /// keeps the last, and of a nested object the last one's members).
-    pub(crate) fn read(reader: &mut Reader<'a>) -> Result<Self, Refused> {
-        let mut counts = Self::default();
+    /// The usage value here, for `paths`: an object's counts; `null` or any other
+    /// value is no usage, as `Value::get` reads it. A counted member given twice, or
+    /// the object that holds one, is declined (a parse keeps the last).
+    pub(crate) fn read(
+        reader: &mut Reader<'a>,
+        paths: &'a [&'a [&'a str]],
+    ) -> Result<Self, Refused> {
+        assert!(paths.len() <= MAX_COUNTS, "at most {MAX_COUNTS} counts");
+        let mut counts = Self {
+            paths,
+            values: [None; MAX_COUNTS],
+        };
         if reader.peek() != Some(b'{') {
             return reader.skip().map(|()| counts);
         }
+        let mut holders_seen = 0u32;
         reader.object(|name, reader| {
             let name = name.ok_or(Refused)?;
-            if reader.peek() != Some(b'{') {
-                return counts.keep([name, ""], reader.value()?);
+            if let Some(at) = paths.iter().position(|path| *path == [name]) {
+                return counts.keep(at, reader.value()?);
             }
-            // An object is no count itself; its name is kept to find it given twice.
-            counts.keep([name, ""], "")?;
+            let Some(holder) = paths
+                .iter()
+                .position(|path| path.len() == 2 && path[0] == name)
+            else {
+                return reader.skip();
+            };
+            if holders_seen & (1 << holder) != 0 {
+                return Err(Refused);
+            }
+            holders_seen |= 1 << holder;
+            if reader.peek() != Some(b'{') {
+                // `null` or a scalar holds no count: each of its paths reads 0.
+                return reader.skip();
+            }
             reader.object(|member, reader| {
-                let value = match reader.peek() {
-                    Some(b'{' | b'[') => reader.skip().map(|()| "")?,
-                    _ => reader.value()?,
-                };
-                counts.keep([name, member.ok_or(Refused)?], value)
+                let member = member.ok_or(Refused)?;
+                match paths.iter().position(|path| *path == [name, member]) {
+                    Some(at) => counts.keep(at, reader.value()?),
+                    None => reader.skip(),
+                }
             })
         })?;
         Ok(counts)
     }
 
-    fn keep(&mut self, path: [&'a str; 2], value: &'a str) -> Result<(), Refused> {
-        let kept = &self.values[..self.len];
-        if self.len == MAX_COUNTS || kept.iter().any(|(at, _)| *at == path) {
-            return Err(Refused);
+    fn keep(&mut self, at: usize, value: &'a str) -> Result<(), Refused> {
+        match self.values[at].replace(value) {
+            None => Ok(()),
+            Some(_) => Err(Refused),
         }
-        self.values[self.len] = (path, value);
-        self.len += 1;
-        Ok(())
     }
 }
 
 impl crate::scan::Counts for ReadCounts<'_> {
     fn count(&self, path: &[&str]) -> u64 {
-        let key = match path {
-            [name] => [*name, ""],
-            [name, member] => [*name, *member],
-            _ => return 0,
-        };
-        self.values[..self.len]
-            .iter()
-            .find(|(at, _)| *at == key)
-            .and_then(|(_, value)| crate::scan::integer(value.as_bytes()))
+        let at = self.paths.iter().position(|read| *read == path);
+        debug_assert!(at.is_some(), "{path:?} was not read");
+        at.and_then(|at| self.values[at])
+            .and_then(|value| crate::scan::integer(value.as_bytes()))
             .unwrap_or(0)
     }
 }

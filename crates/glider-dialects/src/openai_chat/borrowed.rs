@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::response::{decode_finish, decode_usage};
+use super::response::{USAGE_COUNTS, decode_finish, decode_usage};
 use crate::ReplyText;
 use crate::reader::{ReadCounts, Reader, Refused};
 use crate::typed::{Object, string_of, usage_counts};
@@ -304,7 +304,7 @@ fn read_reply_text(body: &str) -> Option<ReplyText<'_>> {
                 })?;
                 once(&mut choice, first.ok_or(Refused)?)
             }
-            Some("usage") => once(&mut usage, ReadCounts::read(reader)?),
+            Some("usage") => once(&mut usage, ReadCounts::read(reader, USAGE_COUNTS)?),
             Some("id") => once(&mut id, reader.optional_text()?),
             Some("model") => once(&mut model, reader.optional_text()?),
             None => Err(Refused),

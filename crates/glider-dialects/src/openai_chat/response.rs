@@ -24,14 +24,22 @@ pub(super) fn response_usage(body: &[u8]) -> Result<Usage, crate::scan::Unscanna
     crate::scan::usage_member(body, |counts| decode_usage(counts))
 }
 
+const PROMPT: &[&str] = &["prompt_tokens"];
+const CACHED: &[&str] = &["prompt_tokens_details", "cached_tokens"];
+const REASONING: &[&str] = &["completion_tokens_details", "reasoning_tokens"];
+const COMPLETION: &[&str] = &["completion_tokens"];
+
+/// The counts [`decode_usage`] reads, by their paths in the `usage` object.
+pub(super) const USAGE_COUNTS: &[&[&str]] = &[PROMPT, CACHED, REASONING, COMPLETION];
+
 /// ngl usage from an OpenAI `usage` object (`input_tokens` excludes cache reads).
 pub(super) fn decode_usage(usage: &(impl Counts + ?Sized)) -> Usage {
-    let prompt = usage.count(&["prompt_tokens"]);
-    let cached = usage.count(&["prompt_tokens_details", "cached_tokens"]);
-    let reasoning = usage.count(&["completion_tokens_details", "reasoning_tokens"]);
+    let prompt = usage.count(PROMPT);
+    let cached = usage.count(CACHED);
+    let reasoning = usage.count(REASONING);
     Usage {
         input_tokens: prompt.saturating_sub(cached),
-        output_tokens: usage.count(&["completion_tokens"]),
+        output_tokens: usage.count(COMPLETION),
         cache_read_tokens: cached,
         cache_write_tokens: 0,
         reasoning_tokens: reasoning,
