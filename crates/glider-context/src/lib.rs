@@ -115,7 +115,14 @@ impl Context {
 
     /// A request's key: `<run>-<bus id>`.
     fn request_key(&self, request_id: u64) -> String {
-        format!("{}-{request_id}", self.run)
+        // Built by hand: `format!` was a tenth of each event's building.
+        let (mut run, mut id) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let (run, id) = (run.format(self.run), id.format(request_id));
+        let mut key = String::with_capacity(run.len() + 1 + id.len());
+        key.push_str(run);
+        key.push('-');
+        key.push_str(id);
+        key
     }
 }
 
