@@ -72,47 +72,41 @@ impl<'a> Reader<'a> {
         &mut self,
         mut visit: impl FnMut(Option<&'a str>, &mut Self) -> Result<(), Refused>,
     ) -> Result<(), Refused> {
-        self.enter(b'{')?;
-        if self.peek() == Some(b'}') {
-            self.at += 1;
-            self.depth -= 1;
-            return Ok(());
-        }
-        loop {
-            let (name, escaped) = self.raw_string()?;
-            self.expect(b':')?;
-            visit((!escaped).then_some(name), self)?;
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b'}') => break,
-                _ => return Err(Refused),
-            }
-        }
-        self.at += 1;
-        self.depth -= 1;
-        Ok(())
+        self.items(b'{', b'}', |_, reader| {
+            let (name, escaped) = reader.raw_string()?;
+            reader.expect(b':')?;
+            visit((!escaped).then_some(name), reader)
+        })
     }
 
     /// Each element of the array here, in order: `visit` gets its index and must read
     /// it.
     pub(crate) fn array(
         &mut self,
-        mut visit: impl FnMut(usize, &mut Self) -> Result<(), Refused>,
+        visit: impl FnMut(usize, &mut Self) -> Result<(), Refused>,
     ) -> Result<(), Refused> {
-        self.enter(b'[')?;
-        if self.peek() == Some(b']') {
-            self.at += 1;
-            self.depth -= 1;
-            return Ok(());
-        }
-        let mut index = 0;
-        loop {
-            visit(index, self)?;
-            index += 1;
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b']') => break,
-                _ => return Err(Refused),
+        self.items(b'[', b']', visit)
+    }
+
+    /// The items of the object or array (between `open` and `close`) here, each read
+    /// by `item` with its index, separated by commas.
+    fn items(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut item: impl FnMut(usize, &mut Self) -> Result<(), Refused>,
+    ) -> Result<(), Refused> {
+        self.enter(open)?;
+        if self.peek() != Some(close) {
+            let mut index = 0;
+            loop {
+                item(index, self)?;
+                index += 1;
+                match self.peek() {
+                    Some(b',') => self.at += 1,
+                    Some(byte) if byte == close => break,
+                    _ => return Err(Refused),
+                }
             }
         }
         self.at += 1;
