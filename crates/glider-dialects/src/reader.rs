@@ -1,9 +1,9 @@
 //! A one-pass JSON reader that validates everything it passes over and borrows what it
 //! reads: the caller walks the objects and arrays it wants and reads or skips each
 //! value. It refuses what serde_json refuses (bad syntax, a raw control byte or a bad
-//! escape in a string, nesting past [`MAX_DEPTH`]), and [`Refused`] is also how a
-//! caller declines what it does not read for certain; either way the caller falls back
-//! to a typed parse. It costs a fraction of serde's per-token machinery: plain string
+//! escape in a string) and nesting past [`MAX_DEPTH`] (a little short of serde_json's
+//! own limit), and [`Refused`] is also how a caller declines what it does not read for
+//! certain; either way the caller falls back to a typed parse. It costs a fraction of serde's per-token machinery: plain string
 //! bytes are passed eight at a time ([`string_byte_flags`]), and nothing is allocated.
 //! The text must be valid UTF-8 already (it is a `&str`).
 
