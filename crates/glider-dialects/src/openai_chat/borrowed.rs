@@ -168,11 +168,10 @@ pub(super) fn chunk(data: &str) -> Option<(Chunk<'_>, Usage)> {
 }
 
 /// The reply's first choice and the reply with its choices taken out, or `None` where
-/// the `Value` decode must read it.
-fn first_choice(body: &[u8]) -> Option<(Reply<'_>, Choice<'_>)> {
-    // Validated whole first: skipping an unknown member does not check its UTF-8, and
-    // the `Value` decode refuses a reply with a bad byte anywhere.
-    let body = std::str::from_utf8(body).ok()?;
+/// the `Value` decode must read it. The body is validated UTF-8 whole first (by its
+/// caller): skipping an unknown member does not check its UTF-8, and the `Value` decode
+/// refuses a reply with a bad byte anywhere.
+fn first_choice(body: &str) -> Option<(Reply<'_>, Choice<'_>)> {
     let Object(mut reply) = serde_json::from_str::<Object<Reply<'_>>>(body).ok()?;
     if reply.error.is_some() {
         return None;
@@ -204,7 +203,7 @@ fn stop_from(
 
 /// The reply, or `None` where the `Value` decode must read it.
 pub(super) fn decode(body: &[u8]) -> Option<Response> {
-    let (reply, choice) = first_choice(body)?;
+    let (reply, choice) = first_choice(std::str::from_utf8(body).ok()?)?;
     let (stop_reason, stop_sequence) = stop_of(&choice, has_calls(&choice));
     let Object(message) = choice.message;
     let mut parts = Vec::new();
@@ -253,14 +252,12 @@ fn has_calls(choice: &Choice<'_>) -> bool {
 /// ([`ReplyText`]: what [`decode`] reads of them, without building the [`Response`]);
 /// `None` for one with tool calls, or where [`decode`] would be `None`.
 pub(super) fn reply_text(body: &[u8]) -> Option<ReplyText<'_>> {
-    std::str::from_utf8(body)
-        .ok()
-        .and_then(read_reply_text)
-        .or_else(|| typed_reply_text(body))
+    let body = std::str::from_utf8(body).ok()?;
+    read_reply_text(body).or_else(|| typed_reply_text(body))
 }
 
 /// [`reply_text`] by the typed parse.
-fn typed_reply_text(body: &[u8]) -> Option<ReplyText<'_>> {
+fn typed_reply_text(body: &str) -> Option<ReplyText<'_>> {
     let (reply, choice) = first_choice(body)?;
     if has_calls(&choice) {
         return None;
@@ -517,12 +514,12 @@ mod tests {
                         reply.to_string(),
                         serde_json::to_string_pretty(&reply).expect("serialises"),
                     ] {
-                        let scanned = super::read_reply_text(&body)
+                        let by_reader = super::read_reply_text(&body)
                             .unwrap_or_else(|| panic!("the reader reads {body}"));
-                        let typed = super::typed_reply_text(body.as_bytes()).expect("typed");
-                        assert_eq!(scanned.text, typed.text, "{body}");
-                        assert_eq!(scanned.stop_reason, typed.stop_reason, "{body}");
-                        assert_eq!(scanned.usage, typed.usage, "{body}");
+                        let typed = super::typed_reply_text(&body).expect("typed");
+                        assert_eq!(by_reader.text, typed.text, "{body}");
+                        assert_eq!(by_reader.stop_reason, typed.stop_reason, "{body}");
+                        assert_eq!(by_reader.usage, typed.usage, "{body}");
                         read += 1;
                     }
                 }
