@@ -3,9 +3,10 @@
 //! value. It refuses what serde_json refuses (bad syntax, a raw control byte or a bad
 //! escape in a string) and nesting past [`MAX_DEPTH`] (a little short of serde_json's
 //! own limit), and [`Refused`] is also how a caller declines what it does not read for
-//! certain; either way the caller falls back to a typed parse. It costs a fraction of serde's per-token machinery: plain string
-//! bytes are passed eight at a time ([`string_byte_flags`]), and nothing is allocated.
-//! The text must be valid UTF-8 already (it is a `&str`).
+//! certain; either way the caller falls back to a typed parse. It costs a fraction of
+//! serde's per-token machinery: plain string bytes are passed eight at a time
+//! ([`string_byte_flags`]), and nothing is allocated. The text must be valid UTF-8
+//! already (it is a `&str`).
 
 use std::borrow::Cow;
 
@@ -309,10 +310,16 @@ impl<'a> ReadCounts<'a> {
     }
 
     fn keep(&mut self, at: usize, value: &'a str) -> Result<(), Refused> {
-        match self.values[at].replace(value) {
-            None => Ok(()),
-            Some(_) => Err(Refused),
-        }
+        once(&mut self.values[at], value)
+    }
+}
+
+/// Keep `value` in `slot`, declining a member given twice (a typed parse refuses it;
+/// a `Value` parse keeps the last).
+pub(crate) fn once<T>(slot: &mut Option<T>, value: T) -> Result<(), Refused> {
+    match slot.replace(value) {
+        None => Ok(()),
+        Some(_) => Err(Refused),
     }
 }
 

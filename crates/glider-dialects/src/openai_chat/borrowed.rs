@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use super::response::{USAGE_COUNTS, decode_finish, decode_usage};
 use crate::ReplyText;
-use crate::reader::{ReadCounts, Reader, Refused};
+use crate::reader::{ReadCounts, Reader, Refused, once};
 use crate::typed::{Object, string_of, usage_counts};
 
 #[derive(Deserialize)]
@@ -317,14 +317,6 @@ fn read_reply_text(body: &str) -> Option<ReplyText<'_>> {
         stop_reason,
         text,
     })
-}
-
-/// Keep `value` in `slot`, declining a member given twice (the typed parse refuses it).
-fn once<T>(slot: &mut Option<T>, value: T) -> Result<(), Refused> {
-    match slot.replace(value) {
-        None => Ok(()),
-        Some(_) => Err(Refused),
-    }
 }
 
 /// A choice as [`read_reply_text`] reads it: its message's text, its `finish_reason`,
