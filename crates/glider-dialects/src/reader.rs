@@ -422,6 +422,46 @@ mod tests {
         }
     }
 
+    /// The flags never miss a byte to escape, and the lowest one is always one.
+    #[test]
+    fn a_words_flags_find_every_byte_to_escape_and_begin_at_one() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        for n in 0..200_000u32 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Mostly printable bytes, some escapes: each byte drawn from a small set.
+            let pick = |i: u32| -> u8 {
+                let r = (seed >> (i * 8)) as u8;
+                match r % 8 {
+                    0 => b'"',
+                    1 => b'\\',
+                    2 => r % 0x20,
+                    3 => 0x20 + r % 0x60,
+                    _ => r,
+                }
+            };
+            let bytes: [u8; 8] = std::array::from_fn(|i| {
+                if n % 3 == 0 {
+                    pick(i as u32)
+                } else {
+                    (seed >> (i * 8)) as u8
+                }
+            });
+            let flags = string_byte_flags(u64::from_le_bytes(bytes));
+            let stops_at = |byte: u8| byte < 0x20 || byte == b'"' || byte == b'\\';
+            for (i, &byte) in bytes.iter().enumerate() {
+                if stops_at(byte) {
+                    assert_ne!(flags & (0x80 << (i * 8)), 0, "{bytes:?}: byte {i} missed");
+                }
+            }
+            if flags != 0 {
+                let first = (flags.trailing_zeros() / 8) as usize;
+                assert!(stops_at(bytes[first]), "{bytes:?}: byte {first} flagged");
+            }
+        }
+    }
+
     #[test]
     fn nesting_past_the_limit_is_refused_not_followed() {
         let deep = "[".repeat(100_000) + &"]".repeat(100_000);
