@@ -1,6 +1,6 @@
-//! The typed events of the context log. Each is stored as one row: its kind, session,
-//! turn family and time in columns (for queries), the rest as JSON. Nothing is ever
-//! rewritten; the graph ([`crate::graph`]) is a fold over these.
+//! The typed events of the context log. A batch's events of one session are stored as
+//! one row (`store.rs`, `packed.rs`); their JSON is what exports and the API show.
+//! Nothing is ever rewritten; the graph ([`crate::graph`]) is a fold over these.
 
 use std::borrow::Cow;
 
@@ -128,10 +128,9 @@ impl EventBody {
 /// A request once routed. Only the conversation's newest turns are kept (the last
 /// assistant turn and what follows it): the rest was seen by the requests before.
 ///
-/// Its stored JSON (and a [`ReplyEvent`]'s, a [`ToolCall`]'s and a [`ToolResult`]'s) is
-/// written by hand in `rowjson.rs`, byte for byte what these serde attributes write: a
-/// member added there fails to compile until written, and a changed attribute fails
-/// that module's tests until it is written alike.
+/// It is stored packed (and so are a [`ReplyEvent`], a [`ToolCall`] and a
+/// [`ToolResult`]): `packed.rs` names each member (a destructuring without `..`), so a
+/// member added here fails to compile until written there.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RequestEvent {
     /// Which run of Glider and which request in it (`<run>-<bus id>`), so its reply

@@ -4,10 +4,11 @@
 //! size, and forgetting a session — each logged as an event. A writer's batch is
 //! written as one row per session (up to [`MAX_ROW_EVENTS`] events in it), so the
 //! insert, its index entry and the statement are paid once per batch, not per event;
-//! an event keeps an id of its own (schema 4). A row whose JSON is longer than
-//! [`COMPRESS_OVER`] is stored LZ4-compressed (schema 5): at saturation a batch's rows
-//! are tens of KB, and the bytes, not the statements, are what SQLite's WAL writes,
-//! checksums and checkpoints cost.
+//! an event keeps an id of its own (schema 4). A row's events are packed
+//! ([`crate::packed`], schema 6) and, past [`COMPRESS_OVER`], LZ4-compressed (schema
+//! 5): at saturation a batch's rows are KBs, and the bytes, not the statements, are
+//! what SQLite's WAL writes, checksums and checkpoints cost. Rows of JSON written
+//! before schema 6 are read as they were.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::event::{Event, EventBody};
-use crate::rowjson;
+use crate::packed;
 
 /// The database file's name inside the context directory.
 pub const DB_FILE: &str = "context.sqlite3";
@@ -59,6 +60,10 @@ const MIGRATIONS: &[&str] = &[
     // length, 4 bytes little-endian). Nothing to convert; the version tells an older
     // Glider, which reads only text, that it cannot read this file.
     "-- schema 5: compressed bodies",
+    // 6: rows are written packed (`kind = 'packed'`, `body` a BLOB: see `packed.rs`
+    // and `RowBuffers::stored_body`). Rows of JSON are read as before; the version
+    // tells an older Glider that it cannot read this file.
+    "-- schema 6: packed rows",
 ];
 
 /// A row's JSON longer than this is stored compressed; a shorter one (a quiet
@@ -73,10 +78,13 @@ const MAX_DECOMPRESSED: usize = 256 * 1024 * 1024;
 /// stays small, and so does a row (a few tens of KB).
 pub const MAX_ROW_EVENTS: usize = 64;
 
-/// The `kind` of a row of several events.
+/// The `kind` of a row of several events as JSON (schemas 4 and 5).
 const ROW_OF_EVENTS: &str = "events";
 
-/// An event in a row of several, as read (written by [`rowjson::write_row`]).
+/// The `kind` of a row of packed events ([`packed`]; schema 6): every row written now.
+const PACKED: &str = "packed";
+
+/// An event in a row of several as JSON (schemas 4 and 5).
 #[derive(serde::Deserialize)]
 struct ReadRowEvent {
     at_ms: u64,
@@ -105,6 +113,8 @@ pub enum StoreError {
     },
     #[error("event {id} in the context database does not parse: {source}")]
     BadEvent { id: i64, source: serde_json::Error },
+    #[error("the row from event {id} in the context database does not read: {reason}")]
+    BadRow { id: i64, reason: String },
     #[error("event {id} in the context database does not decompress: {reason}")]
     BadCompression { id: i64, reason: String },
 }
@@ -249,22 +259,18 @@ fn insert_events(
                 .iter()
                 .filter(|&&at| matches!(events[at].1.body, EventBody::Request(_)))
                 .count();
-            let bad = |source| StoreError::BadEvent { id: -1, source };
-            buffers.json.clear();
-            let (kind, family, first_ms) = if let [only] = row[..] {
-                let (family, event) = &events[only];
-                rowjson::write_body(&mut buffers.json, &event.body).map_err(bad)?;
-                (event.body.kind(), family.as_deref(), None)
-            } else {
-                let written = row.iter().map(|&at| {
-                    let (family, event) = &events[at];
-                    (event.at_ms, family.as_deref(), &event.body)
-                });
-                let family = row.iter().rev().find_map(|&at| events[at].0.as_deref());
-                let oldest = row.iter().map(|&at| events[at].1.at_ms).min();
-                rowjson::write_row(&mut buffers.json, written).map_err(bad)?;
-                (ROW_OF_EVENTS, family, Some(oldest.unwrap_or(newest) as i64))
-            };
+            let written = row.iter().map(|&at| {
+                let (family, event) = &events[at];
+                (event.at_ms, family.as_deref(), &event.body)
+            });
+            buffers.row.clear();
+            // How it is stored, said once the row's length is known.
+            buffers.row.push(STORED_AS_IS);
+            packed::write_row(&mut buffers.row, written)
+                .map_err(|source| StoreError::BadEvent { id: -1, source })?;
+            let family = row.iter().rev().find_map(|&at| events[at].0.as_deref());
+            let oldest = row.iter().map(|&at| events[at].1.at_ms).min();
+            let first_ms = (row.len() > 1).then(|| oldest.unwrap_or(newest) as i64);
             for (offset, &at) in row.iter().enumerate() {
                 ids[at] = last_id + 1 + offset as i64;
             }
@@ -274,7 +280,7 @@ fn insert_events(
                 newest as i64,
                 first.session,
                 family,
-                kind,
+                PACKED,
                 buffers.stored_body(),
                 row.len() as i64,
                 requests as i64,
@@ -296,8 +302,10 @@ thread_local! {
 
 #[derive(Default)]
 struct RowBuffers {
-    json: Vec<u8>,
-    packed: Vec<u8>,
+    /// The row's packed events.
+    row: Vec<u8>,
+    /// Them compressed.
+    compressed: Vec<u8>,
 }
 
 /// What [`RowBuffers`] keep between batches at most: a batch of long tool results
@@ -306,31 +314,71 @@ const ROW_BUFFER_KEPT: usize = 1024 * 1024;
 
 impl RowBuffers {
     fn shrink(&mut self) {
-        self.json.clear();
-        self.json.shrink_to(ROW_BUFFER_KEPT);
-        self.packed.truncate(ROW_BUFFER_KEPT);
-        self.packed.shrink_to(ROW_BUFFER_KEPT);
+        self.row.clear();
+        self.row.shrink_to(ROW_BUFFER_KEPT);
+        self.compressed.truncate(ROW_BUFFER_KEPT);
+        self.compressed.shrink_to(ROW_BUFFER_KEPT);
     }
 
-    /// `json` as stored: text, or compressed past [`COMPRESS_OVER`] (its length, 4
-    /// bytes little-endian, then the LZ4 block). A length that 4 bytes cannot say goes
-    /// as text, which SQLite refuses as too big: the batch fails and is counted lost.
+    /// `row` as stored: a BLOB of a byte saying how (`row` begins with
+    /// [`STORED_AS_IS`]), then the packed events as they are or, past
+    /// [`COMPRESS_OVER`], compressed ([`STORED_LZ4`]: their length, 4 bytes
+    /// little-endian, and the LZ4 block). Events so long that 4 bytes cannot say their
+    /// length are stored as they are.
     fn stored_body(&mut self) -> rusqlite::types::ToSqlOutput<'_> {
         use rusqlite::types::{ToSqlOutput, ValueRef};
-        let length = match u32::try_from(self.json.len()) {
-            Ok(length) if self.json.len() > COMPRESS_OVER => length,
-            // serde_json writes UTF-8 only.
-            _ => return ToSqlOutput::Borrowed(ValueRef::Text(&self.json)),
+        let events = &self.row[1..];
+        let length = match u32::try_from(events.len()) {
+            Ok(length) if events.len() > COMPRESS_OVER => length,
+            _ => return ToSqlOutput::Borrowed(ValueRef::Blob(&self.row)),
         };
-        let most = 4 + lz4_flex::block::get_maximum_output_size(self.json.len());
-        if self.packed.len() < most {
-            self.packed.resize(most, 0);
+        let most = 5 + lz4_flex::block::get_maximum_output_size(events.len());
+        if self.compressed.len() < most {
+            self.compressed.resize(most, 0);
         }
-        self.packed[..4].copy_from_slice(&length.to_le_bytes());
-        let size = lz4_flex::block::compress_into(&self.json, &mut self.packed[4..])
+        self.compressed[0] = STORED_LZ4;
+        self.compressed[1..5].copy_from_slice(&length.to_le_bytes());
+        let size = lz4_flex::block::compress_into(events, &mut self.compressed[5..])
             .expect("the output holds the most a block can take");
-        ToSqlOutput::Borrowed(ValueRef::Blob(&self.packed[..4 + size]))
+        ToSqlOutput::Borrowed(ValueRef::Blob(&self.compressed[..5 + size]))
     }
+}
+
+/// The first byte of a packed row's BLOB: the packed events follow as they are, or
+/// compressed.
+const STORED_AS_IS: u8 = 0;
+const STORED_LZ4: u8 = 1;
+
+/// A packed row's events as read back (`id`, its first event's, names it in an error).
+fn read_packed(
+    id: i64,
+    body: rusqlite::types::ValueRef<'_>,
+) -> Result<Vec<packed::RowEvent>, StoreError> {
+    use rusqlite::types::ValueRef;
+    let bad = |reason: String| StoreError::BadRow { id, reason };
+    let ValueRef::Blob(blob) = body else {
+        return Err(bad(format!("a body of type {:?}", body.data_type())));
+    };
+    let read = |row: &[u8]| packed::read_row(row).map_err(|packed::Malformed(reason)| bad(reason));
+    match blob.split_first() {
+        Some((&STORED_AS_IS, row)) => read(row),
+        Some((&STORED_LZ4, compressed)) => read(&decompress(id, compressed)?),
+        Some((other, _)) => Err(bad(format!("stored in an unknown way ({other})"))),
+        None => Err(bad("an empty body".into())),
+    }
+}
+
+/// A compressed body's bytes: its length, 4 bytes little-endian, and an LZ4 block.
+fn decompress(id: i64, blob: &[u8]) -> Result<Vec<u8>, StoreError> {
+    let bad = |reason: String| StoreError::BadCompression { id, reason };
+    let (size, block) = blob
+        .split_first_chunk::<4>()
+        .ok_or_else(|| bad(format!("{} bytes, no length", blob.len())))?;
+    let size = u32::from_le_bytes(*size) as usize;
+    if size > MAX_DECOMPRESSED {
+        return Err(bad(format!("says it holds {size} bytes")));
+    }
+    lz4_flex::block::decompress(block, size).map_err(|error| bad(error.to_string()))
 }
 
 /// A row's JSON as read back (`id` names it in an error): text as it is, a BLOB
@@ -340,16 +388,7 @@ fn read_body(id: i64, body: rusqlite::types::ValueRef<'_>) -> Result<Vec<u8>, St
     let bad = |reason: String| StoreError::BadCompression { id, reason };
     match body {
         ValueRef::Text(text) => Ok(text.to_vec()),
-        ValueRef::Blob(blob) => {
-            let (size, block) = blob
-                .split_first_chunk::<4>()
-                .ok_or_else(|| bad(format!("{} bytes, no length", blob.len())))?;
-            let size = u32::from_le_bytes(*size) as usize;
-            if size > MAX_DECOMPRESSED {
-                return Err(bad(format!("says it holds {size} bytes")));
-            }
-            lz4_flex::block::decompress(block, size).map_err(|error| bad(error.to_string()))
-        }
+        ValueRef::Blob(blob) => decompress(id, blob),
         other => Err(bad(format!("a body of type {:?}", other.data_type()))),
     }
 }
@@ -396,66 +435,76 @@ pub fn events_after(
     let mut query = conn.prepare(sql)?;
     let rows = query.query_map(params![session, after], |row| {
         let id = row.get::<_, i64>(0)?;
+        let kind = row.get_ref(4)?.as_str()?;
+        let count = row.get::<_, i64>(5)?;
+        let first_id = id - count + 1;
+        let body = match kind {
+            PACKED => read_packed(first_id, row.get_ref(6)?).map(Body::Events),
+            ROW_OF_EVENTS => read_body(id, row.get_ref(6)?).map(Body::JsonRow),
+            _ => read_body(id, row.get_ref(6)?).map(Body::JsonEvent),
+        };
         Ok((
             id,
             row.get::<_, i64>(1)?,
             row.get::<_, Option<String>>(2)?,
             row.get::<_, Option<String>>(3)?,
-            row.get::<_, String>(4)?,
-            row.get::<_, i64>(5)?,
-            read_body(id, row.get_ref(6)?),
+            count,
+            body,
         ))
     })?;
     let mut out = Vec::new();
     for row in rows {
-        let (id, at_ms, session, family, kind, count, body) = row?;
-        let body = body?;
-        if kind != ROW_OF_EVENTS {
-            let body: EventBody = serde_json::from_slice(&body)
-                .map_err(|source| StoreError::BadEvent { id, source })?;
-            out.push(Stored {
-                id,
-                family,
-                event: Event {
-                    at_ms: at_ms as u64,
-                    session,
-                    body,
-                },
-            });
-            continue;
-        }
+        let (id, at_ms, session, family, count, body) = row?;
         let first_id = id - count + 1;
-        let read: Vec<ReadRowEvent> =
-            serde_json::from_slice(&body).map_err(|source| StoreError::BadEvent {
+        let events = match body? {
+            Body::JsonEvent(json) => {
+                let body: EventBody = serde_json::from_slice(&json)
+                    .map_err(|source| StoreError::BadEvent { id, source })?;
+                vec![(at_ms as u64, family, body)]
+            }
+            Body::JsonRow(json) => {
+                let read: Vec<ReadRowEvent> =
+                    serde_json::from_slice(&json).map_err(|source| StoreError::BadEvent {
+                        id: first_id,
+                        source,
+                    })?;
+                read.into_iter()
+                    .map(|e| (e.at_ms, e.family, e.body))
+                    .collect()
+            }
+            Body::Events(events) => events,
+        };
+        if events.len() as i64 != count {
+            return Err(StoreError::BadRow {
                 id: first_id,
-                source,
-            })?;
-        if read.len() as i64 != count {
-            return Err(StoreError::BadEvent {
-                id: first_id,
-                source: serde::de::Error::invalid_length(read.len(), &"the row's count"),
+                reason: format!("{} events where the row counts {count}", events.len()),
             });
         }
         let skipped = after
             .saturating_add(1)
             .saturating_sub(first_id)
             .clamp(0, count) as usize;
-        out.extend(
-            read.into_iter()
-                .enumerate()
-                .skip(skipped)
-                .map(|(offset, e)| Stored {
-                    id: first_id + offset as i64,
-                    family: e.family,
-                    event: Event {
-                        at_ms: e.at_ms,
-                        session: session.clone(),
-                        body: e.body,
-                    },
-                }),
-        );
+        out.extend(events.into_iter().enumerate().skip(skipped).map(
+            |(offset, (at_ms, family, body))| Stored {
+                id: first_id + offset as i64,
+                family,
+                event: Event {
+                    at_ms,
+                    session: session.clone(),
+                    body,
+                },
+            },
+        ));
     }
     Ok(out)
+}
+
+/// A row's body as read: one event's JSON (schemas 1 to 5), a JSON array of events
+/// (schemas 4 and 5), or packed events (schema 6).
+enum Body {
+    JsonEvent(Vec<u8>),
+    JsonRow(Vec<u8>),
+    Events(Vec<packed::RowEvent>),
 }
 
 /// The sessions in the log, most recently active first.
@@ -1017,20 +1066,20 @@ mod tests {
         let batch: Vec<_> = (0..30).map(|n| event("busy", n as u64, goal(n))).collect();
         let mut ids = append(&mut conn, &batch).expect("append");
         ids.extend(append(&mut conn, &[event("quiet", 99, goal(99))]).expect("append"));
-        let kinds: Vec<(String, String)> = conn
-            .prepare("SELECT session, typeof(body) FROM events ORDER BY id")
+        let kinds: Vec<(String, String, String)> = conn
+            .prepare("SELECT session, kind, hex(substr(body, 1, 1)) FROM events ORDER BY id")
             .expect("query")
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .expect("rows")
             .collect::<Result<_, _>>()
             .expect("read");
         assert_eq!(
             kinds,
             [
-                ("busy".into(), "blob".into()),
-                ("quiet".into(), "text".into())
+                ("busy".into(), PACKED.into(), "01".into()),
+                ("quiet".into(), PACKED.into(), "00".into())
             ],
-            "the batch's row is past {COMPRESS_OVER} bytes of JSON, the single event is not"
+            "the batch's row is past {COMPRESS_OVER} bytes packed, the single event is not"
         );
         let stored = events(&conn, None).expect("reads");
         let read: Vec<(i64, Option<String>, Event)> = stored
@@ -1057,11 +1106,20 @@ mod tests {
         let id = append(&mut conn, &[event("s", 1, long)]).expect("append")[0];
         for (damage, says) in [
             (
-                &[0xffu8, 0xff, 0xff, 0x7f, 0][..],
+                &[STORED_LZ4, 0xff, 0xff, 0xff, 0x7f, 0][..],
                 "says it holds 2147483647 bytes",
             ),
-            (&[16, 0, 0, 0, 0xf0, 1, 2][..], "does not decompress"),
-            (&[1, 2][..], "2 bytes, no length"),
+            (
+                &[STORED_LZ4, 16, 0, 0, 0, 0xf0, 1, 2][..],
+                "does not decompress",
+            ),
+            (&[STORED_LZ4, 1, 2][..], "2 bytes, no length"),
+            (
+                &[STORED_AS_IS, 1, 1, 5, 0][..],
+                "ends at byte 4 inside a tag",
+            ),
+            (&[7, 1][..], "stored in an unknown way (7)"),
+            (&[][..], "an empty body"),
         ] {
             conn.execute(
                 "UPDATE events SET body = ?1 WHERE id = ?2",
@@ -1128,6 +1186,94 @@ mod tests {
         assert_eq!((summary[0].events, summary[0].requests), (2, 1));
         let ids = append(&mut conn, &[gap(6), gap(7)]).expect("append");
         assert_eq!(ids, [10, 11], "after the old rows' ids");
+    }
+
+    /// A schema 5 file's rows (one event's JSON, a JSON array of events as text and
+    /// compressed) read as they did, and beside them the packed rows written now.
+    #[test]
+    fn rows_of_json_from_schema_5_read_beside_packed_ones() {
+        #[derive(serde::Serialize)]
+        struct RowEvent<'a> {
+            at_ms: u64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            family: Option<&'a str>,
+            body: &'a EventBody,
+        }
+        let home = tempfile::tempdir().expect("tempdir");
+        let path = db_path(home.path());
+        let request = EventBody::Request(crate::event::RequestEvent {
+            request: "r-1".into(),
+            user_text: Some("fix \"it\"".into()),
+            root: true,
+            ..Default::default()
+        });
+        let reply = EventBody::Reply(crate::event::ReplyEvent {
+            request: "r-1".into(),
+            status: Some(200),
+            ..Default::default()
+        });
+        let array = serde_json::to_vec(&[
+            RowEvent {
+                at_ms: 2,
+                family: Some("r-1"),
+                body: &request,
+            },
+            RowEvent {
+                at_ms: 3,
+                family: None,
+                body: &reply,
+            },
+        ])
+        .expect("serializes");
+        let mut compressed = (array.len() as u32).to_le_bytes().to_vec();
+        compressed.extend(lz4_flex::block::compress(&array));
+        {
+            let conn = Connection::open(&path).expect("opens");
+            for sql in &MIGRATIONS[..5] {
+                conn.execute_batch(sql).expect("old schema");
+            }
+            conn.pragma_update(None, "user_version", 5).expect("pragma");
+            let insert = "INSERT INTO events (id, at_ms, session, family, kind, body, count, requests) VALUES (?1, ?2, 's', 'r-1', ?3, ?4, ?5, ?6)";
+            conn.execute(
+                insert,
+                params![1, 1, "gap", json(&EventBody::Gap { dropped: 4 }), 1, 0],
+            )
+            .expect("one event");
+            conn.execute(
+                insert,
+                params![
+                    3,
+                    3,
+                    ROW_OF_EVENTS,
+                    String::from_utf8(array).expect("UTF-8"),
+                    2,
+                    1
+                ],
+            )
+            .expect("a row as text");
+            conn.execute(insert, params![5, 3, ROW_OF_EVENTS, compressed, 2, 1])
+                .expect("a row compressed");
+        }
+        let mut conn = open(home.path()).expect("migrates");
+        let ids = append(&mut conn, &[event("s", 4, request.clone())]).expect("append");
+        assert_eq!(ids, [6]);
+        let read: Vec<(i64, u64, Option<String>, EventBody)> = events(&conn, Some("s"))
+            .expect("reads")
+            .into_iter()
+            .map(|s| (s.id, s.event.at_ms, s.family, s.event.body))
+            .collect();
+        let family = || Some("r-1".to_owned());
+        assert_eq!(
+            read,
+            [
+                (1, 1, family(), EventBody::Gap { dropped: 4 }),
+                (2, 2, family(), request.clone()),
+                (3, 3, None, reply.clone()),
+                (4, 2, family(), request.clone()),
+                (5, 3, None, reply),
+                (6, 4, Some("family-s".to_owned()), request),
+            ]
+        );
     }
 
     #[test]

@@ -338,7 +338,7 @@ impl crate::scan::Counts for ReadCounts<'_> {
 /// stops at. Each test is the "some byte is zero" (or "below n") bit trick: it never
 /// misses a byte that is one, and a borrow may flag bytes above a real one but none
 /// below it, so the lowest flagged byte is the first to look at.
-pub fn string_byte_flags(word: u64) -> u64 {
+pub(crate) fn string_byte_flags(word: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let zero_bytes = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
