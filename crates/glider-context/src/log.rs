@@ -437,7 +437,14 @@ impl Families {
         if self.by_request.len() >= MAX_OPEN_REQUESTS {
             self.by_request.clear();
         }
-        let state = self.sessions.entry(session.to_owned()).or_default();
+        // Looked up before it is inserted: the key is copied only for a new session.
+        if !self.sessions.contains_key(session) {
+            self.sessions.insert(session.to_owned(), SessionState::default());
+        }
+        let state = self
+            .sessions
+            .get_mut(session)
+            .expect("inserted when it was missing");
         if state.current.is_none() {
             // After a restart: continue the session's newest family.
             state.current = store::last_family(conn, session).ok().flatten();
