@@ -439,7 +439,8 @@ impl Families {
         }
         // Looked up before it is inserted: the key is copied only for a new session.
         if !self.sessions.contains_key(session) {
-            self.sessions.insert(session.to_owned(), SessionState::default());
+            self.sessions
+                .insert(session.to_owned(), SessionState::default());
         }
         let state = self
             .sessions

@@ -306,6 +306,8 @@ struct RowBuffers {
     row: Vec<u8>,
     /// Them compressed.
     compressed: Vec<u8>,
+    /// The compressor's hash table, cleared for each row instead of allocated.
+    table: lz4_flex::block::CompressTable,
 }
 
 /// What [`RowBuffers`] keep between batches at most: a batch of long tool results
@@ -338,8 +340,12 @@ impl RowBuffers {
         }
         self.compressed[0] = STORED_LZ4;
         self.compressed[1..5].copy_from_slice(&length.to_le_bytes());
-        let size = lz4_flex::block::compress_into(events, &mut self.compressed[5..])
-            .expect("the output holds the most a block can take");
+        let size = lz4_flex::block::compress_into_with_table(
+            events,
+            &mut self.compressed[5..],
+            &mut self.table,
+        )
+        .expect("the output holds the most a block can take");
         ToSqlOutput::Borrowed(ValueRef::Blob(&self.compressed[..5 + size]))
     }
 }

@@ -126,6 +126,8 @@ pub enum CompactionPrompt {
 /// its recent portion, a continuing session — share this start, and Codex 0.171.0).
 const CLAUDE_CODE_COMPACTION: &str = "Your task is to create a detailed summary of ";
 const CODEX_COMPACTION: &str = "You are performing a CONTEXT CHECKPOINT COMPACTION.";
+/// What both begin with.
+const COMPACTION_OPENING: &str = "You";
 
 /// Whether `request` is a CLI's compaction request, recognised by shape: its last turn
 /// is the user's and its text holds the CLI's compaction instruction (Claude Code
@@ -136,21 +138,20 @@ pub fn compaction_prompt(request: &Request) -> Option<CompactionPrompt> {
         return None;
     }
     // Every request of a session with the context log on asks this of its newest user
-    // text: a vectorised search, its tables built once, instead of `str::contains`.
-    static FINDERS: LazyLock<[(Finder<'static>, CompactionPrompt); 2]> = LazyLock::new(|| {
-        [
-            (
-                Finder::new(CLAUDE_CODE_COMPACTION),
-                CompactionPrompt::ClaudeCode,
-            ),
-            (Finder::new(CODEX_COMPACTION), CompactionPrompt::Codex),
-        ]
-    });
+    // text: one vectorised search for the instructions' shared opening (rare in other
+    // text), its table built once, and each instruction compared where it is found.
+    static OPENING: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(COMPACTION_OPENING));
+    let prompts = [
+        (CLAUDE_CODE_COMPACTION, CompactionPrompt::ClaudeCode),
+        (CODEX_COMPACTION, CompactionPrompt::Codex),
+    ];
     last.parts.iter().find_map(|part| match part {
-        Part::Text { text, .. } => FINDERS
-            .iter()
-            .find(|(finder, _)| finder.find(text.as_bytes()).is_some())
-            .map(|(_, prompt)| *prompt),
+        Part::Text { text, .. } => OPENING.find_iter(text.as_bytes()).find_map(|at| {
+            prompts
+                .iter()
+                .find(|(instruction, _)| text.as_bytes()[at..].starts_with(instruction.as_bytes()))
+                .map(|(_, prompt)| *prompt)
+        }),
         _ => None,
     })
 }
@@ -429,10 +430,21 @@ mod tests {
             compaction_prompt(&conversation(Turn::text(Role::User, codex))),
             Some(CompactionPrompt::Codex)
         );
+        // Found after other words that open alike.
+        let after = format!("You asked. You are performing a review. Your task is… {codex}");
         assert_eq!(
-            compaction_prompt(&conversation(Turn::text(Role::User, "what did we change?"))),
-            None
+            compaction_prompt(&conversation(Turn::text(Role::User, &after))),
+            Some(CompactionPrompt::Codex)
         );
+        for text in [
+            "what did we change?",
+            "You are performing a review. Your task is",
+        ] {
+            assert_eq!(
+                compaction_prompt(&conversation(Turn::text(Role::User, text))),
+                None
+            );
+        }
         // The instruction quoted by the model is no compaction request.
         assert_eq!(
             compaction_prompt(&conversation(Turn::text(Role::Assistant, claude))),
