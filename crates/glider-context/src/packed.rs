@@ -6,15 +6,17 @@
 //!
 //! The strings that repeat through a session (door, front, models, rule, the router's
 //! reason, backend, stop reason, error, a tool's name, the family) are written once: a
-//! string equal to the same member of the row's previous event of its kind is a
-//! one-byte reference to it. Texts (a user's, a reply's, a tool result's) and keys are
-//! always written whole. At saturation the writer serialises every request's two events on a
+//! string equal to the last one written whole for the same member earlier in the row
+//! (a request's member for requests, a reply's for replies; a tool's name for any call,
+//! a result's for any result; the family for any event) is a one-byte reference to it.
+//! Texts (a user's, a reply's, a tool result's), keys and ids are always written whole. At saturation the writer serialises every request's two events on a
 //! core the requests share, so the bytes it writes, compresses and hands to SQLite are
 //! throughput (`bench/results/2026-12-05-context-cost13.md`).
 //!
 //! Reading checks everything it reads: a short row, a bad length, a reference with
 //! nothing before it, a string that is not UTF-8, an unknown tag, bytes left over —
-//! each is a [`Malformed`] error, never a panic or an allocation the row cannot back.
+//! each is a [`Malformed`] error, never a panic; room is made only for what the bytes
+//! read so far back (a count is not trusted for memory).
 
 use std::borrow::Cow;
 
@@ -36,6 +38,10 @@ const OWN: u64 = 2;
 
 /// Bytes a JSON value's header takes: its length is known only once it is written.
 const PADDED: usize = 5;
+
+/// Most tool calls or results a reader makes room for before reading them (an event in
+/// memory is far larger than its bytes: room is not made for what a count claims).
+const MAX_RESERVED: usize = 16;
 
 /// The members whose previous value a string may repeat by reference.
 #[derive(Clone, Copy)]
@@ -304,7 +310,8 @@ pub(crate) fn read_row(bytes: &[u8]) -> Result<Vec<RowEvent>, Malformed> {
             bytes.len()
         )));
     }
-    let mut events = Vec::with_capacity(count as usize);
+    // A damaged count is refused by the bytes running out, not trusted for memory.
+    let mut events = Vec::with_capacity((count as usize).min(crate::store::MAX_ROW_EVENTS));
     for _ in 0..count {
         let at_ms = unpacker.int("a time")?;
         let family = unpacker.opt_str(Slot::Family)?.map(str::to_owned);
@@ -512,7 +519,7 @@ impl<'b> Unpacker<'b> {
 
     fn calls(&mut self) -> Result<Vec<ToolCall>, Malformed> {
         let count = self.count("tool calls")?;
-        let mut calls = Vec::with_capacity(count);
+        let mut calls = Vec::with_capacity(count.min(MAX_RESERVED));
         for _ in 0..count {
             calls.push(ToolCall {
                 id: self.own("a call's id")?,
@@ -525,7 +532,7 @@ impl<'b> Unpacker<'b> {
 
     fn results(&mut self) -> Result<Vec<ToolResult>, Malformed> {
         let count = self.count("tool results")?;
-        let mut results = Vec::with_capacity(count);
+        let mut results = Vec::with_capacity(count.min(MAX_RESERVED));
         for _ in 0..count {
             results.push(ToolResult {
                 call_id: self.own("a result's call id")?,

@@ -66,8 +66,8 @@ const MIGRATIONS: &[&str] = &[
     "-- schema 6: packed rows",
 ];
 
-/// A row's JSON longer than this is stored compressed; a shorter one (a quiet
-/// session's commit of one or two events) stays text, readable in the `sqlite3` shell.
+/// A row's packed events longer than this are stored compressed; shorter ones (a quiet
+/// session's commit of one or two events) as they are.
 pub const COMPRESS_OVER: usize = 4 * 1024;
 
 /// Most bytes a compressed body may say it holds: far above what [`MAX_ROW_EVENTS`]
@@ -81,7 +81,9 @@ pub const MAX_ROW_EVENTS: usize = 64;
 /// The `kind` of a row of several events as JSON (schemas 4 and 5).
 const ROW_OF_EVENTS: &str = "events";
 
-/// The `kind` of a row of packed events ([`packed`]; schema 6): every row written now.
+/// The `kind` of a row of packed events ([`packed`]; schema 6): what the writer
+/// appends. (The store's own logs of a deletion, `retention` and `forgotten`, are one
+/// event's JSON as before.)
 const PACKED: &str = "packed";
 
 /// An event in a row of several as JSON (schemas 4 and 5).
@@ -294,7 +296,7 @@ fn insert_events(
 }
 
 thread_local! {
-    /// The writer's buffers for a row's JSON and its compressed form, kept between
+    /// The writer's buffers for a row's packed events and their compressed form, kept between
     /// batches: a busy batch's rows are tens of KB, and allocating (and, for the
     /// compressed one, zeroing) them anew for each was a tenth of the writer's time.
     static ROW_BUFFERS: std::cell::RefCell<RowBuffers> = std::cell::RefCell::default();
@@ -443,7 +445,9 @@ pub fn events_after(
         let id = row.get::<_, i64>(0)?;
         let kind = row.get_ref(4)?.as_str()?;
         let count = row.get::<_, i64>(5)?;
-        let first_id = id - count + 1;
+        let Some(first_id) = first_of(id, count) else {
+            return Ok((id, 0, None, None, count, Err(bad_count(id, count))));
+        };
         let body = match kind {
             PACKED => read_packed(first_id, row.get_ref(6)?).map(Body::Events),
             ROW_OF_EVENTS => read_body(id, row.get_ref(6)?).map(Body::JsonRow),
@@ -461,7 +465,7 @@ pub fn events_after(
     let mut out = Vec::new();
     for row in rows {
         let (id, at_ms, session, family, count, body) = row?;
-        let first_id = id - count + 1;
+        let first_id = first_of(id, count).ok_or_else(|| bad_count(id, count))?;
         let events = match body? {
             Body::JsonEvent(json) => {
                 let body: EventBody = serde_json::from_slice(&json)
@@ -503,6 +507,21 @@ pub fn events_after(
         ));
     }
     Ok(out)
+}
+
+/// The id of a row's first event: `count` ids end at the row's own (`None` for a
+/// count no row can have).
+fn first_of(id: i64, count: i64) -> Option<i64> {
+    (1..=MAX_ROW_EVENTS as i64)
+        .contains(&count)
+        .then(|| id - (count - 1))
+}
+
+fn bad_count(id: i64, count: i64) -> StoreError {
+    StoreError::BadRow {
+        id,
+        reason: format!("its count is {count}"),
+    }
 }
 
 /// A row's body as read: one event's JSON (schemas 1 to 5), a JSON array of events
@@ -1135,6 +1154,39 @@ mod tests {
             let error = events(&conn, Some("s")).expect_err("damaged").to_string();
             assert!(error.contains(&format!("event {id} ")), "{error}");
             assert!(error.contains(says), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_row_holding_more_events_than_it_counts_is_a_clear_error() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        let id = append(&mut conn, &[gap(1)]).expect("append")[0];
+        let (_, one) = gap(2);
+        let mut two = vec![STORED_AS_IS];
+        packed::write_row(
+            &mut two,
+            [(1, None, &one.body), (2, None, &one.body)].into_iter(),
+        )
+        .expect("packs");
+        conn.execute("UPDATE events SET body = ?1", params![two])
+            .expect("damage");
+        let error = events(&conn, None).expect_err("damaged").to_string();
+        assert!(error.contains(&format!("event {id} ")), "{error}");
+        assert!(error.contains("2 events where the row counts 1"), "{error}");
+    }
+
+    #[test]
+    fn a_row_whose_count_no_row_can_have_is_a_clear_error() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        let id = append(&mut conn, &[gap(1), gap(2)]).expect("append")[1];
+        for count in [0, -1, i64::MIN, MAX_ROW_EVENTS as i64 + 1, i64::MAX] {
+            conn.execute("UPDATE events SET count = ?1", params![count])
+                .expect("damage");
+            let error = events(&conn, None).expect_err("damaged").to_string();
+            assert!(error.contains(&format!("event {id} ")), "{error}");
+            assert!(error.contains(&format!("its count is {count}")), "{error}");
         }
     }
 

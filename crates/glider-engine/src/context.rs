@@ -138,20 +138,26 @@ pub fn compaction_prompt(request: &Request) -> Option<CompactionPrompt> {
         return None;
     }
     // Every request of a session with the context log on asks this of its newest user
-    // text: one vectorised search for the instructions' shared opening (rare in other
-    // text), its table built once, and each instruction compared where it is found.
+    // text: one vectorised search for the opening both instructions share, its table
+    // built once, and each instruction compared where that is found.
     static OPENING: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(COMPACTION_OPENING));
-    let prompts = [
-        (CLAUDE_CODE_COMPACTION, CompactionPrompt::ClaudeCode),
-        (CODEX_COMPACTION, CompactionPrompt::Codex),
-    ];
+    let at = |text: &str, at: usize, instruction: &str| {
+        text.as_bytes()[at..].starts_with(instruction.as_bytes())
+    };
     last.parts.iter().find_map(|part| match part {
-        Part::Text { text, .. } => OPENING.find_iter(text.as_bytes()).find_map(|at| {
-            prompts
-                .iter()
-                .find(|(instruction, _)| text.as_bytes()[at..].starts_with(instruction.as_bytes()))
-                .map(|(_, prompt)| *prompt)
-        }),
+        // Claude Code's instruction wins wherever it is; Codex's is kept in case.
+        Part::Text { text, .. } => {
+            let mut codex = None;
+            for found in OPENING.find_iter(text.as_bytes()) {
+                if at(text, found, CLAUDE_CODE_COMPACTION) {
+                    return Some(CompactionPrompt::ClaudeCode);
+                }
+                if at(text, found, CODEX_COMPACTION) {
+                    codex = Some(CompactionPrompt::Codex);
+                }
+            }
+            codex
+        }
         _ => None,
     })
 }
@@ -435,6 +441,12 @@ mod tests {
         assert_eq!(
             compaction_prompt(&conversation(Turn::text(Role::User, &after))),
             Some(CompactionPrompt::Codex)
+        );
+        // Both in one text: Claude Code's, as when each was searched for in turn.
+        let both = format!("{codex} {claude}");
+        assert_eq!(
+            compaction_prompt(&conversation(Turn::text(Role::User, &both))),
+            Some(CompactionPrompt::ClaudeCode)
         );
         for text in [
             "what did we change?",
