@@ -191,12 +191,15 @@ pub fn usage_stream_decoder(dialect: Dialect, with_tool_calls: bool) -> Box<dyn 
 /// occur in its bytes at all. A reply that spells it with escapes is not one a backend
 /// writes.
 pub fn reply_may_call_tools(dialect: Dialect, body: &[u8]) -> bool {
-    let marker: &[u8] = match dialect {
-        Dialect::Anthropic => b"tool_use\"",
-        Dialect::OpenAiChat | Dialect::Ollama => b"\"tool_calls\"",
-        Dialect::OpenAiResponses => b"\"call_id\"",
-    };
-    scan::contains(body, marker)
+    static TOOL_USE: scan::Needle = scan::Needle::new(b"tool_use\"");
+    static TOOL_CALLS: scan::Needle = scan::Needle::new(b"\"tool_calls\"");
+    static CALL_ID: scan::Needle = scan::Needle::new(b"\"call_id\"");
+    match dialect {
+        Dialect::Anthropic => &TOOL_USE,
+        Dialect::OpenAiChat | Dialect::Ollama => &TOOL_CALLS,
+        Dialect::OpenAiResponses => &CALL_ID,
+    }
+    .occurs_in(body)
 }
 
 /// A JSON value's compact text as bytes, written straight into the buffer: a body to

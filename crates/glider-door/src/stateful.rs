@@ -90,8 +90,9 @@ pub fn prepare(store: Option<&Arc<ResponseStore>>, body: Bytes) -> Result<Prepar
 /// Bytes are searched first, so a body without the key (Codex's, which resends its
 /// history) is never parsed here; one with it has only its [`Head`] read.
 pub fn continues(body: &[u8]) -> bool {
-    const KEY: &[u8] = b"\"previous_response_id\"";
-    glider_dialects::scan::contains(body, KEY)
+    static KEY: glider_dialects::scan::Needle =
+        glider_dialects::scan::Needle::new(b"\"previous_response_id\"");
+    KEY.occurs_in(body)
         && head_of(body)
             .is_some_and(|head| !matches!(head.previous_response_id, None | Some(Value::Null)))
 }
