@@ -28,7 +28,7 @@ use crate::store::{self, Retention, StoreError};
 /// when it runs less often, and a bigger batch costs less an event).
 /// `bench/results/2026-12-04-context-cost5.md`: at one connection on one core, the p50
 /// the log added went from +22 µs to none, with no event dropped at saturation.
-const WRITER_NICE: i32 = 10;
+pub(crate) const WRITER_NICE: i32 = 10;
 /// Most events written in one transaction.
 const MAX_BATCH: usize = 4096;
 /// Families remembered for requests whose reply has not come (a Cursor turn handed

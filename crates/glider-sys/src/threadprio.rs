@@ -20,6 +20,16 @@ pub fn lower_this_thread(by: i32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The calling thread's nice value (0 where threads have none of their own).
+pub fn this_thread_nice() -> std::io::Result<i32> {
+    #[cfg(target_os = "linux")]
+    return Ok(rustix::process::getpriority_process(Some(
+        rustix::thread::gettid(),
+    ))?);
+    #[cfg(not(target_os = "linux"))]
+    Ok(0)
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use rustix::process::getpriority_process;

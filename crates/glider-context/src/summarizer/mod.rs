@@ -325,9 +325,12 @@ impl Worker {
         let max_chars = settings.max_input_tokens.saturating_mul(CHARS_PER_TOKEN) as usize;
         let carried = self.carried.take(session);
         // Reading the session and folding it (only what came since the last run, or
-        // all of it the first time): off the runtime's threads, which serve requests.
+        // all of it the first time): off the runtime's threads, which serve requests,
+        // on a thread of its own at the log writer's lower priority, so that a long
+        // catch-up (a busy session's events since the last run) waits for idle moments
+        // of a core the requests need.
         let prepare = move || prepare(&reader, &owned, trigger, max_chars, carried);
-        let (prepared, mut carried) = match tokio::task::spawn_blocking(prepare).await {
+        let (prepared, mut carried) = match run_lowered(prepare).await {
             Ok(Ok(prepared)) => prepared,
             Ok(Err(error)) => {
                 tracing::warn!(%error, session, "summarizer cannot read the session");
@@ -455,6 +458,25 @@ impl Worker {
 /// A compaction's input, what its answer must name and the range it covers.
 type Prepared = (String, compaction::Required, compaction::Range);
 
+/// `work` on a new thread whose priority is lowered like the log writer's
+/// ([`crate::log::WRITER_NICE`]); its result, or why it could not run.
+async fn run_lowered<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, std::io::Error> {
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("glider-summarizer-read".into())
+        .spawn(move || {
+            if let Err(error) = glider_sys::threadprio::lower_this_thread(crate::log::WRITER_NICE) {
+                tracing::debug!(%error, "summarizer: the read keeps the process's priority");
+            }
+            let _ = done.send(work());
+        })?;
+    result
+        .await
+        .map_err(|_| std::io::Error::other("the summarizer's read thread ended without a result"))
+}
+
 /// `session`'s range for `trigger`, the summarizer's input for it (at most
 /// `max_chars`) and what the summary must name (`None` when there is nothing to
 /// compact), with what to carry to the next run. `carried` is what the last run left:
@@ -581,6 +603,20 @@ async fn ask(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_runs_reading_is_done_at_the_writers_lower_priority() {
+        use glider_sys::threadprio::this_thread_nice;
+        let ours = this_thread_nice().expect("nice");
+        let theirs = run_lowered(this_thread_nice)
+            .await
+            .expect("ran")
+            .expect("nice");
+        if cfg!(target_os = "linux") {
+            assert_eq!(theirs, (ours + crate::log::WRITER_NICE).min(19));
+        }
+        assert_eq!(this_thread_nice().expect("nice"), ours, "ours is unchanged");
+    }
 
     fn ended(session: &str) -> Activity {
         Activity {
