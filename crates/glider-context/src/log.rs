@@ -133,18 +133,15 @@ impl ContextLog {
             retention_every: options.retention_every,
             idle_rebuild_after: options.idle_rebuild_after,
         };
-        let thread = std::thread::Builder::new()
-            .name("glider-context-writer".into())
-            .spawn(move || {
-                if let Err(error) = glider_sys::threadprio::lower_this_thread(WRITER_NICE) {
-                    tracing::debug!(%error, "context: the writer keeps the process's priority");
-                }
-                writer.run(receiver)
-            })
-            .map_err(|source| StoreError::Io {
-                path: options.dir.clone(),
-                source,
-            })?;
+        let thread = glider_sys::threadprio::spawn_lowered(
+            "glider-context-writer",
+            WRITER_NICE,
+            move || writer.run(receiver),
+        )
+        .map_err(|source| StoreError::Io {
+            path: options.dir.clone(),
+            source,
+        })?;
         let closing = Arc::new(AtomicBool::new(false));
         let preload = (
             sender.clone(),

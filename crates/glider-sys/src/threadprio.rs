@@ -20,6 +20,25 @@ pub fn lower_this_thread(by: i32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A thread named `name` that runs `work` at a priority lowered by `by` (see
+/// [`lower_this_thread`]; where it cannot be lowered, `work` runs at the process's and
+/// that is logged at debug level): the background work of Glider's writers and
+/// readers, which must wait for idle moments of a core serving requests.
+pub fn spawn_lowered<T: Send + 'static>(
+    name: &str,
+    by: i32,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<T>> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            if let Err(error) = lower_this_thread(by) {
+                tracing::debug!(%error, "this thread keeps the process's priority");
+            }
+            work()
+        })
+}
+
 /// The calling thread's nice value (0 where threads have none of their own).
 pub fn this_thread_nice() -> std::io::Result<i32> {
     #[cfg(target_os = "linux")]
@@ -38,10 +57,9 @@ mod tests {
     fn only_the_calling_thread_is_lowered() {
         let process_nice = getpriority_process(None).expect("nice");
         let lowered = std::thread::spawn(|| {
-            let me = Some(rustix::thread::gettid());
-            let before = getpriority_process(me).expect("nice");
+            let before = super::this_thread_nice().expect("nice");
             super::lower_this_thread(10).expect("lowered");
-            (before, getpriority_process(me).expect("nice"))
+            (before, super::this_thread_nice().expect("nice"))
         })
         .join()
         .expect("thread");

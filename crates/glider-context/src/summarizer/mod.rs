@@ -464,14 +464,13 @@ async fn run_lowered<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, std::io::Error> {
     let (done, result) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("glider-summarizer-read".into())
-        .spawn(move || {
-            if let Err(error) = glider_sys::threadprio::lower_this_thread(crate::log::WRITER_NICE) {
-                tracing::debug!(%error, "summarizer: the read keeps the process's priority");
-            }
+    glider_sys::threadprio::spawn_lowered(
+        "glider-summarizer-read",
+        crate::log::WRITER_NICE,
+        move || {
             let _ = done.send(work());
-        })?;
+        },
+    )?;
     result
         .await
         .map_err(|_| std::io::Error::other("the summarizer's read thread ended without a result"))
