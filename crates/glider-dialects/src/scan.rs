@@ -37,12 +37,18 @@ impl Needle {
         }
     }
 
+    fn finder(&self) -> &Finder<'static> {
+        self.finder.get_or_init(|| Finder::new(self.bytes))
+    }
+
     /// Whether it occurs anywhere in `body`.
     pub fn occurs_in(&self, body: &[u8]) -> bool {
-        self.finder
-            .get_or_init(|| Finder::new(self.bytes))
-            .find(body)
-            .is_some()
+        self.finder().find(body).is_some()
+    }
+
+    /// Where it begins in `body`, each place in order (places do not overlap).
+    pub fn places_in<'b>(&'b self, body: &'b [u8]) -> impl Iterator<Item = usize> + 'b {
+        self.finder().find_iter(body)
     }
 }
 
@@ -339,6 +345,8 @@ mod tests {
             TOOL_CALLS.occurs_in(b"{\"tool_calls\":[]}"),
             "searched again"
         );
+        let twice = b"[\"tool_calls\",\"tool_calls\"]";
+        assert_eq!(TOOL_CALLS.places_in(twice).collect::<Vec<_>>(), [1, 14]);
         let usage = top_level_member(body.as_bytes(), "tools").expect("scans");
         assert_eq!(usage.map(|span| &body[span]), Some("{}"));
         assert_eq!(top_level_member(body.as_bytes(), "usage"), Ok(None));

@@ -6,11 +6,11 @@
 //! context. The engine knows nothing of how it is stored; with no sink attached nothing
 //! is built or copied.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
+use glider_dialects::scan::Needle;
 use glider_ngl::stream::PartKind;
 use glider_ngl::{Dialect, Part, Request, Response, Role, StopReason, StreamEvent, Turn};
-use memchr::memmem::Finder;
 use serde_json::Value;
 
 use crate::contextkit::ContextKit;
@@ -140,7 +140,7 @@ pub fn compaction_prompt(request: &Request) -> Option<CompactionPrompt> {
     // Every request of a session with the context log on asks this of its newest user
     // text: one vectorised search for the opening both instructions share, its table
     // built once, and each instruction compared where that is found.
-    static OPENING: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(COMPACTION_OPENING));
+    static OPENING: Needle = Needle::new(COMPACTION_OPENING.as_bytes());
     let at = |text: &str, at: usize, instruction: &str| {
         text.as_bytes()[at..].starts_with(instruction.as_bytes())
     };
@@ -148,7 +148,7 @@ pub fn compaction_prompt(request: &Request) -> Option<CompactionPrompt> {
         // Claude Code's instruction wins wherever it is; Codex's is kept in case.
         Part::Text { text, .. } => {
             let mut codex = None;
-            for found in OPENING.find_iter(text.as_bytes()) {
+            for found in OPENING.places_in(text.as_bytes()) {
                 if at(text, found, CLAUDE_CODE_COMPACTION) {
                     return Some(CompactionPrompt::ClaudeCode);
                 }
