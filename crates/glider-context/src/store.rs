@@ -441,59 +441,14 @@ pub fn events_after(
         }
     };
     let mut query = conn.prepare(sql)?;
-    let rows = query.query_map(params![session, after], |row| {
-        let id = row.get::<_, i64>(0)?;
-        let kind = row.get_ref(4)?.as_str()?;
-        let count = row.get::<_, i64>(5)?;
-        let Some(first_id) = first_of(id, count) else {
-            return Ok((id, 0, None, None, count, Err(bad_count(id, count))));
-        };
-        let body = match kind {
-            PACKED => read_packed(first_id, row.get_ref(6)?).map(Body::Events),
-            ROW_OF_EVENTS => read_body(id, row.get_ref(6)?).map(Body::JsonRow),
-            _ => read_body(id, row.get_ref(6)?).map(Body::JsonEvent),
-        };
-        Ok((
-            id,
-            row.get::<_, i64>(1)?,
-            row.get::<_, Option<String>>(2)?,
-            row.get::<_, Option<String>>(3)?,
-            count,
-            body,
-        ))
-    })?;
+    let rows = query.query_map(params![session, after], |row| Ok(read_row(row)))?;
     let mut out = Vec::new();
     for row in rows {
-        let (id, at_ms, session, family, count, body) = row?;
-        let first_id = first_of(id, count).ok_or_else(|| bad_count(id, count))?;
-        let events = match body? {
-            Body::JsonEvent(json) => {
-                let body: EventBody = serde_json::from_slice(&json)
-                    .map_err(|source| StoreError::BadEvent { id, source })?;
-                vec![(at_ms as u64, family, body)]
-            }
-            Body::JsonRow(json) => {
-                let read: Vec<ReadRowEvent> =
-                    serde_json::from_slice(&json).map_err(|source| StoreError::BadEvent {
-                        id: first_id,
-                        source,
-                    })?;
-                read.into_iter()
-                    .map(|e| (e.at_ms, e.family, e.body))
-                    .collect()
-            }
-            Body::Events(events) => events,
-        };
-        if events.len() as i64 != count {
-            return Err(StoreError::BadRow {
-                id: first_id,
-                reason: format!("{} events where the row counts {count}", events.len()),
-            });
-        }
+        let (first_id, session, events) = row??;
         let skipped = after
             .saturating_add(1)
             .saturating_sub(first_id)
-            .clamp(0, count) as usize;
+            .clamp(0, events.len() as i64) as usize;
         out.extend(events.into_iter().enumerate().skip(skipped).map(
             |(offset, (at_ms, family, body))| Stored {
                 id: first_id + offset as i64,
@@ -509,27 +464,50 @@ pub fn events_after(
     Ok(out)
 }
 
-/// The id of a row's first event: `count` ids end at the row's own (`None` for a
-/// count no row can have).
-fn first_of(id: i64, count: i64) -> Option<i64> {
-    (1..=MAX_ROW_EVENTS as i64)
-        .contains(&count)
-        .then(|| id - (count - 1))
-}
-
-fn bad_count(id: i64, count: i64) -> StoreError {
-    StoreError::BadRow {
-        id,
-        reason: format!("its count is {count}"),
+/// A row of `events_after`'s query (`id, at_ms, session, family, kind, count, body`):
+/// its first event's id, its session and its events — packed (schema 6), a JSON array
+/// of events (schemas 4 and 5) or one event's JSON (schemas 1 to 5).
+fn read_row(
+    row: &rusqlite::Row<'_>,
+) -> Result<(i64, Option<String>, Vec<packed::RowEvent>), StoreError> {
+    let id: i64 = row.get(0)?;
+    let count: i64 = row.get(5)?;
+    // `count` ids end at the row's own; no row holds fewer than one or more than
+    // MAX_ROW_EVENTS.
+    if !(1..=MAX_ROW_EVENTS as i64).contains(&count) {
+        return Err(StoreError::BadRow {
+            id,
+            reason: format!("its count is {count}"),
+        });
     }
-}
-
-/// A row's body as read: one event's JSON (schemas 1 to 5), a JSON array of events
-/// (schemas 4 and 5), or packed events (schema 6).
-enum Body {
-    JsonEvent(Vec<u8>),
-    JsonRow(Vec<u8>),
-    Events(Vec<packed::RowEvent>),
+    let first_id = id - (count - 1);
+    let body = row.get_ref(6)?;
+    let events =
+        match row.get_ref(4)?.as_str().map_err(rusqlite::Error::from)? {
+            PACKED => read_packed(first_id, body)?,
+            ROW_OF_EVENTS => {
+                let read: Vec<ReadRowEvent> = serde_json::from_slice(&read_body(id, body)?)
+                    .map_err(|source| StoreError::BadEvent {
+                        id: first_id,
+                        source,
+                    })?;
+                read.into_iter()
+                    .map(|e| (e.at_ms, e.family, e.body))
+                    .collect()
+            }
+            _ => {
+                let event: EventBody = serde_json::from_slice(&read_body(id, body)?)
+                    .map_err(|source| StoreError::BadEvent { id, source })?;
+                vec![(row.get::<_, i64>(1)? as u64, row.get(3)?, event)]
+            }
+        };
+    if events.len() as i64 != count {
+        return Err(StoreError::BadRow {
+            id: first_id,
+            reason: format!("{} events where the row counts {count}", events.len()),
+        });
+    }
+    Ok((first_id, row.get(2)?, events))
 }
 
 /// The sessions in the log, most recently active first.
