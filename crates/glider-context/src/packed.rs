@@ -9,8 +9,9 @@
 //! string equal to the last one written whole for the same member earlier in the row
 //! (a request's member for requests, a reply's for replies; a tool's name for any call,
 //! a result's for any result; the family for any event) is a one-byte reference to it.
-//! Texts (a user's, a reply's, a tool result's), keys and ids are always written whole. At saturation the writer serialises every request's two events on a
-//! core the requests share, so the bytes it writes, compresses and hands to SQLite are
+//! Texts (a user's, a reply's, a tool result's), keys and ids are always written
+//! whole. At saturation the writer serialises every request's two events on a core the
+//! requests share, so the bytes it writes, compresses and hands to SQLite are
 //! throughput (`bench/results/2026-12-05-context-cost13.md`).
 //!
 //! Reading checks everything it reads: a short row, a bad length, a reference with
@@ -413,11 +414,16 @@ impl<'b> Unpacker<'b> {
         Ok(Some(Some(text)))
     }
 
-    fn own(&mut self, what: &str) -> Result<String, Malformed> {
+    /// A string written whole (neither absent nor a reference).
+    fn whole(&mut self, what: &str) -> Result<&'b str, Malformed> {
         match self.text(what)? {
-            Some(Some(text)) => Ok(text.to_owned()),
+            Some(Some(text)) => Ok(text),
             _ => Err(Malformed(format!("{what} is missing"))),
         }
+    }
+
+    fn own(&mut self, what: &str) -> Result<String, Malformed> {
+        self.whole(what).map(str::to_owned)
     }
 
     fn opt_own(&mut self, what: &str) -> Result<Option<String>, Malformed> {
@@ -455,11 +461,8 @@ impl<'b> Unpacker<'b> {
     }
 
     fn json<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, Malformed> {
-        let text = match self.text("a JSON value")? {
-            Some(Some(text)) => text,
-            _ => return Err(Malformed("a JSON value is missing".into())),
-        };
-        serde_json::from_str(text).map_err(|error| Malformed(format!("its JSON: {error}")))
+        serde_json::from_str(self.whole("a JSON value")?)
+            .map_err(|error| Malformed(format!("its JSON: {error}")))
     }
 
     fn count(&mut self, what: &str) -> Result<usize, Malformed> {

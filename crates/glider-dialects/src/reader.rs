@@ -334,11 +334,10 @@ impl crate::scan::Counts for ReadCounts<'_> {
 }
 
 /// The high bit of each byte of `word` that may be `"`, `\` or below 0x20 (bytes in
-/// memory order, little-endian): what a JSON string's writer escapes and its reader
-/// stops at. Each test is the "some byte is zero" (or "below n") bit trick: it never
+/// memory order, little-endian): where a JSON string's reader must stop and look. Each test is the "some byte is zero" (or "below n") bit trick: it never
 /// misses a byte that is one, and a borrow may flag bytes above a real one but none
 /// below it, so the lowest flagged byte is the first to look at.
-pub(crate) fn string_byte_flags(word: u64) -> u64 {
+fn string_byte_flags(word: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let zero_bytes = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;

@@ -289,6 +289,8 @@ fn joined<'a>(content: Option<Cow<'a, str>>, refusal: Option<Cow<'a, str>>) -> C
 /// reading decides.
 fn read_reply_text(body: &str) -> Option<ReplyText<'_>> {
     let mut reader = Reader::new(body);
+    // `id` and `model` are not used: they are read so that one given twice is
+    // declined, as the typed parse (which reads them) refuses it.
     let (mut choice, mut usage, mut id, mut model) = (None, None, None, None);
     reader
         .object(|name, reader| match name {
