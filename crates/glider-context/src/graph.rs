@@ -318,11 +318,10 @@ impl ReplyKept {
         }
     }
 
-    /// Takes all but the backend, which the model counts read after.
     fn taken_from_reply(reply: &mut ReplyEvent) -> Self {
         use std::mem::take;
         ReplyKept {
-            backend: reply.backend.clone(),
+            backend: take(&mut reply.backend),
             stop_reason: take(&mut reply.stop_reason),
             text: take(&mut reply.text),
         }
@@ -440,18 +439,25 @@ impl Folder {
     /// [`Folder::feed_event`] for an event the caller gives up (the writer's, once
     /// committed): what a step keeps of a request or a reply moves into the fold
     /// instead of being copied.
-    pub fn feed_owned(&mut self, event: crate::event::Event, family: Option<String>) {
+    /// It is taken boxed, as the writer holds it, and its strings are taken through a
+    /// reference: the event is never moved whole (a few hundred bytes a copy).
+    pub fn feed_owned(
+        &mut self,
+        event: impl Into<Box<crate::event::Event>>,
+        family: Option<String>,
+    ) {
+        let mut event = event.into();
         let at_ms = event.at_ms;
-        match event.body {
-            EventBody::Request(mut request) => {
-                let kept = Kept::taken_from_request(&mut request);
-                self.request(&request, kept, at_ms, family)
+        match &mut event.body {
+            EventBody::Request(request) => {
+                let kept = Kept::taken_from_request(request);
+                self.request(request, kept, at_ms, family)
             }
-            EventBody::Reply(mut reply) => {
-                let kept = ReplyKept::taken_from_reply(&mut reply);
-                self.reply(&reply, kept)
+            EventBody::Reply(reply) => {
+                let kept = ReplyKept::taken_from_reply(reply);
+                self.reply(reply, kept)
             }
-            body => self.other(&body, at_ms, family.as_ref()),
+            body => self.other(body, at_ms, family.as_ref()),
         }
         self.after_event();
     }
@@ -717,10 +723,14 @@ impl Folder {
             .insert(key, (episode, episode_ref.steps.len() - 1));
     }
 
-    /// `reply`, whose strings its step keeps are in `kept`.
+    /// `reply`, whose strings its step keeps are in `kept` (its backend there, not in
+    /// `reply`).
     fn reply(&mut self, reply: &ReplyEvent, kept: ReplyKept) {
         for call in &reply.tool_calls {
             self.saw_call(call);
+        }
+        if let (Some(backend), Some(model)) = (&kept.backend, &reply.model) {
+            self.count_model(backend, model, reply);
         }
         if let Some(&(episode, step)) = self.steps.get(&reply.request) {
             let step = &mut self.graph.episodes[episode].steps[step];
@@ -733,28 +743,30 @@ impl Folder {
             step.stop_reason = kept.stop_reason;
             step.reply_text = kept.text;
         }
-        if let (Some(backend), Some(model)) = (&reply.backend, &reply.model) {
-            // Found without building a key: a session uses few models.
-            let known = self
+    }
+
+    /// Count `reply` toward the use of `model` on `backend`.
+    fn count_model(&mut self, backend: &str, model: &str, reply: &ReplyEvent) {
+        // Found without building a key: a session uses few models.
+        let known = self
+            .models
+            .iter_mut()
+            .find(|((b, m), _)| b == backend && m == model);
+        let entry = match known {
+            Some((_, entry)) => entry,
+            None => self
                 .models
-                .iter_mut()
-                .find(|((b, m), _)| b == backend && m == model);
-            let entry = match known {
-                Some((_, entry)) => entry,
-                None => self
-                    .models
-                    .entry((backend.clone(), model.clone()))
-                    .or_insert_with(|| ModelUse {
-                        backend: backend.clone(),
-                        model: model.clone(),
-                        local: reply.local.unwrap_or(false),
-                        ..ModelUse::default()
-                    }),
-            };
-            entry.requests += 1;
-            entry.input_tokens += reply.input_tokens;
-            entry.output_tokens += reply.output_tokens;
-        }
+                .entry((backend.to_owned(), model.to_owned()))
+                .or_insert_with(|| ModelUse {
+                    backend: backend.to_owned(),
+                    model: model.to_owned(),
+                    local: reply.local.unwrap_or(false),
+                    ..ModelUse::default()
+                }),
+        };
+        entry.requests += 1;
+        entry.input_tokens += reply.input_tokens;
+        entry.output_tokens += reply.output_tokens;
     }
 
     fn result(&mut self, result: &ToolResult, at_ms: u64, family: Option<String>) {

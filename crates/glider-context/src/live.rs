@@ -200,7 +200,7 @@ impl LiveSessions {
     pub(crate) fn committed(
         &mut self,
         conn: &Connection,
-        rows: Vec<(Option<String>, Event)>,
+        rows: Vec<(Option<String>, Box<Event>)>,
         ids: &[i64],
     ) {
         for ((family, mut event), &id) in rows.into_iter().zip(ids) {

@@ -312,7 +312,7 @@ impl Writer {
                     if observed {
                         note_activity(&mut activity, &event, began);
                     }
-                    rows.push((family, *event));
+                    rows.push((family, event));
                 }
                 Message::Flush(done) => flushes.push(done),
                 Message::Preloaded(session, live) => preloaded.push((session, *live)),
@@ -322,13 +322,13 @@ impl Writer {
         if unreported > 0 {
             rows.push((
                 None,
-                Event {
+                Box::new(Event {
                     at_ms: crate::now_ms(),
                     session: None,
                     body: EventBody::Gap {
                         dropped: unreported,
                     },
-                },
+                }),
             ));
         }
         if !rows.is_empty() {

@@ -10,6 +10,7 @@
 //! what SQLite's WAL writes, checksums and checkpoints cost. Rows of JSON written
 //! before schema 6 are read as they were.
 
+use std::borrow::Borrow;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -223,9 +224,9 @@ fn make_files_private(dir: &Path) -> Result<(), StoreError> {
 /// prepared once per connection and reused (a transaction opened with
 /// `Connection::transaction` parses `BEGIN` and `COMMIT` again each time); `BEGIN
 /// IMMEDIATE` takes the write lock first, so the ids it hands out are the newest.
-pub fn append(
+pub fn append<E: Borrow<Event>>(
     conn: &mut Connection,
-    events: &[(Option<String>, Event)],
+    events: &[(Option<String>, E)],
 ) -> Result<Vec<i64>, StoreError> {
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
     let inserted = insert_events(conn, events)
@@ -237,9 +238,9 @@ pub fn append(
     inserted
 }
 
-fn insert_events(
+fn insert_events<E: Borrow<Event>>(
     conn: &Connection,
-    events: &[(Option<String>, Event)],
+    events: &[(Option<String>, E)],
 ) -> Result<Vec<i64>, StoreError> {
     let mut insert = conn.prepare_cached(
         "INSERT INTO events (id, at_ms, session, family, kind, body, count, requests, first_ms)
@@ -251,18 +252,19 @@ fn insert_events(
     let mut ids = vec![0; events.len()];
     ROW_BUFFERS.with_borrow_mut(|buffers| -> Result<(), StoreError> {
         for row in rows_by_session(events) {
-            let first = &events[row[0]].1;
+            let first = events[row[0]].1.borrow();
             let newest = row
                 .iter()
-                .map(|&at| events[at].1.at_ms)
+                .map(|&at| events[at].1.borrow().at_ms)
                 .max()
                 .unwrap_or(first.at_ms);
             let requests = row
                 .iter()
-                .filter(|&&at| matches!(events[at].1.body, EventBody::Request(_)))
+                .filter(|&&at| matches!(events[at].1.borrow().body, EventBody::Request(_)))
                 .count();
             let written = row.iter().map(|&at| {
                 let (family, event) = &events[at];
+                let event = event.borrow();
                 (event.at_ms, family.as_deref(), &event.body)
             });
             buffers.row.clear();
@@ -271,7 +273,7 @@ fn insert_events(
             packed::write_row(&mut buffers.row, written)
                 .map_err(|source| StoreError::BadEvent { id: -1, source })?;
             let family = row.iter().rev().find_map(|&at| events[at].0.as_deref());
-            let oldest = row.iter().map(|&at| events[at].1.at_ms).min();
+            let oldest = row.iter().map(|&at| events[at].1.borrow().at_ms).min();
             let first_ms = (row.len() > 1).then(|| oldest.unwrap_or(newest) as i64);
             for (offset, &at) in row.iter().enumerate() {
                 ids[at] = last_id + 1 + offset as i64;
@@ -403,10 +405,10 @@ fn read_body(id: i64, body: rusqlite::types::ValueRef<'_>) -> Result<Vec<u8>, St
 
 /// `events`' indexes grouped into rows: each session's (in the order it first comes),
 /// in order, at most [`MAX_ROW_EVENTS`] a row.
-fn rows_by_session(events: &[(Option<String>, Event)]) -> Vec<Vec<usize>> {
+fn rows_by_session<E: Borrow<Event>>(events: &[(Option<String>, E)]) -> Vec<Vec<usize>> {
     let mut sessions: Vec<(Option<&str>, Vec<usize>)> = Vec::new();
     for (at, (_, event)) in events.iter().enumerate() {
-        let session = event.session.as_deref();
+        let session = event.borrow().session.as_deref();
         match sessions.iter_mut().find(|(s, _)| *s == session) {
             Some((_, indexes)) => indexes.push(at),
             None => sessions.push((session, vec![at])),
