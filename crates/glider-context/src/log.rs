@@ -406,8 +406,9 @@ fn note_activity(activity: &mut Vec<Activity>, event: &Event, began_family: bool
 /// subagent's prompt, which arrives while the family still waits on a tool's result.
 #[derive(Default)]
 struct Families {
-    /// Request key → its family, until its reply comes.
-    by_request: HashMap<String, String>,
+    /// Request key → its family, until its reply comes (`None`: the request began it,
+    /// so its reply takes the key itself as the family, and nothing is copied for it).
+    by_request: HashMap<String, Option<String>>,
     sessions: HashMap<String, SessionState>,
 }
 
@@ -457,9 +458,10 @@ impl Families {
                         (Some(current), false) => (current.clone(), false),
                         (current, _) => (request.request.clone(), current.is_some()),
                     };
+                // A family the request began is its own key, which the reply takes back.
+                let of_reply = (family != request.request).then(|| family.clone());
+                self.by_request.insert(request.request.clone(), of_reply);
                 state.current = Some(family.clone());
-                self.by_request
-                    .insert(request.request.clone(), family.clone());
                 (Some(family), began)
             }
             EventBody::Reply(reply) => {
@@ -470,10 +472,11 @@ impl Families {
                     let excess = state.awaiting.len().saturating_sub(MAX_AWAITING);
                     state.awaiting.drain(..excess);
                 }
-                let family = self
-                    .by_request
-                    .remove(&reply.request)
-                    .or_else(|| state.current.clone());
+                let family = match self.by_request.remove_entry(&reply.request) {
+                    Some((key, None)) => Some(key),
+                    Some((_, family)) => family,
+                    None => state.current.clone(),
+                };
                 (family, false)
             }
             _ => (state.current.clone(), false),
