@@ -20,6 +20,7 @@ use crate::event::{
     BudgetStopEvent, CompactionEvent, DelegateEvent, EventBody, ReplyEvent, RequestEvent, ToolCall,
     ToolResult,
 };
+use crate::keyed::Positions;
 use crate::store::Stored;
 use crate::tools::{self, Action, FileOp};
 
@@ -328,6 +329,14 @@ impl ReplyKept {
     }
 }
 
+/// Whether step `step` of episode `episode` is request `key`'s.
+fn holds_step(episodes: &[Episode], episode: usize, step: usize, key: &str) -> bool {
+    episodes
+        .get(episode)
+        .and_then(|e| e.steps.get(step))
+        .is_some_and(|s| s.request == key)
+}
+
 /// Fold `events` (one session's, oldest first) into its graph.
 pub fn fold(session: &str, events: &[Stored]) -> SessionGraph {
     let mut folder = Folder::new(session);
@@ -386,11 +395,11 @@ pub struct Folder {
     trim_at: usize,
     files: BTreeMap<String, FileFact>,
     models: BTreeMap<(String, String), ModelUse>,
-    /// Request key → (episode index, step index).
-    steps: HashMap<String, (usize, usize)>,
-    /// Family → episode index: an event finds its episode without a scan, however
-    /// many episodes the session has.
-    episode_of: HashMap<String, usize>,
+    /// Request key → (episode index, step index), the key read in the step itself.
+    steps: Positions<(usize, usize)>,
+    /// Family → episode index, the family read in the episode itself: an event finds
+    /// its episode without a scan, however many episodes the session has.
+    episode_of: Positions<usize>,
     /// Episodes with a goal ([`Episode::goal_text`]), so that the record counts the
     /// goals it leaves out without walking every episode.
     goals: usize,
@@ -534,25 +543,24 @@ impl Folder {
             moved[index] = Some((self.graph.episodes.len(), closing_at));
             self.graph.episodes.push(episode);
         }
-        self.episode_of.retain(|_, at| match moved[*at] {
+        self.episode_of.retain(|at| match moved[*at] {
             Some((to, _)) => {
                 *at = to;
                 true
             }
             None => false,
         });
-        self.steps
-            .retain(|_, (episode, step)| match moved[*episode] {
-                Some((to, None)) => {
-                    *episode = to;
-                    true
-                }
-                Some((to, Some(closing))) if *step == closing => {
-                    (*episode, *step) = (to, 0);
-                    true
-                }
-                _ => false,
-            });
+        self.steps.retain(|(episode, step)| match moved[*episode] {
+            Some((to, None)) => {
+                *episode = to;
+                true
+            }
+            Some((to, Some(closing))) if *step == closing => {
+                (*episode, *step) = (to, 0);
+                true
+            }
+            _ => false,
+        });
     }
 
     /// The current episode of a long agent loop keeps its newest [`LIVE_STEPS_KEPT`]
@@ -582,17 +590,16 @@ impl Folder {
     /// Let the first `count` steps of episode `index` go.
     fn drop_steps(&mut self, index: usize, count: usize) {
         let episode = &mut self.graph.episodes[index];
-        for step in episode.steps.drain(..count) {
-            self.steps.remove(&step.request);
+        for (at, step) in episode.steps.drain(..count).enumerate() {
+            self.steps.remove(&step.request, (index, at));
         }
         episode.steps_left_out += count;
-        for (_, step) in self
-            .steps
-            .values_mut()
-            .filter(|(episode, _)| *episode == index)
-        {
-            *step -= count;
-        }
+        self.steps.retain(|(episode, step)| {
+            if *episode == index {
+                *step -= count;
+            }
+            true
+        });
     }
 
     /// Remember a call seen in a reply or a request's history, unless its result
@@ -649,7 +656,7 @@ impl Folder {
 
     /// On its request's step (the request is folded before it; its reply follows).
     fn budget_stop(&mut self, stop: &BudgetStopEvent) {
-        if let Some(&(episode, step)) = self.steps.get(&stop.request) {
+        if let Some((episode, step)) = self.step_of(&stop.request) {
             self.graph.episodes[episode].steps[step].budget_stop = Some(LoopStop {
                 limit: stop.limit.clone(),
                 turns: stop.turns,
@@ -679,17 +686,33 @@ impl Folder {
 
     /// The index of the episode `family`, opened at `at_ms` if it is new.
     fn episode(&mut self, family: String, at_ms: u64) -> usize {
-        if let Some(&index) = self.episode_of.get(&family) {
+        let episodes = &self.graph.episodes;
+        let holds = |at: usize| episodes.get(at).is_some_and(|e| e.family == family);
+        if let Some(index) = self.episode_of.get(&family, holds) {
             return index;
         }
-        let index = self.graph.episodes.len();
-        self.episode_of.insert(family.clone(), index);
+        let index = episodes.len();
         self.graph.episodes.push(Episode {
             family,
             started_ms: at_ms,
+            // Most episodes of a live fold end with their first step.
+            steps: Vec::with_capacity(1),
             ..Episode::default()
         });
+        let episodes = &self.graph.episodes;
+        let family = &episodes[index].family;
+        self.episode_of.insert(family, index, |at| {
+            episodes.get(at).is_some_and(|e| e.family == *family)
+        });
         index
+    }
+
+    /// Where the step of request `key` is.
+    fn step_of(&self, key: &str) -> Option<(usize, usize)> {
+        let episodes = &self.graph.episodes;
+        self.steps.get(key, |(episode, step)| {
+            holds_step(episodes, episode, step, key)
+        })
     }
 
     /// `request`, whose strings a step keeps are in `kept` (see [`Kept`]).
@@ -713,14 +736,17 @@ impl Folder {
             self.goals += usize::from(episode_ref.goal_text().is_some());
         }
         episode_ref.steps.push(Step {
-            request: key.clone(),
+            request: key,
             at_ms,
             estimated_tokens: request.estimated_tokens,
             compaction: request.compaction,
             ..step
         });
+        let at = (episode, episode_ref.steps.len() - 1);
+        let episodes = &self.graph.episodes;
+        let key = &episodes[at.0].steps[at.1].request;
         self.steps
-            .insert(key, (episode, episode_ref.steps.len() - 1));
+            .insert(key, at, |(e, s)| holds_step(episodes, e, s, key));
     }
 
     /// `reply`, whose strings its step keeps are in `kept` (its backend there, not in
@@ -732,7 +758,7 @@ impl Folder {
         if let (Some(backend), Some(model)) = (&kept.backend, &reply.model) {
             self.count_model(backend, model, reply);
         }
-        if let Some(&(episode, step)) = self.steps.get(&reply.request) {
+        if let Some((episode, step)) = self.step_of(&reply.request) {
             let step = &mut self.graph.episodes[episode].steps[step];
             step.local = reply.local;
             step.status = reply.status;

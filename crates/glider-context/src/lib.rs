@@ -11,6 +11,7 @@
 mod batch;
 pub mod event;
 pub mod graph;
+mod keyed;
 pub mod live;
 pub mod log;
 mod packed;
