@@ -310,8 +310,12 @@ struct RowBuffers {
     row: Vec<u8>,
     /// Them compressed.
     compressed: Vec<u8>,
-    /// The compressor's hash table, cleared for each row instead of allocated.
-    table: lz4_flex::block::CompressTable,
+    /// The compressor's hash tables, cleared for each row instead of allocated: one of
+    /// 16-bit entries for a row under 64 KiB (most), one of 32-bit entries for longer
+    /// ones. A table is cleared whole for each row, so a short row does not clear the
+    /// larger one (`lz4_flex` would keep a table it once had to enlarge).
+    small_table: lz4_flex::block::CompressTable,
+    large_table: Option<lz4_flex::block::CompressTable>,
 }
 
 /// What [`RowBuffers`] keep between batches at most: a batch of long tool results
@@ -344,12 +348,15 @@ impl RowBuffers {
         }
         self.compressed[0] = STORED_LZ4;
         self.compressed[1..5].copy_from_slice(&length.to_le_bytes());
-        let size = lz4_flex::block::compress_into_with_table(
-            events,
-            &mut self.compressed[5..],
-            &mut self.table,
-        )
-        .expect("the output holds the most a block can take");
+        let table = if events.len() < usize::from(u16::MAX) {
+            &mut self.small_table
+        } else {
+            self.large_table
+                .get_or_insert_with(lz4_flex::block::CompressTable::large)
+        };
+        let size =
+            lz4_flex::block::compress_into_with_table(events, &mut self.compressed[5..], table)
+                .expect("the output holds the most a block can take");
         ToSqlOutput::Borrowed(ValueRef::Blob(&self.compressed[..5 + size]))
     }
 }
@@ -1096,6 +1103,58 @@ mod tests {
             .chain([event("quiet", 99, goal(99))])
             .zip(&ids)
             .map(|((family, event), &id)| (id, family, event))
+            .collect();
+        assert_eq!(read, written);
+    }
+
+    #[test]
+    fn rows_over_and_under_64_kib_take_their_own_tables_and_read_back() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        let goal = |n: usize, words: usize| {
+            EventBody::Request(crate::event::RequestEvent {
+                request: format!("r{n}"),
+                root: true,
+                user_text: Some(format!("goal {n}, ").repeat(words)),
+                ..Default::default()
+            })
+        };
+        // Short, long (past 64 KiB: the 32-bit table), short again (the 16-bit one,
+        // which the long row did not replace).
+        let batches: Vec<Vec<_>> = [(0, 30, 20), (100, 40, 250), (200, 30, 20)]
+            .into_iter()
+            .map(|(from, count, words)| {
+                (from..from + count)
+                    .map(|n| event("s", n as u64, goal(n, words)))
+                    .collect()
+            })
+            .collect();
+        let mut ids = Vec::new();
+        for batch in &batches {
+            ids.extend(append(&mut conn, batch).expect("append"));
+        }
+        let stored_as: Vec<(String, i64)> = conn
+            .prepare("SELECT hex(substr(body, 1, 1)), length(body) FROM events ORDER BY id")
+            .expect("query")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("rows")
+            .collect::<Result<_, _>>()
+            .expect("read");
+        assert_eq!(stored_as.len(), 3);
+        assert!(
+            stored_as.iter().all(|(how, _)| how == "01"),
+            "{stored_as:?}"
+        );
+        let read: Vec<(i64, Event)> = events(&conn, None)
+            .expect("reads")
+            .into_iter()
+            .map(|s| (s.id, s.event))
+            .collect();
+        let written: Vec<(i64, Event)> = batches
+            .into_iter()
+            .flatten()
+            .zip(ids)
+            .map(|((_, event), id)| (id, event))
             .collect();
         assert_eq!(read, written);
     }
