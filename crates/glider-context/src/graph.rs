@@ -69,6 +69,10 @@ pub struct Episode {
     /// record is rendered, and making it cost more than the rest of a request's fold.
     #[serde(skip)]
     goal_line: LazyGoalLine,
+    /// Its goal's characters, counted the first time a record's budget counts them
+    /// ([`Episode::goal_chars`]): a live fold counts its newest goals at each trim.
+    #[serde(skip)]
+    goal_chars: LazyCount,
     pub steps: Vec<Step>,
     /// Its oldest steps a live fold let go ([`Folder::live`]); 0 in a replay.
     #[serde(skip_serializing_if = "is_zero")]
@@ -87,6 +91,12 @@ impl Episode {
         self.goal.as_deref().filter(|g| !g.trim().is_empty())
     }
 
+    /// The characters of its goal ([`Episode::goal_text`]), counted once.
+    pub(crate) fn goal_chars(&self) -> Option<usize> {
+        let goal = self.goal_text()?;
+        Some(*self.goal_chars.0.get_or_init(|| goal.chars().count()))
+    }
+
     /// Its goal as the record writes it (`None` while it has none worth telling).
     pub(crate) fn goal_line(&self) -> Option<&crate::record::GoalLine> {
         let goal = self.goal_text()?;
@@ -95,6 +105,17 @@ impl Episode {
                 .0
                 .get_or_init(|| crate::record::GoalLine::of(goal)),
         )
+    }
+}
+
+/// A count derived from an episode's goal, made once, when first read; equal whether
+/// or not it was made yet (as [`LazyGoalLine`]).
+#[derive(Debug, Clone, Default)]
+struct LazyCount(std::sync::OnceLock<usize>);
+
+impl PartialEq for LazyCount {
+    fn eq(&self, _: &LazyCount) -> bool {
+        true
     }
 }
 

@@ -583,7 +583,7 @@ fn goals_within_budget(episodes: &[Episode]) -> impl Iterator<Item = usize> {
         .iter()
         .enumerate()
         .rev()
-        .filter_map(|(index, e)| e.goal_text().map(|goal| (index, goal.chars().count())))
+        .filter_map(|(index, e)| e.goal_chars().map(|goal_chars| (index, goal_chars)))
         .take_while(move |&(_, goal_chars)| {
             #[cfg(test)]
             work::visited();
