@@ -185,9 +185,11 @@ impl ContextLog {
     }
 
     /// Queue `event` without waiting; if the queue is full it is counted as dropped.
-    pub fn append(&self, event: Event) {
+    /// The request path hands it boxed where it builds it (built in its box, it is not
+    /// copied whole on the way).
+    pub fn append(&self, event: impl Into<Box<Event>>) {
         let sent = match &self.sender {
-            Some(sender) => sender.try_send(Message::Event(Box::new(event))),
+            Some(sender) => sender.try_send(Message::Event(event.into())),
             None => return,
         };
         if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = sent {

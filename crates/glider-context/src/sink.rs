@@ -26,28 +26,27 @@ impl ContextSink for Context {
         // current episode and its instruction is not kept.
         let compaction = glider_engine::compaction_prompt(turn.request).is_some();
         let root = tool_results.is_empty() && user_text.is_some() && !compaction;
-        let body = RequestEvent {
-            request: self.request_key(turn.request_id),
-            door: turn.door.as_str().into(),
-            front: turn.front.as_str().into(),
-            model_requested: turn.request.model.clone(),
-            model: turn.model.to_owned(),
-            rule: turn.decision.rule.as_str().into(),
-            reason: turn.decision.reason.clone(),
-            backend: first.map(|c| c.backend.name().to_owned()),
-            local: first.map(|c| c.backend.is_local()),
-            estimated_tokens: turn.decision.estimated_tokens,
-            root,
-            user_text: if root { user_text } else { None },
-            tool_calls,
-            tool_results,
-            compaction,
-        };
-        self.log.append(Event {
+        self.log.append(Box::new(Event {
             at_ms: crate::now_ms(),
             session: Some(turn.session.to_owned()),
-            body: EventBody::Request(body),
-        });
+            body: EventBody::Request(RequestEvent {
+                request: self.request_key(turn.request_id),
+                door: turn.door.as_str().into(),
+                front: turn.front.as_str().into(),
+                model_requested: turn.request.model.clone(),
+                model: turn.model.to_owned(),
+                rule: turn.decision.rule.as_str().into(),
+                reason: turn.decision.reason.clone(),
+                backend: first.map(|c| c.backend.name().to_owned()),
+                local: first.map(|c| c.backend.is_local()),
+                estimated_tokens: turn.decision.estimated_tokens,
+                root,
+                user_text: if root { user_text } else { None },
+                tool_calls,
+                tool_results,
+                compaction,
+            }),
+        }));
     }
 
     fn delegated(&self, run: &DelegatedRun<'_>) {
@@ -99,33 +98,32 @@ impl ContextSink for Context {
         let compaction = turn
             .compaction
             .map(|source| compaction_event(source, &turn.text, record.status == Some(200)));
-        let body = ReplyEvent {
-            request: self.request_key(turn.request_id),
-            backend: record.backend.clone(),
-            model: record.model_used.clone(),
-            local: record.local,
-            status: record.status,
-            error: record.error.clone(),
-            input_tokens: record.usage.input_tokens
-                + record.usage.cache_read_tokens
-                + record.usage.cache_write_tokens,
-            output_tokens: record.usage.output_tokens,
-            stop_reason: turn.stop_reason.map(|r| r.as_str().into()),
-            tool_calls: turn
-                .tool_calls
-                .into_iter()
-                .map(|c| ToolCall::from_text(c.id, c.name, &c.arguments))
-                .collect(),
-            ttft_ms: record.ttft_ms,
-            total_ms: record.total_ms,
-            text: (!turn.text.is_empty()).then(|| into_edges(turn.text, REPLY_TEXT_EDGE_CHARS)),
-        };
         let at_ms = crate::now_ms();
-        self.log.append(Event {
+        self.log.append(Box::new(Event {
             at_ms,
             session: Some(turn.session.to_owned()),
-            body: EventBody::Reply(body),
-        });
+            body: EventBody::Reply(ReplyEvent {
+                request: self.request_key(turn.request_id),
+                backend: record.backend.clone(),
+                model: record.model_used.clone(),
+                local: record.local,
+                status: record.status,
+                error: record.error.clone(),
+                input_tokens: record.usage.input_tokens
+                    + record.usage.cache_read_tokens
+                    + record.usage.cache_write_tokens,
+                output_tokens: record.usage.output_tokens,
+                stop_reason: turn.stop_reason.map(|r| r.as_str().into()),
+                tool_calls: turn
+                    .tool_calls
+                    .into_iter()
+                    .map(|c| ToolCall::from_text(c.id, c.name, &c.arguments))
+                    .collect(),
+                ttft_ms: record.ttft_ms,
+                total_ms: record.total_ms,
+                text: (!turn.text.is_empty()).then(|| into_edges(turn.text, REPLY_TEXT_EDGE_CHARS)),
+            }),
+        }));
         if let Some(compaction) = compaction {
             self.log.append(Event {
                 at_ms,
