@@ -203,7 +203,8 @@ impl LiveSessions {
         rows: Vec<(Option<String>, Box<Event>)>,
         ids: &[i64],
     ) {
-        for ((family, mut event), &id) in rows.into_iter().zip(ids) {
+        let mut rows = rows.into_iter().zip(ids).peekable();
+        while let Some(((family, mut event), &id)) = rows.next() {
             // Taken: the fold is given the event, and the session is kept below.
             let Some(owned_session) = event.session.take() else {
                 continue;
@@ -223,15 +224,28 @@ impl LiveSessions {
             let Some(live) = self.sessions.get_mut(session) else {
                 continue;
             };
-            let is_request = matches!(event.body, EventBody::Request(_));
-            if id > live.last_id {
-                let mut state = live.slot.lock();
-                state.folder.feed_owned(event, family);
-                state.rendered = None;
-                live.last_id = id;
+            // The events right after it of the same session (a busy session's, side
+            // by side in a batch) are fed with it: one lookup and one lock for them all.
+            let mut state = live.slot.lock();
+            let mut only_requests = true;
+            let mut next = Some((family, event, id));
+            while let Some((family, event, id)) = next.take() {
+                only_requests &= matches!(event.body, EventBody::Request(_));
+                if id > live.last_id {
+                    state.folder.feed_owned(event, family);
+                    state.rendered = None;
+                    live.last_id = id;
+                }
+                if rows.peek().is_some_and(|((_, following), _)| {
+                    following.session.as_deref() == Some(session)
+                }) {
+                    let ((family, event), &id) = rows.next().expect("peeked");
+                    next = Some((family, event, id));
+                }
             }
+            drop(state);
             live.used = self.tick;
-            if !is_request && !self.idle_due.iter().any(|s| s == session) {
+            if !only_requests && !self.idle_due.iter().any(|s| s == session) {
                 self.idle_due.push(owned_session);
             }
         }

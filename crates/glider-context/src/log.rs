@@ -411,7 +411,9 @@ struct Families {
     /// Request key → its family, until its reply comes (`None`: the request began it,
     /// so its reply takes the key itself as the family, and nothing is copied for it).
     by_request: HashMap<String, Option<String>>,
-    sessions: HashMap<String, SessionState>,
+    /// hashbrown's own map for its `entry_ref`: a known session is found with one
+    /// lookup, and a new one's key is copied only when it is put in.
+    sessions: hashbrown::HashMap<String, SessionState, foldhash::fast::RandomState>,
 }
 
 #[derive(Default)]
@@ -437,15 +439,7 @@ impl Families {
         if self.by_request.len() >= MAX_OPEN_REQUESTS {
             self.by_request.clear();
         }
-        // Looked up before it is inserted: the key is copied only for a new session.
-        if !self.sessions.contains_key(session) {
-            self.sessions
-                .insert(session.to_owned(), SessionState::default());
-        }
-        let state = self
-            .sessions
-            .get_mut(session)
-            .expect("inserted when it was missing");
+        let state = self.sessions.entry_ref(session).or_default();
         if state.current.is_none() {
             // After a restart: continue the session's newest family.
             state.current = store::last_family(conn, session).ok().flatten();
