@@ -68,11 +68,11 @@ pub struct Episode {
     /// reads it ([`Episode::goal_line`]): a live fold lets most episodes go before any
     /// record is rendered, and making it cost more than the rest of a request's fold.
     #[serde(skip)]
-    goal_line: LazyGoalLine,
+    goal_line: Lazy<crate::record::GoalLine>,
     /// Its goal's characters, counted the first time a record's budget counts them
     /// ([`Episode::goal_chars`]): a live fold counts its newest goals at each trim.
     #[serde(skip)]
-    goal_chars: LazyCount,
+    goal_chars: Lazy<usize>,
     pub steps: Vec<Step>,
     /// Its oldest steps a live fold let go ([`Folder::live`]); 0 in a replay.
     #[serde(skip_serializing_if = "is_zero")]
@@ -108,24 +108,20 @@ impl Episode {
     }
 }
 
-/// A count derived from an episode's goal, made once, when first read; equal whether
-/// or not it was made yet (as [`LazyGoalLine`]).
-#[derive(Debug, Clone, Default)]
-struct LazyCount(std::sync::OnceLock<usize>);
+/// Something derived from an episode's goal alone (its line in the record, its
+/// characters), made once, when first read; two episodes with the same goal are equal
+/// whether or not it was made yet.
+#[derive(Debug, Clone)]
+struct Lazy<T>(std::sync::OnceLock<T>);
 
-impl PartialEq for LazyCount {
-    fn eq(&self, _: &LazyCount) -> bool {
-        true
+impl<T> Default for Lazy<T> {
+    fn default() -> Self {
+        Lazy(std::sync::OnceLock::new())
     }
 }
 
-/// An episode's goal line, made once, when first read. Derived from the goal alone,
-/// so two episodes with the same goal are equal whether or not it was made yet.
-#[derive(Debug, Clone, Default)]
-struct LazyGoalLine(std::sync::OnceLock<crate::record::GoalLine>);
-
-impl PartialEq for LazyGoalLine {
-    fn eq(&self, _: &LazyGoalLine) -> bool {
+impl<T> PartialEq for Lazy<T> {
+    fn eq(&self, _: &Lazy<T>) -> bool {
         true
     }
 }
@@ -350,6 +346,11 @@ impl ReplyKept {
     }
 }
 
+/// Whether episode `at` is family `family`'s.
+fn holds_episode(episodes: &[Episode], at: usize, family: &str) -> bool {
+    episodes.get(at).is_some_and(|e| e.family == family)
+}
+
 /// Whether step `step` of episode `episode` is request `key`'s.
 fn holds_step(episodes: &[Episode], episode: usize, step: usize, key: &str) -> bool {
     episodes
@@ -547,7 +548,7 @@ impl Folder {
         }
         keep[whole_from..].fill(true);
         // Where each episode goes (`None`: let go), and for one cut to its closing
-        // step, which step that was; the maps are updated in place, their keys kept.
+        // step, which step that was; the position tables are updated in place.
         let mut moved: Vec<Option<(usize, Option<usize>)>> = vec![None; episodes.len()];
         for (index, mut episode) in episodes.into_iter().enumerate() {
             if !keep[index] {
@@ -611,14 +612,17 @@ impl Folder {
     /// Let the first `count` steps of episode `index` go.
     fn drop_steps(&mut self, index: usize, count: usize) {
         let episode = &mut self.graph.episodes[index];
-        for (at, step) in episode.steps.drain(..count).enumerate() {
-            self.steps.remove(&step.request, (index, at));
-        }
+        episode.steps.drain(..count);
         episode.steps_left_out += count;
+        // By position: the entries of the steps let go go, the later ones move down.
         self.steps.retain(|(episode, step)| {
-            if *episode == index {
-                *step -= count;
+            if *episode != index {
+                return true;
             }
+            if *step < count {
+                return false;
+            }
+            *step -= count;
             true
         });
     }
@@ -708,22 +712,18 @@ impl Folder {
     /// The index of the episode `family`, opened at `at_ms` if it is new.
     fn episode(&mut self, family: String, at_ms: u64) -> usize {
         let episodes = &self.graph.episodes;
-        let holds = |at: usize| episodes.get(at).is_some_and(|e| e.family == family);
+        let holds = |at: usize| holds_episode(episodes, at, &family);
         if let Some(index) = self.episode_of.get(&family, holds) {
             return index;
         }
         let index = episodes.len();
+        self.episode_of.insert_new(&family, index);
         self.graph.episodes.push(Episode {
             family,
             started_ms: at_ms,
             // Most episodes of a live fold end with their first step.
             steps: Vec::with_capacity(1),
             ..Episode::default()
-        });
-        let episodes = &self.graph.episodes;
-        let family = &episodes[index].family;
-        self.episode_of.insert(family, index, |at| {
-            episodes.get(at).is_some_and(|e| e.family == *family)
         });
         index
     }

@@ -7,6 +7,7 @@
 use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 
 pub(crate) struct Positions<V, S = foldhash::fast::RandomState> {
     table: HashTable<(u64, V)>,
@@ -40,24 +41,19 @@ impl<V: Copy + PartialEq, S: BuildHasher> Positions<V, S> {
         let hash = self.hash(key);
         match self
             .table
-            .find_mut(hash, |&(h, old)| h == hash && holds(old))
+            .entry(hash, |&(h, old)| h == hash && holds(old), |&(h, _)| h)
         {
-            Some(entry) => entry.1 = at,
-            None => {
-                self.table.insert_unique(hash, (hash, at), |&(h, _)| h);
+            Entry::Occupied(mut entry) => entry.get_mut().1 = at,
+            Entry::Vacant(entry) => {
+                entry.insert((hash, at));
             }
         }
     }
 
-    /// Forget `key`, which was at `at`.
-    pub(crate) fn remove(&mut self, key: &str, at: V) {
+    /// `key`, which has no entry (the caller just looked), is at `at`.
+    pub(crate) fn insert_new(&mut self, key: &str, at: V) {
         let hash = self.hash(key);
-        if let Ok(entry) = self
-            .table
-            .find_entry(hash, |&(h, old)| h == hash && old == at)
-        {
-            entry.remove();
-        }
+        self.table.insert_unique(hash, (hash, at), |&(h, _)| h);
     }
 
     /// Keep the positions `keep` says to (and may move).
@@ -80,7 +76,7 @@ mod tests {
         let mut names = ["a", "b"];
         let holds = |names: [&'static str; 2], key: &'static str| move |i: usize| names[i] == key;
         let mut at: Positions<usize> = Positions::default();
-        at.insert("a", 0, holds(names, "a"));
+        at.insert_new("a", 0);
         at.insert("b", 1, holds(names, "b"));
         assert_eq!(at.get("a", holds(names, "a")), Some(0));
         assert_eq!(at.get("b", holds(names, "b")), Some(1));
@@ -93,13 +89,25 @@ mod tests {
         });
         assert_eq!(at.get("a", holds(names, "a")), Some(1));
         assert_eq!(at.get("b", holds(names, "b")), Some(0));
-        // Put again, a key's entry is updated, not doubled.
-        at.insert("a", 1, holds(names, "a"));
-        assert_eq!(at.len(), 2);
-        at.remove("b", 0);
+        at.retain(|i| *i != 0);
         assert_eq!(at.get("b", holds(names, "b")), None);
         assert_eq!(at.get("a", holds(names, "a")), Some(1));
         assert_eq!(at.len(), 1);
+    }
+
+    #[test]
+    fn a_key_put_again_moves_its_entry_while_its_old_place_still_holds_it() {
+        // A request key seen twice (two steps hold it): the newer step is the one found,
+        // as a map's insert would have it.
+        let steps = ["k", "x", "k"];
+        let holds = |key: &'static str| move |i: usize| steps[i] == key;
+        let mut at: Positions<usize> = Positions::default();
+        at.insert("k", 0, holds("k"));
+        at.insert("x", 1, holds("x"));
+        at.insert("k", 2, holds("k"));
+        assert_eq!(at.len(), 2, "one entry a key");
+        assert_eq!(at.get("k", holds("k")), Some(2));
+        assert_eq!(at.get("x", holds("x")), Some(1));
     }
 
     /// Every key's hash is the same.
@@ -134,11 +142,11 @@ mod tests {
         assert_eq!(at.get("x", holds("x")), Some(0));
         assert_eq!(at.get("y", holds("y")), Some(1));
         assert_eq!(at.get("z", holds("z")), Some(2));
-        at.remove("y", 1);
+        at.insert("y", 1, holds("y"));
+        assert_eq!(at.len(), 3, "put again, not added");
+        at.retain(|i| *i != 1);
         assert_eq!(at.get("y", holds("y")), None);
         assert_eq!(at.get("z", holds("z")), Some(2));
-        at.retain(|i| *i != 0);
-        assert_eq!(at.get("x", holds("x")), None);
-        assert_eq!(at.get("z", holds("z")), Some(2));
+        assert_eq!(at.get("x", holds("x")), Some(0));
     }
 }
