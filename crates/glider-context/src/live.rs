@@ -205,7 +205,7 @@ impl LiveSessions {
     ) {
         let mut rows = rows.into_iter().zip(ids).peekable();
         while let Some(((family, mut event), &id)) = rows.next() {
-            // Taken: the fold is given the event, and the session is kept below.
+            // Taken from the run's first event: the session is kept below.
             let Some(owned_session) = event.session.take() else {
                 continue;
             };
@@ -225,7 +225,8 @@ impl LiveSessions {
                 continue;
             };
             // The events right after it of the same session (a busy session's, side
-            // by side in a batch) are fed with it: one lookup and one lock for them all.
+            // by side in a batch) are fed with it: one lookup and one lock for them all
+            // (a reader rendering this session waits for the run, at most a batch).
             let mut state = live.slot.lock();
             let mut only_requests = true;
             let mut next = Some((family, event, id));
@@ -236,12 +237,9 @@ impl LiveSessions {
                     state.rendered = None;
                     live.last_id = id;
                 }
-                if rows.peek().is_some_and(|((_, following), _)| {
-                    following.session.as_deref() == Some(session)
-                }) {
-                    let ((family, event), &id) = rows.next().expect("peeked");
-                    next = Some((family, event, id));
-                }
+                next = rows
+                    .next_if(|((_, following), _)| following.session.as_deref() == Some(session))
+                    .map(|((family, event), &id)| (family, event, id));
             }
             drop(state);
             live.used = self.tick;

@@ -411,6 +411,7 @@ struct Families {
     /// Request key → its family, until its reply comes (`None`: the request began it,
     /// so its reply takes the key itself as the family, and nothing is copied for it).
     by_request: HashMap<String, Option<String>>,
+    /// Each session's state (its current family, calls awaiting results), in
     /// hashbrown's own map for its `entry_ref`: a known session is found with one
     /// lookup, and a new one's key is copied only when it is put in.
     sessions: hashbrown::HashMap<String, SessionState, foldhash::fast::RandomState>,

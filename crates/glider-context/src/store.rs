@@ -1108,7 +1108,7 @@ mod tests {
     }
 
     #[test]
-    fn rows_over_and_under_64_kib_take_their_own_tables_and_read_back() {
+    fn short_long_and_short_rows_compress_and_read_back() {
         let home = tempfile::tempdir().expect("tempdir");
         let mut conn = open(home.path()).expect("opens");
         let goal = |n: usize, words: usize| {
