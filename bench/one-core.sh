@@ -57,11 +57,11 @@ if [ -n "${BENCH_WRITER_CORE:-}" ]; then
 fi
 seconds="${2:-5}"
 cpu() { awk '{print $14 + $15}' "/proc/$glider/stat"; }
-# Each thread's CPU ticks, summed by name (tokio's workers share one).
+# Each thread's CPU ticks, user and system, summed by name (tokio's workers share one).
 threads() {
   for task in /proc/"$glider"/task/*; do
-    printf '%s\t%s\n' "$(cat "$task/comm")" "$(awk '{print $14 + $15}' "$task/stat")"
-  done | awk -F'\t' '{t[$1] += $2} END {for (n in t) print n "\t" t[n]}' | sort
+    printf '%s\t%s\n' "$(cat "$task/comm")" "$(awk '{print $14 "\t" $15}' "$task/stat")"
+  done | awk -F'\t' '{u[$1] += $2; s[$1] += $3} END {for (n in u) print n "\t" u[n] "\t" s[n]}' | sort
 }
 threads >"$dir/threads.0"
 t0=$(cpu)
@@ -82,7 +82,11 @@ requests=$(echo "$out" | grep -o '"requests":[0-9]*' | cut -d: -f2)
 ticks=$(getconf CLK_TCK)
 p50=$(echo "$out" | grep -o '"latency_us":{[^}]*' | grep -o '"p50":[0-9.]*' | head -1 | cut -d: -f2)
 echo "config='${1:-}' requests=$requests req/s=$((requests / seconds)) cpu_us/req=$(( (t1 - t0) * 1000000 / ticks / requests )) p50_us=$p50"
-# Threads that ran, by CPU µs a request.
-join -t$'\t' -a2 -e0 -o 0,1.2,2.2 "$dir/threads.0" "$dir/threads.1" |
-  awk -F'\t' -v r="$requests" -v hz="$ticks" '$3 > $2 {printf "  %-24s %d\n", $1, ($3 - $2) * 1000000 / hz / r}'
+# Threads that ran, by CPU µs a request (user + system: the kernel's share, a write's
+# or a wake-up's, is time valgrind does not count).
+join -t$'\t' -a2 -e0 -o 0,1.2,1.3,2.2,2.3 "$dir/threads.0" "$dir/threads.1" |
+  awk -F'\t' -v r="$requests" -v hz="$ticks" '$4 + $5 > $2 + $3 {
+    us = 1000000 / hz / r
+    printf "  %-24s %d (user %d, system %d)\n", $1, ($4 + $5 - $2 - $3) * us, ($4 - $2) * us, ($5 - $3) * us
+  }'
 
