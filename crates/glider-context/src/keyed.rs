@@ -23,7 +23,7 @@ impl<V, S: Default> Default for Positions<V, S> {
     }
 }
 
-impl<V: Copy + PartialEq, S: BuildHasher> Positions<V, S> {
+impl<V: Copy, S: BuildHasher> Positions<V, S> {
     fn hash(&self, key: &str) -> u64 {
         self.state.hash_one(key)
     }

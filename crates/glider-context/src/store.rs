@@ -250,22 +250,22 @@ fn insert_events<E: Borrow<Event>>(
         .prepare_cached("SELECT IFNULL(MAX(id), 0) FROM events")?
         .query_row([], |r| r.get(0))?;
     let mut ids = vec![0; events.len()];
+    let event = |at: usize| events[at].1.borrow();
     ROW_BUFFERS.with_borrow_mut(|buffers| -> Result<(), StoreError> {
         for row in rows_by_session(events) {
-            let first = events[row[0]].1.borrow();
+            let first = event(row[0]);
             let newest = row
                 .iter()
-                .map(|&at| events[at].1.borrow().at_ms)
+                .map(|&at| event(at).at_ms)
                 .max()
                 .unwrap_or(first.at_ms);
             let requests = row
                 .iter()
-                .filter(|&&at| matches!(events[at].1.borrow().body, EventBody::Request(_)))
+                .filter(|&&at| matches!(event(at).body, EventBody::Request(_)))
                 .count();
             let written = row.iter().map(|&at| {
-                let (family, event) = &events[at];
-                let event = event.borrow();
-                (event.at_ms, family.as_deref(), &event.body)
+                let written = event(at);
+                (written.at_ms, events[at].0.as_deref(), &written.body)
             });
             buffers.row.clear();
             // How it is stored, said once the row's length is known.
@@ -273,7 +273,7 @@ fn insert_events<E: Borrow<Event>>(
             packed::write_row(&mut buffers.row, written)
                 .map_err(|source| StoreError::BadEvent { id: -1, source })?;
             let family = row.iter().rev().find_map(|&at| events[at].0.as_deref());
-            let oldest = row.iter().map(|&at| events[at].1.borrow().at_ms).min();
+            let oldest = row.iter().map(|&at| event(at).at_ms).min();
             let first_ms = (row.len() > 1).then(|| oldest.unwrap_or(newest) as i64);
             for (offset, &at) in row.iter().enumerate() {
                 ids[at] = last_id + 1 + offset as i64;
