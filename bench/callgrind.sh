@@ -25,6 +25,10 @@
 # context log's writer thread is counted too (callgrind counts every thread), so the
 # difference is the whole cost of the log per request.
 #
+# BENCH_CALLGRIND_OPTS: more valgrind options, e.g. `--cache-sim=yes` to count each
+# function's cache misses too (valgrind runs Glider's threads one at a time on one
+# simulated cache, as the harness runs them on one core).
+#
 # Needs valgrind (apt-get install valgrind) and the release binaries (bench/run.sh
 # builds them, or: cargo build --release -p glider -p glider-test-support -p glider-bench --bins).
 set -euo pipefail
@@ -68,7 +72,8 @@ backends:
 routing: { cloud_fallback: false }
 ${BENCH_CONTEXT_YAML:-}
 YAML
-GLIDER_HOME="$dir/home" valgrind --tool=callgrind --instr-atstart=no \
+# shellcheck disable=SC2086 # BENCH_CALLGRIND_OPTS is a list of options.
+GLIDER_HOME="$dir/home" valgrind --tool=callgrind --instr-atstart=no ${BENCH_CALLGRIND_OPTS:-} \
   --callgrind-out-file="$dir/cg.out" "$bin/glider" serve -c "$dir/glider.yaml" --port 0 \
   >"$dir/glider.log" 2>&1 &
 glider=$!

@@ -17,6 +17,8 @@
 # BENCH_CONNECTIONS (default 50): glider-load's connections; at 1 the p50 is the figure.
 # BENCH_LOAD=wrk: wrk (the harness's load) instead of glider-load; it leaves the
 # proxy's core less idle time between requests.
+# BENCH_RUNS (default 1): measure that many runs in a row on the same Glider (a
+# first run's start-up costs — a new database's growth, the heap's — show apart).
 # BENCH_WRITER_CORE: move the context log's writer thread to that core (an A/B of
 # whether its work delays requests by sharing their core).
 set -euo pipefail
@@ -63,30 +65,31 @@ threads() {
     printf '%s\t%s\n' "$(cat "$task/comm")" "$(awk '{print $14 "\t" $15}' "$task/stat")"
   done | awk -F'\t' '{u[$1] += $2; s[$1] += $3} END {for (n in u) print n "\t" u[n] "\t" s[n]}' | sort
 }
-threads >"$dir/threads.0"
-t0=$(cpu)
-if [ "${3:-}" = perf ]; then
-  perf record ${PERF_OPTS:--g} -o "$here/.run/one-core.perf.data" -p "$glider" -- sleep "$seconds" >/dev/null 2>&1 &
-  recorder=$!
-fi
-if [ "${BENCH_LOAD:-}" = wrk ]; then
-  out=$(BENCH_BODY="$dir/body.json" taskset -c 0 wrk -t1 -c"${BENCH_CONNECTIONS:-50}" -d"${seconds}s" \
-    --timeout 30s -s "$here/wrk/post.lua" "http://127.0.0.1:$port/v1/chat/completions")
-else
-  out=$("${load[@]}" --connections "${BENCH_CONNECTIONS:-50}" --duration "$seconds")
-fi
-if [ "${3:-}" = perf ]; then wait "$recorder" || true; fi
-t1=$(cpu)
-threads >"$dir/threads.1"
-requests=$(echo "$out" | grep -o '"requests":[0-9]*' | cut -d: -f2)
-ticks=$(getconf CLK_TCK)
-p50=$(echo "$out" | grep -o '"latency_us":{[^}]*' | grep -o '"p50":[0-9.]*' | head -1 | cut -d: -f2)
-echo "config='${1:-}' requests=$requests req/s=$((requests / seconds)) cpu_us/req=$(( (t1 - t0) * 1000000 / ticks / requests )) p50_us=$p50"
-# Threads that ran, by CPU µs a request (user + system: the kernel's share, a write's
-# or a wake-up's, is time valgrind does not count).
-join -t$'\t' -a2 -e0 -o 0,1.2,1.3,2.2,2.3 "$dir/threads.0" "$dir/threads.1" |
-  awk -F'\t' -v r="$requests" -v hz="$ticks" '$4 + $5 > $2 + $3 {
-    us = 1000000 / hz / r
-    printf "  %-24s %d (user %d, system %d)\n", $1, ($4 + $5 - $2 - $3) * us, ($4 - $2) * us, ($5 - $3) * us
-  }'
-
+for run in $(seq 1 "${BENCH_RUNS:-1}"); do
+  threads >"$dir/threads.0"
+  t0=$(cpu)
+  if [ "${3:-}" = perf ] && [ "$run" = 1 ]; then
+    perf record ${PERF_OPTS:--g} -o "$here/.run/one-core.perf.data" -p "$glider" -- sleep "$seconds" >/dev/null 2>&1 &
+    recorder=$!
+  fi
+  if [ "${BENCH_LOAD:-}" = wrk ]; then
+    out=$(BENCH_BODY="$dir/body.json" taskset -c 0 wrk -t1 -c"${BENCH_CONNECTIONS:-50}" -d"${seconds}s" \
+      --timeout 30s -s "$here/wrk/post.lua" "http://127.0.0.1:$port/v1/chat/completions")
+  else
+    out=$("${load[@]}" --connections "${BENCH_CONNECTIONS:-50}" --duration "$seconds")
+  fi
+  if [ "${3:-}" = perf ] && [ "$run" = 1 ]; then wait "$recorder" || true; fi
+  t1=$(cpu)
+  threads >"$dir/threads.1"
+  requests=$(echo "$out" | grep -o '"requests":[0-9]*' | cut -d: -f2)
+  ticks=$(getconf CLK_TCK)
+  p50=$(echo "$out" | grep -o '"latency_us":{[^}]*' | grep -o '"p50":[0-9.]*' | head -1 | cut -d: -f2)
+  echo "run=$run config='${1:-}' requests=$requests req/s=$((requests / seconds)) cpu_us/req=$(( (t1 - t0) * 1000000 / ticks / requests )) p50_us=$p50"
+  # Threads that ran, by CPU µs a request (user + system: the kernel's share, a write's
+  # or a wake-up's, is time valgrind does not count).
+  join -t$'\t' -a2 -e0 -o 0,1.2,1.3,2.2,2.3 "$dir/threads.0" "$dir/threads.1" |
+    awk -F'\t' -v r="$requests" -v hz="$ticks" '$4 + $5 > $2 + $3 {
+      us = 1000000 / hz / r
+      printf "  %-24s %d (user %d, system %d)\n", $1, ($4 + $5 - $2 - $3) * us, ($4 - $2) * us, ($5 - $3) * us
+    }'
+done
