@@ -19,8 +19,9 @@ use crate::event::{
 };
 
 impl ContextSink for Context {
-    fn decided(&self, turn: &DecidedTurn<'_>) {
+    fn decided(&self, turn: &DecidedTurn<'_>) -> String {
         let (tool_calls, tool_results, user_text) = newest_calls_and_results(turn.request);
+        let key = self.request_key(turn.request_id);
         let first = turn.decision.candidates.first();
         // A CLI's compaction request is no new goal of the user's: it stays in the
         // current episode and its instruction is not kept.
@@ -30,7 +31,7 @@ impl ContextSink for Context {
             at_ms: crate::now_ms(),
             session: Some(turn.session.to_owned()),
             body: EventBody::Request(RequestEvent {
-                request: self.request_key(turn.request_id),
+                request: key.clone(),
                 door: turn.door.as_str().into(),
                 front: turn.front.as_str().into(),
                 model_requested: turn.request.model.clone(),
@@ -47,6 +48,7 @@ impl ContextSink for Context {
                 compaction,
             }),
         }));
+        key
     }
 
     fn delegated(&self, run: &DelegatedRun<'_>) {
@@ -67,9 +69,9 @@ impl ContextSink for Context {
         if let Some(stop) = &record.budget_stop {
             self.log.append(Event {
                 at_ms: crate::now_ms(),
-                session: Some(turn.session.to_owned()),
+                session: Some(turn.session.clone()),
                 body: EventBody::BudgetStop(BudgetStopEvent {
-                    request: self.request_key(turn.request_id),
+                    request: turn.key.clone(),
                     limit: stop.limit.as_str().to_owned(),
                     turns: stop.turns,
                     tool: stop.tool.clone(),
@@ -81,9 +83,9 @@ impl ContextSink for Context {
         for run in &record.tool_calls {
             self.log.append(Event {
                 at_ms: crate::now_ms(),
-                session: Some(turn.session.to_owned()),
+                session: Some(turn.session.clone()),
                 body: EventBody::ToolRun(ToolRunEvent {
-                    request: self.request_key(turn.request_id),
+                    request: turn.key.clone(),
                     turn: run.turn,
                     id: run.id.clone(),
                     tool: run.tool.clone(),
@@ -99,11 +101,14 @@ impl ContextSink for Context {
             .compaction
             .map(|source| compaction_event(source, &turn.text, record.status == Some(200)));
         let at_ms = crate::now_ms();
+        // The compaction's event, after the reply's, is the only other one to name the
+        // session: the reply's takes it.
+        let compaction = compaction.map(|compaction| (compaction, turn.session.clone()));
         self.log.append(Box::new(Event {
             at_ms,
-            session: Some(turn.session.to_owned()),
+            session: Some(turn.session),
             body: EventBody::Reply(ReplyEvent {
-                request: self.request_key(turn.request_id),
+                request: turn.key,
                 backend: record.backend.clone(),
                 model: record.model_used.clone(),
                 local: record.local,
@@ -124,10 +129,10 @@ impl ContextSink for Context {
                 text: (!turn.text.is_empty()).then(|| into_edges(turn.text, REPLY_TEXT_EDGE_CHARS)),
             }),
         }));
-        if let Some(compaction) = compaction {
+        if let Some((compaction, session)) = compaction {
             self.log.append(Event {
                 at_ms,
-                session: Some(turn.session.to_owned()),
+                session: Some(session),
                 body: EventBody::Compaction(CompactionEvent {
                     until_ms: at_ms,
                     ..compaction

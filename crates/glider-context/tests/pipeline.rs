@@ -183,6 +183,27 @@ async fn requests_through_the_engine_become_events_and_a_graph() {
         [("Bash".to_owned(), json!({"command": "make"}))],
         "from the translated reply"
     );
+    // Each reply names the request it answers, in order: the key the sink gave the
+    // request, which the request's capture hands back at its end.
+    let keys = |reply: bool| -> Vec<String> {
+        events
+            .iter()
+            .filter_map(|e| match &e.event.body {
+                EventBody::Request(r) if !reply => Some(r.request.clone()),
+                EventBody::Reply(r) if reply => Some(r.request.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(keys(true), keys(false));
+    assert_eq!(
+        keys(false)
+            .iter()
+            .collect::<std::collections::HashSet<_>>()
+            .len(),
+        4,
+        "one key a request"
+    );
     let first = events.iter().find_map(|e| match &e.event.body {
         EventBody::Request(r) => Some(r.clone()),
         _ => None,

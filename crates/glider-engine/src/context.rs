@@ -22,7 +22,9 @@ use crate::router::RouteDecision;
 /// implementation must only hand the facts off (e.g. to a bounded queue), never wait.
 pub trait ContextSink: Send + Sync {
     /// The request was decoded and routed (it may still go to the CLI's origin).
-    fn decided(&self, turn: &DecidedTurn<'_>);
+    /// Returns the sink's name for it (its key in the log), which the request's end
+    /// hands back ([`RecordedTurn::key`]): named once, not again at its end.
+    fn decided(&self, turn: &DecidedTurn<'_>) -> String;
     /// The request ended: its reply was delivered, it failed, or its client went away.
     fn recorded(&self, turn: RecordedTurn<'_>);
     /// The session's continuity record rendered for a model, with every event of it
@@ -65,8 +67,10 @@ pub struct DecidedTurn<'a> {
 
 /// A request at its end.
 pub struct RecordedTurn<'a> {
-    pub request_id: u64,
-    pub session: &'a str,
+    /// The name [`ContextSink::decided`] gave the request.
+    pub key: String,
+    /// The session key, as the request's decision had it.
+    pub session: String,
     /// The bus record: backend, model, usage, status, error, timings.
     pub record: &'a RequestRecord,
     /// The tool calls of the reply, in order, as far as the reply was seen.
@@ -201,6 +205,8 @@ pub(crate) struct ReplyCapture {
     /// The kit and the episode (family) the request was admitted to.
     kit: Option<(Arc<ContextKit>, u64)>,
     session: String,
+    /// The sink's name for the request ([`ContextSink::decided`]; empty without a sink).
+    key: String,
     /// Stream part index → position in `calls`, for argument fragments.
     open: Vec<(usize, usize)>,
     calls: Vec<ReplyToolCall>,
@@ -261,11 +267,12 @@ fn floor_char_boundary(text: &str, at: usize) -> usize {
 }
 
 impl ReplyCapture {
-    pub(crate) fn new(sink: Option<Arc<dyn ContextSink>>, session: String) -> Self {
+    pub(crate) fn new(sink: Option<Arc<dyn ContextSink>>, session: String, key: String) -> Self {
         ReplyCapture {
             sink,
             kit: None,
             session,
+            key,
             open: Vec::new(),
             calls: Vec::new(),
             stop_reason: None,
@@ -370,8 +377,8 @@ impl ReplyCapture {
         }
         if let Some(sink) = &self.sink {
             sink.recorded(RecordedTurn {
-                request_id: record.id,
-                session: &self.session,
+                key: self.key,
+                session: self.session,
                 record,
                 tool_calls: self.calls,
                 stop_reason: self.stop_reason,
@@ -469,7 +476,9 @@ mod tests {
     struct Kept(std::sync::Mutex<Vec<(Option<StopReason>, String)>>);
 
     impl ContextSink for Kept {
-        fn decided(&self, _: &DecidedTurn<'_>) {}
+        fn decided(&self, _: &DecidedTurn<'_>) -> String {
+            String::new()
+        }
         fn recorded(&self, turn: RecordedTurn<'_>) {
             self.0
                 .lock()
@@ -501,13 +510,13 @@ mod tests {
         tracker.forget();
         for body in chats {
             let sink = Arc::new(Kept::default());
-            let mut read = ReplyCapture::new(Some(sink.clone()), "s".into());
+            let mut read = ReplyCapture::new(Some(sink.clone()), "s".into(), String::new());
             let reply = codec
                 .reply_text(body.as_bytes())
                 .expect("the text reading reads it");
             read.text_reply(reply.stop_reason, &reply.text);
             read.finish(&record);
-            let mut decoded = ReplyCapture::new(Some(sink.clone()), "s".into());
+            let mut decoded = ReplyCapture::new(Some(sink.clone()), "s".into(), String::new());
             decoded.response(&codec.decode_response(body.as_bytes()).expect("decodes"));
             decoded.finish(&record);
             let kept = sink.0.lock().expect("lock");
@@ -553,7 +562,11 @@ mod tests {
             let sink = Arc::new(Kept::default());
             let bus = crate::Bus::default();
             let mut tracker = bus.start("gateway", dialect, None);
-            tracker.capture_context(ReplyCapture::new(Some(sink.clone()), "s".into()));
+            tracker.capture_context(ReplyCapture::new(
+                Some(sink.clone()),
+                "s".into(),
+                String::new(),
+            ));
             tracker.observe_raw_in(dialect, false);
             let (head, tail) = body.split_at(body.len() / 2);
             tracker.raw_bytes(head);
@@ -583,7 +596,8 @@ mod tests {
         let call =
             br#"{"choices":[{"message":{"tool_calls":[{"id":"c","function":{"name":"Read"}}]}}]}"#;
         let chat = Dialect::OpenAiChat;
-        let mut with_sink = ReplyCapture::new(Some(Arc::new(Kept::default())), "s".into());
+        let mut with_sink =
+            ReplyCapture::new(Some(Arc::new(Kept::default())), "s".into(), String::new());
         assert_eq!(with_sink.whole_reply_read(chat, text), WholeReplyRead::Text);
         assert_eq!(
             with_sink.whole_reply_read(chat, call),
@@ -592,7 +606,7 @@ mod tests {
         with_sink.compaction(CompactionSource::LocalModel);
         assert_eq!(with_sink.whole_reply_read(chat, text), WholeReplyRead::Text);
         // Without a sink only the calls are kept (the budget kit's).
-        let kit_only = ReplyCapture::new(None, "s".into());
+        let kit_only = ReplyCapture::new(None, "s".into(), String::new());
         assert_eq!(kit_only.whole_reply_read(chat, text), WholeReplyRead::Usage);
         assert_eq!(
             kit_only.whole_reply_read(chat, call),

@@ -458,7 +458,7 @@ async fn decided(
 /// for the sink's second call.
 fn tell_decided(sink: &Arc<dyn ContextSink>, job: &mut Job, decision: &RouteDecision) {
     let session = decision.session.as_deref().unwrap_or(UNSESSIONED);
-    sink.decided(&DecidedTurn {
+    let key = sink.decided(&DecidedTurn {
         request_id: job.tracker.id(),
         session,
         door: job.door,
@@ -467,8 +467,11 @@ fn tell_decided(sink: &Arc<dyn ContextSink>, job: &mut Job, decision: &RouteDeci
         model: &job.model,
         decision,
     });
-    job.tracker
-        .capture_context(ReplyCapture::new(Some(sink.clone()), session.to_owned()));
+    job.tracker.capture_context(ReplyCapture::new(
+        Some(sink.clone()),
+        session.to_owned(),
+        key,
+    ));
 }
 
 /// The session key of a request the router found none for (no user turn at all).
