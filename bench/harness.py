@@ -6,7 +6,7 @@ a raw .json. Stdlib only. See bench/README.md for the cases and how to read them
 
 Environment: BENCH_SECONDS (per measured run, default 10), BENCH_WARMUP (default 1),
 BENCH_CASES (comma list of a,b,c,d,e,f,n,hotpath,context,plugins,hedge; default all), BENCH_NAME (the
-report's name after the date; default the short commit), BENCH_CONTEXT_ROUNDS (default 3), BENCH_N_ROUNDS (default 1), BENCH_PEERS (comma list of
+report's name after the date; default the short commit), BENCH_CONTEXT_ROUNDS (default 3), BENCH_CONTEXT_BODY (the context case's body, small or large; default small), BENCH_N_ROUNDS (default 1), BENCH_PEERS (comma list of
 litellm,ccr,mitmproxy; default all), BENCH_SAT_CONNS (default 32), BENCH_STREAMS
 (concurrent streams for the memory case, default 1000), BENCH_CPU_MOCK / _PROXY / _LOAD
 (taskset lists; default 0 / 1 / 0 on two or more cores, no pinning on one),
@@ -39,6 +39,7 @@ PEERS = set(os.environ.get("BENCH_PEERS", "litellm,ccr,mitmproxy").split(","))
 SAT_CONNS = int(os.environ.get("BENCH_SAT_CONNS", "32"))
 NGINX_CONNS = int(os.environ.get("BENCH_NGINX_CONNS", "50"))
 STREAMS = int(os.environ.get("BENCH_STREAMS", "1000"))
+CONTEXT_BODY = os.environ.get("BENCH_CONTEXT_BODY", "small")
 BIN = os.environ.get("BENCH_BIN", os.path.join(ROOT, "target", "release"))
 VENV = os.path.join(HERE, ".venv")
 PIDFILE = os.environ.get("BENCH_PIDFILE")
@@ -886,6 +887,7 @@ def run_context(res, mock_port, slow_port):
     rounds = int(os.environ.get("BENCH_CONTEXT_ROUNDS", "3"))
     log(f"(context) on vs off: {len(CONTEXT_VARIANTS)} variants x {rounds} rounds")
     out = res["context"]
+    res["context_body"] = CONTEXT_BODY
     started = {}
     for name, extra in CONTEXT_VARIANTS:
         try:
@@ -927,12 +929,12 @@ def run_context(res, mock_port, slow_port):
 
 def measure_context_variant(out, measure, name, t, dashboard, round_no):
     """One round of one context variant: p50 at 1 connection, then saturation."""
-    r = measure(name, lambda: wrk(t, t.body("small"), 1))
+    r = measure(name, lambda: wrk(t, t.body(CONTEXT_BODY), 1))
     if r:
         out[name]["latency"].append(r)
         log(f"  {name} round {round_no}: 1 conn p50 {r['latency_us']['p50']} us")
     before = context_counters(dashboard)
-    r = measure(name, lambda: wrk(t, t.body("small"), SAT_CONNS))
+    r = measure(name, lambda: wrk(t, t.body(CONTEXT_BODY), SAT_CONNS))
     if r:
         after = context_counters(dashboard)
         r["context"] = {k: after[k] - before[k] for k in after}
