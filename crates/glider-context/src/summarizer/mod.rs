@@ -458,19 +458,24 @@ impl Worker {
 /// A compaction's input, what its answer must name and the range it covers.
 type Prepared = (String, compaction::Required, compaction::Range);
 
-/// `work` on a new thread whose priority is lowered like the log writer's
-/// ([`crate::log::WRITER_NICE`]); its result, or why it could not run.
+/// How much lower than the process's a run's reading thread's priority is (nice
+/// levels; the lowest there is). Lower than the log writer's
+/// ([`crate::log::WRITER_NICE`]), which must keep up with the requests or drop events: a
+/// catch-up can wait. Linux weighs a nice-0 thread 1,024, a nice-10 one 110 and a
+/// nice-19 one 15: beside one busy runtime thread (a runtime on one core has one), a
+/// catch-up landing in a saturated spell took about a tenth of the core at 10, and
+/// takes about a seventieth at 19 — and all of an idle core.
+const READ_NICE: i32 = 19;
+
+/// `work` on a new thread whose priority is lowered to [`READ_NICE`]; its result, or
+/// why it could not run.
 async fn run_lowered<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, std::io::Error> {
     let (done, result) = tokio::sync::oneshot::channel();
-    glider_sys::threadprio::spawn_lowered(
-        "glider-summarizer-read",
-        crate::log::WRITER_NICE,
-        move || {
-            let _ = done.send(work());
-        },
-    )?;
+    glider_sys::threadprio::spawn_lowered("glider-summarizer-read", READ_NICE, move || {
+        let _ = done.send(work());
+    })?;
     result
         .await
         .map_err(|_| std::io::Error::other("the summarizer's read thread ended without a result"))
@@ -604,7 +609,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_runs_reading_is_done_at_the_writers_lower_priority() {
+    async fn a_runs_reading_is_done_at_the_lowest_priority() {
         use glider_sys::threadprio::this_thread_nice;
         let ours = this_thread_nice().expect("nice");
         let theirs = run_lowered(this_thread_nice)
@@ -612,7 +617,7 @@ mod tests {
             .expect("ran")
             .expect("nice");
         if cfg!(target_os = "linux") {
-            assert_eq!(theirs, (ours + crate::log::WRITER_NICE).min(19));
+            assert_eq!(theirs, (ours + READ_NICE).min(19));
         }
         assert_eq!(this_thread_nice().expect("nice"), ours, "ours is unchanged");
     }
