@@ -6,7 +6,7 @@ a raw .json. Stdlib only. See bench/README.md for the cases and how to read them
 
 Environment: BENCH_SECONDS (per measured run, default 10), BENCH_WARMUP (default 1),
 BENCH_CASES (comma list of a,b,c,d,e,f,n,hotpath,context,plugins,hedge; default all), BENCH_NAME (the
-report's name after the date; default the short commit), BENCH_CONTEXT_ROUNDS (default 3), BENCH_CONTEXT_BODY (the context case's body, small or large; default small), BENCH_N_ROUNDS (default 1), BENCH_PEERS (comma list of
+report's name after the date; default the short commit), BENCH_CONTEXT_ROUNDS (default 3), BENCH_CONTEXT_BODY (the context case's body, small or large; default small), BENCH_CONTEXT_MODEL (its model: bench-chat, a local vLLM backend, by default; gpt-4.1 goes to a cloud OpenAI one), BENCH_N_ROUNDS (default 1), BENCH_PEERS (comma list of
 litellm,ccr,mitmproxy; default all), BENCH_SAT_CONNS (default 32), BENCH_STREAMS
 (concurrent streams for the memory case, default 1000), BENCH_CPU_MOCK / _PROXY / _LOAD
 (taskset lists; default 0 / 1 / 0 on two or more cores, no pinning on one),
@@ -40,6 +40,7 @@ SAT_CONNS = int(os.environ.get("BENCH_SAT_CONNS", "32"))
 NGINX_CONNS = int(os.environ.get("BENCH_NGINX_CONNS", "50"))
 STREAMS = int(os.environ.get("BENCH_STREAMS", "1000"))
 CONTEXT_BODY = os.environ.get("BENCH_CONTEXT_BODY", "small")
+CONTEXT_MODEL = os.environ.get("BENCH_CONTEXT_MODEL", "bench-chat")
 BIN = os.environ.get("BENCH_BIN", os.path.join(ROOT, "target", "release"))
 VENV = os.path.join(HERE, ".venv")
 PIDFILE = os.environ.get("BENCH_PIDFILE")
@@ -888,6 +889,7 @@ def run_context(res, mock_port, slow_port):
     log(f"(context) on vs off: {len(CONTEXT_VARIANTS)} variants x {rounds} rounds")
     out = res["context"]
     res["context_body"] = CONTEXT_BODY
+    res["context_model"] = CONTEXT_MODEL
     started = {}
     for name, extra in CONTEXT_VARIANTS:
         try:
@@ -896,7 +898,7 @@ def run_context(res, mock_port, slow_port):
             out[name] = {"failed": f"did not start: {e}"[:500]}
             continue
         t = Target(f"context-{name}", proc, f"http://127.0.0.1:{port}/v1/chat/completions", "openai",
-                   "bench-chat", f"Glider, OpenAI Chat -> vllm, {extra or 'defaults'}")
+                   CONTEXT_MODEL, f"Glider, OpenAI Chat -> {CONTEXT_MODEL}, {extra or 'defaults'}")
         try:
             check(t)
         except Exception as e:  # noqa: BLE001

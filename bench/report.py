@@ -136,7 +136,9 @@ def context_section(res):
         return []
     body = {"small": "small body", "large": "large body, shaped like a Claude Code turn"}.get(
         res.get("context_body", "small"), res.get("context_body"))
-    L = [f"\n## Context on vs off (OpenAI Chat, same dialect; {body}; "
+    backend = {"bench-chat": "to a local vLLM backend", "gpt-4.1": "to a cloud OpenAI backend"}.get(
+        res.get("context_model", "bench-chat"), f"model {res.get('context_model')}")
+    L = [f"\n## Context on vs off (OpenAI Chat, same dialect, {backend}; {body}; "
          f"p50 at 1 connection, saturation at {res.get('sat_conns', 32)} connections)\n"]
     L.append("| variant | config | p50 µs (1 conn) | req/s (saturation) | CPU µs a request (saturation) | events written/s | dropped | gaps | compactions | rounds |")
     L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
