@@ -97,13 +97,13 @@ impl ContextSink for Context {
                 }),
             });
         }
-        let compaction = turn
-            .compaction
-            .map(|source| compaction_event(source, &turn.text, record.status == Some(200)));
+        // The compaction's event, after the reply's, names the session with a copy: the
+        // reply's takes it.
+        let compaction = turn.compaction.map(|source| {
+            let event = compaction_event(source, &turn.text, record.status == Some(200));
+            (event, turn.session.clone())
+        });
         let at_ms = crate::now_ms();
-        // The compaction's event, after the reply's, is the only other one to name the
-        // session: the reply's takes it.
-        let compaction = compaction.map(|compaction| (compaction, turn.session.clone()));
         self.log.append(Box::new(Event {
             at_ms,
             session: Some(turn.session),

@@ -201,12 +201,11 @@ pub fn tool_calls_of(turn: Option<&Turn>) -> impl Iterator<Item = (&str, &str, &
 /// spend ([`ContextKit`]) as the reply passes the request's tracker (translated events,
 /// a same-dialect stream decoded as it is forwarded, or a whole response).
 pub(crate) struct ReplyCapture {
-    sink: Option<Arc<dyn ContextSink>>,
+    /// The sink and its name for the request ([`ContextSink::decided`]).
+    sink: Option<(Arc<dyn ContextSink>, String)>,
     /// The kit and the episode (family) the request was admitted to.
     kit: Option<(Arc<ContextKit>, u64)>,
     session: String,
-    /// The sink's name for the request ([`ContextSink::decided`]; empty without a sink).
-    key: String,
     /// Stream part index → position in `calls`, for argument fragments.
     open: Vec<(usize, usize)>,
     calls: Vec<ReplyToolCall>,
@@ -267,12 +266,11 @@ fn floor_char_boundary(text: &str, at: usize) -> usize {
 }
 
 impl ReplyCapture {
-    pub(crate) fn new(sink: Option<Arc<dyn ContextSink>>, session: String, key: String) -> Self {
+    pub(crate) fn new(sink: Option<(Arc<dyn ContextSink>, String)>, session: String) -> Self {
         ReplyCapture {
             sink,
             kit: None,
             session,
-            key,
             open: Vec::new(),
             calls: Vec::new(),
             stop_reason: None,
@@ -375,9 +373,9 @@ impl ReplyCapture {
         if let Some((kit, family)) = &self.kit {
             kit.finished(&self.session, *family, record, &self.calls);
         }
-        if let Some(sink) = &self.sink {
+        if let Some((sink, key)) = self.sink {
             sink.recorded(RecordedTurn {
-                key: self.key,
+                key,
                 session: self.session,
                 record,
                 tool_calls: self.calls,
@@ -510,13 +508,13 @@ mod tests {
         tracker.forget();
         for body in chats {
             let sink = Arc::new(Kept::default());
-            let mut read = ReplyCapture::new(Some(sink.clone()), "s".into(), String::new());
+            let mut read = ReplyCapture::new(Some((sink.clone(), String::new())), "s".into());
             let reply = codec
                 .reply_text(body.as_bytes())
                 .expect("the text reading reads it");
             read.text_reply(reply.stop_reason, &reply.text);
             read.finish(&record);
-            let mut decoded = ReplyCapture::new(Some(sink.clone()), "s".into(), String::new());
+            let mut decoded = ReplyCapture::new(Some((sink.clone(), String::new())), "s".into());
             decoded.response(&codec.decode_response(body.as_bytes()).expect("decodes"));
             decoded.finish(&record);
             let kept = sink.0.lock().expect("lock");
@@ -563,9 +561,8 @@ mod tests {
             let bus = crate::Bus::default();
             let mut tracker = bus.start("gateway", dialect, None);
             tracker.capture_context(ReplyCapture::new(
-                Some(sink.clone()),
+                Some((sink.clone(), String::new())),
                 "s".into(),
-                String::new(),
             ));
             tracker.observe_raw_in(dialect, false);
             let (head, tail) = body.split_at(body.len() / 2);
@@ -597,7 +594,7 @@ mod tests {
             br#"{"choices":[{"message":{"tool_calls":[{"id":"c","function":{"name":"Read"}}]}}]}"#;
         let chat = Dialect::OpenAiChat;
         let mut with_sink =
-            ReplyCapture::new(Some(Arc::new(Kept::default())), "s".into(), String::new());
+            ReplyCapture::new(Some((Arc::new(Kept::default()), String::new())), "s".into());
         assert_eq!(with_sink.whole_reply_read(chat, text), WholeReplyRead::Text);
         assert_eq!(
             with_sink.whole_reply_read(chat, call),
@@ -606,7 +603,7 @@ mod tests {
         with_sink.compaction(CompactionSource::LocalModel);
         assert_eq!(with_sink.whole_reply_read(chat, text), WholeReplyRead::Text);
         // Without a sink only the calls are kept (the budget kit's).
-        let kit_only = ReplyCapture::new(None, "s".into(), String::new());
+        let kit_only = ReplyCapture::new(None, "s".into());
         assert_eq!(kit_only.whole_reply_read(chat, text), WholeReplyRead::Usage);
         assert_eq!(
             kit_only.whole_reply_read(chat, call),

@@ -303,7 +303,7 @@ impl Tracker {
         match &mut self.context {
             Some(capture) if capture.session() == session => capture.count_in(kit, family),
             _ => {
-                let mut capture = ReplyCapture::new(None, session.to_owned(), String::new());
+                let mut capture = ReplyCapture::new(None, session.to_owned());
                 capture.count_in(kit, family);
                 self.context = Some(capture);
             }

@@ -468,9 +468,8 @@ fn tell_decided(sink: &Arc<dyn ContextSink>, job: &mut Job, decision: &RouteDeci
         decision,
     });
     job.tracker.capture_context(ReplyCapture::new(
-        Some(sink.clone()),
+        Some((sink.clone(), key)),
         session.to_owned(),
-        key,
     ));
 }
 
