@@ -878,7 +878,9 @@ def context_counters(dashboard_port):
 def run_context(res, mock_port, slow_port):
     """Context on vs off (issue 14 "Measured"): one Glider per variant, all started
     before the first run and loaded one at a time, in rounds that alternate them, on the
-    OpenAI Chat same-dialect path (the cheapest one, where the log's cost shows most).
+    OpenAI Chat same-dialect path (by default the cheapest request, a small body to a
+    local backend, where the log's cost shows most; BENCH_CONTEXT_BODY and
+    BENCH_CONTEXT_MODEL choose another).
     The variants not being measured are stopped (SIGSTOP) meanwhile: they share the
     core, and one's background work must land in its own runs, not another's (the
     summarizer's idle compaction, 60 s after a run, folds the whole session: a million
