@@ -15,6 +15,7 @@ mod keyed;
 pub mod live;
 pub mod log;
 mod packed;
+mod queue;
 pub mod record;
 pub mod responses;
 mod sink;

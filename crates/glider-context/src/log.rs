@@ -1,16 +1,17 @@
-//! The writer: requests hand events to a bounded queue (never waiting) and one thread
-//! writes them, a batch per transaction. It gives each event its turn family. When the
-//! queue is full the event is dropped and counted, and the count is written as a `gap`
-//! event once the writer catches up: a loss is never silent. Retention runs on the
-//! same thread, at start and then periodically. After each commit the writer feeds the
+//! The writer: requests pack events into a bounded queue ([`crate::queue`], never
+//! waiting) and one thread writes them, a batch per transaction. It gives each event
+//! its turn family. When the queue is full the event is dropped and counted, and the
+//! count is written as a `gap` event once the writer catches up: a loss is never
+//! silent. Retention runs on the same thread, at start and then periodically. After each commit the writer feeds the
 //! live sessions' folds, which marks their continuity records stale ([`crate::live`]):
 //! a read renders one, or the writer does once it idles; at start a thread of its own
 //! loads the recent sessions' records and sends them through the same queue.
 
 use foldhash::HashMap;
+use std::borrow::Borrow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -20,6 +21,7 @@ use rusqlite::Connection;
 use crate::batch;
 use crate::event::{Event, EventBody};
 use crate::live::{self, Live, LiveSessions, MAX_LIVE_SESSIONS, RecordCache};
+use crate::queue::{self, EventQueue, Pushed};
 use crate::store::{self, Retention, StoreError};
 
 /// How much lower than the process's the writer thread's priority is (nice levels): a
@@ -29,8 +31,11 @@ use crate::store::{self, Retention, StoreError};
 /// `bench/results/2026-12-04-context-cost5.md`: at one connection on one core, the p50
 /// the log added went from +22 µs to none, with no event dropped at saturation.
 pub(crate) const WRITER_NICE: i32 = 10;
-/// Most events written in one transaction.
-const MAX_BATCH: usize = 4096;
+/// Most messages (wake-ups, flushes, preloaded records) taken in one batch.
+const MAX_MESSAGES: usize = 4096;
+/// Messages the writer's channel holds: at most one wake-up a batch, a few flushes, the
+/// records loaded at start (their sender waits for room).
+const MESSAGE_CAPACITY: usize = 64;
 /// Families remembered for requests whose reply has not come (a Cursor turn handed
 /// back to its origin never has one); past this the oldest memory is dropped.
 const MAX_OPEN_REQUESTS: usize = 16_384;
@@ -94,7 +99,8 @@ pub trait CommitObserver: Send + Sync {
 type ObserverSlot = Arc<OnceLock<Arc<dyn CommitObserver>>>;
 
 enum Message {
-    Event(Box<Event>),
+    /// Events were queued after the writer took its last batch.
+    Wake,
     /// Answered once everything sent before it is committed.
     Flush(mpsc::Sender<()>),
     /// A session's fold read at start by [`live::preload`].
@@ -104,6 +110,7 @@ enum Message {
 /// The handle requests append through. Dropping it drains the queue and stops the
 /// writer.
 pub struct ContextLog {
+    queue: Arc<EventQueue>,
     sender: Option<SyncSender<Message>>,
     counters: Arc<Counters>,
     records: Arc<RecordCache>,
@@ -119,11 +126,14 @@ impl ContextLog {
     pub fn start(options: LogOptions) -> Result<ContextLog, StoreError> {
         let mut conn = store::open(&options.dir)?;
         store::apply_retention(&mut conn, options.retention, crate::now_ms())?;
-        let (sender, receiver) = mpsc::sync_channel(options.queue_capacity.max(1));
+        let queue = Arc::new(EventQueue::new(options.queue_capacity));
+        let (sender, receiver) = mpsc::sync_channel(MESSAGE_CAPACITY);
         let counters = Arc::new(Counters::default());
         let records = Arc::new(RecordCache::new(options.record_max_tokens));
         let observer = ObserverSlot::default();
         let writer = Writer {
+            queue: queue.clone(),
+            emptied: Vec::new(),
             live: LiveSessions::new(&conn, records.clone()),
             conn,
             counters: counters.clone(),
@@ -165,6 +175,7 @@ impl ContextLog {
             tracing::warn!(%error, "context: cannot start loading recent sessions' records");
         }
         Ok(ContextLog {
+            queue,
             sender: Some(sender),
             counters,
             records,
@@ -184,17 +195,18 @@ impl ContextLog {
         })
     }
 
-    /// Queue `event` without waiting; if the queue is full it is counted as dropped.
-    /// The request path hands it boxed where it builds it (built in its box, it is not
-    /// copied whole on the way).
-    pub fn append(&self, event: impl Into<Box<Event>>) {
-        let sent = match &self.sender {
-            Some(sender) => sender.try_send(Message::Event(event.into())),
-            None => return,
-        };
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = sent {
-            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            self.counters.unreported.fetch_add(1, Ordering::Relaxed);
+    /// Queue `event` without waiting (packed: the caller keeps and frees it); if the
+    /// queue is full it is counted as dropped.
+    pub fn append(&self, event: impl Borrow<Event>) {
+        let Some(sender) = &self.sender else { return };
+        match self.queue.push(event.borrow()) {
+            Pushed::Queued => {}
+            // Full: the writer is awake with a batch to take anyway.
+            Pushed::Wake => drop(sender.try_send(Message::Wake)),
+            Pushed::Dropped => {
+                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                self.counters.unreported.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -240,6 +252,9 @@ impl Drop for ContextLog {
 }
 
 struct Writer {
+    queue: Arc<EventQueue>,
+    /// The buffer of the batch before, handed back to the queue at the next take.
+    emptied: Vec<u8>,
     live: LiveSessions,
     conn: Connection,
     counters: Arc<Counters>,
@@ -278,16 +293,22 @@ impl Writer {
                     forget_checked = Instant::now();
                     continue;
                 }
-                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Disconnected) => {
+                    // The log is closing: what was queued last is written.
+                    self.write(Vec::new());
+                    break;
+                }
             };
-            let batch = batch::gather(
+            // The messages that come until the batch is due; the events are what the
+            // queue holds then.
+            let messages = batch::gather(
                 &receiver,
                 first,
                 batch::due_after(last_commit),
-                MAX_BATCH,
+                MAX_MESSAGES,
                 |message| matches!(message, Message::Flush(_)),
             );
-            self.write(batch);
+            self.write(messages);
             last_commit = Some(Instant::now());
             if forget_checked.elapsed() >= FORGET_CHECK_EVERY {
                 // A busy writer checks here, an idle one on its timeout.
@@ -301,25 +322,41 @@ impl Writer {
         }
     }
 
-    fn write(&mut self, batch: Vec<Message>) {
-        let mut rows = Vec::with_capacity(batch.len() + 1);
+    /// Write what the queue holds, then act on `messages` (taken after it was due: a
+    /// flush is answered once everything queued before it is committed).
+    fn write(&mut self, messages: Vec<Message>) {
         let mut flushes = Vec::new();
         let mut preloaded = Vec::new();
-        let observed = self.observer.get().is_some();
-        let mut activity: Vec<Activity> = Vec::new();
-        for message in batch {
+        for message in messages {
             match message {
-                Message::Event(event) => {
-                    let (family, began) = self.families.assign(&self.conn, &event);
-                    if observed {
-                        note_activity(&mut activity, &event, began);
-                    }
-                    rows.push((family, event));
-                }
+                Message::Wake => {}
                 Message::Flush(done) => flushes.push(done),
                 Message::Preloaded(session, live) => preloaded.push((session, *live)),
             }
         }
+        let bytes = self.queue.take(std::mem::take(&mut self.emptied));
+        let mut rows = Vec::new();
+        let observed = self.observer.get().is_some();
+        let mut activity: Vec<Activity> = Vec::new();
+        for event in queue::events(&bytes) {
+            let event = match event {
+                Ok(event) => Box::new(event),
+                Err(error) => {
+                    // Never expected (the bytes were packed in this process): counted
+                    // and told by a gap event like any other loss.
+                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                    self.counters.unreported.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %error.0, "context: a queued event does not read back");
+                    continue;
+                }
+            };
+            let (family, began) = self.families.assign(&self.conn, &event);
+            if observed {
+                note_activity(&mut activity, &event, began);
+            }
+            rows.push((family, event));
+        }
+        self.emptied = bytes;
         let unreported = self.counters.unreported.swap(0, Ordering::Relaxed);
         if unreported > 0 {
             rows.push((

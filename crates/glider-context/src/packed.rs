@@ -21,7 +21,7 @@
 
 use std::borrow::Cow;
 
-use crate::event::{EventBody, ReplyEvent, RequestEvent, ToolCall, ToolResult};
+use crate::event::{Event, EventBody, ReplyEvent, RequestEvent, ToolCall, ToolResult};
 
 /// The version byte every row starts with.
 const FORM: u8 = 1;
@@ -102,6 +102,29 @@ pub(crate) fn write_row<'e>(
         }
     }
     Ok(())
+}
+
+/// An event as the log's queue carries it to the writer ([`crate::queue`]): a
+/// one-event row whose family member holds the event's session (the writer gives each
+/// event its family).
+pub(crate) fn write_queued(out: &mut Vec<u8>, event: &Event) -> serde_json::Result<()> {
+    write_row(
+        out,
+        std::iter::once((event.at_ms, event.session.as_deref(), &event.body)),
+    )
+}
+
+/// An event written by [`write_queued`].
+pub(crate) fn read_queued(bytes: &[u8]) -> Result<Event, Malformed> {
+    let mut events = read_row(bytes)?;
+    match (events.pop(), events.is_empty()) {
+        (Some((at_ms, session, body)), true) => Ok(Event {
+            at_ms,
+            session,
+            body,
+        }),
+        _ => Err(Malformed("a queued event holds one event".into())),
+    }
 }
 
 struct Packer<'o, 'e> {

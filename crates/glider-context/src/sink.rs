@@ -27,7 +27,7 @@ impl ContextSink for Context {
         // current episode and its instruction is not kept.
         let compaction = glider_engine::compaction_prompt(turn.request).is_some();
         let root = tool_results.is_empty() && user_text.is_some() && !compaction;
-        self.log.append(Box::new(Event {
+        self.log.append(Event {
             at_ms: crate::now_ms(),
             session: Some(turn.session.to_owned()),
             body: EventBody::Request(RequestEvent {
@@ -47,7 +47,7 @@ impl ContextSink for Context {
                 tool_results,
                 compaction,
             }),
-        }));
+        });
         key
     }
 
@@ -104,7 +104,7 @@ impl ContextSink for Context {
             (event, turn.session.clone())
         });
         let at_ms = crate::now_ms();
-        self.log.append(Box::new(Event {
+        self.log.append(Event {
             at_ms,
             session: Some(turn.session),
             body: EventBody::Reply(ReplyEvent {
@@ -128,7 +128,7 @@ impl ContextSink for Context {
                 total_ms: record.total_ms,
                 text: (!turn.text.is_empty()).then(|| into_edges(turn.text, REPLY_TEXT_EDGE_CHARS)),
             }),
-        }));
+        });
         if let Some((compaction, session)) = compaction {
             self.log.append(Event {
                 at_ms,
