@@ -21,6 +21,9 @@
 
 use std::borrow::Cow;
 
+use glider_engine::{Door, RuleName};
+use glider_ngl::{Dialect, StopReason};
+
 use crate::event::{Event, EventBody, ReplyEvent, RequestEvent, ToolCall, ToolResult};
 
 /// The version byte every row starts with.
@@ -374,6 +377,13 @@ impl<'b> Unpacker<'b> {
     }
 
     fn int(&mut self, what: &str) -> Result<u64, Malformed> {
+        // Most are under 128: one byte.
+        if let Some(&byte) = self.bytes.get(self.at)
+            && byte < 0x80
+        {
+            self.at += 1;
+            return Ok(u64::from(byte));
+        }
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
             let byte = self.byte(what)?;
@@ -483,6 +493,37 @@ impl<'b> Unpacker<'b> {
         Ok(self.opt_str(slot)?.map(str::to_owned))
     }
 
+    /// A name the request path borrows from the engine (a door, a dialect, a rule, a
+    /// stop reason): read back borrowed too when it is one of `names` (no allocation a
+    /// name a read), else owned.
+    fn opt_name<T: Copy>(
+        &mut self,
+        slot: Slot,
+        names: &[T],
+        name: fn(T) -> &'static str,
+    ) -> Result<Option<Cow<'static, str>>, Malformed> {
+        Ok(self.opt_str(slot)?.map(|text| {
+            match names
+                .iter()
+                .map(|&known| name(known))
+                .find(|&known| known == text)
+            {
+                Some(known) => Cow::Borrowed(known),
+                None => Cow::Owned(text.to_owned()),
+            }
+        }))
+    }
+
+    fn name<T: Copy>(
+        &mut self,
+        slot: Slot,
+        names: &[T],
+        name: fn(T) -> &'static str,
+    ) -> Result<Cow<'static, str>, Malformed> {
+        self.opt_name(slot, names, name)?
+            .ok_or_else(|| Malformed(format!("{} is missing", slot.name())))
+    }
+
     fn json<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, Malformed> {
         serde_json::from_str(self.whole("a JSON value")?)
             .map_err(|error| Malformed(format!("its JSON: {error}")))
@@ -502,11 +543,11 @@ impl<'b> Unpacker<'b> {
     fn request(&mut self) -> Result<RequestEvent, Malformed> {
         Ok(RequestEvent {
             request: self.own("a request key")?,
-            door: Cow::Owned(self.str(Slot::Door)?),
-            front: Cow::Owned(self.str(Slot::Front)?),
+            door: self.name(Slot::Door, &Door::ALL, Door::as_str)?,
+            front: self.name(Slot::Front, &Dialect::ALL, Dialect::as_str)?,
             model_requested: self.str(Slot::ModelRequested)?,
             model: self.str(Slot::Model)?,
-            rule: Cow::Owned(self.str(Slot::Rule)?),
+            rule: self.name(Slot::Rule, &RuleName::ALL, RuleName::as_str)?,
             reason: self.str(Slot::Reason)?,
             backend: self.opt_string(Slot::Backend)?,
             local: self.opt_bool("local")?,
@@ -535,7 +576,7 @@ impl<'b> Unpacker<'b> {
             error: self.opt_string(Slot::Error)?,
             input_tokens: self.int("input tokens")?,
             output_tokens: self.int("output tokens")?,
-            stop_reason: self.opt_string(Slot::StopReason)?.map(Cow::Owned),
+            stop_reason: self.opt_name(Slot::StopReason, &StopReason::ALL, StopReason::as_str)?,
             tool_calls: self.calls()?,
             ttft_ms: self.opt_int("the time to the first token")?,
             total_ms: self.opt_int("the total time")?,
@@ -705,6 +746,44 @@ mod tests {
             assert_eq!(read_row(&packed(one)), Ok(one.to_vec()));
         }
         assert_eq!(read_row(&packed(&[])), Ok(vec![]));
+    }
+
+    #[test]
+    fn the_engines_names_read_back_borrowed_and_others_owned() {
+        let mut request = full_request("r-1", "m");
+        if let EventBody::Request(request) = &mut request {
+            request.rule = "a rule from a later Glider".into();
+        }
+        let events = vec![(1, None, request), (2, None, full_reply("r-1", None))];
+        let read = read_row(&packed(&events)).expect("reads");
+        assert_eq!(read, events);
+        let [(_, _, EventBody::Request(request)), (_, _, EventBody::Reply(reply))] = &read[..]
+        else {
+            panic!("a request and a reply: {read:?}");
+        };
+        let borrowed = |name: &Cow<'static, str>| matches!(name, Cow::Borrowed(_));
+        assert!(borrowed(&request.door) && borrowed(&request.front));
+        assert!(!borrowed(&request.rule), "not one of the engine's rules");
+        assert!(reply.stop_reason.as_ref().is_some_and(borrowed));
+    }
+
+    #[test]
+    fn a_queued_event_reads_back_with_its_session() {
+        for (session, body) in [
+            (Some("s-1"), full_request("r-1", "m")),
+            (None, full_reply("r-1", Some("done"))),
+        ] {
+            let event = Event {
+                at_ms: 5,
+                session: session.map(str::to_owned),
+                body,
+            };
+            let mut out = Vec::new();
+            write_queued(&mut out, &event).expect("writes");
+            assert_eq!(read_queued(&out), Ok(event));
+        }
+        let two = packed(&varied()[..2]);
+        assert!(read_queued(&two).is_err(), "a queued event is one event");
     }
 
     #[test]

@@ -240,6 +240,14 @@ pub enum Dialect {
 }
 
 impl Dialect {
+    /// Every dialect.
+    pub const ALL: [Dialect; 4] = [
+        Dialect::Anthropic,
+        Dialect::OpenAiChat,
+        Dialect::OpenAiResponses,
+        Dialect::Ollama,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Dialect::Anthropic => "anthropic",
@@ -340,6 +348,17 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// Every reason.
+    pub const ALL: [StopReason; 7] = [
+        StopReason::EndTurn,
+        StopReason::MaxTokens,
+        StopReason::StopSequence,
+        StopReason::ToolUse,
+        StopReason::ContentFilter,
+        StopReason::Refusal,
+        StopReason::PauseTurn,
+    ];
+
     /// Its name as serialised (`end_turn`, `tool_use`, …), without building a JSON value.
     pub fn as_str(self) -> &'static str {
         match self {

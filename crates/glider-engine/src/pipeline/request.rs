@@ -16,6 +16,9 @@ pub enum Door {
 }
 
 impl Door {
+    /// Every door.
+    pub const ALL: [Door; 2] = [Door::Gateway, Door::Mitm];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Door::Gateway => "gateway",

@@ -32,6 +32,19 @@ pub enum RuleName {
 }
 
 impl RuleName {
+    /// Every rule.
+    pub const ALL: [RuleName; 9] = [
+        RuleName::Explicit,
+        RuleName::Sticky,
+        RuleName::Classifier,
+        RuleName::Starlark,
+        RuleName::Plugin,
+        RuleName::Model,
+        RuleName::TokenLimit,
+        RuleName::Origin,
+        RuleName::LocalFallback,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RuleName::Explicit => "explicit",
