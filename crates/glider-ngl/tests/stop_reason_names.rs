@@ -4,15 +4,7 @@ use glider_ngl::StopReason;
 
 #[test]
 fn as_str_is_the_serialized_name() {
-    for reason in [
-        StopReason::EndTurn,
-        StopReason::MaxTokens,
-        StopReason::StopSequence,
-        StopReason::ToolUse,
-        StopReason::ContentFilter,
-        StopReason::Refusal,
-        StopReason::PauseTurn,
-    ] {
+    for reason in StopReason::ALL {
         let json = serde_json::to_string(&reason).expect("serialize");
         assert_eq!(json, format!("\"{}\"", reason.as_str()));
     }
