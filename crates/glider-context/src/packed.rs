@@ -757,7 +757,10 @@ mod tests {
         let events = vec![(1, None, request), (2, None, full_reply("r-1", None))];
         let read = read_row(&packed(&events)).expect("reads");
         assert_eq!(read, events);
-        let [(_, _, EventBody::Request(request)), (_, _, EventBody::Reply(reply))] = &read[..]
+        let [
+            (_, _, EventBody::Request(request)),
+            (_, _, EventBody::Reply(reply)),
+        ] = &read[..]
         else {
             panic!("a request and a reply: {read:?}");
         };
@@ -765,6 +768,66 @@ mod tests {
         assert!(borrowed(&request.door) && borrowed(&request.front));
         assert!(!borrowed(&request.rule), "not one of the engine's rules");
         assert!(reply.stop_reason.as_ref().is_some_and(borrowed));
+    }
+
+    #[test]
+    fn the_engines_name_lists_hold_every_variant() {
+        // A variant added to one of these enums stops this compiling until it is
+        // placed here, next to where its `ALL` lists it.
+        assert_eq!(Door::ALL.len(), 2, "one a match arm below");
+        for (at, door) in Door::ALL.into_iter().enumerate() {
+            assert_eq!(
+                at,
+                match door {
+                    Door::Gateway => 0,
+                    Door::Mitm => 1,
+                }
+            );
+        }
+        assert_eq!(Dialect::ALL.len(), 4, "one a match arm below");
+        for (at, dialect) in Dialect::ALL.into_iter().enumerate() {
+            assert_eq!(
+                at,
+                match dialect {
+                    Dialect::Anthropic => 0,
+                    Dialect::OpenAiChat => 1,
+                    Dialect::OpenAiResponses => 2,
+                    Dialect::Ollama => 3,
+                }
+            );
+        }
+        assert_eq!(RuleName::ALL.len(), 9, "one a match arm below");
+        for (at, rule) in RuleName::ALL.into_iter().enumerate() {
+            assert_eq!(
+                at,
+                match rule {
+                    RuleName::Explicit => 0,
+                    RuleName::Sticky => 1,
+                    RuleName::Classifier => 2,
+                    RuleName::Starlark => 3,
+                    RuleName::Plugin => 4,
+                    RuleName::Model => 5,
+                    RuleName::TokenLimit => 6,
+                    RuleName::Origin => 7,
+                    RuleName::LocalFallback => 8,
+                }
+            );
+        }
+        assert_eq!(StopReason::ALL.len(), 7, "one a match arm below");
+        for (at, reason) in StopReason::ALL.into_iter().enumerate() {
+            assert_eq!(
+                at,
+                match reason {
+                    StopReason::EndTurn => 0,
+                    StopReason::MaxTokens => 1,
+                    StopReason::StopSequence => 2,
+                    StopReason::ToolUse => 3,
+                    StopReason::ContentFilter => 4,
+                    StopReason::Refusal => 5,
+                    StopReason::PauseTurn => 6,
+                }
+            );
+        }
     }
 
     #[test]
