@@ -117,17 +117,21 @@ pub(crate) fn write_queued(out: &mut Vec<u8>, event: &Event) -> serde_json::Resu
     )
 }
 
-/// An event written by [`write_queued`].
+/// An event written by [`write_queued`] (read as a row of one, without a row's list).
 pub(crate) fn read_queued(bytes: &[u8]) -> Result<Event, Malformed> {
-    let mut events = read_row(bytes)?;
-    match (events.pop(), events.is_empty()) {
-        (Some((at_ms, session, body)), true) => Ok(Event {
-            at_ms,
-            session,
-            body,
-        }),
-        _ => Err(Malformed("a queued event holds one event".into())),
+    let (mut unpacker, count) = Unpacker::open(bytes)?;
+    if count != 1 {
+        return Err(Malformed(format!(
+            "a queued event holds one event, not {count}"
+        )));
     }
+    let (at_ms, session, body) = unpacker.event()?;
+    unpacker.end()?;
+    Ok(Event {
+        at_ms,
+        session,
+        body,
+    })
 }
 
 struct Packer<'o, 'e> {
@@ -320,42 +324,13 @@ impl<'e> Packer<'_, 'e> {
 
 /// The events of a row written by [`write_row`].
 pub(crate) fn read_row(bytes: &[u8]) -> Result<Vec<RowEvent>, Malformed> {
-    let mut unpacker = Unpacker {
-        bytes,
-        at: 0,
-        previous: [None; SLOTS],
-    };
-    let form = unpacker.byte("the form")?;
-    if form != FORM {
-        return Err(Malformed(format!("form {form}, not one this Glider reads")));
-    }
-    let count = unpacker.int("the count")?;
-    // Each event takes three bytes at least: a count past that is a damaged one.
-    if count > (bytes.len() / 3) as u64 {
-        return Err(Malformed(format!(
-            "says it holds {count} events in {} bytes",
-            bytes.len()
-        )));
-    }
+    let (mut unpacker, count) = Unpacker::open(bytes)?;
     // A damaged count is refused by the bytes running out, not trusted for memory.
     let mut events = Vec::with_capacity((count as usize).min(crate::store::MAX_ROW_EVENTS));
     for _ in 0..count {
-        let at_ms = unpacker.int("a time")?;
-        let family = unpacker.opt_str(Slot::Family)?.map(str::to_owned);
-        let body = match unpacker.byte("a tag")? {
-            TAG_REQUEST => EventBody::Request(unpacker.request()?),
-            TAG_REPLY => EventBody::Reply(unpacker.reply()?),
-            TAG_JSON => unpacker.json()?,
-            tag => return Err(Malformed(format!("unknown tag {tag}"))),
-        };
-        events.push((at_ms, family, body));
+        events.push(unpacker.event()?);
     }
-    if unpacker.at != bytes.len() {
-        return Err(Malformed(format!(
-            "{} bytes after its last event",
-            bytes.len() - unpacker.at
-        )));
-    }
+    unpacker.end()?;
     Ok(events)
 }
 
@@ -366,6 +341,49 @@ struct Unpacker<'b> {
 }
 
 impl<'b> Unpacker<'b> {
+    /// A row's reader past its form and count, and the count.
+    fn open(bytes: &'b [u8]) -> Result<(Unpacker<'b>, u64), Malformed> {
+        let mut unpacker = Unpacker {
+            bytes,
+            at: 0,
+            previous: [None; SLOTS],
+        };
+        let form = unpacker.byte("the form")?;
+        if form != FORM {
+            return Err(Malformed(format!("form {form}, not one this Glider reads")));
+        }
+        let count = unpacker.int("the count")?;
+        // Each event takes three bytes at least: a count past that is a damaged one.
+        if count > (bytes.len() / 3) as u64 {
+            return Err(Malformed(format!(
+                "says it holds {count} events in {} bytes",
+                bytes.len()
+            )));
+        }
+        Ok((unpacker, count))
+    }
+
+    /// The row's next event.
+    fn event(&mut self) -> Result<RowEvent, Malformed> {
+        let at_ms = self.int("a time")?;
+        let family = self.opt_str(Slot::Family)?.map(str::to_owned);
+        let body = match self.byte("a tag")? {
+            TAG_REQUEST => EventBody::Request(self.request()?),
+            TAG_REPLY => EventBody::Reply(self.reply()?),
+            TAG_JSON => self.json()?,
+            tag => return Err(Malformed(format!("unknown tag {tag}"))),
+        };
+        Ok((at_ms, family, body))
+    }
+
+    /// The row ends with its last event.
+    fn end(&self) -> Result<(), Malformed> {
+        match self.bytes.len() - self.at {
+            0 => Ok(()),
+            left => Err(Malformed(format!("{left} bytes after its last event"))),
+        }
+    }
+
     fn short(&self, what: &str) -> Malformed {
         Malformed(format!("ends at byte {} inside {what}", self.at))
     }
@@ -770,64 +788,48 @@ mod tests {
         assert!(reply.stop_reason.as_ref().is_some_and(borrowed));
     }
 
+    /// `all` has `count` members, each at the place `place` gives it.
+    fn lists_every_variant<T: Copy>(all: &[T], count: usize, place: fn(T) -> usize) {
+        assert_eq!(all.len(), count, "one a match arm");
+        for (at, &variant) in all.iter().enumerate() {
+            assert_eq!(place(variant), at);
+        }
+    }
+
     #[test]
     fn the_engines_name_lists_hold_every_variant() {
         // A variant added to one of these enums stops this compiling until it is
         // placed here, next to where its `ALL` lists it.
-        assert_eq!(Door::ALL.len(), 2, "one a match arm below");
-        for (at, door) in Door::ALL.into_iter().enumerate() {
-            assert_eq!(
-                at,
-                match door {
-                    Door::Gateway => 0,
-                    Door::Mitm => 1,
-                }
-            );
-        }
-        assert_eq!(Dialect::ALL.len(), 4, "one a match arm below");
-        for (at, dialect) in Dialect::ALL.into_iter().enumerate() {
-            assert_eq!(
-                at,
-                match dialect {
-                    Dialect::Anthropic => 0,
-                    Dialect::OpenAiChat => 1,
-                    Dialect::OpenAiResponses => 2,
-                    Dialect::Ollama => 3,
-                }
-            );
-        }
-        assert_eq!(RuleName::ALL.len(), 9, "one a match arm below");
-        for (at, rule) in RuleName::ALL.into_iter().enumerate() {
-            assert_eq!(
-                at,
-                match rule {
-                    RuleName::Explicit => 0,
-                    RuleName::Sticky => 1,
-                    RuleName::Classifier => 2,
-                    RuleName::Starlark => 3,
-                    RuleName::Plugin => 4,
-                    RuleName::Model => 5,
-                    RuleName::TokenLimit => 6,
-                    RuleName::Origin => 7,
-                    RuleName::LocalFallback => 8,
-                }
-            );
-        }
-        assert_eq!(StopReason::ALL.len(), 7, "one a match arm below");
-        for (at, reason) in StopReason::ALL.into_iter().enumerate() {
-            assert_eq!(
-                at,
-                match reason {
-                    StopReason::EndTurn => 0,
-                    StopReason::MaxTokens => 1,
-                    StopReason::StopSequence => 2,
-                    StopReason::ToolUse => 3,
-                    StopReason::ContentFilter => 4,
-                    StopReason::Refusal => 5,
-                    StopReason::PauseTurn => 6,
-                }
-            );
-        }
+        lists_every_variant(&Door::ALL, 2, |door| match door {
+            Door::Gateway => 0,
+            Door::Mitm => 1,
+        });
+        lists_every_variant(&Dialect::ALL, 4, |dialect| match dialect {
+            Dialect::Anthropic => 0,
+            Dialect::OpenAiChat => 1,
+            Dialect::OpenAiResponses => 2,
+            Dialect::Ollama => 3,
+        });
+        lists_every_variant(&RuleName::ALL, 9, |rule| match rule {
+            RuleName::Explicit => 0,
+            RuleName::Sticky => 1,
+            RuleName::Classifier => 2,
+            RuleName::Starlark => 3,
+            RuleName::Plugin => 4,
+            RuleName::Model => 5,
+            RuleName::TokenLimit => 6,
+            RuleName::Origin => 7,
+            RuleName::LocalFallback => 8,
+        });
+        lists_every_variant(&StopReason::ALL, 7, |reason| match reason {
+            StopReason::EndTurn => 0,
+            StopReason::MaxTokens => 1,
+            StopReason::StopSequence => 2,
+            StopReason::ToolUse => 3,
+            StopReason::ContentFilter => 4,
+            StopReason::Refusal => 5,
+            StopReason::PauseTurn => 6,
+        });
     }
 
     #[test]
