@@ -198,8 +198,15 @@ impl ContextLog {
     /// Queue `event` without waiting (packed: the caller keeps and frees it); if the
     /// queue is full it is counted as dropped.
     pub fn append(&self, event: impl Borrow<Event>) {
+        let event = event.borrow();
+        self.append_body(event.at_ms, event.session.as_deref(), &event.body);
+    }
+
+    /// [`ContextLog::append`] of an event given by its parts, borrowed: the request
+    /// path names a session it holds already, with no copy of it made for an event.
+    pub fn append_body(&self, at_ms: u64, session: Option<&str>, body: &EventBody) {
         let Some(sender) = &self.sender else { return };
-        match self.queue.push(event.borrow()) {
+        match self.queue.push(at_ms, session, body) {
             Pushed::Queued => {}
             // Full: the writer is awake with a batch to take anyway.
             Pushed::Wake => drop(sender.try_send(Message::Wake)),

@@ -110,11 +110,13 @@ pub(crate) fn write_row<'e>(
 /// An event as the log's queue carries it to the writer ([`crate::queue`]): a
 /// one-event row whose family member holds the event's session (the writer gives each
 /// event its family).
-pub(crate) fn write_queued(out: &mut Vec<u8>, event: &Event) -> serde_json::Result<()> {
-    write_row(
-        out,
-        std::iter::once((event.at_ms, event.session.as_deref(), &event.body)),
-    )
+pub(crate) fn write_queued(
+    out: &mut Vec<u8>,
+    at_ms: u64,
+    session: Option<&str>,
+    body: &EventBody,
+) -> serde_json::Result<()> {
+    write_row(out, std::iter::once((at_ms, session, body)))
 }
 
 /// An event written by [`write_queued`] (read as a row of one, without a row's list).
@@ -844,7 +846,8 @@ mod tests {
                 body,
             };
             let mut out = Vec::new();
-            write_queued(&mut out, &event).expect("writes");
+            write_queued(&mut out, event.at_ms, event.session.as_deref(), &event.body)
+                .expect("writes");
             assert_eq!(read_queued(&out), Ok(event));
         }
         let two = packed(&varied()[..2]);

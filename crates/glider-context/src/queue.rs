@@ -14,7 +14,7 @@
 use std::cell::RefCell;
 use std::sync::Mutex;
 
-use crate::event::Event;
+use crate::event::{Event, EventBody};
 use crate::packed::{self, Malformed};
 
 /// Most bytes the queue holds (events past it are dropped and counted, as past the
@@ -74,13 +74,13 @@ impl EventQueue {
         }
     }
 
-    /// Pack `event` and queue it, never waiting on the writer (only on another
-    /// thread's copy of its own event).
-    pub(crate) fn push(&self, event: &Event) -> Pushed {
+    /// Pack an event (its time, session and body) and queue it, never waiting on the
+    /// writer (only on another thread's copy of its own event).
+    pub(crate) fn push(&self, at_ms: u64, session: Option<&str>, body: &EventBody) -> Pushed {
         SCRATCH.with_borrow_mut(|scratch| {
             scratch.clear();
             scratch.extend_from_slice(&[0; LENGTH_BYTES]);
-            if packed::write_queued(scratch, event).is_err() {
+            if packed::write_queued(scratch, at_ms, session, body).is_err() {
                 return Pushed::Dropped;
             }
             let Ok(length) = u32::try_from(scratch.len() - LENGTH_BYTES) else {
@@ -146,7 +146,6 @@ pub(crate) fn events(bytes: &[u8]) -> impl Iterator<Item = Result<Event, Malform
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::EventBody;
 
     fn gap(dropped: u64, session: Option<&str>) -> Event {
         Event {
@@ -156,15 +155,19 @@ mod tests {
         }
     }
 
+    fn push(queue: &EventQueue, event: &Event) -> Pushed {
+        queue.push(event.at_ms, event.session.as_deref(), &event.body)
+    }
+
     #[test]
     fn events_come_out_in_order_and_the_first_after_a_take_wakes_the_writer() {
         let queue = EventQueue::new(10);
-        assert_eq!(queue.push(&gap(1, Some("s"))), Pushed::Wake);
-        assert_eq!(queue.push(&gap(2, None)), Pushed::Queued);
+        assert_eq!(push(&queue, &gap(1, Some("s"))), Pushed::Wake);
+        assert_eq!(push(&queue, &gap(2, None)), Pushed::Queued);
         let bytes = queue.take(Vec::new());
         let read: Vec<Event> = events(&bytes).map(|e| e.expect("reads")).collect();
         assert_eq!(read, [gap(1, Some("s")), gap(2, None)]);
-        assert_eq!(queue.push(&gap(3, None)), Pushed::Wake);
+        assert_eq!(push(&queue, &gap(3, None)), Pushed::Wake);
         let emptied = queue.take(bytes);
         assert_eq!(events(&emptied).count(), 1);
         assert!(events(&queue.take(emptied)).next().is_none());
@@ -173,18 +176,18 @@ mod tests {
     #[test]
     fn a_full_queue_drops_until_the_writer_takes_it() {
         let queue = EventQueue::new(2);
-        assert_ne!(queue.push(&gap(1, None)), Pushed::Dropped);
-        assert_ne!(queue.push(&gap(2, None)), Pushed::Dropped);
-        assert_eq!(queue.push(&gap(3, None)), Pushed::Dropped);
+        assert_ne!(push(&queue, &gap(1, None)), Pushed::Dropped);
+        assert_ne!(push(&queue, &gap(2, None)), Pushed::Dropped);
+        assert_eq!(push(&queue, &gap(3, None)), Pushed::Dropped);
         let bytes = queue.take(Vec::new());
         assert_eq!(events(&bytes).count(), 2);
-        assert_ne!(queue.push(&gap(4, None)), Pushed::Dropped);
+        assert_ne!(push(&queue, &gap(4, None)), Pushed::Dropped);
     }
 
     #[test]
     fn a_cut_buffer_reads_as_an_error_not_a_panic() {
         let queue = EventQueue::new(2);
-        queue.push(&gap(1, Some("session")));
+        push(&queue, &gap(1, Some("session")));
         let bytes = queue.take(Vec::new());
         let cut = &bytes[..bytes.len() - 1];
         let read: Vec<_> = events(cut).collect();

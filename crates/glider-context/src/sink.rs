@@ -13,7 +13,7 @@ use glider_ngl::{Part, Request, Role};
 
 use crate::Context;
 use crate::event::{
-    BudgetStopEvent, CompactionEvent, DelegateEvent, Event, EventBody, MAX_NARRATIVE_EDGE_CHARS,
+    BudgetStopEvent, CompactionEvent, DelegateEvent, EventBody, MAX_NARRATIVE_EDGE_CHARS,
     MAX_USER_TEXT_CHARS, REPLY_TEXT_EDGE_CHARS, ReplyEvent, RequestEvent, ToolCall, ToolResult,
     ToolRunEvent, edges, into_edges, prefix,
 };
@@ -27,10 +27,10 @@ impl ContextSink for Context {
         // current episode and its instruction is not kept.
         let compaction = glider_engine::compaction_prompt(turn.request).is_some();
         let root = tool_results.is_empty() && user_text.is_some() && !compaction;
-        self.log.append(Event {
-            at_ms: crate::now_ms(),
-            session: Some(turn.session.to_owned()),
-            body: EventBody::Request(RequestEvent {
+        self.log.append_body(
+            crate::now_ms(),
+            Some(turn.session),
+            &EventBody::Request(RequestEvent {
                 request: key.clone(),
                 door: turn.door.as_str().into(),
                 front: turn.front.as_str().into(),
@@ -47,30 +47,30 @@ impl ContextSink for Context {
                 tool_results,
                 compaction,
             }),
-        });
+        );
         key
     }
 
     fn delegated(&self, run: &DelegatedRun<'_>) {
-        self.log.append(Event {
-            at_ms: crate::now_ms(),
-            session: Some(run.session.to_owned()),
-            body: EventBody::Delegate(DelegateEvent {
+        self.log.append_body(
+            crate::now_ms(),
+            Some(run.session),
+            &EventBody::Delegate(DelegateEvent {
                 vendor: run.vendor.to_owned(),
                 exit_code: run.exit_code,
                 error: run.error.map(str::to_owned),
                 duration_ms: run.duration_ms,
             }),
-        });
+        );
     }
 
     fn recorded(&self, turn: RecordedTurn<'_>) {
         let record = turn.record;
         if let Some(stop) = &record.budget_stop {
-            self.log.append(Event {
-                at_ms: crate::now_ms(),
-                session: Some(turn.session.clone()),
-                body: EventBody::BudgetStop(BudgetStopEvent {
+            self.log.append_body(
+                crate::now_ms(),
+                Some(&turn.session),
+                &EventBody::BudgetStop(BudgetStopEvent {
                     request: turn.key.clone(),
                     limit: stop.limit.as_str().to_owned(),
                     turns: stop.turns,
@@ -78,13 +78,13 @@ impl ContextSink for Context {
                     repeats: stop.repeats,
                     message: stop.message.clone(),
                 }),
-            });
+            );
         }
         for run in &record.tool_calls {
-            self.log.append(Event {
-                at_ms: crate::now_ms(),
-                session: Some(turn.session.clone()),
-                body: EventBody::ToolRun(ToolRunEvent {
+            self.log.append_body(
+                crate::now_ms(),
+                Some(&turn.session),
+                &EventBody::ToolRun(ToolRunEvent {
                     request: turn.key.clone(),
                     turn: run.turn,
                     id: run.id.clone(),
@@ -95,19 +95,17 @@ impl ContextSink for Context {
                     result_chars: run.result_chars,
                     duration_ms: run.duration_ms,
                 }),
-            });
+            );
         }
-        // The compaction's event, after the reply's, names the session with a copy: the
-        // reply's takes it.
-        let compaction = turn.compaction.map(|source| {
-            let event = compaction_event(source, &turn.text, record.status == Some(200));
-            (event, turn.session.clone())
-        });
+        // Read before the reply's event takes the text.
+        let compaction = turn
+            .compaction
+            .map(|source| compaction_event(source, &turn.text, record.status == Some(200)));
         let at_ms = crate::now_ms();
-        self.log.append(Event {
+        self.log.append_body(
             at_ms,
-            session: Some(turn.session),
-            body: EventBody::Reply(ReplyEvent {
+            Some(&turn.session),
+            &EventBody::Reply(ReplyEvent {
                 request: turn.key,
                 backend: record.backend.clone(),
                 model: record.model_used.clone(),
@@ -128,16 +126,16 @@ impl ContextSink for Context {
                 total_ms: record.total_ms,
                 text: (!turn.text.is_empty()).then(|| into_edges(turn.text, REPLY_TEXT_EDGE_CHARS)),
             }),
-        });
-        if let Some((compaction, session)) = compaction {
-            self.log.append(Event {
+        );
+        if let Some(compaction) = compaction {
+            self.log.append_body(
                 at_ms,
-                session: Some(session),
-                body: EventBody::Compaction(CompactionEvent {
+                Some(&turn.session),
+                &EventBody::Compaction(CompactionEvent {
                     until_ms: at_ms,
                     ..compaction
                 }),
-            });
+            );
         }
     }
 
