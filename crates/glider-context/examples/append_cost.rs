@@ -1,7 +1,7 @@
 //! The context writer's per-event work outside Glider: batches of one sticky session's
 //! request and reply events (the shape `bench/callgrind.sh openai small` writes)
-//! appended with `store::append` and folded live (the fold taking the strings it keeps,
-//! as the writer's does). Prints the time a batch's append and fold take per event, and the process's
+//! appended with `store::append` and folded live (given boxed to the fold, as the writer
+//! does). Prints the time a batch's append and fold take per event, and the process's
 //! CPU time per event (`/proc/self/stat`).
 //! `VARIED=1` gives every request a different user text (less to compress).
 //!
@@ -40,8 +40,8 @@ fn main() {
         let ids = store::append(&mut conn, &rows).expect("append");
         append_ns += started.elapsed().as_nanos();
         let started = Instant::now();
-        for ((family, mut event), _) in rows.into_iter().zip(&ids) {
-            folder.feed_owned(&mut event, family);
+        for ((family, event), _) in rows.into_iter().zip(&ids) {
+            folder.feed_owned(event, family);
         }
         fold_ns += started.elapsed().as_nanos();
     }
@@ -56,17 +56,17 @@ fn main() {
 }
 
 /// A local request and its reply, with their family (the request's own key).
-fn exchange(request_no: u64, user_text: String) -> [(Option<String>, Event); 2] {
+fn exchange(request_no: u64, user_text: String) -> [(Option<String>, Box<Event>); 2] {
     let request = format!("1796410153129-{request_no}");
     let at_ms = 1_796_410_157_000 + request_no;
     let event = |at_ms, body| {
         (
             Some(request.clone()),
-            Event {
+            Box::new(Event {
                 at_ms,
                 session: Some(SESSION.into()),
                 body,
-            },
+            }),
         )
     };
     [

@@ -470,9 +470,14 @@ impl Folder {
     /// [`Folder::feed_event`] for an event the caller gives up (the writer's, once
     /// committed): what a step keeps of a request or a reply moves into the fold
     /// instead of being copied.
-    /// Its strings are taken through the reference: the event is never moved whole (a
-    /// few hundred bytes a copy).
-    pub fn feed_owned(&mut self, event: &mut crate::event::Event, family: Option<String>) {
+    /// It is taken boxed, as the writer holds it, and its strings are taken through a
+    /// reference: the event is never moved whole (a few hundred bytes a copy).
+    pub fn feed_owned(
+        &mut self,
+        event: impl Into<Box<crate::event::Event>>,
+        family: Option<String>,
+    ) {
+        let mut event = event.into();
         let at_ms = event.at_ms;
         match &mut event.body {
             EventBody::Request(request) => {
@@ -1076,12 +1081,12 @@ mod tests {
             event("f0", request("a", Some("the goal"))),
             event("f0", request("b", None)),
         ] {
-            live.feed_owned(&mut event.clone(), family);
+            live.feed_owned(event, family);
         }
         // Enough later episodes, each a step without a goal, for trims to cut f0.
         for n in 1..200 {
             let (later, family) = event(&format!("f{n}"), request(&format!("k{n}"), None));
-            live.feed_owned(&mut later.clone(), family);
+            live.feed_owned(later, family);
         }
         let f0 = |live: &Folder| {
             live.episodes().iter().find(|e| e.family == "f0").map(|e| {
@@ -1097,7 +1102,7 @@ mod tests {
             "cut to its closing step"
         );
         let (late, family) = event("f0", reply("b", "the closing words"));
-        live.feed_owned(&mut late.clone(), family);
+        live.feed_owned(late, family);
         let steps = &live
             .episodes()
             .iter()

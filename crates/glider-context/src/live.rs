@@ -200,7 +200,7 @@ impl LiveSessions {
     pub(crate) fn committed(
         &mut self,
         conn: &Connection,
-        rows: Vec<(Option<String>, Event)>,
+        rows: Vec<(Option<String>, Box<Event>)>,
         ids: &[i64],
     ) {
         let mut rows = rows.into_iter().zip(ids).peekable();
@@ -230,10 +230,10 @@ impl LiveSessions {
             let mut state = live.slot.lock();
             let mut only_requests = true;
             let mut next = Some((family, event, id));
-            while let Some((family, mut event, id)) = next.take() {
+            while let Some((family, event, id)) = next.take() {
                 only_requests &= matches!(event.body, EventBody::Request(_));
                 if id > live.last_id {
-                    state.folder.feed_owned(&mut event, family);
+                    state.folder.feed_owned(event, family);
                     state.rendered = None;
                     live.last_id = id;
                 }

@@ -347,7 +347,7 @@ impl Writer {
         let mut activity: Vec<Activity> = Vec::new();
         for event in queue::events(&bytes) {
             let event = match event {
-                Ok(event) => event,
+                Ok(event) => Box::new(event),
                 Err(error) => {
                     // Never expected (the bytes were packed in this process): counted
                     // and told by a gap event like any other loss.
@@ -368,13 +368,13 @@ impl Writer {
         if unreported > 0 {
             rows.push((
                 None,
-                Event {
+                Box::new(Event {
                     at_ms: crate::now_ms(),
                     session: None,
                     body: EventBody::Gap {
                         dropped: unreported,
                     },
-                },
+                }),
             ));
         }
         if !rows.is_empty() {

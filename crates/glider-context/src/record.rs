@@ -1201,9 +1201,9 @@ mod tests {
         let mut most_episodes = 0;
         let mut most_steps = 0;
         for (n, stored) in log.events.iter().enumerate() {
-            live.feed_owned(&mut stored.event.clone(), stored.family.clone());
+            live.feed_owned(stored.event.clone(), stored.family.clone());
             replay.feed(stored);
-            given.feed_owned(&mut stored.event.clone(), stored.family.clone());
+            given.feed_owned(stored.event.clone(), stored.family.clone());
             most_episodes = most_episodes.max(live.episodes().len());
             most_steps = most_steps.max(live.episodes().iter().map(|e| e.steps.len()).sum());
             if n % 53 == 0 || n == log.events.len() - 1 {
