@@ -2,10 +2,11 @@
 //! waiting) and one thread writes them, a batch per transaction. It gives each event
 //! its turn family. When the queue is full the event is dropped and counted, and the
 //! count is written as a `gap` event once the writer catches up: a loss is never
-//! silent. Retention runs on the same thread, at start and then periodically. After each commit the writer feeds the
-//! live sessions' folds, which marks their continuity records stale ([`crate::live`]):
-//! a read renders one, or the writer does once it idles; at start a thread of its own
-//! loads the recent sessions' records and sends them through the same queue.
+//! silent. Retention runs on the same thread, at start and then periodically. After
+//! each commit the writer feeds the live sessions' folds, which marks their continuity
+//! records stale ([`crate::live`]): a read renders one, or the writer does once it
+//! idles; at start a thread of its own loads the recent sessions' records and sends
+//! them to the writer through its channel.
 
 use foldhash::HashMap;
 use std::borrow::Borrow;
@@ -67,7 +68,8 @@ pub struct LogOptions {
 pub struct Counters {
     /// Events committed to the database.
     pub written: AtomicU64,
-    /// Events dropped because the queue was full (or a write failed).
+    /// Events dropped because the queue was full (or a write failed, or a queued event
+    /// did not read back).
     pub dropped: AtomicU64,
     /// Gap events written (each tells how many were dropped before it).
     pub gaps: AtomicU64,
@@ -80,6 +82,14 @@ pub struct Counters {
     pub compactions_yielded: AtomicU64,
     /// Dropped events not yet told by a gap event.
     unreported: AtomicU64,
+}
+
+impl Counters {
+    /// `events` were lost: counted, and owed a gap event.
+    fn lost(&self, events: u64) {
+        self.dropped.fetch_add(events, Ordering::Relaxed);
+        self.unreported.fetch_add(events, Ordering::Relaxed);
+    }
 }
 
 /// A session whose requests or replies were just committed.
@@ -208,12 +218,10 @@ impl ContextLog {
         let Some(sender) = &self.sender else { return };
         match self.queue.push(at_ms, session, body) {
             Pushed::Queued => {}
-            // Full: the writer is awake with a batch to take anyway.
+            // A wake-up that finds the channel full is not needed: the writer has
+            // messages to take, and takes the queue with them.
             Pushed::Wake => drop(sender.try_send(Message::Wake)),
-            Pushed::Dropped => {
-                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                self.counters.unreported.fetch_add(1, Ordering::Relaxed);
-            }
+            Pushed::Dropped => self.counters.lost(1),
         }
     }
 
@@ -351,8 +359,7 @@ impl Writer {
                 Err(error) => {
                     // Never expected (the bytes were packed in this process): counted
                     // and told by a gap event like any other loss.
-                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                    self.counters.unreported.fetch_add(1, Ordering::Relaxed);
+                    self.counters.lost(1);
                     tracing::warn!(error = %error.0, "context: a queued event does not read back");
                     continue;
                 }
@@ -401,10 +408,11 @@ impl Writer {
                     // Lost with this batch: counted, and told by the next gap event that
                     // can be written.
                     let lost = rows.len() as u64 - u64::from(unreported > 0);
-                    self.counters.dropped.fetch_add(lost, Ordering::Relaxed);
+                    self.counters.lost(lost);
+                    // The gap event that did not go in is owed again.
                     self.counters
                         .unreported
-                        .fetch_add(lost + unreported, Ordering::Relaxed);
+                        .fetch_add(unreported, Ordering::Relaxed);
                     tracing::warn!(%error, lost, "context log write failed");
                 }
             }

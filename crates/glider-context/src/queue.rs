@@ -80,14 +80,15 @@ impl EventQueue {
         SCRATCH.with_borrow_mut(|scratch| {
             scratch.clear();
             scratch.extend_from_slice(&[0; LENGTH_BYTES]);
-            if packed::write_queued(scratch, at_ms, session, body).is_err() {
-                return Pushed::Dropped;
-            }
-            let Ok(length) = u32::try_from(scratch.len() - LENGTH_BYTES) else {
-                return Pushed::Dropped;
+            let packed = packed::write_queued(scratch, at_ms, session, body).is_ok();
+            let length = u32::try_from(scratch.len() - LENGTH_BYTES);
+            let queued = match length {
+                Ok(length) if packed => {
+                    scratch[..LENGTH_BYTES].copy_from_slice(&length.to_le_bytes());
+                    self.copy_in(scratch)
+                }
+                _ => Pushed::Dropped,
             };
-            scratch[..LENGTH_BYTES].copy_from_slice(&length.to_le_bytes());
-            let queued = self.copy_in(scratch);
             if scratch.capacity() > SCRATCH_KEPT {
                 scratch.clear();
                 scratch.shrink_to(SCRATCH_KEPT);
@@ -128,15 +129,25 @@ impl EventQueue {
 pub(crate) fn events(bytes: &[u8]) -> impl Iterator<Item = Result<Event, Malformed>> + '_ {
     let mut at = 0;
     std::iter::from_fn(move || {
-        let header = bytes.get(at..at + LENGTH_BYTES)?;
-        let length = u32::from_le_bytes(header.try_into().ok()?) as usize;
+        if at == bytes.len() {
+            return None;
+        }
+        let cut = |at: &mut usize, what: String| {
+            *at = bytes.len();
+            Some(Err(Malformed(format!(
+                "{what} ends past the buffer's {} bytes",
+                bytes.len()
+            ))))
+        };
+        let Some(header) = bytes.get(at..at + LENGTH_BYTES) else {
+            return cut(&mut at, "a queued event's length".into());
+        };
+        let mut length = [0; LENGTH_BYTES];
+        length.copy_from_slice(header);
+        let length = u32::from_le_bytes(length) as usize;
         let start = at + LENGTH_BYTES;
         let Some(record) = bytes.get(start..start + length) else {
-            at = bytes.len();
-            return Some(Err(Malformed(format!(
-                "a queued event of {length} bytes ends past the buffer's {}",
-                bytes.len()
-            ))));
+            return cut(&mut at, format!("a queued event of {length} bytes"));
         };
         at = start + length;
         Some(packed::read_queued(record))
@@ -193,5 +204,11 @@ mod tests {
         let read: Vec<_> = events(cut).collect();
         assert_eq!(read.len(), 1);
         assert!(read[0].is_err());
+        // Cut inside the next event's length: an error too, not the end of the events.
+        let mut two = bytes.clone();
+        two.extend_from_slice(&[1, 0]);
+        let read: Vec<_> = events(&two).collect();
+        assert_eq!(read.len(), 2);
+        assert!(read[0].is_ok() && read[1].is_err(), "{read:?}");
     }
 }
