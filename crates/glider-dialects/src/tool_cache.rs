@@ -156,12 +156,7 @@ mod tests {
 
     #[test]
     fn a_repeated_tool_list_decodes_as_the_whole_body_does() {
-        for dialect in [
-            Dialect::Anthropic,
-            Dialect::OpenAiChat,
-            Dialect::OpenAiResponses,
-            Dialect::Ollama,
-        ] {
+        for dialect in Dialect::ALL {
             let codec = codec(dialect);
             let list = tools(12, dialect, "repeated");
             let first = body(dialect, &list, "first turn");

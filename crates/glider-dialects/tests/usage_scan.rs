@@ -9,13 +9,6 @@ use glider_ngl::{Dialect, Response, StreamEvent, Usage};
 use glider_test_support::conformance::{rich_response, stop_reason_replies};
 use serde_json::json;
 
-const DIALECTS: [Dialect; 4] = [
-    Dialect::Anthropic,
-    Dialect::OpenAiChat,
-    Dialect::OpenAiResponses,
-    Dialect::Ollama,
-];
-
 fn replies() -> Vec<Response> {
     let mut replies = stop_reason_replies();
     replies.push(rich_response());
@@ -48,7 +41,7 @@ fn scanned(dialect: Dialect, body: &[u8]) -> Result<Usage, Unscannable> {
 
 #[test]
 fn the_scanned_usage_is_the_decoded_usage_of_every_encoded_reply() {
-    for dialect in DIALECTS {
+    for dialect in Dialect::ALL {
         for reply in replies() {
             let value = codec(dialect).encode_response(&reply);
             for body in [
@@ -187,7 +180,7 @@ fn counts_that_are_not_plain_integers_read_as_the_decode_reads_them() {
 
 #[test]
 fn what_the_scan_cannot_place_is_left_to_a_full_decode() {
-    for dialect in DIALECTS {
+    for dialect in Dialect::ALL {
         for body in [
             &b"not json"[..],
             b"[1, 2]",
@@ -280,7 +273,7 @@ fn a_usage_only_stream_decoder_records_what_the_full_decoder_records() {
     });
     let mut replies: Vec<Vec<StreamEvent>> = replies().iter().map(events_of).collect();
     replies.push(failing);
-    for dialect in DIALECTS {
+    for dialect in Dialect::ALL {
         for events in &replies {
             let mut encoder = codec(dialect).stream_encoder();
             let mut wire = Vec::new();
@@ -395,7 +388,7 @@ fn anthropic_and_responses_content_events_are_passed_over() {
 fn a_reply_without_the_dialects_tool_call_marker_makes_no_tool_call() {
     use glider_dialects::reply_may_call_tools;
     use glider_ngl::Part;
-    for dialect in DIALECTS {
+    for dialect in Dialect::ALL {
         for reply in replies() {
             let body = codec(dialect).encode_response(&reply).to_string();
             let calls = reply

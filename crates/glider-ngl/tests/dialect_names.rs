@@ -3,16 +3,9 @@
 
 use glider_ngl::Dialect;
 
-const ALL: [Dialect; 4] = [
-    Dialect::Anthropic,
-    Dialect::OpenAiChat,
-    Dialect::OpenAiResponses,
-    Dialect::Ollama,
-];
-
 #[test]
 fn serialized_names_are_the_documented_ones() {
-    for dialect in ALL {
+    for dialect in Dialect::ALL {
         let json = serde_json::to_string(&dialect).expect("serialize");
         assert_eq!(json, format!("\"{}\"", dialect.as_str()));
         let back: Dialect = serde_json::from_str(&json).expect("read back");

@@ -60,12 +60,7 @@ macro_rules! define_case_enum {
 conformance_cases!(define_case_enum! {});
 
 /// The four dialects, in the order the matrices list them.
-pub const DIALECTS: [Dialect; 4] = [
-    Dialect::Anthropic,
-    Dialect::OpenAiChat,
-    Dialect::OpenAiResponses,
-    Dialect::Ollama,
-];
+pub const DIALECTS: [Dialect; 4] = Dialect::ALL;
 
 /// The ngl values a case is checked with, and (after a round trip) what came back.
 /// A check builds one from [`Case::sample`], sends every value through a dialect and

@@ -7,12 +7,7 @@
 use glider_dialects::codec;
 use glider_ngl::{Dialect, StreamEvent};
 
-pub const DIALECTS: [Dialect; 4] = [
-    Dialect::Anthropic,
-    Dialect::OpenAiChat,
-    Dialect::OpenAiResponses,
-    Dialect::Ollama,
-];
+pub const DIALECTS: [Dialect; 4] = Dialect::ALL;
 
 /// xorshift64*: deterministic, so a failure names its seed and round.
 pub struct Rng(pub u64);
