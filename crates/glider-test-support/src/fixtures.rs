@@ -3,6 +3,11 @@
 //! `context_management`; its title and compaction calls; Codex: developer messages,
 //! non-function tools, no output cap). Shapes and sizes, not the vendors' prompt text.
 //! Shared by the router's tests and benchmarks.
+//!
+//! Real requests now exist: [`crate::captured`] loads what the pinned Claude Code and
+//! Codex actually sent (`tests/fixtures/cli`, written by `scripts/capture-cli-traffic`;
+//! see docs/captured-traffic.md). These hand-written bodies are to be replaced by those
+//! captures; prefer them in new tests.
 
 use serde_json::{Value, json};
 

@@ -6,6 +6,7 @@
 
 mod anthropic;
 pub mod canned;
+pub mod captured;
 mod clock;
 pub mod conformance;
 pub mod fixtures;
