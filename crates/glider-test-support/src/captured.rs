@@ -191,6 +191,7 @@ mod tests {
         "cloud-flag",
         "compact",
         "image",
+        "interactive",
         "local-flag",
         "local-flag-refused",
         "plain",
@@ -352,6 +353,16 @@ mod tests {
             text.contains("\"media_type\":\"image/png\""),
             "no image block"
         );
+
+        // Interactive mode names the session: a title call without tools, a JSON schema.
+        let title = captured_kind("claude-code", "interactive", "title");
+        let title = title.first().expect("a title call");
+        assert!(
+            title.body["tools"].as_array().is_none_or(Vec::is_empty),
+            "{}",
+            title.file
+        );
+        assert!(title.body["output_config"]["format"]["schema"]["properties"]["title"].is_object());
 
         // An unknown slash command never reaches the model.
         assert!(
