@@ -237,7 +237,7 @@ impl Backend {
             BackendKind::Anthropic => "an Anthropic client's x-api-key or Authorization",
             _ => "an OpenAI client's Authorization",
         };
-        Some(AttemptFailure::not_sent(
+        Some(AttemptFailure::cannot_serve(
             self.name(),
             ErrorKind::Authentication,
             format!(

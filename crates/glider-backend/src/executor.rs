@@ -56,9 +56,10 @@ pub fn attempt_order(candidates: &[Candidate], reserve: usize) -> Vec<usize> {
 }
 
 /// Whether the reserve may answer after `failures`: there were attempts, and none of
-/// them reached its backend.
+/// them reached its backend — each could not connect, or could not serve this client
+/// at all (Glider's own refusal: never a reason to withhold the local model).
 fn reserve_admitted(failures: &[AttemptFailure]) -> bool {
-    !failures.is_empty() && failures.iter().all(|f| f.unreachable)
+    !failures.is_empty() && failures.iter().all(AttemptFailure::reached_nothing)
 }
 
 /// Run the backup sequence over requests already prepared, one per candidate (same
@@ -227,7 +228,10 @@ fn cooling_down(backend: &str, wait: Duration) -> AttemptFailure {
 /// The one error to show when every attempt failed:
 /// 1. the last backend that was reached answered with a client error (4xx: the
 ///    request, its key, its pace) — its status, message and `retry-after`, so the
-///    client can act on it as if it had called the backend itself;
+///    client can act on it as if it had called the backend itself; a backend that
+///    could not serve this client (no credential it may forward) speaks here only when
+///    no backend was tried at all, since a 401 is what a CLI reports as "Failed to
+///    authenticate" when the truth is that the cloud is down;
 /// 2. nothing was reachable (no connection, missing keys, open breakers) — 502 saying
 ///    so with each backend's failure and what to check: not 503, which clients read as
 ///    "overloaded" and retry as capacity (that stays for an upstream that said so);
@@ -241,10 +245,11 @@ pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
             "no backend is configured for this model",
         );
     }
+    let only_unservable = failures.iter().all(|f| f.cannot_serve);
     let last_reached = failures
         .iter()
         .rev()
-        .find(|f| f.kind != ErrorKind::Unavailable);
+        .find(|f| f.kind != ErrorKind::Unavailable && (only_unservable || !f.cannot_serve));
     if let Some(answered) = last_reached.filter(|f| f.client_can_act()) {
         let message = answered
             .upstream_message
@@ -253,7 +258,13 @@ pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
         return ApiError::new(answered.kind, message).with_retry_after(answered.retry_after_secs);
     }
     let list: Vec<String> = failures.iter().map(ToString::to_string).collect();
-    let all = |kinds: &[ErrorKind]| failures.iter().all(|f| kinds.contains(&f.kind));
+    // A backend that could not serve this client tells nothing of the others' state.
+    let all = |kinds: &[ErrorKind]| {
+        failures
+            .iter()
+            .filter(|f| !f.cannot_serve)
+            .all(|f| kinds.contains(&f.kind))
+    };
     let overloaded = failures
         .iter()
         .rev()
@@ -271,7 +282,10 @@ pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
     if all(&[ErrorKind::Unavailable]) {
         return ApiError::new(
             ErrorKind::BadGateway,
-            format!("no backend could be reached: {}", list.join("; ")),
+            format!(
+                "no backend could be reached: {}. {NOTHING_ANSWERED_FIX}",
+                list.join("; ")
+            ),
         );
     }
     let kind = if all(&[ErrorKind::Timeout, ErrorKind::Unavailable]) {
@@ -279,8 +293,19 @@ pub fn summarise(failures: &[AttemptFailure]) -> ApiError {
     } else {
         ErrorKind::BadGateway
     };
-    ApiError::new(kind, format!("all backends failed: {}", list.join("; ")))
+    ApiError::new(
+        kind,
+        format!(
+            "all backends failed: {}. {NOTHING_ANSWERED_FIX}",
+            list.join("; ")
+        ),
+    )
 }
+
+/// What a user can do when no backend answered, said after each backend's failure.
+pub const NOTHING_ANSWERED_FIX: &str = "To have a local model answer: start it (the local \
+     backend's base_url; `glider doctor` checks each backend), then send the header \
+     `x-glider-route: local` or begin the message with `/local`";
 
 #[cfg(test)]
 mod tests {
@@ -344,5 +369,46 @@ mod tests {
                 .starts_with("all backends failed: b: why; b: why")
         );
         assert_eq!(summarise(&[]).kind, ErrorKind::Unavailable);
+    }
+
+    #[test]
+    fn a_backend_that_cannot_serve_the_client_neither_ends_the_sequence_nor_speaks_for_it() {
+        let unreachable = AttemptFailure::unreachable("claude", ErrorKind::Unavailable, "refused");
+        let no_key = AttemptFailure::cannot_serve(
+            "openai",
+            ErrorKind::Authentication,
+            "no credentials for openai",
+        );
+        let answered_500 = failed(ErrorKind::BadGateway, Some(500));
+        // The cloud down and a passthrough backend without a key: the reserve answers.
+        assert!(reserve_admitted(&[unreachable.clone(), no_key.clone()]));
+        // No cloud backend could serve this client at all: the local model may.
+        assert!(reserve_admitted(std::slice::from_ref(&no_key)));
+        // A backend that answered, even with an error, keeps the reserve out.
+        assert!(!reserve_admitted(&[answered_500, no_key.clone()]));
+        assert!(!reserve_admitted(&[]));
+
+        // Nothing answered: a server problem naming each backend and the fix, never
+        // the 401 a CLI reports as "Failed to authenticate".
+        let error = summarise(&[unreachable.clone(), no_key.clone()]);
+        assert_eq!(error.kind, ErrorKind::BadGateway, "{}", error.message);
+        assert!(
+            error.message.starts_with(
+                "no backend could be reached: claude: refused; openai: no credentials"
+            ),
+            "{}",
+            error.message
+        );
+        assert!(
+            error.message.contains("x-glider-route: local"),
+            "{}",
+            error.message
+        );
+        let reversed = summarise(&[no_key.clone(), unreachable]);
+        assert_eq!(reversed.kind, ErrorKind::BadGateway, "{}", reversed.message);
+        // Only backends that wanted a credential the client did not send: the client
+        // can act on that, so it is its 401.
+        let alone = summarise(std::slice::from_ref(&no_key));
+        assert_eq!(alone.kind, ErrorKind::Authentication, "{}", alone.message);
     }
 }

@@ -24,6 +24,12 @@ pub struct AttemptFailure {
     pub retry_after_secs: Option<u64>,
     /// Nothing was sent (a missing key or credential): no verdict on the backend.
     pub never_sent: bool,
+    /// The backend cannot serve this client at all (a passthrough backend for which
+    /// the request carries no credential it may forward): it was not a candidate for
+    /// this request, only listed so the error can say why. Glider's own refusal, never
+    /// the backend's: it neither ends the backup sequence nor keeps the local reserve
+    /// from answering.
+    pub cannot_serve: bool,
     /// The backend could not be reached at all before the first byte: no connection
     /// (refused, DNS, TLS), a timeout, or a breaker that such failures opened. Only
     /// these let `routing.local_fallback` hand a cloud request to a local model.
@@ -47,6 +53,7 @@ impl AttemptFailure {
             upstream_message: None,
             retry_after_secs: None,
             never_sent: false,
+            cannot_serve: false,
             unreachable: false,
         }
     }
@@ -60,6 +67,18 @@ impl AttemptFailure {
         AttemptFailure {
             never_sent: true,
             ..AttemptFailure::new(backend, kind, message, true)
+        }
+    }
+
+    /// A backend that cannot serve this client (see [`AttemptFailure::cannot_serve`]).
+    pub fn cannot_serve(
+        backend: impl Into<String>,
+        kind: ErrorKind,
+        message: impl Into<String>,
+    ) -> AttemptFailure {
+        AttemptFailure {
+            cannot_serve: true,
+            ..AttemptFailure::not_sent(backend, kind, message)
         }
     }
 
@@ -97,6 +116,13 @@ impl AttemptFailure {
     /// credentials it did not send.
     pub fn client_can_act(&self) -> bool {
         self.answered_client_error() || (self.never_sent && self.kind == ErrorKind::Authentication)
+    }
+
+    /// Whether this attempt says nothing about the cloud being up: it could not be
+    /// reached at all, or it was never a candidate for this client. Only such failures
+    /// admit `routing.local_fallback`'s reserve.
+    pub fn reached_nothing(&self) -> bool {
+        self.unreachable || self.cannot_serve
     }
 }
 

@@ -109,3 +109,101 @@ async fn an_explicit_cloud_choice_is_not_handed_to_the_local_model() {
     assert!(reply.status >= 500, "{}", reply.text());
     assert!(local.requests().is_empty(), "{:?}", local.requests());
 }
+
+/// The embedded default profile (`configs/glider.yaml`) with its local Ollama at
+/// `local`, both clouds at `cloud_url`, and neither cloud key set: a CLI user's
+/// first hour, offline.
+fn default_profile(local: &MockVendor, cloud_url: &str) -> String {
+    let profile = glider_config::DEFAULT_PROFILE
+        .replace("http://127.0.0.1:11434", &local.base_url())
+        .replace("https://api.anthropic.com", cloud_url)
+        .replace("https://api.openai.com/v1", cloud_url)
+        .replace("${ANTHROPIC_API_KEY}", "${GLIDER_TEST_UNSET_ANTHROPIC_KEY}")
+        .replace("${OPENAI_API_KEY}", "${GLIDER_TEST_UNSET_OPENAI_KEY}");
+    assert!(profile.contains(&local.base_url()) && profile.contains(cloud_url));
+    profile
+}
+
+/// The real CLI's first request of `scenario` (captured from it: docs/captured-traffic.md).
+fn captured_turn(
+    cli: &str,
+    scenario: &str,
+    kind: &str,
+) -> glider_test_support::captured::CapturedRequest {
+    glider_test_support::captured::captured_kind(cli, scenario, kind)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("a captured {cli} {scenario} {kind}"))
+}
+
+#[tokio::test]
+async fn with_the_default_profile_an_offline_cli_turn_is_answered_by_the_local_model() {
+    let local = MockVendor::start(Default::default()).await;
+    let gw = gateway(&default_profile(&local, &refused_url().await)).await;
+    // The real CLIs' main turns, with the key each sends: the classifier sends them to
+    // the cloud, whose other vendor's passthrough backend cannot take that client's
+    // key — which must not end the sequence before the local model.
+    let cases = [
+        (
+            Dialect::Anthropic,
+            captured_turn("claude-code", "plain", "messages"),
+            ("x-api-key", "sk-ant-test"),
+        ),
+        (
+            Dialect::OpenAiResponses,
+            captured_turn("codex", "plain", "responses"),
+            ("authorization", "Bearer sk-test"),
+        ),
+    ];
+    for (front, turn, credential) in cases {
+        let reply = post(
+            &gw.base,
+            front_path(front),
+            turn.body_bytes(),
+            &[credential],
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{front:?}: {}", reply.text());
+        let route = reply.header("x-glider-route");
+        assert!(route.contains("backend=local"), "{front:?}: {route}");
+        assert!(route.contains("rule=local_fallback"), "{front:?}: {route}");
+        assert!(
+            route.contains("no credentials for"),
+            "the other vendor's backend was skipped, not final: {route}"
+        );
+        reply
+            .decode(front, true)
+            .expect("a valid stream in the client's dialect");
+    }
+    assert_eq!(local.requests().len(), 2, "{:?}", local.requests());
+}
+
+#[tokio::test]
+async fn when_nothing_can_answer_the_error_is_a_server_problem_naming_each_backend_and_the_fix() {
+    let nowhere = refused_url().await;
+    let local = MockVendor::start(Default::default()).await;
+    let profile = default_profile(&local, &nowhere).replace(&local.base_url(), &nowhere);
+    let gw = gateway(&profile).await;
+    let turn = captured_turn("claude-code", "plain", "messages");
+    let reply = post(
+        &gw.base,
+        "/v1/messages",
+        turn.body_bytes(),
+        &[("x-api-key", "sk-ant-test")],
+    )
+    .await;
+    // Never the 401 Claude Code reports as "Failed to authenticate".
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    let message = reply.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    for named in [
+        "claude: ",
+        "openai: no credentials",
+        "local: ",
+        "x-glider-route: local",
+    ] {
+        assert!(message.contains(named), "{named}: {message}");
+    }
+}
