@@ -4,6 +4,12 @@
 //! incomplete call and says so, ending at `max_tokens` (never a finished turn with a
 //! broken call); and a JSON schema that [`crate::fit`] sent as a forced tool (a wire
 //! with no schema field) comes back as the text reply the client asked for.
+//!
+//! A note goes at the end of the reply's last text block, never in a block of its own
+//! after the answer: `claude -p` and `codex exec` print only a reply's last text block,
+//! so a note block of its own would be all the user saw. A reply with no text gets the
+//! note as its text; one whose text came before a tool call says it by its stop reason
+//! and the record alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -162,10 +168,17 @@ pub fn end_whole(response: &mut Response, ending: LocalEnding) -> Vec<String> {
     lines
 }
 
+/// Where a note goes (see the module's doc): the last part if it is text, a text part
+/// of its own if the reply has no text, nowhere if text came before the last part.
 fn append_note(response: &mut Response, note: &str) {
+    let has_text = response
+        .parts
+        .iter()
+        .any(|part| matches!(part, Part::Text { .. }));
     match response.parts.last_mut() {
         Some(Part::Text { text, .. }) => text.push_str(note),
-        _ => response.parts.push(Part::text(note.trim_start())),
+        _ if !has_text => response.parts.push(Part::text(note.trim_start())),
+        _ => {}
     }
 }
 
@@ -217,6 +230,14 @@ pub struct EndingStream {
     held: Vec<StreamEvent>,
     /// Whether any tool call other than the schema tool's reached the client.
     passed_a_call: bool,
+    /// The client's index of the last part handed on, if it is a text part: a note
+    /// at the end goes into it.
+    last_text: Option<usize>,
+    /// Whether any text part was handed on.
+    passed_text: bool,
+    /// The stop of the last text part, held until another event is handed on (so a
+    /// note can still go into it if the reply ends there).
+    text_stop: Option<usize>,
 }
 
 impl EndingStream {
@@ -233,6 +254,9 @@ impl EndingStream {
             calls: BTreeMap::new(),
             held: Vec::new(),
             passed_a_call: false,
+            last_text: None,
+            passed_text: false,
+            text_stop: None,
         }
     }
 
@@ -324,6 +348,7 @@ impl EndingStream {
                 // Whatever call is still open was cut by the failure: never shown.
                 let cut = self.incomplete_calls();
                 self.flush(&cut, &mut out);
+                self.release_text_stop(&mut out);
                 out.push(Ended::Event(StreamEvent::Error { error }));
             }
             other => self.pass_or_hold(other, &mut out),
@@ -378,16 +403,22 @@ impl EndingStream {
             .filter_map(|index| self.calls.get(index).map(|c| c.name.clone()))
             .collect();
         self.flush(&cut, out);
+        let note_into = self.last_text;
+        if note_into.is_none() {
+            self.release_text_stop(out);
+        }
         let answered = self.schema_part.is_some()
             && complete_arguments(&self.schema_json)
             && !self.passed_a_call
             && cut.is_empty();
         if answered && matches!(stop_reason, StopReason::ToolUse | StopReason::MaxTokens) {
             // A whole answer: whatever the model went on to write was not delivered.
+            self.release_text_stop(out);
             out.push(finish(StopReason::EndTurn));
             return;
         }
         if stop_reason != StopReason::MaxTokens {
+            self.release_text_stop(out);
             out.push(Ended::Event(StreamEvent::Finish {
                 stop_reason,
                 stop_sequence,
@@ -405,26 +436,50 @@ impl EndingStream {
             (cap_note(cap), cap_record(cap), StopReason::EndTurn)
         } else {
             // Cut at the client's own limit, between parts: its dialect's own ending.
+            self.release_text_stop(out);
             out.push(finish(StopReason::MaxTokens));
             return;
         };
-        // The note is a text part of its own, after any part still open is closed.
+        // The note ends the last text part (open, or its stop held back for this).
+        if let Some(index) = note_into {
+            out.push(Ended::Event(StreamEvent::TextDelta {
+                index,
+                text: note.clone(),
+            }));
+        }
         for index in std::mem::take(&mut self.open) {
             let index = self.client_index.get(&index).copied().unwrap_or(index);
             out.push(Ended::Event(StreamEvent::PartStop { index }));
         }
-        let index = self.next_client_index;
-        self.next_client_index += 1;
-        out.extend([
-            Ended::Event(StreamEvent::PartStart {
-                index,
-                kind: PartKind::Text,
-            }),
-            Ended::Event(StreamEvent::TextDelta { index, text: note }),
-            Ended::Event(StreamEvent::PartStop { index }),
-            finish(stop_reason),
-            Ended::Record(line),
-        ]);
+        self.release_text_stop(out);
+        if note_into.is_none() && !self.passed_text {
+            // No text at all: the note is the reply's text.
+            let index = self.next_client_index;
+            self.next_client_index += 1;
+            out.extend([
+                Ended::Event(StreamEvent::PartStart {
+                    index,
+                    kind: PartKind::Text,
+                }),
+                Ended::Event(StreamEvent::TextDelta {
+                    index,
+                    text: note.trim_start().to_owned(),
+                }),
+                Ended::Event(StreamEvent::PartStop { index }),
+            ]);
+        }
+        out.extend([finish(stop_reason), Ended::Record(line)]);
+    }
+
+    /// Hand on the held stop of the last text part, if any.
+    fn release_text_stop(&mut self, out: &mut Vec<Ended>) {
+        if let Some(index) = self.text_stop.take() {
+            if self.last_text == Some(index) {
+                // Closed: a note can no longer go into it.
+                self.last_text = None;
+            }
+            out.push(Ended::Event(StreamEvent::PartStop { index }));
+        }
     }
 
     /// Hand on every held event except those of the `dropped` calls.
@@ -447,12 +502,17 @@ impl EndingStream {
         self.calls.clear();
     }
 
-    /// Hand `event` on with the client's part index.
+    /// Hand `event` on with the client's part index; the stop of a text part that is
+    /// the last part so far is held (see [`EndingStream::text_stop`]).
     fn pass(&mut self, mut event: StreamEvent, out: &mut Vec<Ended>) {
-        if let StreamEvent::PartStart { index, .. } = &event {
-            self.client_index.insert(*index, self.next_client_index);
+        if let StreamEvent::PartStart { index, kind } = &event {
+            let client = self.next_client_index;
+            self.client_index.insert(*index, client);
             self.open.insert(*index);
             self.next_client_index += 1;
+            let text = matches!(kind, PartKind::Text);
+            self.last_text = text.then_some(client);
+            self.passed_text |= text;
         }
         if let StreamEvent::PartStop { index } = &event {
             self.open.remove(index);
@@ -460,6 +520,13 @@ impl EndingStream {
         if let Some(index) = event_index_mut(&mut event) {
             *index = self.client_index.get(index).copied().unwrap_or(*index);
         }
+        if let StreamEvent::PartStop { index } = event
+            && self.last_text == Some(index)
+        {
+            self.text_stop = Some(index);
+            return;
+        }
+        self.release_text_stop(out);
         out.push(Ended::Event(event));
     }
 }
@@ -586,6 +653,18 @@ mod tests {
             cut.plain_text(),
             "Once upon\n\n[glider: reply cut at the local output cap of 8 tokens (fit.max_output_tokens)]"
         );
+        // Text before a whole call: a note block after the call would be the last text
+        // block, printed in place of the answer; the record says it instead.
+        let mut after_call = response(
+            vec![
+                Part::text("Looking."),
+                call("Read", json!({"path": "/tmp"})),
+            ],
+            StopReason::MaxTokens,
+        );
+        assert_eq!(end_whole(&mut after_call, capped()), [cap_record(CAP)]);
+        assert_eq!(after_call.parts.len(), 2);
+        assert_eq!(after_call.plain_text(), "Looking.");
         let mut finished = response(vec![Part::text("Once upon")], StopReason::EndTurn);
         let before = finished.clone();
         assert!(
@@ -596,28 +675,34 @@ mod tests {
     }
 
     #[test]
-    fn a_streamed_reply_cut_at_glider_s_cap_gets_the_note_as_its_own_last_part() {
-        let mut events = text_part(0, "Once").to_vec();
-        // The part is left open: the cut can come before the backend closes it.
-        events.push(finish(StopReason::MaxTokens));
-        let (out, lines) = run(capped(), events);
-        let reply = built(&out);
-        assert_eq!(reply.stop_reason, StopReason::EndTurn);
-        assert!(
-            reply.plain_text().starts_with("Once")
-                && reply.plain_text().ends_with(
-                    "[glider: reply cut at the local output cap of 8 tokens (fit.max_output_tokens)]"
-                ),
-            "{out:?}"
-        );
+    fn a_streamed_reply_cut_at_glider_s_cap_gets_the_note_at_the_end_of_its_last_text() {
+        let noted = "Once\n\n[glider: reply cut at the local output cap of 8 tokens (fit.max_output_tokens)]";
+        let open = text_part(0, "Once").to_vec();
+        let mut closed = open.clone();
+        closed.push(StreamEvent::PartStop { index: 0 });
+        // Open or closed: the cut can come before the backend closes the part.
+        for mut events in [open, closed] {
+            events.push(finish(StopReason::MaxTokens));
+            let (out, lines) = run(capped(), events);
+            let reply = built(&out);
+            assert_eq!(reply.stop_reason, StopReason::EndTurn);
+            // One text block: what `claude -p` and `codex exec` print is the answer.
+            assert_eq!(reply.parts, [Part::text(noted)], "{out:?}");
+            assert_eq!(
+                out.iter()
+                    .filter(|e| matches!(e, StreamEvent::PartStop { .. }))
+                    .count(),
+                1,
+                "{out:?}"
+            );
+            assert_eq!(lines, [cap_record(CAP)]);
+        }
+        // A reply with no text at all: the note is its text.
+        let (out, _) = run(capped(), vec![finish(StopReason::MaxTokens)]);
         assert_eq!(
-            out.iter()
-                .filter(|e| matches!(e, StreamEvent::PartStop { .. }))
-                .count(),
-            2,
-            "the open part is closed before the note's own part: {out:?}"
+            built(&out).plain_text(),
+            "[glider: reply cut at the local output cap of 8 tokens (fit.max_output_tokens)]"
         );
-        assert_eq!(lines, [cap_record(CAP)]);
         let (ended, lines) = run(capped(), vec![finish(StopReason::EndTurn)]);
         assert_eq!(
             ended,
@@ -648,11 +733,13 @@ mod tests {
                 text.contains("inside a call to `Read`: the incomplete call was dropped]"),
                 "{text}"
             );
-            // The note takes the dropped call's place: the client's indices stay contiguous.
-            assert!(out.contains(&StreamEvent::PartStart {
-                index: 1,
-                kind: PartKind::Text
-            }));
+            // The note ends the text before the dropped call: one text block.
+            assert_eq!(reply.parts.len(), 1, "{out:?}");
+            assert!(
+                !out.iter()
+                    .any(|e| matches!(e, StreamEvent::PartStart { index: 1, .. })),
+                "{out:?}"
+            );
             assert_eq!(lines.len(), 1, "{lines:?}");
             assert!(lines[0].contains("reported as max_tokens"), "{lines:?}");
         }
