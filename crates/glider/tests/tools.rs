@@ -27,7 +27,17 @@ async fn setup(max_turns: u32) -> (tempfile::TempDir, glider_test_support::MockV
 }
 
 async fn ask(gateway: &Gateway, front: Dialect, text: &str, stream: bool) -> Reply {
-    let request = text_request("m-ollama", text, stream);
+    ask_model(gateway, "m-ollama", front, text, stream).await
+}
+
+async fn ask_model(
+    gateway: &Gateway,
+    model: &str,
+    front: Dialect,
+    text: &str,
+    stream: bool,
+) -> Reply {
+    let request = text_request(model, text, stream);
     post(
         &gateway.base,
         front_path(front),
@@ -40,13 +50,20 @@ async fn ask(gateway: &Gateway, front: Dialect, text: &str, stream: bool) -> Rep
 #[tokio::test]
 async fn a_local_model_that_calls_grep_gets_its_result_and_the_client_gets_the_answer() {
     let (_workspace, mock, gateway) = setup(4).await;
-    for front in [Dialect::Anthropic, Dialect::OpenAiChat] {
-        for stream in [false, true] {
-            let case = format!("{front:?} stream={stream}");
+    // Every front, streamed or not (both CLIs always stream), to an Ollama and an
+    // OpenAI-compatible local backend: the loop reads each model turn whole.
+    let cases = [("m-ollama", "ollama"), ("m-vllm", "vllm")]
+        .into_iter()
+        .flat_map(|model| FRONTS.into_iter().map(move |front| (model, front)))
+        .flat_map(|case| [false, true].map(move |stream| (case, stream)));
+    for (((model, backend), front), stream) in cases {
+        {
+            let case = format!("{model} {front:?} stream={stream}");
             let mut events = gateway.engine.bus().subscribe();
             let before = mock.requests().len();
-            let reply = ask(
+            let reply = ask_model(
                 &gateway,
+                model,
                 front,
                 r#"where is the needle? [[call:grep {"pattern":"needle"}]]"#,
                 stream,
@@ -96,7 +113,7 @@ async fn a_local_model_that_calls_grep_gets_its_result_and_the_client_gets_the_a
                 "{case}: {}",
                 call.arguments
             );
-            assert_eq!(record.backend.as_deref(), Some("ollama"), "{case}");
+            assert_eq!(record.backend.as_deref(), Some(backend), "{case}");
         }
     }
 }

@@ -28,6 +28,9 @@ pub(crate) fn for_candidate(
     let backend = &candidate.backend;
     let dialect = backend.dialect_for(front);
     let glider_stops = stops::applied_by_glider(front, request, backend);
+    // What this candidate's body asks: the adapted request's own choice (the tool loop
+    // reads each reply whole while the client streams), else the client's.
+    let stream = adapted.as_ref().map_or(request.stream, |a| a.stream) || glider_stops;
     let body = match (adapted, body) {
         (None, Some(body)) if dialect == front => {
             rewrite_model(body, &request.model, &candidate.model)
@@ -50,7 +53,7 @@ pub(crate) fn for_candidate(
     UpstreamRequest {
         dialect,
         body,
-        stream: request.stream || glider_stops,
+        stream,
         headers: with_session_key(
             forward_headers(front, headers, backend),
             backend,
