@@ -134,11 +134,17 @@ const CODEX_COMPACTION: &str = "You are performing a CONTEXT CHECKPOINT COMPACTI
 const COMPACTION_OPENING: &str = "You";
 
 /// Whether `request` is a CLI's compaction request, recognised by shape: its last turn
-/// is the user's and its text holds the CLI's compaction instruction (Claude Code
-/// sends it after the conversation, alone or next to tool results).
+/// other than system entries is the user's and its text holds the CLI's compaction
+/// instruction (Claude Code sends it after the conversation, alone or next to tool
+/// results, and most often follows it with a `role: "system"` entry — a reminder, a
+/// file note, the skills list — which is looked past).
 pub fn compaction_prompt(request: &Request) -> Option<CompactionPrompt> {
-    let last = request.turns.last()?;
-    if last.role != glider_ngl::Role::User {
+    let last = request
+        .turns
+        .iter()
+        .rev()
+        .find(|turn| turn.role != Role::System)?;
+    if last.role != Role::User {
         return None;
     }
     // Every request of a session with the context log on asks this of its newest user
@@ -408,6 +414,54 @@ mod tests {
         assert!(kept.len() <= 2 * REPLY_TEXT_KEPT + 16);
     }
 
+    /// A captured request of the real CLI, decoded as the gateway decodes it.
+    fn real(cli: &str, scenario: &str, kind: &str) -> Vec<Request> {
+        glider_test_support::captured::captured_kind(cli, scenario, kind)
+            .iter()
+            .map(|captured| {
+                let dialect = if cli == "codex" {
+                    Dialect::OpenAiResponses
+                } else {
+                    Dialect::Anthropic
+                };
+                glider_dialects::codec(dialect)
+                    .decode_request(&captured.body_bytes())
+                    .unwrap_or_else(|e| panic!("{cli} {scenario} {}: {e}", captured.file))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_real_clis_compactions_are_recognised_and_their_other_turns_are_not() {
+        for (cli, scenario, expected) in [
+            ("claude-code", "compact", CompactionPrompt::ClaudeCode),
+            ("claude-code", "auto-compact", CompactionPrompt::ClaudeCode),
+            ("codex", "auto-compact", CompactionPrompt::Codex),
+        ] {
+            let compactions = real(cli, scenario, "compact");
+            assert!(!compactions.is_empty(), "{cli} {scenario}");
+            for request in &compactions {
+                assert_eq!(
+                    compaction_prompt(request),
+                    Some(expected),
+                    "{cli} {scenario}: last turns {:?}",
+                    &request.turns[request.turns.len().saturating_sub(2)..]
+                );
+            }
+        }
+        for (cli, scenario, kind) in [
+            ("claude-code", "tool-loop", "messages"),
+            ("claude-code", "auto-compact", "messages"),
+            ("claude-code", "subagent", "messages"),
+            ("codex", "shell", "responses"),
+            ("codex", "auto-compact", "responses"),
+        ] {
+            for request in real(cli, scenario, kind) {
+                assert_eq!(compaction_prompt(&request), None, "{cli} {scenario}");
+            }
+        }
+    }
+
     fn conversation(last: glider_ngl::Turn) -> Request {
         use glider_ngl::{Role, Turn};
         Request {
@@ -466,6 +520,20 @@ mod tests {
         assert_eq!(
             compaction_prompt(&conversation(Turn::text(Role::Assistant, claude))),
             None
+        );
+        // Claude Code 2.1.197 ends `/compact` and most auto-compactions with system
+        // entries after the instruction.
+        let mut trailing = conversation(Turn::text(Role::User, claude));
+        trailing.turns.push(Turn::text(
+            Role::System,
+            "<system-reminder>The following skills are available</system-reminder>",
+        ));
+        trailing
+            .turns
+            .push(Turn::text(Role::System, "Note: src/parse.rs was modified"));
+        assert_eq!(
+            compaction_prompt(&trailing),
+            Some(CompactionPrompt::ClaudeCode)
         );
     }
 
