@@ -634,12 +634,33 @@ fn decisions(episodes: &[Episode]) -> Vec<Decision> {
 }
 
 /// An episode's closing words: its last request's reply (a compaction's summary
-/// aside), when that reply called no tool (the episode's answer) and said something.
+/// aside), when that reply called no tool (the episode's answer), said something, and
+/// is an answer at all ([`an_answer`]).
 fn closing_words(episode: &Episode) -> Option<(&Step, &str)> {
     let last = episode.steps.iter().rev().find(|s| !s.compaction)?;
     let text = last.reply_text.as_deref()?.trim();
-    (last.tool_calls.is_empty() && !text.is_empty()).then_some((last, text))
+    (last.tool_calls.is_empty() && !text.is_empty() && an_answer(last, episode, text))
+        .then_some((last, text))
 }
+
+/// Whether a reply's `text` is the model's account of the task, worth keeping as
+/// what the assistant said: a reply that succeeded and ended by itself (not cut at a
+/// limit), that is not Glider's own note, and — a small or base local model echoes its
+/// prompt — that repeats neither the CLI's injected blocks nor the user's goal.
+fn an_answer(step: &Step, episode: &Episode, text: &str) -> bool {
+    let succeeded = step.status.is_none_or(|status| status == 200);
+    let ended = step.stop_reason.as_deref() != Some("max_tokens");
+    let glider_note = text.starts_with("[glider");
+    let echoes = text.contains("<system-reminder>")
+        || episode
+            .goal_text()
+            .map(str::trim)
+            .is_some_and(|goal| goal.len() >= ECHO_MIN_CHARS && text.contains(goal));
+    succeeded && ended && !glider_note && !echoes
+}
+
+/// A goal this long found whole inside a reply is the prompt echoed, not an answer.
+const ECHO_MIN_CHARS: usize = 40;
 
 /// A request the last exchanges may show: not a compaction, and its reply said or
 /// called something.
@@ -921,6 +942,48 @@ mod tests {
         assert!(text.contains("- rename foo to bar in src/lib.rs"), "{text}");
         assert!(text.contains("- cargo test: test result: FAILED"), "{text}");
         assert!(text.ends_with("</continuity-record>"));
+    }
+
+    #[test]
+    fn a_reply_is_what_the_assistant_said_only_when_it_is_an_answer() {
+        let goal = "explain what the parser in src/parse.rs does with empty input";
+        let closing = |reply: &str, status: u16, stop: Option<&'static str>| {
+            let mut log = Log::default();
+            log.turn(Some(goal), vec![], reply, vec![]);
+            if let Some(Stored {
+                event:
+                    Event {
+                        body: EventBody::Reply(reply),
+                        ..
+                    },
+                ..
+            }) = log.events.last_mut()
+            {
+                reply.status = Some(status);
+                reply.stop_reason = stop.map(Into::into);
+            }
+            log.record()
+                .decisions
+                .into_iter()
+                .map(|d| d.text)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            closing("It returns an empty AST.", 200, Some("end_turn")),
+            ["It returns an empty AST."]
+        );
+        // A small local model echoing its prompt, a reply cut at a limit, a failed
+        // reply, and Glider's own note are not the assistant's account of the task.
+        let echo = format!("User: {goal}\nAssistant: User: {goal}");
+        for (reply, status, stop) in [
+            (echo.as_str(), 200, Some("end_turn")),
+            ("<system-reminder>skills</system-reminder> hi", 200, None),
+            ("It returns an empty", 200, Some("max_tokens")),
+            ("upstream error", 502, None),
+            ("[glider] stopped after 3 tool turns", 200, Some("end_turn")),
+        ] {
+            assert!(closing(reply, status, stop).is_empty(), "{reply}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use glider_engine::{
     CompactionSource, ContextSink, DecidedTurn, DelegatedRun, RecordedTurn, newest_turns,
-    tool_calls_of,
+    tool_calls_of, user_words,
 };
 use glider_ngl::{Part, Request, Role};
 
@@ -202,10 +202,15 @@ fn newest_calls_and_results(request: &Request) -> (Vec<ToolCall>, Vec<ToolResult
                             ));
                         }
                         Part::Text { text: t, .. } if turn.role == Role::User => {
+                            // The user's words, not the blocks their CLI injected.
+                            let words = user_words(t);
+                            if words.is_empty() {
+                                continue;
+                            }
                             if !text.is_empty() {
                                 text.push('\n');
                             }
-                            text.push_str(prefix(t, MAX_USER_TEXT_CHARS));
+                            text.push_str(prefix(&words, MAX_USER_TEXT_CHARS));
                         }
                         _ => {}
                     }

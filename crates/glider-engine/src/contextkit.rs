@@ -392,7 +392,11 @@ impl<'a> Newest<'a> {
             for part in &turn.parts {
                 match part {
                     Part::ToolResult { call_id, .. } => newest.result_ids.push(call_id),
-                    Part::Text { text, .. } if !text.trim().is_empty() => newest.user_text = true,
+                    // Only the user's own words open an episode, never a CLI's
+                    // injected blocks alone (the context sink reads them alike).
+                    Part::Text { text, .. } if !crate::user_words(text).is_empty() => {
+                        newest.user_text = true
+                    }
                     _ => {}
                 }
             }

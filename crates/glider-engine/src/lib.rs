@@ -11,8 +11,10 @@ pub mod local_reply;
 pub mod pipeline;
 mod plugins;
 pub mod router;
+pub mod speed;
 pub mod tokenizer;
 pub mod transform;
+pub mod user_words;
 
 pub use context::{
     CompactionPrompt, CompactionSource, ContextSink, DecidedTurn, DelegatedRun, RecordedTurn,
@@ -28,3 +30,4 @@ pub use pipeline::{
     ModelInfo, Prepared, decode_events, stream_error_event,
 };
 pub use router::{RouteDecision, RuleName};
+pub use user_words::user_words;
