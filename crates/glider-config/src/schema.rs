@@ -290,6 +290,13 @@ pub struct FitConfig {
     /// Tools a reduced set always keeps, per client (the key names the client for the
     /// reader; a tool is kept when any list names it). Names are matched exactly.
     pub core_tools: BTreeMap<String, Vec<String>>,
+    /// Seconds of generation a local reply may take once the model's speed is measured
+    /// (its own replies' tokens per second): the output cap is at most what it
+    /// generates in this time (never below 256 tokens).
+    pub max_reply_secs: f64,
+    /// The share of a local model's context window its system text may take; past it
+    /// the system text is cut (its head kept, with a note).
+    pub max_system_share: f64,
 }
 
 impl Default for FitConfig {
@@ -304,6 +311,8 @@ impl Default for FitConfig {
                 ),
                 ("codex".to_owned(), list(&["exec_command", "apply_patch"])),
             ]),
+            max_reply_secs: 60.0,
+            max_system_share: 0.25,
         }
     }
 }
@@ -803,6 +812,10 @@ pub struct SummarizerConfig {
     /// and try it again `idle_secs` later: a local server with one slot otherwise makes
     /// the client's turn wait for the whole summary.
     pub yield_to_clients: bool,
+    /// The most of the backend's time summaries may take: after a run that took `t`
+    /// seconds (answered, rejected, timed out or yielded), the next waits
+    /// `t × (1 − share) / share` (0.1: a 20 s summary, then 180 s without one).
+    pub max_busy_share: f64,
 }
 
 impl Config {
@@ -861,6 +874,7 @@ impl Default for SummarizerConfig {
             timeout_secs: 120,
             idle_secs: 60,
             yield_to_clients: true,
+            max_busy_share: 0.1,
         }
     }
 }
@@ -1249,6 +1263,18 @@ impl Config {
         let wait = self.routing.max_cold_wait_secs;
         if !(wait.is_finite() && wait >= 0.0) {
             problems.push("routing.max_cold_wait_secs must be a non-negative number".into());
+        }
+        let busy = self.context.summarizer.max_busy_share;
+        if !(busy.is_finite() && busy > 0.0 && busy <= 1.0) {
+            problems.push("context.summarizer.max_busy_share must be above 0 and at most 1".into());
+        }
+        let reply_secs = self.fit.max_reply_secs;
+        if !(reply_secs.is_finite() && reply_secs > 0.0) {
+            problems.push("fit.max_reply_secs must be a positive number".into());
+        }
+        let share = self.fit.max_system_share;
+        if !(share.is_finite() && share > 0.0 && share <= 1.0) {
+            problems.push("fit.max_system_share must be above 0 and at most 1".into());
         }
         if self.routing.starlark.max_steps == Some(0) {
             problems.push("routing.starlark.max_steps must be at least 1".into());

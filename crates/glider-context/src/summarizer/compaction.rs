@@ -293,6 +293,11 @@ impl Carried {
     /// must name (the check's list, always whole), the commands the range ran and the
     /// range's turns, the newest kept when the whole must fit `max_chars`. The record
     /// gets at most half of `max_chars`, the commands a quarter.
+    /// The accepted narrative this run updates, if any (part of its input).
+    pub fn previous_narrative(&self) -> Option<&str> {
+        self.previous.as_ref().map(|p| p.narrative.as_str())
+    }
+
     pub fn render_input(&self, required: &Required, max_chars: usize) -> String {
         let mut record = ContinuityRecord::of_folder(&self.session, &self.folder);
         // The narrative being updated is the one the range starts after.

@@ -12,6 +12,7 @@
 //! it (`context.summarizer.yield_to_clients`), and it is tried again later.
 
 pub mod compaction;
+pub mod judge;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -235,6 +236,7 @@ impl Summarizer {
             pending,
             warned: None,
             carried: CarriedSessions::default(),
+            resting_until: None,
         };
         Ok(Summarizer {
             task: glider_sys::safego::spawn_once("summarizer", worker.run()),
@@ -252,6 +254,8 @@ struct Worker {
     /// The last "cannot summarize" warning, so a standing problem is logged once.
     warned: Option<String>,
     carried: CarriedSessions,
+    /// No run starts before this (`context.summarizer.max_busy_share`).
+    resting_until: Option<Instant>,
 }
 
 impl Worker {
@@ -271,6 +275,14 @@ impl Worker {
             self.pending
                 .paused
                 .store(false, std::sync::atomic::Ordering::Relaxed);
+            if let Some(until) = self.resting_until.take()
+                && until > Instant::now()
+            {
+                // The backend's time is the clients' first: summaries take at most
+                // their share of it. What comes meanwhile waits in `pending`.
+                tokio::time::sleep_until(until.into()).await;
+                continue;
+            }
             match self.pending.next(Duration::from_secs(settings.idle_secs)) {
                 Next::Compact(session, trigger) => {
                     if self.context.strong_count() == 0 {
@@ -305,6 +317,13 @@ impl Worker {
             }
         }
         tokio::time::sleep(RECHECK_WHILE_DISABLED).await;
+    }
+
+    /// After a run that began at `started`, rest so that runs take at most `share` of
+    /// the backend's time.
+    fn rest_after(&mut self, started: Instant, share: f64) {
+        let took = started.elapsed();
+        self.resting_until = Some(Instant::now() + resting_time(took, share));
     }
 
     async fn compact(&mut self, config: &Config, session: &str, trigger: Trigger) {
@@ -345,6 +364,10 @@ impl Worker {
             self.carried.put(carried);
             return;
         };
+        let previous = carried
+            .as_ref()
+            .and_then(Carried::previous_narrative)
+            .map(str::to_owned);
         let backend = self.source.backend(backend_config);
         let started = Instant::now();
         let mark = backend.foreground.mark();
@@ -367,6 +390,7 @@ impl Worker {
                 ))
             }),
             () = yielding => {
+                self.rest_after(started, settings.max_busy_share);
                 // Dropping the request closes its connection: the server stops the
                 // summary and its slot is the client's.
                 self.pending.yielded(session, trigger);
@@ -382,6 +406,7 @@ impl Worker {
                 return;
             }
         };
+        self.rest_after(started, settings.max_busy_share);
         let mut event = CompactionEvent {
             source: "summarizer".into(),
             until_ms: range.until_ms,
@@ -398,8 +423,13 @@ impl Worker {
                 event.input_tokens = summary.input_tokens;
                 event.output_tokens = summary.output_tokens;
                 let missing = required.missing(&summary.text);
+                let no_summary = judge::rejection(&summary.text, &input, previous.as_deref());
                 if summary.text.trim().is_empty() {
                     event.reason = Some("the model wrote no summary".into());
+                } else if let Some(why) = no_summary {
+                    event.reason = Some(why);
+                    event.rejected_text =
+                        Some(prefix(&summary.text, REJECTED_TEXT_CHARS).to_owned());
                 } else if missing.is_empty() {
                     event.accepted = true;
                     event.narrative = summary.text.trim().to_owned();
@@ -455,6 +485,20 @@ impl Worker {
     }
 }
 
+/// How long to rest after a run that took `took`, so that runs take at most `share`
+/// of the time (`context.summarizer.max_busy_share`).
+fn resting_time(took: Duration, share: f64) -> Duration {
+    let share = share.clamp(f64::MIN_POSITIVE, 1.0);
+    took.mul_f64((1.0 - share) / share)
+}
+
+/// Whether any reply among `events` succeeded.
+fn any_answered(events: &[store::Stored]) -> bool {
+    events
+        .iter()
+        .any(|s| matches!(&s.event.body, EventBody::Reply(reply) if reply.status.is_none_or(|status| status == 200)))
+}
+
 /// A compaction's input, what its answer must name and the range it covers.
 type Prepared = (String, compaction::Required, compaction::Range);
 
@@ -503,15 +547,25 @@ fn prepare(
         .filter(|c| c.first_id() == first_id)
         .unwrap_or_else(|| Carried::new(session, first_id));
     let events = store::events_after(&conn, Some(session), carried.through())?;
-    let range = match carried.advance(&events, trigger, max_chars) {
-        Ok(range) => range,
+    let (range, answered) = match carried.advance(&events, trigger, max_chars) {
+        Ok(range) => (range, any_answered(&events)),
         Err(Stale) => {
             carried = Carried::new(session, first_id);
             let events = store::events(&conn, Some(session))?;
             // A fresh carrier has folded nothing another compaction could cut.
-            carried.advance(&events, trigger, max_chars).unwrap_or(None)
+            let range = carried.advance(&events, trigger, max_chars).unwrap_or(None);
+            (range, any_answered(&events))
         }
     };
+    if range.is_some() && !answered {
+        // Every turn failed: nothing was done that a summary could tell, and a model
+        // asked anyway writes about its instructions.
+        tracing::info!(
+            session,
+            "summarizer: no turn of the range was answered; nothing to summarize"
+        );
+        return Ok((None, Some(carried)));
+    }
     let prepared = range.map(|range| {
         let required = carried.required();
         let input = carried.render_input(&required, max_chars);
@@ -620,6 +674,33 @@ mod tests {
             assert_eq!(theirs, (ours + READ_NICE).min(19));
         }
         assert_eq!(this_thread_nice().expect("nice"), ours, "ours is unchanged");
+    }
+
+    #[test]
+    fn summaries_take_at_most_their_share_of_the_backend_s_time() {
+        let took = Duration::from_secs(20);
+        assert_eq!(resting_time(took, 0.1), Duration::from_secs(180));
+        assert_eq!(resting_time(took, 0.5), Duration::from_secs(20));
+        assert_eq!(resting_time(took, 1.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_range_whose_every_turn_failed_is_not_summarized() {
+        use crate::event::ReplyEvent;
+        let reply = |status| store::Stored {
+            id: 1,
+            family: None,
+            event: Event {
+                at_ms: 1,
+                session: Some("s".into()),
+                body: EventBody::Reply(ReplyEvent {
+                    status: Some(status),
+                    ..ReplyEvent::default()
+                }),
+            },
+        };
+        assert!(!any_answered(&[reply(502), reply(401)]));
+        assert!(any_answered(&[reply(502), reply(200)]));
     }
 
     fn ended(session: &str) -> Activity {
