@@ -79,7 +79,7 @@ pub struct RequestRecord {
 
 impl RequestRecord {
     /// The record of a request that just arrived: nothing decided yet.
-    fn arriving(
+    pub(crate) fn arriving(
         id: u64,
         started_at_ms: u64,
         door: String,

@@ -1,5 +1,8 @@
 //! Fitting a request to a local model (issue 15, item 3): a small model gets a tool set
-//! it can handle, an output cap it can finish, and nothing it would reject or misread.
+//! it can handle, an output cap it can finish in a time a user accepts (a quarter of its
+//! window at most, and with its speed measured, `fit.max_reply_secs` of generation), a
+//! system prompt that leaves room in its window (`fit.max_system_share`), and nothing
+//! it would reject or misread.
 //! Each change is named in the returned notes, which go on the request's record: nothing
 //! is dropped silently. Cloud routes are never fitted (they stay byte-exact).
 
@@ -10,7 +13,8 @@ use glider_config::{BackendFit, BackendKind, Config, FitConfig, ModelSpec};
 use glider_ngl::{Dialect, Part, Request, ToolChoice, ToolDef, ToolList};
 use serde_json::Value;
 
-use crate::tokenizer::estimate_tools;
+use crate::speed::Speed;
+use crate::tokenizer::{estimate_text, estimate_tools};
 
 /// Top-level fields of a client's dialect that no local server takes (Claude Code's
 /// `context_management`, OpenAI's cache and storage hints): dropped on a local route.
@@ -28,6 +32,7 @@ const LOCAL_UNSUPPORTED_FIELDS: &[&str] = &[
 const SLIM_DESCRIPTION_CHARS: usize = 160;
 
 /// What one local candidate's request is fitted to.
+#[derive(Clone, Copy)]
 pub struct FitTarget<'a> {
     pub fit: &'a FitConfig,
     pub backend: &'a BackendFit,
@@ -36,6 +41,11 @@ pub struct FitTarget<'a> {
     /// The dialect the backend is spoken to in.
     pub dialect: Dialect,
     pub kind: BackendKind,
+    /// The model's context window (configured, else what its server says, else
+    /// `routing.default_local_context`).
+    pub window: u64,
+    /// How fast the model was measured to be, if it was.
+    pub speed: Option<Speed>,
 }
 
 impl<'a> FitTarget<'a> {
@@ -54,6 +64,8 @@ impl<'a> FitTarget<'a> {
             model,
             dialect: backend.dialect_for(front),
             kind: backend.kind(),
+            window: crate::router::local_window(config, candidate),
+            speed: None,
         }
     }
 }
@@ -82,6 +94,7 @@ pub struct OutputCap {
 pub fn fit_request(request: &mut Request, target: &FitTarget) -> Fitted {
     let mut notes = Vec::new();
     fit_tools(request, target, &mut notes);
+    trim_system(request, target, &mut notes);
     let schema_tool = schema_as_tool(request, target, &mut notes);
     let output_cap = cap_output(request, target, &mut notes);
     notes.extend(drop_thinking(request, target));
@@ -298,33 +311,110 @@ fn strip_schema_descriptions(schema: &mut Value) {
     }
 }
 
-/// `max_tokens` at most the model's own limit and the backend's default cap; a lower
-/// value the client asked for is kept. Returns the cap when Glider set it.
+/// The least output cap a window or a measured speed brings a reply down to: below it a
+/// coding answer is cut before it says anything.
+pub const MIN_FITTED_OUTPUT: u32 = 256;
+
+/// `max_tokens` at most the lowest of: the model's own limit, the backend's default cap,
+/// a quarter of the model's window, and — its speed measured — what it generates in
+/// `fit.max_reply_secs` (the last two never below [`MIN_FITTED_OUTPUT`]); a lower value
+/// the client asked for is kept. Returns the cap when Glider set it.
 fn cap_output(
     request: &mut Request,
     target: &FitTarget,
     notes: &mut Vec<String>,
 ) -> Option<OutputCap> {
-    let backend_cap = target.backend.max_output_tokens;
-    let cap = match target.model.and_then(|m| m.max_output_tokens) {
-        Some(own) if own < backend_cap => OutputCap {
-            tokens: own,
-            setting: "the model's max_output_tokens",
-        },
-        _ => OutputCap {
-            tokens: backend_cap,
-            setting: "fit.max_output_tokens",
-        },
-    };
+    let quarter = u32::try_from(target.window / 4)
+        .unwrap_or(u32::MAX)
+        .max(MIN_FITTED_OUTPUT);
+    let in_time = target
+        .speed
+        .and_then(|s| s.generated_per_sec)
+        .map(|rate| ((rate * target.fit.max_reply_secs) as u32).max(MIN_FITTED_OUTPUT));
+    let limits = [
+        target
+            .model
+            .and_then(|m| m.max_output_tokens)
+            .map(|tokens| (tokens, "the model's max_output_tokens")),
+        Some((target.backend.max_output_tokens, "fit.max_output_tokens")),
+        Some((quarter, "a quarter of the model's context window")),
+        in_time.map(|tokens| (tokens, "fit.max_reply_secs at the model's measured speed")),
+    ];
+    let (tokens, setting) = limits
+        .into_iter()
+        .flatten()
+        .min_by_key(|(tokens, _)| *tokens)?;
+    let cap = OutputCap { tokens, setting };
     match request.max_tokens {
         Some(asked) if asked <= cap.tokens => None,
         asked => {
             let was = asked.map_or("unset".to_owned(), |n| n.to_string());
-            notes.push(format!("max_tokens {was} -> {}", cap.tokens));
+            let mut note = format!("max_tokens {was} -> {}", cap.tokens);
+            if cap.setting != "fit.max_output_tokens" {
+                note.push_str(&format!(" ({})", cap.setting));
+                if let Some(rate) = in_time.and(target.speed.and_then(|s| s.generated_per_sec)) {
+                    note.push_str(&format!(", {rate:.0} tokens/s"));
+                }
+            }
+            notes.push(note);
             request.max_tokens = Some(cap.tokens);
             Some(cap)
         }
     }
+}
+
+/// System text past `fit.max_system_share` of the model's window is cut (its head is
+/// kept: a CLI states who the model is and the rules first), with a note at the cut, so
+/// the conversation and the reply keep room in a small window.
+fn trim_system(request: &mut Request, target: &FitTarget, notes: &mut Vec<String>) {
+    let budget = (target.window as f64 * target.fit.max_system_share) as u64;
+    let system_tokens: u64 = request
+        .turns
+        .iter()
+        .filter(|t| t.role == glider_ngl::Role::System)
+        .flat_map(|t| glider_ngl::texts(&t.parts))
+        .map(estimate_text)
+        .sum();
+    if system_tokens <= budget {
+        return;
+    }
+    let mut left = budget;
+    for turn in request
+        .turns
+        .iter_mut()
+        .filter(|t| t.role == glider_ngl::Role::System)
+    {
+        for part in &mut turn.parts {
+            let Part::Text { text, .. } = part else {
+                continue;
+            };
+            let tokens = estimate_text(text);
+            if tokens <= left {
+                left -= tokens;
+                continue;
+            }
+            // Cut at the same share of its characters as of its tokens.
+            let keep_chars = (text.chars().count() as u64 * left / tokens.max(1)) as usize;
+            let cut = text
+                .char_indices()
+                .nth(keep_chars)
+                .map_or(text.len(), |(at, _)| at);
+            text.truncate(cut);
+            if !text.is_empty() {
+                text.push_str("\n[system text cut here to fit this model's window]");
+            }
+            left = 0;
+        }
+        turn.parts
+            .retain(|p| !matches!(p, Part::Text { text, .. } if text.is_empty()));
+    }
+    request
+        .turns
+        .retain(|t| t.role != glider_ngl::Role::System || !t.parts.is_empty());
+    notes.push(format!(
+        "system text ~{system_tokens} -> ~{budget} tokens (fit.max_system_share {} of a {}-token window)",
+        target.fit.max_system_share, target.window
+    ));
 }
 
 /// Drop the client's unmodelled fields a local server would reject or misread. Fields
@@ -427,6 +517,8 @@ mod tests {
             model,
             dialect: Dialect::Ollama,
             kind: BackendKind::Ollama,
+            window: 32_768,
+            speed: None,
         }
     }
 
@@ -614,6 +706,89 @@ mod tests {
     }
 
     #[test]
+    fn the_cap_and_the_system_text_fit_a_small_window_and_a_measured_speed() {
+        let fit = FitConfig::default();
+        let backend = BackendFit::default();
+        let body = |system: &str| {
+            json!({"model": "m", "max_tokens": 64000, "system": system,
+                   "messages": [{"role": "user", "content": "hi"}]})
+        };
+        // An 8k window: a quarter of it for the reply, a quarter for the system text.
+        let small = FitTarget {
+            window: 8192,
+            ..target(&fit, &backend, None)
+        };
+        let long_system = "Rules for the work. ".repeat(2000);
+        let mut request = decode(body(&long_system));
+        let fitted = fit_request(&mut request, &small);
+        assert_eq!(request.max_tokens, Some(2048));
+        assert_eq!(
+            fitted.output_cap.map(|c| c.setting),
+            Some("a quarter of the model's context window")
+        );
+        let system: String = request
+            .turns
+            .iter()
+            .filter(|t| t.role == glider_ngl::Role::System)
+            .flat_map(|t| glider_ngl::texts(&t.parts))
+            .collect();
+        assert!(
+            system.starts_with("Rules for the work."),
+            "the head is kept"
+        );
+        assert!(system.ends_with("[system text cut here to fit this model's window]"));
+        assert!(
+            estimate_text(&system) <= 2048 + 16,
+            "{}",
+            estimate_text(&system)
+        );
+        assert!(
+            fitted.notes.iter().any(|n| n.starts_with("system text ~")
+                && n.ends_with("(fit.max_system_share 0.25 of a 8192-token window)")),
+            "{:?}",
+            fitted.notes
+        );
+        // A short system text is left alone.
+        let mut short = decode(body("Be brief."));
+        assert!(
+            !fit_request(&mut short, &small)
+                .notes
+                .iter()
+                .any(|n| n.starts_with("system text"))
+        );
+        // Measured at 20 tokens/s: 60 s of generation is 1200 tokens.
+        let slow = FitTarget {
+            speed: Some(Speed {
+                generated_per_sec: Some(20.0),
+                ..Speed::default()
+            }),
+            ..small
+        };
+        let mut request = decode(body("Be brief."));
+        let fitted = fit_request(&mut request, &slow);
+        assert_eq!(request.max_tokens, Some(1200));
+        assert!(
+            fitted.notes.contains(
+                &"max_tokens 64000 -> 1200 (fit.max_reply_secs at the model's measured speed), 20 tokens/s"
+                    .to_owned()
+            ),
+            "{:?}",
+            fitted.notes
+        );
+        // Never below the floor, however slow.
+        let crawling = FitTarget {
+            speed: Some(Speed {
+                generated_per_sec: Some(0.5),
+                ..Speed::default()
+            }),
+            ..small
+        };
+        let mut request = decode(body("Be brief."));
+        fit_request(&mut request, &crawling);
+        assert_eq!(request.max_tokens, Some(MIN_FITTED_OUTPUT));
+    }
+
+    #[test]
     fn a_lower_client_cap_is_kept_and_a_missing_one_is_set() {
         let fit = FitConfig::default();
         let backend = BackendFit::default();
@@ -649,8 +824,8 @@ mod tests {
     #[test]
     fn a_forced_tool_survives_the_reduction() {
         let fit = FitConfig {
-            enabled: true,
             core_tools: Default::default(),
+            ..FitConfig::default()
         };
         let backend = BackendFit {
             max_tools: 1,

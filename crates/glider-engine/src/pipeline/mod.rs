@@ -64,6 +64,8 @@ pub struct Engine {
     plugins: OnceLock<Arc<Swap<glider_plugin::Plugins>>>,
     /// Each backend's measured time to first byte, for the hedge's delay.
     ttft: Arc<TtftBook>,
+    /// Each local model's measured speed (the fit phase caps replies by it).
+    speed: Arc<crate::speed::SpeedBook>,
     /// The shadow copies' budget (fan-out `shadow`).
     shadow: Arc<ShadowBudget>,
 }
@@ -152,6 +154,7 @@ impl Engine {
             vram: OnceLock::new(),
             plugins: OnceLock::new(),
             ttft: Arc::default(),
+            speed: Arc::default(),
             shadow: Arc::default(),
         })
     }
@@ -251,6 +254,12 @@ impl Engine {
     pub fn spawn_background(self: &Arc<Self>) {
         self.follow_config();
         self.spawn_health_probes();
+        self.speed.follow(&self.bus);
+    }
+
+    /// `backend`'s `model`'s measured speed, if any reply of it was measured.
+    pub fn speed(&self, backend: &str, model: &str) -> Option<crate::speed::Speed> {
+        self.speed.get(backend, model)
     }
 
     /// Decode a request in its dialect, apply the alias and estimate its tokens.
@@ -418,6 +427,7 @@ impl Engine {
             vram: self.vram.get().cloned(),
             plugins: self.plugins.get().map(|p| p.snapshot()),
             ttft: self.ttft.clone(),
+            speed: self.speed.clone(),
             shadow: self.shadow.clone(),
         }
     }

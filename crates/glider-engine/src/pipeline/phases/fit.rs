@@ -37,7 +37,10 @@ impl Phase for Fit {
             *ending = Some(LocalEnding::default());
             // Configured capabilities, filled in with what the server says.
             let spec = backend.effective_spec(&candidate.model);
-            let target = FitTarget::for_candidate(config, candidate, spec.as_ref(), job.front);
+            let target = FitTarget {
+                speed: job.speed.get(backend.name(), &candidate.model),
+                ..FitTarget::for_candidate(config, candidate, spec.as_ref(), job.front)
+            };
             // With fitting off only thinking the model cannot do is dropped (a model
             // that refuses it would fail the request); nothing else is copied or changed.
             if !enabled && !thinking_unsupported(&job.request, &target) {

@@ -175,6 +175,7 @@ pub(crate) struct Job {
     pub plugins: Option<Arc<glider_plugin::Plugins>>,
     /// Each backend's measured time to first byte (the hedge's delay).
     pub ttft: Arc<super::TtftBook>,
+    pub speed: Arc<crate::speed::SpeedBook>,
     /// The shadow copies' budget (fan-out `shadow`).
     pub shadow: Arc<super::ShadowBudget>,
 }
