@@ -222,9 +222,12 @@ impl InternalTools {
         };
         tokio::time::timeout(wait, work).await.unwrap_or_else(|_| {
             Err(ToolError::Failed(format!(
-                "`{name}` stopped after {} s (tools.timeout_secs) without an answer; \
-                 narrow the path or pattern",
-                wait.as_secs_f64()
+                "`{name}` stopped after {} s without an answer (tools.timeout_secs is {} s, \
+                 and a call waits {} s more for a slot or a stuck read); narrow the path or \
+                 pattern",
+                wait.as_secs_f64(),
+                self.limits.timeout.as_secs_f64(),
+                FILE_TOOL_GRACE.as_secs_f64(),
             )))
         })
     }
