@@ -22,7 +22,8 @@ pub struct ToolsConfig {
     /// The directory the internal tools work in; without it they are off.
     pub workspace: Option<String>,
     pub sandbox: SandboxMode,
-    /// Seconds a tool's subprocess may run before its process group is killed.
+    /// Seconds a tool's subprocess may run before its process group is killed, and a
+    /// file tool may look before it stops and says so.
     pub timeout_secs: f64,
     /// Bytes `read_file` and `grep` read of one file.
     pub max_read_bytes: usize,

@@ -1,14 +1,22 @@
 //! The read-only file tools — `read_file`, `list_dir`, `glob`, `grep` — run in Glider's
-//! own process (no subprocess), each confined to the [`Workspace`] and capped by
-//! [`Limits`]: a tool says where it stopped rather than read without bound.
+//! own process (no subprocess), each confined to the [`Workspace`] (every path opened
+//! in one step beneath its root, regular files and directories only) and capped by
+//! [`Limits`]: a tool says where it stopped — a cap, or `tools.timeout_secs` — rather
+//! than read without bound. They block on the file system, so async code runs them off
+//! its workers (`internal.rs`).
 
 use std::fmt::Write as _;
 use std::io::Read as _;
-use std::path::Path;
+use std::ops::ControlFlow;
+use std::os::fd::AsFd as _;
+use std::path::PathBuf;
+use std::time::Instant;
 
 use regex::{Regex, RegexBuilder};
+use rustix::fs::FileType;
 
 use crate::internal::Limits;
+use crate::workspace::{self, Opened, WalkEnd};
 use crate::{ToolError, Workspace};
 
 /// Bytes looked at for a NUL to tell a binary file.
@@ -16,14 +24,10 @@ const BINARY_SNIFF: usize = 8 * 1024;
 /// Longest line `grep` prints (a minified file would flood the model).
 const MAX_MATCH_LINE_CHARS: usize = 300;
 
-/// Up to `cap` bytes of `path`, and whether the file was longer.
-fn read_capped(path: &Path, cap: usize) -> Result<(Vec<u8>, bool), ToolError> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| ToolError::Failed(format!("cannot read {}: {e}", path.display())))?;
+/// Up to `cap` bytes of `file`, and whether the file was longer.
+fn read_capped(file: std::fs::File, cap: usize) -> std::io::Result<(Vec<u8>, bool)> {
     let mut bytes = Vec::new();
-    file.take(cap as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| ToolError::Failed(format!("cannot read {}: {e}", path.display())))?;
+    file.take(cap as u64 + 1).read_to_end(&mut bytes)?;
     let longer = bytes.len() > cap;
     bytes.truncate(cap);
     Ok((bytes, longer))
@@ -42,11 +46,9 @@ pub fn read_file(
     start: Option<usize>,
     end: Option<usize>,
 ) -> Result<String, ToolError> {
-    let resolved = workspace.resolve(path)?;
-    if !resolved.is_file() {
-        return Err(ToolError::Failed(format!("`{path}` is not a file")));
-    }
-    let (bytes, longer) = read_capped(&resolved, limits.max_read_bytes)?;
+    let file = workspace.open_file(path)?;
+    let (bytes, longer) = read_capped(file, limits.max_read_bytes)
+        .map_err(|e| ToolError::Failed(format!("cannot read `{path}`: {e}")))?;
     if is_binary(&bytes) {
         return Err(ToolError::Failed(format!(
             "`{path}` is a binary file; read_file shows text only"
@@ -91,16 +93,16 @@ pub fn read_file(
 /// `list_dir`: the entries of a directory, `name/` for directories and `name@` for
 /// symlinks (never followed), at most `limits.max_entries`.
 pub fn list_dir(workspace: &Workspace, limits: &Limits, path: &str) -> Result<String, ToolError> {
-    let resolved = workspace.resolve(path)?;
-    let entries = std::fs::read_dir(&resolved)
+    let dir = workspace.open_dir(path)?;
+    let entries = workspace::entries(dir.as_fd())
         .map_err(|e| ToolError::Failed(format!("cannot list `{path}`: {e}")))?;
     let mut names: Vec<String> = entries
-        .flatten()
-        .map(|entry| {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            match entry.file_type() {
-                Ok(kind) if kind.is_symlink() => format!("{name}@"),
-                Ok(kind) if kind.is_dir() => format!("{name}/"),
+        .into_iter()
+        .map(|(name, kind)| {
+            let name = name.to_string_lossy().into_owned();
+            match kind {
+                FileType::Symlink => format!("{name}@"),
+                FileType::Directory => format!("{name}/"),
                 _ => name,
             }
         })
@@ -160,35 +162,56 @@ pub fn glob_regex(pattern: &str) -> Result<Regex, ToolError> {
     })
 }
 
-/// The files under `path` whose path relative to it matches `pattern`, capped.
+/// A file a walk found: where it is under the directory walked, and its name
+/// relative to the root (what a tool prints).
+struct Found {
+    under: PathBuf,
+    name: String,
+}
+
+/// The files under the open directory `dir` (opened from `path`) whose path relative
+/// to it matches `pattern`, capped at `max_files_scanned` and by `deadline`.
 fn matching_files(
     workspace: &Workspace,
     limits: &Limits,
+    dir: &std::os::fd::OwnedFd,
     path: &str,
     pattern: Option<&Regex>,
-) -> Result<(Vec<String>, bool), ToolError> {
-    let base = workspace.resolve(path)?;
-    let (files, stopped) = workspace.files_under(&base, limits.max_files_scanned);
-    let names = files
-        .iter()
-        .filter(|file| {
-            pattern.is_none_or(|re| {
-                re.is_match(&file.strip_prefix(&base).unwrap_or(file).to_string_lossy())
-            })
+    deadline: Instant,
+) -> (Vec<Found>, WalkEnd) {
+    let base = workspace.name_of(dir.as_fd(), path);
+    let walk = workspace::files_under(dir.as_fd(), limits.max_files_scanned, deadline);
+    let found = walk
+        .files
+        .into_iter()
+        .filter(|file| pattern.is_none_or(|re| re.is_match(&file.to_string_lossy())))
+        .map(|under| Found {
+            name: base.join(&under).to_string_lossy().into_owned(),
+            under,
         })
-        .map(|file| workspace.relative(file).to_string_lossy().into_owned())
         .collect();
-    Ok((names, stopped))
+    (found, walk.end)
 }
 
-fn scan_note(stopped: bool, limits: &Limits) -> String {
-    if stopped {
-        format!(
+/// When a call that began now stops looking: `tools.timeout_secs` on.
+fn deadline(limits: &Limits) -> Instant {
+    let now = Instant::now();
+    now.checked_add(limits.timeout).unwrap_or(now)
+}
+
+/// The note a walk's end needs, after a line break; empty when it saw everything.
+fn scan_note(end: WalkEnd, limits: &Limits) -> String {
+    match end {
+        WalkEnd::Done => String::new(),
+        WalkEnd::AtMaxFiles => format!(
             "\n[glider: stopped after scanning {} files; narrow the path]",
             limits.max_files_scanned
-        )
-    } else {
-        String::new()
+        ),
+        WalkEnd::AtDeadline => format!(
+            "\n[glider: stopped after {} s (tools.timeout_secs) before looking at every file; \
+             narrow the path]",
+            limits.timeout.as_secs_f64()
+        ),
     }
 }
 
@@ -199,10 +222,16 @@ pub fn glob(
     pattern: &str,
     path: &str,
 ) -> Result<String, ToolError> {
+    let deadline = deadline(limits);
     let re = glob_regex(pattern)?;
-    let (mut names, stopped) = matching_files(workspace, limits, path, Some(&re))?;
-    let total = names.len();
-    names.truncate(limits.max_entries);
+    let dir = workspace.open_dir(path)?;
+    let (found, end) = matching_files(workspace, limits, &dir, path, Some(&re), deadline);
+    let total = found.len();
+    let names: Vec<String> = found
+        .into_iter()
+        .take(limits.max_entries)
+        .map(|f| f.name)
+        .collect();
     let mut out = if names.is_empty() {
         format!("no file matches `{pattern}`")
     } else {
@@ -215,7 +244,7 @@ pub fn glob(
             total - limits.max_entries
         );
     }
-    out.push_str(&scan_note(stopped, limits));
+    out.push_str(&scan_note(end, limits));
     Ok(out)
 }
 
@@ -228,13 +257,79 @@ pub struct GrepQuery<'a> {
     pub case_insensitive: bool,
 }
 
+/// One `grep` call's output as it grows.
+struct Search<'a> {
+    re: &'a Regex,
+    limits: &'a Limits,
+    out: String,
+    matches: usize,
+    /// Files searched only in their first `max_read_bytes`.
+    cut: usize,
+}
+
+impl Search<'_> {
+    /// Search `file` (printed as `name`); `Break` once `max_matches` lines are shown.
+    fn file(&mut self, file: std::fs::File, name: &str) -> ControlFlow<()> {
+        let Ok((bytes, longer)) = read_capped(file, self.limits.max_read_bytes) else {
+            return ControlFlow::Continue(());
+        };
+        if is_binary(&bytes) {
+            return ControlFlow::Continue(());
+        }
+        if longer {
+            self.cut += 1;
+        }
+        for (number, line) in String::from_utf8_lossy(&bytes).lines().enumerate() {
+            if !self.re.is_match(line) {
+                continue;
+            }
+            if self.matches == self.limits.max_matches {
+                let _ = write!(
+                    self.out,
+                    "[glider: stopped at {} matches; narrow the pattern or path]",
+                    self.limits.max_matches
+                );
+                return ControlFlow::Break(());
+            }
+            let shown: String = line.chars().take(MAX_MATCH_LINE_CHARS).collect();
+            let _ = writeln!(self.out, "{name}:{}: {shown}", number + 1);
+            self.matches += 1;
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// The output, with a note for each way the search fell short.
+    fn finish(mut self, pattern: &str, end: WalkEnd) -> String {
+        if self.matches == 0 {
+            self.out = format!("no match for `{pattern}`");
+        }
+        if self.cut > 0 {
+            let (files, were) = if self.cut == 1 {
+                ("file was", "its")
+            } else {
+                ("files were", "their")
+            };
+            let _ = write!(
+                self.out,
+                "\n[glider: {} {files} searched only in {were} first {} bytes \
+                 (tools.max_read_bytes); a match further in is not shown]",
+                self.cut, self.limits.max_read_bytes
+            );
+        }
+        self.out.push_str(&scan_note(end, self.limits));
+        self.out
+    }
+}
+
 /// `grep`: `path:line: text` for each line matching a regex, at most `max_matches`;
-/// binary files and files past `max_read_bytes` (their tail) are not searched.
+/// binary files are not searched, and files past `max_read_bytes` only up to there
+/// (the output says how many).
 pub fn grep(
     workspace: &Workspace,
     limits: &Limits,
     query: &GrepQuery,
 ) -> Result<String, ToolError> {
+    let deadline = deadline(limits);
     let re = RegexBuilder::new(query.pattern)
         .case_insensitive(query.case_insensitive)
         .size_limit(1 << 20)
@@ -244,47 +339,46 @@ pub fn grep(
             message: format!("bad regex `{}`: {e}", query.pattern),
         })?;
     let include = query.include.map(glob_regex).transpose()?;
-    let base = workspace.resolve(query.path)?;
-    let (files, stopped) = if base.is_file() {
-        (
-            vec![workspace.relative(&base).to_string_lossy().into_owned()],
-            false,
-        )
-    } else {
-        matching_files(workspace, limits, query.path, include.as_ref())?
+    let mut search = Search {
+        re: &re,
+        limits,
+        out: String::new(),
+        matches: 0,
+        cut: 0,
     };
-    let mut out = String::new();
-    let mut matches = 0;
-    for name in &files {
-        let Ok((bytes, _)) = read_capped(&workspace.root().join(name), limits.max_read_bytes)
-        else {
-            continue;
-        };
-        if is_binary(&bytes) {
-            continue;
+    let mut end = WalkEnd::Done;
+    match workspace.open_path(query.path)? {
+        Opened::File(file) => {
+            let name = workspace.name_of(file.as_fd(), query.path);
+            let _ = search.file(file, &name.to_string_lossy());
         }
-        for (number, line) in String::from_utf8_lossy(&bytes).lines().enumerate() {
-            if !re.is_match(line) {
-                continue;
+        Opened::Dir(dir) => {
+            let (found, walked) = matching_files(
+                workspace,
+                limits,
+                &dir,
+                query.path,
+                include.as_ref(),
+                deadline,
+            );
+            end = walked;
+            for found in found {
+                if Instant::now() >= deadline {
+                    end = WalkEnd::AtDeadline;
+                    break;
+                }
+                // Opened beneath the walked directory again, without following a
+                // symlink: one swapped in since the walk is skipped, never followed.
+                let Some(file) = workspace::open_walked(dir.as_fd(), &found.under) else {
+                    continue;
+                };
+                if search.file(file, &found.name).is_break() {
+                    return Ok(search.out);
+                }
             }
-            if matches == limits.max_matches {
-                let _ = write!(
-                    out,
-                    "[glider: stopped at {} matches; narrow the pattern or path]",
-                    limits.max_matches
-                );
-                return Ok(out);
-            }
-            let shown: String = line.chars().take(MAX_MATCH_LINE_CHARS).collect();
-            let _ = writeln!(out, "{name}:{}: {shown}", number + 1);
-            matches += 1;
         }
     }
-    if matches == 0 {
-        out = format!("no match for `{}`", query.pattern);
-    }
-    out.push_str(&scan_note(stopped, limits));
-    Ok(out)
+    Ok(search.finish(query.pattern, end))
 }
 
 #[cfg(test)]
@@ -304,6 +398,15 @@ mod tests {
         std::fs::write(root.path().join("blob.bin"), b"a\0b hello").expect("w");
         let workspace = Workspace::open(root.path()).expect("opens");
         (root, workspace)
+    }
+
+    fn query<'a>(pattern: &'a str, path: &'a str, include: Option<&'a str>) -> GrepQuery<'a> {
+        GrepQuery {
+            pattern,
+            path,
+            include,
+            case_insensitive: false,
+        }
     }
 
     #[test]
@@ -433,5 +536,75 @@ mod tests {
             grep(&ws, &limits, &outside),
             Err(ToolError::Refused(_))
         ));
+    }
+
+    #[test]
+    fn grep_says_when_files_were_searched_only_in_their_first_bytes() {
+        let (root, ws) = workspace();
+        let long = format!("{}needle\n", "hay\n".repeat(100));
+        std::fs::write(root.path().join("long.txt"), &long).expect("w");
+        std::fs::write(root.path().join("also.txt"), &long).expect("w");
+        let small = Limits {
+            max_read_bytes: 64,
+            ..Limits::default()
+        };
+        let one = grep(&ws, &small, &query("needle", "long.txt", None)).expect("greps");
+        assert_eq!(
+            one,
+            "no match for `needle`\n[glider: 1 file was searched only in its first 64 bytes \
+             (tools.max_read_bytes); a match further in is not shown]"
+        );
+        let both = grep(&ws, &small, &query("needle|hay", ".", Some("*.txt"))).expect("greps");
+        assert!(both.starts_with("also.txt:1: hay\n"), "{both}");
+        assert!(
+            both.ends_with(
+                "[glider: 2 files were searched only in their first 64 bytes \
+                 (tools.max_read_bytes); a match further in is not shown]"
+            ),
+            "{both}"
+        );
+        let whole = grep(&ws, &Limits::default(), &query("needle", ".", None)).expect("greps");
+        assert_eq!(whole, "also.txt:101: needle\nlong.txt:101: needle\n");
+    }
+
+    #[test]
+    fn glob_and_grep_stop_at_the_timeout_and_say_so() {
+        let (_root, ws) = workspace();
+        let no_time = Limits {
+            timeout: std::time::Duration::ZERO,
+            ..Limits::default()
+        };
+        for out in [
+            glob(&ws, &no_time, "**", ".").expect("globs"),
+            grep(&ws, &no_time, &query("hello", ".", None)).expect("greps"),
+        ] {
+            assert!(
+                out.ends_with("[glider: stopped after 0 s (tools.timeout_secs) before looking at every file; narrow the path]"),
+                "{out}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_directory_or_a_fifo_is_not_read_as_a_file() {
+        let (root, ws) = workspace();
+        let limits = Limits::default();
+        let dir = read_file(&ws, &limits, "src", None, None).expect_err("a directory");
+        assert!(dir.to_string().contains("not a file"), "{dir}");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            root.path().join("pipe"),
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .expect("mkfifo");
+        let fifo = read_file(&ws, &limits, "pipe", None, None).expect_err("a FIFO");
+        assert_eq!(
+            fifo,
+            ToolError::Refused(
+                "`pipe` is a FIFO: the file tools open regular files and directories only".into()
+            )
+        );
+        let listed = list_dir(&ws, &limits, "pipe").expect_err("not a directory");
+        assert!(listed.to_string().contains("FIFO"), "{listed}");
     }
 }

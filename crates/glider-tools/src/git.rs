@@ -74,7 +74,7 @@ pub async fn run(
     if let Some(path) = path {
         let resolved = workspace.resolve(path)?;
         args.push("--".into());
-        args.push(workspace.relative(&resolved).display().to_string());
+        args.push(resolved.display().to_string());
     }
     let out = sandbox.run("git", &args, GIT_ENV).await?;
     render(out)

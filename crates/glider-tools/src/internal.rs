@@ -2,17 +2,35 @@
 //! `grep` (in process) and `git_status`, `git_diff`, `git_log` (sandboxed), all inside
 //! `tools.workspace`. Without a workspace the provider offers nothing and every call
 //! says how to turn the tools on.
+//!
+//! The file tools block on the file system (a tree of 200k files, a slow disk), so a
+//! call never runs them on an async worker: it takes one of [`FILE_TOOL_SLOTS`] slots
+//! (a flood of calls waits for one rather than start a thread each) and runs on
+//! tokio's blocking pool, where the tool stops looking at `tools.timeout_secs` and
+//! says so. A call that has no answer [`FILE_TOOL_GRACE`] after that (a slot never
+//! freed, a read stuck in the kernel) answers an error instead of waiting on.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use glider_config::ToolsConfig;
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 
 use crate::fs_tools::{self, GrepQuery};
 use crate::git::{self, GitQuery};
 use crate::{Sandbox, ToolError, ToolFuture, ToolOutput, ToolProvider, ToolSpec, Workspace};
 
-/// Caps on what one call reads and shows.
+/// File tool calls that may run at once, each on a thread of tokio's blocking pool;
+/// more wait for a slot (within their deadline).
+pub const FILE_TOOL_SLOTS: usize = 4;
+
+/// How long past `tools.timeout_secs` a file tool call waits for its answer before it
+/// answers an error: the tool itself stops looking at the timeout, so this covers
+/// the wait for a slot and a read the kernel does not return from.
+pub const FILE_TOOL_GRACE: Duration = Duration::from_secs(2);
+
+/// Caps on what one call reads and shows, and how long it may look.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     pub max_read_bytes: usize,
@@ -20,12 +38,23 @@ pub struct Limits {
     pub max_entries: usize,
     pub max_matches: usize,
     pub max_files_scanned: usize,
+    /// `tools.timeout_secs`: a walk or a search stops there, and says so.
+    pub timeout: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits::from(&ToolsConfig::default())
     }
+}
+
+/// `tools.timeout_secs` as a duration (an unusable value, which the config's checks
+/// refuse anyway, as the default's).
+pub(crate) fn timeout_of(config: &ToolsConfig) -> Duration {
+    Duration::try_from_secs_f64(config.timeout_secs)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .unwrap_or_else(|| Duration::from_secs_f64(ToolsConfig::default().timeout_secs))
 }
 
 impl From<&ToolsConfig> for Limits {
@@ -36,6 +65,7 @@ impl From<&ToolsConfig> for Limits {
             max_entries: config.max_entries,
             max_matches: config.max_matches,
             max_files_scanned: config.max_files_scanned,
+            timeout: timeout_of(config),
         }
     }
 }
@@ -46,6 +76,8 @@ pub struct InternalTools {
     /// `Err`: why the tools are off (no `tools.workspace`, or it cannot be opened).
     workspace: Result<(Workspace, Sandbox), ToolError>,
     limits: Limits,
+    /// [`FILE_TOOL_SLOTS`] permits, one held by each file tool running.
+    file_slots: Arc<Semaphore>,
 }
 
 /// Every internal tool's name.
@@ -59,6 +91,82 @@ pub const INTERNAL_TOOLS: &[&str] = &[
     "git_log",
 ];
 
+/// A file tool call with its arguments, owned, to move onto a blocking thread.
+enum FileCall {
+    ReadFile {
+        path: String,
+        start: Option<usize>,
+        end: Option<usize>,
+    },
+    ListDir {
+        path: String,
+    },
+    Glob {
+        pattern: String,
+        path: String,
+    },
+    Grep {
+        pattern: String,
+        path: String,
+        include: Option<String>,
+        case_insensitive: bool,
+    },
+}
+
+impl FileCall {
+    /// The call `name` is, when it is a file tool's.
+    fn parse(name: &str, args: &Args<'_>) -> Result<Option<FileCall>, ToolError> {
+        let owned = |s: &str| s.to_owned();
+        Ok(Some(match name {
+            "read_file" => FileCall::ReadFile {
+                path: owned(args.required("path")?),
+                start: args.number("start_line")?.map(|n| n as usize),
+                end: args.number("end_line")?.map(|n| n as usize),
+            },
+            "list_dir" => FileCall::ListDir {
+                path: owned(args.path()?),
+            },
+            "glob" => FileCall::Glob {
+                pattern: owned(args.required("pattern")?),
+                path: owned(args.path()?),
+            },
+            "grep" => FileCall::Grep {
+                pattern: owned(args.required("pattern")?),
+                path: owned(args.path()?),
+                include: args.optional("glob")?.map(owned),
+                case_insensitive: args.flag("case_insensitive")?,
+            },
+            _ => return Ok(None),
+        }))
+    }
+
+    /// Run it (blocking).
+    fn run(&self, workspace: &Workspace, limits: &Limits) -> Result<String, ToolError> {
+        match self {
+            FileCall::ReadFile { path, start, end } => {
+                fs_tools::read_file(workspace, limits, path, *start, *end)
+            }
+            FileCall::ListDir { path } => fs_tools::list_dir(workspace, limits, path),
+            FileCall::Glob { pattern, path } => fs_tools::glob(workspace, limits, pattern, path),
+            FileCall::Grep {
+                pattern,
+                path,
+                include,
+                case_insensitive,
+            } => fs_tools::grep(
+                workspace,
+                limits,
+                &GrepQuery {
+                    pattern,
+                    path,
+                    include: include.as_deref(),
+                    case_insensitive: *case_insensitive,
+                },
+            ),
+        }
+    }
+}
+
 impl InternalTools {
     pub fn from_config(config: &ToolsConfig) -> Self {
         let workspace = match &config.workspace {
@@ -69,7 +177,7 @@ impl InternalTools {
                 let sandbox = Sandbox::new(
                     workspace.root(),
                     config.sandbox,
-                    Duration::from_secs_f64(config.timeout_secs),
+                    timeout_of(config),
                     config.max_output_bytes,
                 );
                 (workspace, sandbox)
@@ -78,6 +186,7 @@ impl InternalTools {
         InternalTools {
             workspace,
             limits: Limits::from(config),
+            file_slots: Arc::new(Semaphore::new(FILE_TOOL_SLOTS)),
         }
     }
 
@@ -86,30 +195,50 @@ impl InternalTools {
         self.workspace.as_ref().err()
     }
 
+    /// Run a file tool off the async workers: in a slot, on the blocking pool, with an
+    /// answer within `tools.timeout_secs` and [`FILE_TOOL_GRACE`].
+    async fn off_the_runtime(
+        &self,
+        name: &str,
+        workspace: &Workspace,
+        call: FileCall,
+    ) -> Result<String, ToolError> {
+        let wait = self.limits.timeout + FILE_TOOL_GRACE;
+        let work = async {
+            let slot = Arc::clone(&self.file_slots)
+                .acquire_owned()
+                .await
+                .map_err(|_| ToolError::Unavailable("the file tools are shutting down".into()))?;
+            let workspace = workspace.clone();
+            let limits = self.limits.clone();
+            // The slot goes with the thread: one still running after its caller gave
+            // up keeps it until it stops, so threads stay bounded.
+            tokio::task::spawn_blocking(move || {
+                let _slot = slot;
+                call.run(&workspace, &limits)
+            })
+            .await
+            .map_err(|e| ToolError::Failed(format!("`{name}` did not finish: {e}")))?
+        };
+        tokio::time::timeout(wait, work).await.unwrap_or_else(|_| {
+            Err(ToolError::Failed(format!(
+                "`{name}` stopped after {} s without an answer (tools.timeout_secs is {} s, \
+                 and a call waits {} s more for a slot or a stuck read); narrow the path or \
+                 pattern",
+                wait.as_secs_f64(),
+                self.limits.timeout.as_secs_f64(),
+                FILE_TOOL_GRACE.as_secs_f64(),
+            )))
+        })
+    }
+
     async fn run(&self, name: &str, args: &Value) -> Result<String, ToolError> {
         let (workspace, sandbox) = self.workspace.as_ref().map_err(Clone::clone)?;
-        let limits = &self.limits;
         let args = Args { tool: name, args };
+        if let Some(call) = FileCall::parse(name, &args)? {
+            return self.off_the_runtime(name, workspace, call).await;
+        }
         match name {
-            "read_file" => fs_tools::read_file(
-                workspace,
-                limits,
-                args.required("path")?,
-                args.number("start_line")?.map(|n| n as usize),
-                args.number("end_line")?.map(|n| n as usize),
-            ),
-            "list_dir" => fs_tools::list_dir(workspace, limits, args.path()?),
-            "glob" => fs_tools::glob(workspace, limits, args.required("pattern")?, args.path()?),
-            "grep" => fs_tools::grep(
-                workspace,
-                limits,
-                &GrepQuery {
-                    pattern: args.required("pattern")?,
-                    path: args.path()?,
-                    include: args.optional("glob")?,
-                    case_insensitive: args.flag("case_insensitive")?,
-                },
-            ),
             "git_status" => git::run(workspace, sandbox, GitQuery::Status).await,
             "git_diff" => {
                 let query = GitQuery::Diff {
@@ -297,5 +426,91 @@ mod tests {
         assert!(typed.to_string().contains("must be a string"), "{typed}");
         let unknown = tools.call("rm", json!({})).await.expect_err("unknown");
         assert_eq!(unknown, ToolError::UnknownTool("rm".into()));
+    }
+
+    fn tools_over(root: &std::path::Path, timeout_secs: f64) -> InternalTools {
+        InternalTools::from_config(&ToolsConfig {
+            workspace: Some(root.display().to_string()),
+            timeout_secs,
+            ..ToolsConfig::default()
+        })
+    }
+
+    /// On a runtime of one thread, a timer keeps firing while a file tool works: the
+    /// tool runs on a thread of its own, not on the runtime's only worker.
+    #[test]
+    fn a_file_tool_never_blocks_the_runtime_it_is_called_from() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        let root = tempfile::tempdir().expect("root");
+        let text = "some text that a regex has to look through\n".repeat(200);
+        for dir in 0..20 {
+            let dir = root.path().join(format!("d{dir}"));
+            std::fs::create_dir(&dir).expect("dir");
+            for file in 0..25 {
+                std::fs::write(dir.join(format!("f{file}.txt")), &text).expect("w");
+            }
+        }
+        let tools = tools_over(root.path(), 10.0);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let ticks = Arc::new(AtomicUsize::new(0));
+            let counter = Arc::clone(&ticks);
+            let ticker = tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            tokio::task::yield_now().await;
+            let before = ticks.load(Ordering::Relaxed);
+            let started = std::time::Instant::now();
+            let out = tools
+                .call("grep", json!({"pattern": "(t|x)+ (a|q)+ r[e-g]+x$"}))
+                .await
+                .expect("greps")
+                .into_text();
+            let took = started.elapsed();
+            let during = ticks.load(Ordering::Relaxed) - before;
+            ticker.abort();
+            assert!(out.starts_with("no match"), "{out}");
+            assert!(
+                during > 0,
+                "no timer fired in the {took:?} grep ran: it blocked the runtime"
+            );
+        });
+    }
+
+    /// With every slot taken, a call waits for one only until its deadline, then
+    /// answers an error; a freed slot serves the next call.
+    #[tokio::test]
+    async fn a_flood_of_file_tool_calls_is_bounded_and_answers_by_its_deadline() {
+        let root = tempfile::tempdir().expect("root");
+        std::fs::write(root.path().join("a.txt"), "alpha\n").expect("w");
+        let tools = tools_over(root.path(), 0.2);
+        let held = Arc::clone(&tools.file_slots)
+            .acquire_many_owned(FILE_TOOL_SLOTS as u32)
+            .await
+            .expect("slots");
+        let started = std::time::Instant::now();
+        let late = tools
+            .call("read_file", json!({"path": "a.txt"}))
+            .await
+            .expect_err("no slot");
+        assert!(late.to_string().contains("stopped after 2.2 s"), "{late}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        drop(held);
+        let read = tools
+            .call("read_file", json!({"path": "a.txt"}))
+            .await
+            .expect("reads");
+        assert_eq!(read.into_text(), "1\talpha\n");
     }
 }
