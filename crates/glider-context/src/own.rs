@@ -56,7 +56,7 @@ pub fn request_roots(request: &Request) -> Vec<u64> {
                 .flat_map(|t| &t.parts)
                 .any(|p| matches!(p, Part::ToolResult { .. }))
         })
-        .filter_map(|run| user_text(run))
+        .filter_map(user_text)
         .map(|text| words_digest(&text))
         .collect()
 }

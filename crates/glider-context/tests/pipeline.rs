@@ -320,8 +320,6 @@ async fn eventually(context: &Context, mut check: impl FnMut() -> bool) -> bool 
 #[tokio::test]
 async fn the_writer_keeps_a_live_sessions_record_for_the_request_path_and_drops_it_when_forgotten()
 {
-    use glider_engine::ContextSink;
-
     let mock = MockVendor::start(MockConfig::default()).await;
     let engine = engine(&mock);
     let home = tempfile::tempdir().expect("tempdir");
