@@ -425,6 +425,11 @@ pub struct Folder {
     /// Episodes with a goal ([`Episode::goal_text`]), so that the record counts the
     /// goals it leaves out without walking every episode.
     goals: usize,
+    /// The digest of each root request's user text, oldest first
+    /// ([`crate::own::words_digest`]): what a request's own history is checked against
+    /// before the record is used for it ([`crate::own`]). Not trimmed: 8 bytes a root
+    /// request.
+    roots: Vec<u64>,
 }
 
 impl Folder {
@@ -637,6 +642,12 @@ impl Folder {
         self.calls.insert(call.id.clone(), (self.seq, call.clone()));
     }
 
+    /// The digests of the root requests' user texts, oldest first (see
+    /// [`crate::own`]).
+    pub fn roots(&self) -> &[u64] {
+        &self.roots
+    }
+
     pub fn episodes(&self) -> &[Episode] {
         &self.graph.episodes
     }
@@ -749,6 +760,11 @@ impl Folder {
             user_text,
             step,
         } = kept;
+        if request.root
+            && let Some(text) = &user_text
+        {
+            self.roots.push(crate::own::words_digest(text));
+        }
         let family_key = family.unwrap_or_else(|| key.clone());
         let episode = self.episode(family_key, at_ms);
         let episode_ref = &mut self.graph.episodes[episode];

@@ -4,7 +4,8 @@
 //! SQLite file under `GLIDER_HOME/context/` ([`store`]), never blocking a request; the
 //! [`graph`] folds a session's events into episodes, files, commands, errors and
 //! models; the [`record`] is the continuity record built from it, which the writer
-//! keeps for live sessions ([`live`], rendered when read) so a local request can carry it; the
+//! keeps for live sessions ([`live`], rendered when read) so a local request can carry it
+//! (only when its stored episodes are the request's own: [`own`]); the
 //! [`summarizer`] compacts ended episodes into the record's narrative off the request
 //! path. The dashboard and `glider context` read it all through [`Reader`].
 
@@ -14,6 +15,7 @@ pub mod graph;
 mod keyed;
 pub mod live;
 pub mod log;
+pub mod own;
 mod packed;
 mod queue;
 pub mod record;

@@ -29,6 +29,7 @@ use rusqlite::Connection;
 
 use crate::event::{Event, EventBody};
 use crate::graph::Folder;
+use crate::own::{Match, is_own};
 use crate::record::ContinuityRecord;
 use crate::store::{self, StoreError};
 
@@ -71,6 +72,19 @@ impl RecordCache {
         self.rendered(&slot)
     }
 
+    /// [`RecordCache::get`] for a request whose root user messages have the digests
+    /// `request` ([`crate::own::request_roots`]): `None` also when the session's
+    /// stored episodes are not the request's own under `rule` ([`crate::own::is_own`]),
+    /// checked under the same lock as the render, against the same fold.
+    pub fn get_own(&self, session: &str, request: &[u64], rule: Match) -> Option<Arc<str>> {
+        let slot = self.slots.load().get(session).cloned()?;
+        let mut state = slot.lock();
+        if !is_own(state.folder.roots(), request, rule) {
+            return None;
+        }
+        self.render(&slot.session, &mut state)
+    }
+
     /// Whether the writer holds a fold of `session` (renders nothing).
     pub fn holds(&self, session: &str) -> bool {
         self.slots.load().contains_key(session)
@@ -101,12 +115,15 @@ impl RecordCache {
 
     /// `slot`'s record, rendered first if it is stale.
     fn rendered(&self, slot: &Slot) -> Option<Arc<str>> {
-        let mut state = slot.lock();
+        self.render(&slot.session, &mut slot.lock())
+    }
+
+    /// The record of `session` in `state`, rendered first if it is stale.
+    fn render(&self, session: &str, state: &mut SlotState) -> Option<Arc<str>> {
         if let Some(current) = &state.rendered {
             return current.clone();
         }
-        let record =
-            ContinuityRecord::of_folder_within(&slot.session, &state.folder, self.max_tokens);
+        let record = ContinuityRecord::of_folder_within(session, &state.folder, self.max_tokens);
         let text = (!record.is_empty()).then(|| Arc::from(record.into_text(self.max_tokens)));
         self.renders.fetch_add(1, Ordering::Relaxed);
         state.rendered = Some(text.clone());

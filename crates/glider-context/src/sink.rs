@@ -9,7 +9,7 @@ use glider_engine::{
     CompactionSource, ContextSink, DecidedTurn, DelegatedRun, RecordedTurn, newest_turns,
     tool_calls_of, user_words,
 };
-use glider_ngl::{Part, Request, Role};
+use glider_ngl::{Part, Request, Role, Turn};
 
 use crate::Context;
 use crate::event::{
@@ -17,6 +17,7 @@ use crate::event::{
     MAX_USER_TEXT_CHARS, REPLY_TEXT_EDGE_CHARS, ReplyEvent, RequestEvent, ToolCall, ToolResult,
     ToolRunEvent, edges, into_edges, prefix,
 };
+use crate::own::{Match, request_roots};
 
 impl ContextSink for Context {
     fn decided(&self, turn: &DecidedTurn<'_>) -> String {
@@ -139,8 +140,17 @@ impl ContextSink for Context {
         }
     }
 
-    fn record(&self, session: &str) -> Option<Arc<str>> {
-        self.log.records().get(session)
+    fn record(&self, session: &str, request: &Request) -> Option<Arc<str>> {
+        let records = self.log.records();
+        if !records.holds(session) {
+            return None;
+        }
+        let rule = if glider_engine::router::sticky::is_derived(session) {
+            Match::Exact
+        } else {
+            Match::InOrder
+        };
+        records.get_own(session, &request_roots(request), rule)
     }
 }
 
@@ -181,46 +191,53 @@ fn newest_calls_and_results(request: &Request) -> (Vec<ToolCall>, Vec<ToolResult
         })
         .collect();
     let mut results = Vec::new();
-    let mut text = String::new();
-    for turn in after {
-        match turn.role {
-            Role::User | Role::Tool => {
-                for part in &turn.parts {
-                    match part {
-                        Part::ToolResult {
-                            call_id,
-                            name,
-                            content,
-                            is_error,
-                        } => {
-                            let joined: Vec<&str> = glider_ngl::texts(content).collect();
-                            results.push(ToolResult::new(
-                                call_id.clone(),
-                                name.clone(),
-                                *is_error,
-                                &joined.join("\n"),
-                            ));
-                        }
-                        Part::Text { text: t, .. } if turn.role == Role::User => {
-                            // The user's words, not the blocks their CLI injected.
-                            let words = user_words(t);
-                            if words.is_empty() {
-                                continue;
-                            }
-                            if !text.is_empty() {
-                                text.push('\n');
-                            }
-                            text.push_str(prefix(&words, MAX_USER_TEXT_CHARS));
-                        }
-                        _ => {}
-                    }
-                }
+    for turn in after
+        .iter()
+        .filter(|t| matches!(t.role, Role::User | Role::Tool))
+    {
+        for part in &turn.parts {
+            if let Part::ToolResult {
+                call_id,
+                name,
+                content,
+                is_error,
+            } = part
+            {
+                let joined: Vec<&str> = glider_ngl::texts(content).collect();
+                results.push(ToolResult::new(
+                    call_id.clone(),
+                    name.clone(),
+                    *is_error,
+                    &joined.join("\n"),
+                ));
             }
-            Role::System | Role::Assistant => {}
+        }
+    }
+    (calls, results, user_text(after))
+}
+
+/// The user's text in `turns` as the log keeps it (a request event's `user_text`):
+/// the text parts of the user turns, each and all together cut to
+/// [`MAX_USER_TEXT_CHARS`], joined by newlines; `None` when there is none.
+pub(crate) fn user_text(turns: &[Turn]) -> Option<String> {
+    let mut text = String::new();
+    for turn in turns.iter().filter(|t| t.role == Role::User) {
+        for part in &turn.parts {
+            if let Part::Text { text: t, .. } = part {
+                // The user's words, not the blocks their CLI injected.
+                let words = user_words(t);
+                if words.is_empty() {
+                    continue;
+                }
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(prefix(&words, MAX_USER_TEXT_CHARS));
+            }
         }
     }
     // Cut in place: the joined text is already the event's own.
     let kept = prefix(&text, MAX_USER_TEXT_CHARS).len();
     text.truncate(kept);
-    (calls, results, (!text.is_empty()).then_some(text))
+    (!text.is_empty()).then_some(text)
 }

@@ -320,15 +320,13 @@ async fn eventually(context: &Context, mut check: impl FnMut() -> bool) -> bool 
 #[tokio::test]
 async fn the_writer_keeps_a_live_sessions_record_for_the_request_path_and_drops_it_when_forgotten()
 {
-    use glider_engine::ContextSink;
-
     let mock = MockVendor::start(MockConfig::default()).await;
     let engine = engine(&mock);
     let home = tempfile::tempdir().expect("tempdir");
     let context = attach(&engine, home.path());
     let session = "claude-code:sess-1";
     assert!(
-        context.record(session).is_none(),
+        context.log().records().get(session).is_none(),
         "nothing before any request"
     );
 
@@ -344,11 +342,13 @@ async fn the_writer_keeps_a_live_sessions_record_for_the_request_path_and_drops_
     .await;
     let held = eventually(&context, || {
         context
-            .record(session)
+            .log()
+            .records()
+            .get(session)
             .is_some_and(|r| r.contains("/p/notes.md: read"))
     })
     .await;
-    let record = context.record(session).unwrap_or_default();
+    let record = context.log().records().get(session).unwrap_or_default();
     assert!(held, "{record}");
     assert!(record.contains("please [[call:Read"), "the goal: {record}");
     // The mock answers a tool result with text (`tool result: …`): captured as the
@@ -373,7 +373,7 @@ async fn the_writer_keeps_a_live_sessions_record_for_the_request_path_and_drops_
         .forget(session)
         .expect("forgets");
     assert!(
-        eventually(&context, || context.record(session).is_none()).await,
+        eventually(&context, || context.log().records().get(session).is_none()).await,
         "a forgotten session's record outlived it"
     );
 }

@@ -28,11 +28,16 @@ pub trait ContextSink: Send + Sync {
     /// The request ended: its reply was delivered, it failed, or its client went away.
     fn recorded(&self, turn: RecordedTurn<'_>);
     /// The session's continuity record rendered for a model, with every event of it
-    /// committed so far (`None` when none is held for it). Called on the request path:
-    /// it must answer from memory, never query storage nor wait on a lock a writer
-    /// holds long; it may render the record there when events came since the last
-    /// render (the log renders lazily: only what is read).
-    fn record(&self, session: &str) -> Option<Arc<str>>;
+    /// committed so far, for `request` — only when the session's stored episodes are
+    /// the request's own: their root user messages must match the request's earlier
+    /// ones (exactly, in order, for a key derived from the conversation's start
+    /// ([`crate::router::sticky::is_derived`]); each earlier one found among them, in
+    /// order, for a session id the client named). `None` when none is held for it or
+    /// it is another conversation's: the request then keeps its own history. Called on
+    /// the request path: it must answer from memory, never query storage nor wait on a
+    /// lock a writer holds long; it may render the record there when events came since
+    /// the last render (the log renders lazily: only what is read).
+    fn record(&self, session: &str, request: &Request) -> Option<Arc<str>>;
     /// A delegate run (`/claude …`, handled before the pipeline) ended.
     fn delegated(&self, run: &DelegatedRun<'_>);
 }
@@ -551,7 +556,7 @@ mod tests {
                 .expect("lock")
                 .push((turn.stop_reason, turn.text));
         }
-        fn record(&self, _: &str) -> Option<Arc<str>> {
+        fn record(&self, _: &str, _: &Request) -> Option<Arc<str>> {
             None
         }
         fn delegated(&self, _: &DelegatedRun<'_>) {}

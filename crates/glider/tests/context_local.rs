@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use glider_context::Context;
-use glider_engine::{ContextSink, PipelineEvent, RequestRecord};
+use glider_engine::{PipelineEvent, RequestRecord};
 use glider_test_support::{MockConfig, MockVendor, RecordedRequest};
 use serde_json::{Value, json};
 
@@ -57,13 +57,13 @@ async fn gateway_with(
 
 /// Post an Anthropic request for `session`; its reply body as JSON.
 async fn ask(gateway: &common::Gateway, session: &str, body: &Value) -> Value {
-    let reply = common::post(
-        &gateway.base,
-        "/v1/messages",
-        body.to_string(),
-        &[(SESSION_HEADER, session)],
-    )
-    .await;
+    ask_as(gateway, &[(SESSION_HEADER, session)], body).await
+}
+
+/// Post an Anthropic request with `headers` (a client's credential, its session
+/// header); its reply body as JSON.
+async fn ask_as(gateway: &common::Gateway, headers: &[(&str, &str)], body: &Value) -> Value {
+    let reply = common::post(&gateway.base, "/v1/messages", body.to_string(), headers).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     reply.json()
 }
@@ -71,6 +71,9 @@ async fn ask(gateway: &common::Gateway, session: &str, body: &Value) -> Value {
 /// A Claude Code-shaped conversation, grown one exchange at a time.
 struct Conversation {
     model: String,
+    system: String,
+    /// The request's `metadata` (none: not sent).
+    metadata: Option<Value>,
     messages: Vec<Value>,
     /// Ids of the calls the test writes itself (the mock's replies carry their own).
     next_id: usize,
@@ -80,22 +83,28 @@ impl Conversation {
     fn new(model: &str) -> Self {
         Conversation {
             model: model.into(),
+            system: "You are Claude Code.".into(),
+            metadata: None,
             messages: Vec::new(),
             next_id: 0,
         }
     }
 
     fn body(&self) -> Value {
-        json!({
+        let mut body = json!({
             "model": self.model, "max_tokens": 200,
-            "system": "You are Claude Code.",
+            "system": self.system,
             "tools": [
                 {"name": "Read", "input_schema": {"type": "object"}},
                 {"name": "Edit", "input_schema": {"type": "object"}},
                 {"name": "Bash", "input_schema": {"type": "object"}}
             ],
             "messages": self.messages,
-        })
+        });
+        if let Some(metadata) = &self.metadata {
+            body["metadata"] = metadata.clone();
+        }
+        body
     }
 
     /// One episode: the user asks, the model calls `tool` (the mock's script), the
@@ -109,9 +118,30 @@ impl Conversation {
         args: Value,
         output: &str,
     ) {
+        self.episode_as(
+            gateway,
+            &[(SESSION_HEADER, session)],
+            goal,
+            tool,
+            args,
+            output,
+        )
+        .await;
+    }
+
+    /// [`Conversation::episode`] sent with `headers`.
+    async fn episode_as(
+        &mut self,
+        gateway: &common::Gateway,
+        headers: &[(&str, &str)],
+        goal: &str,
+        tool: &str,
+        args: Value,
+        output: &str,
+    ) {
         self.messages
             .push(json!({"role": "user", "content": format!("{goal} [[call:{tool} {args}]]")}));
-        let call = ask(gateway, session, &self.body()).await;
+        let call = ask_as(gateway, headers, &self.body()).await;
         let id = call["content"]
             .as_array()
             .and_then(|parts| parts.iter().find(|p| p["type"] == "tool_use"))
@@ -123,7 +153,7 @@ impl Conversation {
         self.messages.push(json!({"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": id, "content": output}
         ]}));
-        let answer = ask(gateway, session, &self.body()).await;
+        let answer = ask_as(gateway, headers, &self.body()).await;
         self.messages
             .push(json!({"role": "assistant", "content": answer["content"].clone()}));
     }
@@ -166,7 +196,7 @@ async fn record_until(context: &Context, session: &str, episodes: usize) -> Stri
     poll_log(context, "the record", |last| {
         let view = context.reader().session(session).expect("reads")?;
         if view.record.record.decisions.len() == episodes
-            && let Some(held) = context.record(session)
+            && let Some(held) = context.log().records().get(session)
             && *held == view.record.text
         {
             return Some(held.to_string());
@@ -460,12 +490,15 @@ async fn a_session_over_the_local_window_goes_to_the_cloud_unless_the_user_chose
     .await;
     let session = "claude-code:over";
     let chunk = "let value = compute(input);\n".repeat(60); // 1,680 bytes, ~480 tokens
+    // As Claude Code sends it: the user's words alone first (the episode's root, which
+    // the record's owner check reads back), then its tool loop.
+    chat.messages
+        .push(json!({"role": "user", "content": "summarise the sources"}));
+    ask(&gateway, "over", &chat.body()).await;
     let mut events = gateway.engine.bus().subscribe();
 
     // Automatic routing judges the whole request: over the 4k window, it goes to the
     // cloud.
-    chat.messages
-        .push(json!({"role": "user", "content": "summarise the sources"}));
     for i in 0..12 {
         chat.tool_round(
             "Read",
@@ -486,7 +519,7 @@ async fn a_session_over_the_local_window_goes_to_the_cloud_unless_the_user_chose
     // The loop's reads (in the same episode: it had no new root turn) are in the
     // record the server holds.
     poll_log(&context, "the held record with the loop's reads", |last| {
-        let held = context.record(session)?;
+        let held = context.log().records().get(session)?;
         if held.contains("- src/part11.rs: read") {
             return Some(());
         }
@@ -799,5 +832,159 @@ async fn by_default_a_compaction_goes_where_the_route_sends_it() {
         last.body["messages"].as_array().map(Vec::len),
         Some(chat.messages.len()),
         "the cloud gets the conversation as the CLI sent it"
+    );
+}
+
+/// Words only conversation A ever sent.
+const A_ONLY: &str = "ALPHA-SECRET";
+
+/// Two clients' conversations through one gateway: A (`a_headers`, its `a` shape)
+/// works two episodes through the cloud, the second naming [`A_ONLY`]; its record is
+/// held. Then B (`b_headers`, `b`) works one episode and asks `/local`: what the local
+/// backend received for B, as text.
+async fn b_local_after_a(
+    (a_headers, mut a): (&[(&str, &str)], Conversation),
+    (b_headers, mut b): (&[(&str, &str)], Conversation),
+    a_opening: &str,
+    b_opening: &str,
+) -> String {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let (gateway, context) = gateway(&mock, home.path(), "").await;
+    let mut events = gateway.engine.bus().subscribe();
+    let read = json!({"file_path": "src/a.rs"});
+    a.episode_as(&gateway, a_headers, a_opening, "Read", read, "fn a() {}")
+        .await;
+    let session_a = finished(&mut events).await.session.expect("a session");
+    let run = json!({"command": "cargo test"});
+    let goal = format!("deploy the {A_ONLY} plan");
+    a.episode_as(&gateway, a_headers, &goal, "Bash", run, "deployed")
+        .await;
+    let record_a = record_until(&context, &session_a, 2).await;
+    assert!(record_a.contains(A_ONLY), "A's own record: {record_a}");
+
+    let read = json!({"file_path": "src/b.rs"});
+    b.episode_as(&gateway, b_headers, b_opening, "Read", read, "fn b() {}")
+        .await;
+    b.messages
+        .push(json!({"role": "user", "content": "/local what did we do so far?"}));
+    ask_as(&gateway, b_headers, &b.body()).await;
+    let sent = messages(&last_local_request(&mock));
+    let text: Vec<String> = sent
+        .iter()
+        .map(|m| format!("{}{}", text_of(m), m["tool_calls"]))
+        .collect();
+    let text = text.join("\n");
+    assert!(text.contains("what did we do so far?"), "{text}");
+    assert!(
+        text.contains("src/b.rs"),
+        "B's own earlier turn, as history or as its record: {text}"
+    );
+    text
+}
+
+#[tokio::test]
+async fn two_api_keys_opening_with_the_same_words_never_share_a_record() {
+    let conversation = || Conversation::new("claude-sonnet");
+    let sent_for_b = b_local_after_a(
+        (&[("x-api-key", "sk-client-a")], conversation()),
+        (&[("x-api-key", "sk-client-b")], conversation()),
+        "hello, look at the code",
+        "hello, look at the code",
+    )
+    .await;
+    assert!(
+        !sent_for_b.contains(A_ONLY),
+        "A's words in B's request: {sent_for_b}"
+    );
+    assert!(!sent_for_b.contains("src/a.rs"), "{sent_for_b}");
+}
+
+#[tokio::test]
+async fn two_system_prompts_opening_with_the_same_words_never_share_a_record() {
+    let with_system = |system: &str| Conversation {
+        system: system.into(),
+        ..Conversation::new("claude-sonnet")
+    };
+    let key: &[(&str, &str)] = &[("authorization", "Bearer sk-shared")];
+    let sent_for_b = b_local_after_a(
+        (key, with_system("You review code.")),
+        (key, with_system("You write release notes.")),
+        "hello, look at the code",
+        "hello, look at the code",
+    )
+    .await;
+    assert!(
+        !sent_for_b.contains(A_ONLY),
+        "A's words in B's request: {sent_for_b}"
+    );
+}
+
+#[tokio::test]
+async fn two_conversations_of_one_plain_user_id_are_not_merged() {
+    let of_alice = || Conversation {
+        metadata: Some(json!({"user_id": "alice"})),
+        ..Conversation::new("claude-sonnet")
+    };
+    let sent_for_b = b_local_after_a(
+        (&[], of_alice()),
+        (&[], of_alice()),
+        "look at the code",
+        "plan my week",
+    )
+    .await;
+    assert!(
+        !sent_for_b.contains(A_ONLY),
+        "A's words in B's request: {sent_for_b}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_whose_earlier_turns_are_not_the_sessions_gets_no_record_of_it() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    // Room in the 4k window for B's whole (short) history.
+    let (gateway, context) = gateway(
+        &mock,
+        home.path(),
+        "context: {output_reserve_tokens: 1024}\n",
+    )
+    .await;
+    let mut a = Conversation::new("claude-sonnet");
+    let read = json!({"file_path": "src/a.rs"});
+    a.episode(
+        &gateway,
+        "shared",
+        "look at the code",
+        "Read",
+        read,
+        "fn a() {}",
+    )
+    .await;
+    let run = json!({"command": "cargo test"});
+    let goal = format!("deploy the {A_ONLY} plan");
+    a.episode(&gateway, "shared", &goal, "Bash", run, "deployed")
+        .await;
+    record_until(&context, "claude-code:shared", 2).await;
+
+    // Another conversation under the same session id, its earlier turns never seen.
+    let mut b = Conversation::new("claude-sonnet");
+    b.messages = vec![
+        json!({"role": "user", "content": "plan my week"}),
+        json!({"role": "assistant", "content": "Monday: rest."}),
+        json!({"role": "user", "content": "/local and Tuesday?"}),
+    ];
+    ask(&gateway, "shared", &b.body()).await;
+    let sent = messages(&last_local_request(&mock));
+    let text: Vec<String> = sent.iter().map(text_of).collect();
+    let text = text.join("\n");
+    assert!(
+        !text.contains(A_ONLY),
+        "the session's record in B's request: {text}"
+    );
+    assert!(!text.contains("<continuity-record"), "{text}");
+    assert!(
+        text.contains("plan my week") && text.contains("Monday: rest."),
+        "B's own history instead: {text}"
     );
 }

@@ -1,8 +1,10 @@
 //! Episodes and bounded context (local candidates only, spec: "never the full
 //! history"). With a context store attached and a continuity record held for the
-//! session, a local model gets the system text, the record and the current episode,
-//! bounded to its window minus the output reserve ([`bound_to_episode`]); without one
-//! (context off, or no record yet) it gets the tail of the history that fits
+//! session whose stored episodes are the request's own (its earlier user messages
+//! match them, [`crate::ContextSink::record`]), a local model gets the system text, the
+//! record and the current episode, bounded to its window minus the output reserve
+//! ([`bound_to_episode`]); without one (context off, no record yet, or another
+//! conversation's) it gets the tail of its own history that fits
 //! ([`bound_local_context`]). What was left out goes on the route record.
 
 use std::sync::Arc;
@@ -34,7 +36,7 @@ impl Phase for BoundedContext {
         // record is rendered when read.
         let record: Option<Arc<str>> = match (&job.context, &decision.session) {
             (Some(sink), Some(session)) if reads_record(&job.request, job.compaction) => {
-                sink.record(session)
+                sink.record(session, &job.request)
             }
             _ => None,
         };

@@ -69,7 +69,7 @@ impl Phase for Compaction {
             return ready(Flow::Continue);
         }
         let record: Option<Arc<str>> = match (&job.context, &decision.session) {
-            (Some(sink), Some(session)) => sink.record(session),
+            (Some(sink), Some(session)) => sink.record(session, &job.request),
             _ => None,
         };
         let Some(record) = record else {
