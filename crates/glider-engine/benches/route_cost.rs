@@ -1,15 +1,15 @@
 //! The router's own cost per request, Starlark included: `cargo bench -p glider-engine
-//! --bench route_cost`. Runs each realistic request shape through `decide` many times
-//! in one process and writes p50/p99 to `bench/results/router-<date>.md`. The decode
-//! and token estimate that precede routing are timed separately, so the table shows
-//! what the rules themselves cost.
+//! --bench route_cost`. Runs requests the real CLIs sent (the captures under
+//! `tests/fixtures/cli`) through `decide` many times in one process and writes p50/p99
+//! to `bench/results/router-<date>.md`. The decode and token estimate that precede
+//! routing are timed separately, so the table shows what the rules themselves cost.
 
 use std::time::Instant;
 
 use glider_config::{Config, ConfigHandle};
 use glider_engine::Engine;
 use glider_ngl::Dialect;
-use glider_test_support::fixtures::*;
+use glider_test_support::captured::captured_file;
 use serde_json::Value;
 
 const ITERATIONS: usize = 3000;
@@ -49,25 +49,45 @@ fn main() {
     let engine = Engine::new(ConfigHandle::new(config, Some(config_path)));
     assert!(engine.runtime().starlark.is_some(), "rules compiled");
 
-    let cases: Vec<(&str, Dialect, Value)> = vec![
+    // The requests Claude Code 2.1.197 and Codex 0.171.0 really sent (docs/captured-traffic.md).
+    let cases: Vec<(&str, Dialect, Value)> = [
         (
-            "claude code main turn (~80 KB)",
-            Dialect::Anthropic,
-            claude_code_main("refactor the parser"),
+            "claude code main turn",
+            "claude-code",
+            "plain",
+            "002-messages",
         ),
-        ("claude code title", Dialect::Anthropic, claude_code_title()),
+        (
+            "claude code title",
+            "claude-code",
+            "interactive",
+            "002-title",
+        ),
+        (
+            "claude code subagent turn",
+            "claude-code",
+            "subagent",
+            "003-messages",
+        ),
         (
             "claude code compaction",
-            Dialect::Anthropic,
-            claude_code_compaction(),
+            "claude-code",
+            "compact",
+            "002-compact",
         ),
-        ("haiku-class call", Dialect::Anthropic, claude_code_haiku()),
-        (
-            "codex main turn",
-            Dialect::OpenAiResponses,
-            codex_main("add a flag"),
-        ),
-    ];
+        ("codex main turn", "codex", "plain", "001-responses"),
+        ("codex compaction", "codex", "auto-compact", "002-compact"),
+    ]
+    .into_iter()
+    .map(|(name, cli, scenario, file)| {
+        let front = if cli == "codex" {
+            Dialect::OpenAiResponses
+        } else {
+            Dialect::Anthropic
+        };
+        (name, front, captured_file(cli, scenario, file).body)
+    })
+    .collect();
     let headers = http::HeaderMap::new();
     let mut rows = Vec::new();
     for (name, front, body) in &cases {

@@ -3,8 +3,9 @@
 //! docs/captured-traffic.md): the method, path, headers and JSON body of each request,
 //! in the order the CLI sent them, with secrets redacted (`REDACTED`), the working
 //! directory written `/workspace` and the HOME `/home/user`. `reply` is what the
-//! scripted model answered (a summary). These are the ground truth the hand-written
-//! shapes of [`crate::fixtures`] stand in for.
+//! scripted model answered (a summary). Every test or benchmark that claims a CLI's
+//! request shape uses these; a variation the captures cannot give is derived from a
+//! captured body, and says so.
 //!
 //! ```no_run
 //! let loop_ = glider_test_support::captured::captured("claude-code", "tool-loop");
@@ -126,6 +127,12 @@ pub fn captured_kind(cli: &str, scenario: &str, kind: &str) -> Vec<CapturedReque
         .into_iter()
         .filter(|r| r.kind == kind)
         .collect()
+}
+
+/// One request of `scenario` by its file name without `.json` (`"005-compact"`), for a
+/// test that needs that very request. Panics when it is missing.
+pub fn captured_file(cli: &str, scenario: &str, stem: &str) -> CapturedRequest {
+    load(&cli_dir(cli).join(scenario).join(format!("{stem}.json")))
 }
 
 /// One capture file, parsed.

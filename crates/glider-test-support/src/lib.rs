@@ -9,7 +9,6 @@ pub mod canned;
 pub mod captured;
 mod clock;
 pub mod conformance;
-pub mod fixtures;
 mod ollama;
 mod openai_chat;
 mod openai_responses;

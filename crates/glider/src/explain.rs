@@ -1,6 +1,9 @@
 //! `glider route explain`: route a request body read from standard input, in any of
 //! the four dialects, without sending it anywhere, and print the decision with every
-//! rule's opinion; each candidate says whether it is local or cloud.
+//! rule's opinion; each candidate says whether it is local or cloud. The decision is
+//! made on `serve`'s own path as a dry run ([`Engine::explain`]), so a compaction that
+//! `context.compaction: local` sends to a local model, or answers from the continuity
+//! record, is explained as such.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -60,24 +63,23 @@ pub fn parse_dialect(name: &str) -> anyhow::Result<Dialect> {
 /// The warm condition needs what is loaded and what loads cost: with a GPU and a local
 /// Ollama backend, probe the local backends once (read-only) and plan with the
 /// measurements `glider serve` kept under `GLIDER_HOME`.
-fn see_warm_state(engine: &std::sync::Arc<Engine>) -> anyhow::Result<()> {
-    let runtime = engine.runtime();
-    let ollama = runtime
+fn see_warm_state(
+    engine: &std::sync::Arc<Engine>,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<()> {
+    let current = engine.runtime();
+    let ollama = current
         .backends
         .iter()
         .any(|b| b.is_local() && b.kind() == glider_config::BackendKind::Ollama);
-    if !runtime.config.vram.enabled || !ollama {
+    if !current.config.vram.enabled || !ollama {
         return Ok(());
     }
-    let vram = glider_vram::Vram::new(&runtime.config.vram, Some(&crate::glider_home()));
-    if vram.steps_aside(&runtime.config.vram) {
+    let vram = glider_vram::Vram::new(&current.config.vram, Some(&crate::glider_home()));
+    if vram.steps_aside(&current.config.vram) {
         return Ok(());
     }
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the probe runtime")?
-        .block_on(engine.probe_local_backends());
+    runtime.block_on(engine.probe_local_backends());
     let _ = engine.attach_vram(vram);
     Ok(())
 }
@@ -125,9 +127,14 @@ fn explain_body(
         );
     }
     let engine = Engine::new(ConfigHandle::new(loaded, config));
-    see_warm_state(&engine)?;
-    let decision = engine
-        .explain(front, body, &header_map)
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    see_warm_state(&engine, &runtime)?;
+    // serve's deciding path as a dry run: the decision serve would carry out.
+    let decision = runtime
+        .block_on(engine.explain(front, body, &header_map))
         .map_err(|e| anyhow::anyhow!("{} ({:?}, HTTP {})", e.message, e.kind, e.kind.status()))?;
     let candidates: Vec<String> = decision
         .candidates
@@ -149,11 +156,11 @@ fn explain_body(
     }
     let mut out = String::new();
     out.push_str(&format!("dialect:    {}\n", front.as_str()));
-    out.push_str(&format!(
-        "decision:   {} -> {}\n",
-        decision.rule,
-        candidates.join(", then ")
-    ));
+    let goes_to = match decision.answered_by {
+        Some(source) => format!("glider ({source}, no model is asked)"),
+        None => candidates.join(", then "),
+    };
+    out.push_str(&format!("decision:   {} -> {goes_to}\n", decision.rule));
     out.push_str(&format!("reason:     {}\n", decision.reason));
     out.push_str(&format!("tokens:     ~{}\n", decision.estimated_tokens));
     if let Some(session) = &decision.session {

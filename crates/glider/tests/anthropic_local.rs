@@ -3,12 +3,14 @@
 //! the mock: its requests are fitted like any local backend's (tools reduced,
 //! `max_tokens` capped, `cache_control` and `context_management` dropped, no client
 //! credentials nor betas), its route record says local, while a cloud Anthropic backend
-//! given the same Claude Code turn still gets the client's bytes unchanged.
+//! given the same Claude Code turn still gets the client's bytes unchanged. The turn is
+//! Claude Code 2.1.197's captured `plain` one (24 tools), made non-streaming (and, for
+//! the local backend, naming its model).
 
 mod common;
 
 use common::*;
-use glider_test_support::fixtures::claude_code_main;
+use glider_test_support::captured::captured_file;
 use glider_test_support::{MockConfig, MockVendor};
 use serde_json::Value;
 
@@ -42,6 +44,14 @@ fn has_cache_control(value: &Value) -> bool {
     }
 }
 
+/// Claude Code's captured `claude -p "hello"` turn, not streamed (the mock's whole
+/// reply is simpler to read back).
+fn claude_code_turn() -> Value {
+    let mut body = captured_file("claude-code", "plain", "002-messages").body;
+    body["stream"] = false.into();
+    body
+}
+
 const CLIENT: &[(&str, &str)] = &[
     ("x-api-key", "sk-ant-api-client"),
     ("anthropic-beta", "context-management-2025-06-27"),
@@ -51,9 +61,8 @@ const CLIENT: &[(&str, &str)] = &[
 async fn a_local_anthropic_backend_gets_a_fitted_request_and_no_client_credentials() {
     let (mock, gw) = local_and_cloud_anthropic().await;
     let mut events = gw.engine.bus().subscribe();
-    let mut body = claude_code_main("fix the parser");
+    let mut body = claude_code_turn();
     body["model"] = "gemma".into();
-    body["stream"] = false.into();
     let tools_sent = body["tools"].as_array().map_or(0, Vec::len);
     assert!(
         tools_sent > 12,
@@ -99,8 +108,7 @@ async fn a_local_anthropic_backend_gets_a_fitted_request_and_no_client_credentia
 async fn a_cloud_anthropic_backend_beside_it_still_gets_the_clients_bytes() {
     let (mock, gw) = local_and_cloud_anthropic().await;
     let mut events = gw.engine.bus().subscribe();
-    let mut body = claude_code_main("fix the parser");
-    body["stream"] = false.into();
+    let body = claude_code_turn();
     let bytes = body.to_string();
 
     let reply = post(&gw.base, "/v1/messages", bytes.clone(), CLIENT).await;

@@ -263,6 +263,7 @@ async fn a_cold_model_whose_measured_load_is_too_slow_is_passed_over_and_loaded_
             body.as_bytes(),
             &http::HeaderMap::new(),
         )
+        .await
         .expect("explains");
     let why = "local model big is cold, planned load ~120.0s (measured) exceeds routing.max_cold_wait_secs 30s";
     assert!(explained.reason.contains(why), "{}", explained.reason);

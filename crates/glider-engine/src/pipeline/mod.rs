@@ -302,16 +302,50 @@ impl Engine {
         Ok(decision)
     }
 
-    /// `glider route explain`: decode, alias, estimate and route a body without sending
-    /// it anywhere.
-    pub fn explain(
+    /// `glider route explain`: the decision `serve` would carry out for `body`, made on
+    /// the same path as a gateway request's — the deciding phases, then the carrying-out
+    /// phases that may still change it (compaction) — as a dry run: every rule gives its
+    /// opinion, nothing is sent, nothing goes on the bus, no sticky choice is set, no
+    /// model is loaded, no plugin is asked or told, the context sink is only read. A
+    /// compaction Glider would answer from its continuity record says so in
+    /// [`RouteDecision::answered_by`].
+    pub async fn explain(
         &self,
         front: Dialect,
         body: &[u8],
         headers: &HeaderMap,
     ) -> Result<RouteDecision, ApiError> {
-        let (request, model, tokens) = self.prepare(front, body)?;
-        self.decide(front, &request, headers, &model, tokens, true)
+        let request = codec(front).decode_request(body)?;
+        // A bus nobody reads: the dry run's record goes nowhere.
+        let tracker = Bus::default().start_for(Door::Gateway, front, headers);
+        let mut job = self
+            .job(
+                tracker,
+                front,
+                Door::Gateway,
+                headers.clone(),
+                false,
+                Some(Bytes::copy_from_slice(body)),
+                request,
+            )
+            .dry_run();
+        let flow = match phases::run(DECIDING, &mut job).await {
+            Flow::Continue => phases::run(phases::decision_changing(), &mut job).await,
+            stop => stop,
+        };
+        let Job {
+            tracker, decision, ..
+        } = job;
+        tracker.forget();
+        match flow {
+            Flow::Continue => decision.ok_or_else(phases::not_routed),
+            Flow::Origin(decision) => Ok(*decision),
+            Flow::Fail(error) => Err(error),
+            Flow::Answer(_) => Err(ApiError::new(
+                ErrorKind::Internal,
+                "a phase answered a dry run",
+            )),
+        }
     }
 
     /// Run one completion through the pipeline. Every call is reported on the bus.
@@ -429,6 +463,7 @@ impl Engine {
             ttft: self.ttft.clone(),
             speed: self.speed.clone(),
             shadow: self.shadow.clone(),
+            dry_run: false,
         }
     }
 }
@@ -507,6 +542,7 @@ fn failed(error: ApiError, mut tracker: Tracker, front: Dialect) -> CompleteErro
 #[cfg(test)]
 mod tests {
     use glider_config::Config;
+    use glider_test_support::captured::captured_file;
     use glider_test_support::{MockConfig, MockVendor};
 
     use super::*;
@@ -630,16 +666,20 @@ mod tests {
     }
 
     /// A Codex turn (an ~80 KB Responses body with a `gpt-*` model) far from every limit
-    /// is estimated by the byte ratio alone: no tiktoken pass (issue 20 item 2).
+    /// is estimated by the byte ratio alone: no tiktoken pass (issue 20 item 2). The
+    /// turn is Codex 0.171.0's captured `plain` one (38 KB, `gpt-5.5`) with 40 KB of
+    /// history added before its prompt: the captures hold no turn that large (and
+    /// no larger, or it nears the 32k window a local backend is taken to have).
     #[tokio::test]
     async fn a_large_codex_turn_far_from_limits_costs_no_tiktoken_pass() {
         use crate::tokenizer::{Method, estimate_for_routing};
         let mock = MockVendor::start(MockConfig::default()).await;
-        let mut body = glider_test_support::fixtures::codex_main("fix the failing test");
-        body["model"] = "gpt-5.1".into();
-        let history = "let total = items.iter().map(|i| i.price).sum::<u64>();\n".repeat(1_300);
-        body["input"].as_array_mut().expect("input items").insert(
-            2,
+        let mut body = captured_file("codex", "plain", "001-responses").body;
+        assert_eq!(body["model"], "gpt-5.5");
+        let history = "let total = items.iter().map(|i| i.price).sum::<u64>();\n".repeat(700);
+        let input = body["input"].as_array_mut().expect("input items");
+        input.insert(
+            input.len() - 1,
             serde_json::json!({"type": "message", "role": "user",
                 "content": [{"type": "input_text", "text": history}]}),
         );
@@ -660,8 +700,8 @@ mod tests {
             ))
             .await
             .expect("routes");
-        let rough = estimate_for_routing(prepared.request(), "gpt-5.1", |_| false);
-        let exact = estimate_request_tokens(prepared.request(), "gpt-5.1");
+        let rough = estimate_for_routing(prepared.request(), "gpt-5.5", |_| false);
+        let exact = estimate_request_tokens(prepared.request(), "gpt-5.5");
         assert_eq!((rough.1, exact.1), (Method::ByteRatio, Method::Tiktoken));
         assert_ne!(rough.0, exact.0, "the two counts can be told apart");
         assert_eq!(prepared.estimated_tokens(), rough.0);
@@ -787,6 +827,154 @@ mod tests {
         let expected = body.replacen("\"model\" : \"fast\"", "\"model\" : \"claude-x\"", 1);
         assert_ne!(expected, body);
         assert_eq!(String::from_utf8_lossy(&sent[0].raw_body), expected);
+    }
+
+    /// A local Ollama backend and a cloud Anthropic one on `mock`, with `extra` config.
+    fn local_and_claude(mock: &MockVendor, extra: &str) -> Arc<Engine> {
+        engine_of(&format!(
+            "backends:\n\
+             \x20 - {{name: local, type: ollama, base_url: '{0}', models: [qwen], context_window: 131072}}\n\
+             \x20 - {{name: claude, type: anthropic, base_url: '{0}', api_key: k, models: ['claude-*']}}\n\
+             {extra}",
+            mock.base_url()
+        ))
+    }
+
+    fn session_of(body: &serde_json::Value) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let user_id: serde_json::Value = serde_json::from_str(
+            body["metadata"]["user_id"]
+                .as_str()
+                .expect("a user_id string"),
+        )
+        .expect("user_id is JSON");
+        let session = user_id["session_id"].as_str().expect("a session id");
+        headers.insert(
+            "x-claude-code-session-id",
+            session.parse().expect("a header value"),
+        );
+        headers
+    }
+
+    /// `glider route explain` decides on serve's path (issue 49 item 6). Claude Code
+    /// 2.1.197's captured `/compact` with `context.compaction: local`: the route alone
+    /// sends it to the cloud (the classifier scores it about -1.2, no opinion, so the
+    /// model decides); the compaction phase then puts the local backend first. Explain
+    /// stopped at the route and showed `claude`; serve sent it to `local`. Now both say
+    /// `local`, and the explain left no trace: nothing sent, nothing on the bus.
+    #[tokio::test]
+    async fn explain_shows_the_compaction_serve_sends_to_the_local_model() {
+        let mock = MockVendor::start(MockConfig::default()).await;
+        let compact = captured_file("claude-code", "compact", "002-compact");
+        let headers = session_of(&compact.body);
+        let bytes = compact.body_bytes();
+        for (policy, first) in [("cloud", "claude"), ("local", "local")] {
+            let engine = local_and_claude(&mock, &format!("context: {{compaction: {policy}}}\n"));
+            let mut bus = engine.bus().subscribe();
+            let explained = engine
+                .explain(Dialect::Anthropic, &bytes, &headers)
+                .await
+                .expect("explains");
+            assert_eq!(explained.rule, RuleName::Model, "{explained:#?}");
+            assert_eq!(
+                explained.candidates[0].backend.name(),
+                first,
+                "compaction: {policy}: {explained:#?}"
+            );
+            assert_eq!(
+                explained
+                    .reason
+                    .contains("a compaction request, answered locally"),
+                policy == "local",
+                "{}",
+                explained.reason
+            );
+            assert!(explained.answered_by.is_none());
+            // Every rule gave its view, as explain always showed.
+            assert!(explained.opinions.len() >= 3, "{:?}", explained.opinions);
+            assert!(mock.requests().is_empty(), "explain sent nothing");
+            assert!(
+                matches!(
+                    bus.try_recv(),
+                    Err(tokio::sync::broadcast::error::TryRecvError::Empty)
+                ),
+                "explain put nothing on the bus"
+            );
+
+            let completion = engine
+                .complete(CompletionRequest::gateway(
+                    Dialect::Anthropic,
+                    Bytes::from(bytes.clone()),
+                    headers.clone(),
+                ))
+                .await
+                .expect("answers");
+            assert_eq!(completion.backend, first, "served, compaction: {policy}");
+            drop(completion);
+            let sent = mock.requests();
+            let path = if first == "local" {
+                "/api/chat"
+            } else {
+                "/v1/messages"
+            };
+            assert_eq!(sent.last().map(|r| r.path.as_str()), Some(path));
+            mock.clear_requests();
+        }
+    }
+
+    /// The dry run remembers nothing: a captured `/cloud` turn explained does not stick
+    /// the session to the cloud; served, it does, and explain then shows the sticky rule
+    /// for the session's next plain turn.
+    #[tokio::test]
+    async fn explain_sets_no_sticky_choice_and_serve_does() {
+        let mock = MockVendor::start(MockConfig::default()).await;
+        let engine = local_and_claude(&mock, "");
+        let flagged = captured_file("claude-code", "cloud-flag", "002-messages");
+        let plain = captured_file("claude-code", "plain", "002-messages");
+        let headers = session_of(&flagged.body);
+        let explain = |body: Vec<u8>| {
+            let engine = engine.clone();
+            let headers = headers.clone();
+            async move {
+                engine
+                    .explain(Dialect::Anthropic, &body, &headers)
+                    .await
+                    .expect("explains")
+            }
+        };
+        let decision = explain(flagged.body_bytes()).await;
+        assert_eq!(
+            (decision.rule, decision.candidates[0].backend.name()),
+            (RuleName::Explicit, "claude")
+        );
+        assert_ne!(explain(plain.body_bytes()).await.rule, RuleName::Sticky);
+
+        let completion = engine
+            .complete(CompletionRequest::gateway(
+                Dialect::Anthropic,
+                Bytes::from(flagged.body_bytes()),
+                headers.clone(),
+            ))
+            .await
+            .expect("answers");
+        assert_eq!(completion.backend, "claude");
+        drop(completion);
+        let decision = explain(plain.body_bytes()).await;
+        assert_eq!(
+            (decision.rule, decision.candidates[0].backend.name()),
+            (RuleName::Sticky, "claude"),
+            "{decision:#?}"
+        );
+    }
+
+    #[test]
+    fn a_dry_run_runs_only_the_carrying_out_phases_that_send_nothing() {
+        let names: Vec<&str> = phases::decision_changing()
+            .iter()
+            .map(|p| p.name())
+            .collect();
+        // Budget counts the request in its session: never in a dry run.
+        assert_eq!(names, ["compaction"]);
     }
 
     #[test]

@@ -214,6 +214,7 @@ pub fn model_target(model: &str, backend_names: &[&str]) -> Option<(Target, Opti
 mod tests {
     use super::*;
     use glider_dialects::codec;
+    use glider_test_support::captured::captured_file;
     use serde_json::json;
 
     #[test]
@@ -243,22 +244,36 @@ mod tests {
         }
     }
 
-    /// The last user message Claude Code sends for `/local say hi` through a
-    /// `~/.claude/commands/local.md` holding `/local $ARGUMENTS` (as captured).
+    /// Claude Code 2.1.197's captured `/local what is 2+2` turn (through the command
+    /// file `glider setup claude` writes), with the command renamed to `name`, its
+    /// arguments made `args` and its expanded text `expanded` (left out when `None`, as
+    /// a command file without `$ARGUMENTS` sends it): the captures hold only `/local`
+    /// and `/cloud`, so the other commands are derived from the real turn.
     fn claude_code_command(name: &str, args: &str, expanded: Option<&str>) -> Value {
-        let mut content = vec![
-            json!({"type": "text", "text": "<system-reminder>\nctx\n</system-reminder>\n\n"}),
-            json!({"type": "text", "text": format!(
-                "<command-message>{}</command-message>\n<command-name>{name}</command-name>\n<command-args>{args}</command-args>\n",
-                name.trim_start_matches('/')
-            )}),
-        ];
-        if let Some(expanded) = expanded {
-            content.push(
-                json!({"type": "text", "text": expanded, "cache_control": {"type": "ephemeral"}}),
-            );
+        let mut body = captured_file("claude-code", "local-flag", "002-messages").body;
+        let content = body["messages"][0]["content"]
+            .as_array_mut()
+            .expect("the prompt's blocks");
+        let block = content[1]["text"]
+            .as_str()
+            .expect("the command block")
+            .replace("local", name.trim_start_matches('/'))
+            .replace("what is 2+2", args);
+        content[1]["text"] = block.into();
+        match expanded {
+            Some(text) => content[2]["text"] = text.into(),
+            None => {
+                content.remove(2);
+            }
         }
-        json!({"model": "claude-sonnet-4-6", "max_tokens": 10, "messages": [{"role": "user", "content": content}]})
+        body
+    }
+
+    #[test]
+    fn a_derived_command_turn_is_what_claude_code_sends() {
+        let derived = claude_code_command("/cloud", "what is 2+2", Some("/cloud what is 2+2\n"));
+        let real = captured_file("claude-code", "cloud-flag", "002-messages").body;
+        assert_eq!(derived["messages"], real["messages"]);
     }
 
     #[test]
@@ -283,7 +298,9 @@ mod tests {
 
             let stripped = strip_from_body(Dialect::Anthropic, body.to_string().as_bytes(), &flag)
                 .expect("stripped");
-            let text = String::from_utf8_lossy(&stripped).into_owned();
+            // The prompt's message (the body's tools and system text name `/local` too).
+            let stripped: Value = serde_json::from_slice(&stripped).expect("JSON");
+            let text = stripped["messages"][0].to_string();
             assert!(
                 !text.contains("command-name") && !text.contains(name),
                 "{name}: {text}"
@@ -294,7 +311,13 @@ mod tests {
             );
             let mut request = request;
             strip_from_request(&mut request, &flag);
-            let left = request.turns[0].plain_text();
+            // The prompt's turn (the system text comes first, a system entry after it).
+            let left = request
+                .turns
+                .iter()
+                .find(|t| t.role == Role::User)
+                .expect("the prompt")
+                .plain_text();
             assert!(
                 !left.contains("command-") && !left.contains(name),
                 "{name}: {left}"

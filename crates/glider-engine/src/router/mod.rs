@@ -104,6 +104,11 @@ pub struct RouteDecision {
     /// candidate before them could be reached (`routing.local_fallback`).
     #[serde(skip)]
     pub local_reserve: Option<usize>,
+    /// Set when Glider answers the request itself instead of any candidate: what it
+    /// answers from (`continuity-record`: a compaction with `context.compaction: local`
+    /// and no local backend up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<&'static str>,
 }
 
 impl RouteDecision {
@@ -186,8 +191,10 @@ pub struct Router<'a> {
 }
 
 impl Router<'_> {
-    /// Decide: ask the rules in priority order (all of them with `explain`), then let
-    /// the token limit have the last word.
+    /// Decide: ask the rules in priority order, then let the token limit have the last
+    /// word. With `explain` (`glider route explain`'s dry run) every rule gives its
+    /// opinion and nothing is remembered: an explicit choice does not stick to the
+    /// session.
     pub fn decide(&self, input: &RouteInput, explain: bool) -> Result<RouteDecision, ApiError> {
         let routing = &self.config.routing;
         let mut notes = Deliberation {
@@ -236,7 +243,7 @@ impl Router<'_> {
                 (RuleName::Model, reason, candidates, None)
             }
         };
-        if let (Some(session), Some(target)) = (&session, explicit_target) {
+        if !explain && let (Some(session), Some(target)) = (&session, explicit_target) {
             let sticky = &routing.sticky;
             self.sticky.set(
                 session,
@@ -269,6 +276,7 @@ impl Router<'_> {
             candidates,
             flag,
             local_reserve,
+            answered_by: None,
         })
     }
 
@@ -677,6 +685,7 @@ mod tests {
             candidates: Vec::new(),
             flag: None,
             local_reserve: None,
+            answered_by: None,
         };
         let header = decision.header_value("claude", "m");
         assert!(header.contains("; score=1.9857;"), "{header}");

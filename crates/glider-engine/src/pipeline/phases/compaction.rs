@@ -6,7 +6,9 @@
 //! history (the route's cloud candidates stay behind them as the fallback); with no
 //! local backend up, Glider answers it itself from the record, in the client's dialect
 //! and stream grammar. Without a record it is left to the route. Runs before the
-//! origin gate, so the MITM door's compactions are answered here too.
+//! origin gate, so the MITM door's compactions are answered here too. It sends nothing
+//! itself, so `glider route explain` runs it too (a dry run: the decision then says it
+//! would be answered from the record, `answered_by`, instead of answering).
 
 use std::sync::Arc;
 
@@ -81,6 +83,12 @@ impl Phase for Compaction {
             "a compaction request, answered from the continuity record (context.compaction: local, no local backend up); {}",
             decision.reason
         );
+        decision.answered_by = Some(RECORD_MODEL);
+        if job.dry_run {
+            // Explained, not answered: the decision says who would answer.
+            job.decision = Some(decision);
+            return ready(Flow::Continue);
+        }
         ready(Flow::Answer(Box::new(from_record(
             job, decision, prompt, &record,
         ))))

@@ -43,7 +43,8 @@ use crate::router::sticky::StickyStore;
 /// decision they leave is the one the request is carried out on.
 pub(crate) static DECIDING: &[&dyn Phase] = &[&alias::Alias, &estimate::Estimate, &route::Route];
 
-/// The phases that carry a decision out; `Engine::complete_prepared` runs them.
+/// The phases that carry a decision out; `Engine::complete_prepared` runs them. The
+/// first [`DECISION_CHANGING`] of them may still change the decision.
 pub(crate) static CARRYING_OUT: &[&dyn Phase] = &[
     &compaction::Compaction,
     &budget::Budget,
@@ -57,6 +58,19 @@ pub(crate) static CARRYING_OUT: &[&dyn Phase] = &[
     &execute::Execute,
     &record::Record,
 ];
+
+/// How many of [`CARRYING_OUT`]'s phases, from its start, may change the decision
+/// while sending nothing and counting the request nowhere (compaction, which puts the
+/// local candidates first or answers from the continuity record). `Engine::explain`
+/// runs [`DECIDING`] and these on a [dry-run](Job::dry_run) job, so `glider route
+/// explain` shows the decision `serve` carries out. A phase placed before budget must
+/// keep to that, and this count says whether explain runs it.
+pub(crate) const DECISION_CHANGING: usize = 1;
+
+/// The carrying-out phases a dry run goes through (see [`DECISION_CHANGING`]).
+pub(crate) fn decision_changing() -> &'static [&'static dyn Phase] {
+    &CARRYING_OUT[..DECISION_CHANGING]
+}
 
 /// What a phase says happens next.
 pub(crate) enum Flow {
@@ -178,6 +192,22 @@ pub(crate) struct Job {
     pub speed: Arc<crate::speed::SpeedBook>,
     /// The shadow copies' budget (fan-out `shadow`).
     pub shadow: Arc<super::ShadowBudget>,
+    /// `glider route explain`: decide exactly as a served request is decided, and leave
+    /// no trace (see [`Job::dry_run`]).
+    pub dry_run: bool,
+}
+
+impl Job {
+    /// This job as a dry run: every rule gives its opinion, an explicit choice does not
+    /// stick to the session, no cold model is loaded nor a sticky one prewarmed, no
+    /// plugin is asked or told (`plugins` is dropped), and compaction says it would
+    /// answer from the continuity record rather than answering. The tracker it is
+    /// given should be on a bus nobody reads; the context sink is only read.
+    pub(crate) fn dry_run(mut self) -> Job {
+        self.dry_run = true;
+        self.plugins = None;
+        self
+    }
 }
 
 pub(crate) fn not_routed() -> ApiError {

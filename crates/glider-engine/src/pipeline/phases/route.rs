@@ -4,7 +4,8 @@
 //! model. When a plugin gives routing opinions and no rule above the `plugin` rule
 //! decided, the plugins are asked (within their deadlines) and the router decides again
 //! with their opinion; the decision and the tool calls the request carries are told to
-//! the observing plugins.
+//! the observing plugins. A dry run (`glider route explain`) asks every rule and
+//! remembers, loads and tells nothing.
 
 use glider_ngl::{ErrorKind, Part};
 use glider_plugin::{RouteAsk, RouteOpinion};
@@ -73,7 +74,7 @@ fn decide(job: &mut Job, plugin: Option<&RouteOpinion>) -> Result<RouteDecision,
         estimated_tokens: job.tokens,
         plugin,
     };
-    match job.runtime.router(&job.sticky).decide(&input, false) {
+    match job.runtime.router(&job.sticky).decide(&input, job.dry_run) {
         Ok(decision) => Ok(decision),
         // No backend serves the model: for MITM that is not a local request, so it
         // belongs to the CLI's origin, which knows every model it offers.
@@ -90,25 +91,29 @@ fn decide(job: &mut Job, plugin: Option<&RouteOpinion>) -> Result<RouteDecision,
                 candidates: Vec::new(),
                 flag: None,
                 local_reserve: None,
+                answered_by: None,
             })))
         }
         Err(error) => Err(Flow::Fail(error)),
     }
 }
 
-/// The warm condition, the routing flag stripped, the record written: the decision
-/// stands.
+/// The warm condition (a dry run loads nothing), the routing flag stripped, the record
+/// written: the decision stands.
 fn settle(job: &mut Job, mut decision: RouteDecision) -> Flow {
     if let Some(vram) = &job.vram {
         let config = &job.runtime.config;
         let backends = &job.runtime.backends;
         let passed_over = warm::pass_over_cold(&mut decision, vram, config, backends);
-        if config.vram.background_load {
-            for candidate in passed_over {
-                warm::load_in_background(vram.clone(), config.clone(), candidate, backends);
+        // A dry run loads nothing: it only says which models were passed over.
+        if !job.dry_run {
+            if config.vram.background_load {
+                for candidate in passed_over {
+                    warm::load_in_background(vram.clone(), config.clone(), candidate, backends);
+                }
             }
+            warm::prewarm_sticky(&decision, &job.request, vram, config, backends);
         }
-        warm::prewarm_sticky(&decision, &job.request, vram, config, backends);
     }
     if let Some(flag) = &decision.flag {
         explicit::strip_from_request(&mut job.request, flag);
