@@ -207,3 +207,31 @@ async fn when_nothing_can_answer_the_error_is_a_server_problem_naming_each_backe
         assert!(message.contains(named), "{named}: {message}");
     }
 }
+
+#[tokio::test]
+async fn a_small_local_model_is_the_reserve_for_a_turn_it_holds_once_fitted() {
+    // SmolLM2's 8k window: Claude Code's main turn is ~22k tokens as sent, a few
+    // thousand once its tools are reduced and its system text cut.
+    let local = MockVendor::start(Default::default()).await;
+    let profile = default_profile(&local, &refused_url().await)
+        .replace("context_window: 32768", "context_window: 8192");
+    assert!(profile.contains("context_window: 8192"));
+    let gw = gateway(&profile).await;
+    let turn = captured_turn("claude-code", "plain", "messages");
+    let reply = post(
+        &gw.base,
+        "/v1/messages",
+        turn.body_bytes(),
+        &[("x-api-key", "sk-ant-test")],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let route = reply.header("x-glider-route");
+    assert!(route.contains("rule=local_fallback"), "{route}");
+    let sent = local.requests();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(
+        sent[0].body.to_string().len() < 8192 * 4,
+        "the local model got the fitted turn"
+    );
+}

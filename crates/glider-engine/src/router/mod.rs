@@ -305,7 +305,10 @@ impl Router<'_> {
                 backend: backend.clone(),
                 model,
             };
-            if input.estimated_tokens <= self.local_window(&candidate) {
+            // As the token limit counts: a CLI's main turn (~22k tokens as sent) fits a
+            // small model's window once fitted, and the reserve answers when nothing
+            // else can, so bounding its history is fair too.
+            if !matches!(self.holds(input, &candidate, true), Holds::TooLong(_)) {
                 candidates.push(candidate);
             }
         }
@@ -533,40 +536,17 @@ impl Router<'_> {
             if !c.backend.is_local() {
                 return true;
             }
-            let window = self.local_window(c);
-            if tokens <= window {
-                return true;
-            }
-            // One fitted copy serves both counts: bounding cuts the request the fit
-            // phase would send, so it is fitted once and bounded in place.
-            let bound = chosen_by_user && self.config.context.bound_local;
-            if self.config.fit.enabled || bound {
-                let mut request = self.fitted(input, c);
-                if self.config.fit.enabled {
-                    let fitted = estimate_request_tokens(&request, input.model).0;
-                    if fitted <= window {
-                        fitted_in.push(format!(
-                            "{} holds {window} after fitting (~{fitted} tokens)",
-                            c.backend.name()
-                        ));
-                        return true;
-                    }
+            match self.holds(input, c, chosen_by_user) {
+                Holds::AsSent => true,
+                Holds::Fitted(how) => {
+                    fitted_in.push(how);
+                    true
                 }
-                if bound {
-                    // As a local model counts them: the byte ratio, no model tokenizer.
-                    bound_local_context(&mut request, &self.config.context, window);
-                    let bounded = estimate_request_tokens(&request, "").0;
-                    if bounded <= window {
-                        fitted_in.push(format!(
-                            "{} holds {window} once bounded to its budget (~{bounded} tokens, context.bound_local)",
-                            c.backend.name()
-                        ));
-                        return true;
-                    }
+                Holds::TooLong(why) => {
+                    too_long.push(why);
+                    false
                 }
             }
-            too_long.push(format!("{} holds {window}", c.backend.name()));
-            false
         });
         let reason = match fitted_in.is_empty() {
             true => reason,
@@ -600,6 +580,43 @@ impl Router<'_> {
         ))
     }
 
+    /// Whether local `candidate` holds the request as it will be sent: as it came, once
+    /// fitted (what the fit phase will do), or — with `may_bound` and
+    /// `context.bound_local` — once bounded to its budget (what the bounded-context
+    /// phase will do). Fitting runs only for a request over the window (a rare path).
+    fn holds(&self, input: &RouteInput, candidate: &Candidate, may_bound: bool) -> Holds {
+        let window = self.local_window(candidate);
+        if input.estimated_tokens <= window {
+            return Holds::AsSent;
+        }
+        let name = candidate.backend.name();
+        // One fitted copy serves both counts: bounding cuts the request the fit phase
+        // would send, so it is fitted once and bounded in place.
+        let bound = may_bound && self.config.context.bound_local;
+        if self.config.fit.enabled || bound {
+            let mut request = self.fitted(input, candidate);
+            if self.config.fit.enabled {
+                let fitted = estimate_request_tokens(&request, input.model).0;
+                if fitted <= window {
+                    return Holds::Fitted(format!(
+                        "{name} holds {window} after fitting (~{fitted} tokens)"
+                    ));
+                }
+            }
+            if bound {
+                // As a local model counts them: the byte ratio, no model tokenizer.
+                bound_local_context(&mut request, &self.config.context, window);
+                let bounded = estimate_request_tokens(&request, "").0;
+                if bounded <= window {
+                    return Holds::Fitted(format!(
+                        "{name} holds {window} once bounded to its budget (~{bounded} tokens, context.bound_local)"
+                    ));
+                }
+            }
+        }
+        Holds::TooLong(format!("{name} holds {window}"))
+    }
+
     fn local_window(&self, candidate: &Candidate) -> u64 {
         local_window(self.config, candidate)
     }
@@ -616,6 +633,15 @@ impl Router<'_> {
         }
         request
     }
+}
+
+/// Whether a local candidate holds a request ([`Router::holds`]).
+enum Holds {
+    AsSent,
+    /// Once fitted or bounded, said how.
+    Fitted(String),
+    /// Not even then, said why.
+    TooLong(String),
 }
 
 /// The context window of a local candidate's model: configured, else what its server
