@@ -254,3 +254,18 @@ plugins = false
     assert any("echo:" in t and "reply via glider" in t for t in texts), events
     posted = [r for r in origin.requests[before:] if r["method"] == "POST" and "/responses" in r["path"]]
     assert not posted, posted
+
+
+def test_a_cli_that_does_not_trust_the_ca_gets_the_fix_in_glider_s_log(mitm_stack, tmp_path):
+    """The first hour's MITM mistake: HTTPS_PROXY set, Glider's CA not trusted. Claude
+    Code fails its handshake (and says little); Glider's log says how to fix it."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = claude_env(home, HTTPS_PROXY=mitm_stack["proxy"])
+    code, _out, _err = run([cli("claude"), "-p", "hello", "--output-format", "json"], env, work, timeout=120)
+    assert code != 0, "an untrusted CA cannot have worked"
+    glider = mitm_stack["glider"]
+    line = glider.wait_for(r"TLS handshake with the client (failed|timed out).*", timeout=30).group(0)
+    assert "NODE_EXTRA_CA_CERTS=$(glider ca path)" in line and "glider run <cli>" in line, line
+    assert str(mitm_stack["ca"]) in line, line

@@ -195,12 +195,17 @@ impl Mitm {
                 tracing::warn!(
                     host = %target.host,
                     "TLS handshake with the client failed: {e}{}",
-                    self.trust_hint(&e)
+                    self.trust_hint(Some(&e))
                 );
                 return;
             }
             Err(_) => {
-                tracing::warn!(host = %target.host, "TLS handshake with the client timed out after {}s", HANDSHAKE_TIMEOUT.as_secs());
+                tracing::warn!(
+                    host = %target.host,
+                    "TLS handshake with the client timed out after {}s{}",
+                    HANDSHAKE_TIMEOUT.as_secs(),
+                    self.trust_hint(None)
+                );
                 return;
             }
         };
@@ -213,28 +218,34 @@ impl Mitm {
         glider_sys::listen::serve_connection(tls, service, limits, drain).await;
     }
 
-    /// Why a handshake failed, in words a user can act on.
-    fn trust_hint(&self, error: &std::io::Error) -> String {
+    /// Why a handshake failed, in words a user can act on: the fix for a client that
+    /// does not trust Glider's CA. Said outright when the client's alert says so; as
+    /// the likely cause otherwise (Node-based CLIs such as Claude Code and Codex close
+    /// the connection without an alert).
+    fn trust_hint(&self, error: Option<&std::io::Error>) -> String {
         let rustls_error = error
-            .get_ref()
+            .and_then(|e| e.get_ref())
             .and_then(|e| e.downcast_ref::<rustls::Error>());
-        match rustls_error {
-            Some(rustls::Error::AlertReceived(alert)) => {
-                use rustls::AlertDescription as A;
-                if matches!(
-                    alert,
-                    A::UnknownCA | A::BadCertificate | A::CertificateUnknown | A::AccessDenied
-                ) {
-                    format!(
-                        " — the client does not trust Glider's CA. Trust {} (glider ca install), or set NODE_EXTRA_CA_CERTS for Node-based CLIs; `glider run <cli>` does this for one command",
-                        self.authority.cert_path().display()
-                    )
-                } else {
-                    String::new()
-                }
-            }
-            _ => String::new(),
-        }
+        let said_untrusted = matches!(
+            rustls_error,
+            Some(rustls::Error::AlertReceived(
+                rustls::AlertDescription::UnknownCA
+                    | rustls::AlertDescription::BadCertificate
+                    | rustls::AlertDescription::CertificateUnknown
+                    | rustls::AlertDescription::AccessDenied
+            ))
+        );
+        let cause = if said_untrusted {
+            "the client does not trust Glider's CA"
+        } else {
+            "if the client does not trust Glider's CA"
+        };
+        format!(
+            " — {cause}: start it with `glider run <cli>` (it sets the trust for that one command), \
+             or for a Node-based CLI (Claude Code, Codex) set NODE_EXTRA_CA_CERTS=$(glider ca path) \
+             (here: {}); `glider ca install` trusts it system-wide",
+            self.authority.cert_path().display()
+        )
     }
 
     /// One request inside a decrypted tunnel (or a plain-HTTP request to a listed host).
