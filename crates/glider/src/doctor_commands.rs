@@ -45,8 +45,8 @@ impl Status {
 /// One finding.
 #[derive(Debug, Clone)]
 pub struct Finding {
-    /// `config`, `backend`, `credentials`, `local_server`, `ca`, `transparent`,
-    /// `delegate`, `port` or `home`.
+    /// `config`, `backend`, `credentials`, `local_server`, `login`, `ca`,
+    /// `transparent`, `delegate`, `port` or `home`.
     pub category: &'static str,
     /// What it is about (a backend's name, a port, a path).
     pub subject: String,
@@ -154,6 +154,7 @@ pub async fn examine(config_path: Option<&Path>, home: &Path) -> Vec<Finding> {
         );
     }
     findings.extend(check_local_servers(&config, &found));
+    findings.extend(check_subscription_login(&config));
     findings.extend(check_ca(&config, home));
     findings.extend(check_leftovers(&config, &previous));
     findings.extend(check_ports(&config, &found, &previous));
@@ -185,6 +186,40 @@ async fn check_backends(config: &Config) -> Vec<Finding> {
         }
     }
     findings
+}
+
+/// Which door a CLI logged in with a subscription (an OAuth token, not an API key)
+/// should use: said whenever a cloud backend forwards the client's own credentials,
+/// the case such a login lands in.
+fn check_subscription_login(config: &Config) -> Option<Finding> {
+    let passthrough: Vec<&str> = config
+        .backends
+        .iter()
+        .filter(|b| b.enabled && !b.is_local())
+        .filter(|b| {
+            matches!(
+                glider_backend::Backend::new((*b).clone()).credentials(),
+                glider_backend::credentials::Credentials::Client { .. }
+            )
+        })
+        .map(|b| b.name.as_str())
+        .collect();
+    if passthrough.is_empty() {
+        return None;
+    }
+    Some(
+        Finding::new("login", "subscription logins", Status::Ok)
+            .detail(format!(
+                "{} forward the client's own credentials. A CLI logged in with a subscription \
+                 (Claude Pro/Max, ChatGPT) holds an OAuth token, not an API key: use the MITM \
+                 door (`glider run claude`, or HTTPS_PROXY with Glider's CA trusted), where a \
+                 request bound for the CLI's own origin is never altered and only what Glider \
+                 answers locally leaves that path. Through the gateway (a base URL), the token \
+                 would be relayed to the vendor's API: whether that is allowed is the vendor's \
+                 policy, not Glider's",
+                passthrough.join(", ")
+            )),
+    )
 }
 
 /// One backend's reachability, as its health probe sees it.

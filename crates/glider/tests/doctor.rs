@@ -343,6 +343,16 @@ async fn doctor_without_a_config_checks_the_servers_serve_would_use() {
         "the found server, not the embedded 127.0.0.1:11434: {report:#}"
     );
     assert_eq!(check(&report, "backend", "claude")["status"], "warn");
+    // No cloud key set: a subscription login's token would be forwarded; the report
+    // says which door such a login should use, and whose policy the gateway is.
+    let login = check(&report, "login", "subscription");
+    let detail = login["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with("claude, openai forward the client's own credentials")
+            && detail.contains("use the MITM door (`glider run claude`")
+            && detail.contains("the vendor's policy"),
+        "{login:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
