@@ -9,21 +9,7 @@ use glider_cursorrpc::messages::{
 };
 use glider_cursorrpc::wire::{Encode, Unknown};
 use glider_cursorrpc::{Update, server_frame};
-
-/// xorshift64*: deterministic, so a failure names its seed and round.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+use glider_test_support::rng::Rng;
 
 fn seeds() -> Vec<Vec<u8>> {
     let message = AgentClientMessage {
@@ -66,7 +52,7 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
             }
             1 if !out.is_empty() => {
                 let i = rng.below(out.len());
-                out[i] = rng.next() as u8;
+                out[i] = rng.next_u64() as u8;
             }
             2 => {
                 let cut = rng.below(out.len() + 1);
@@ -74,11 +60,11 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
             }
             3 => {
                 let i = rng.below(out.len() + 1);
-                out.insert(i, rng.next() as u8);
+                out.insert(i, rng.next_u64() as u8);
             }
             _ => {
                 let i = rng.below(out.len() + 1);
-                let extra: Vec<u8> = (0..rng.below(8)).map(|_| rng.next() as u8).collect();
+                let extra: Vec<u8> = (0..rng.below(8)).map(|_| rng.next_u64() as u8).collect();
                 out.splice(i..i, extra);
             }
         }
@@ -131,7 +117,7 @@ fn random_and_mutated_inputs_never_panic() {
     }
     for _ in 0..5_000 {
         let len = rng.below(64);
-        let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         exercise(&bytes);
     }
 }

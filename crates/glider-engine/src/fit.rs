@@ -695,7 +695,7 @@ mod tests {
             notes,
             [
                 "tools 1 -> 0 (the model has no tool support)",
-                "max_tokens 1000 -> 512",
+                "max_tokens 1000 -> 512 (the model's max_output_tokens)",
                 "1 images replaced by a text note (the model is not marked `vision: true`)",
             ]
         );

@@ -12,6 +12,7 @@ pub mod conformance;
 mod ollama;
 mod openai_chat;
 mod openai_responses;
+pub mod rng;
 mod script;
 mod server;
 mod state;

@@ -7,28 +7,13 @@
 
 use std::path::Path;
 
+use glider_test_support::rng::Rng;
 use glider_tools::fs_tools::{self, GrepQuery};
 use glider_tools::{Limits, ToolError, Workspace};
 
 /// What only the outside tree holds, in a file's text and in a directory's listing.
 const SECRET: &str = "SECRET-OUTSIDE";
 const OUTSIDE_ENTRY: &str = "outside-only-entry";
-
-/// xorshift64*: small, seeded, the same sequence on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 fn layout() -> (tempfile::TempDir, tempfile::TempDir) {
     let root = tempfile::tempdir().expect("root");

@@ -208,17 +208,16 @@ fn check_subscription_login(config: &Config) -> Option<Finding> {
         return None;
     }
     Some(
-        Finding::new("login", "subscription logins", Status::Ok)
-            .detail(format!(
-                "{} forward the client's own credentials. A CLI logged in with a subscription \
+        Finding::new("login", "subscription logins", Status::Ok).detail(format!(
+            "{} forward the client's own credentials. A CLI logged in with a subscription \
                  (Claude Pro/Max, ChatGPT) holds an OAuth token, not an API key: use the MITM \
                  door (`glider run claude`, or HTTPS_PROXY with Glider's CA trusted), where a \
                  request bound for the CLI's own origin is never altered and only what Glider \
                  answers locally leaves that path. Through the gateway (a base URL), the token \
                  would be relayed to the vendor's API: whether that is allowed is the vendor's \
                  policy, not Glider's",
-                passthrough.join(", ")
-            )),
+            passthrough.join(", ")
+        )),
     )
 }
 
