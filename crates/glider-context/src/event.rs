@@ -1,11 +1,16 @@
 //! The typed events of the context log. A batch's events of one session are stored as
 //! one row (`store.rs`, `packed.rs`); their JSON is what exports and the API show.
 //! Nothing is ever rewritten; the graph ([`crate::graph`]) is a fold over these.
+//! Every text an event carries of a prompt or a reply passes through
+//! [`EventBody::redact_keys`] before it is stored or read back, so no API key typed
+//! into a prompt reaches the file, the dashboard or an export.
 
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use glider_sys::secrets::{redact_keys_in, redact_keys_in_json};
 
 /// Longest string kept of a tool call's argument (an `apply_patch` patch, a `Write`'s
 /// content); longer ones keep their start and say how long they were.
@@ -109,6 +114,51 @@ pub struct BudgetStopEvent {
 }
 
 impl EventBody {
+    /// Replace every API key ([`glider_sys::secrets`]) in the texts of a prompt or a
+    /// reply the event carries: the user's text, tool calls' arguments, tool results,
+    /// reply text, errors, narratives and budget messages. The writer calls it on each
+    /// event before storing it, and the store on each event it reads back (rows
+    /// written before keys were redacted).
+    pub fn redact_keys(&mut self) {
+        let opt = |text: &mut Option<String>| {
+            if let Some(text) = text {
+                redact_keys_in(text);
+            }
+        };
+        let calls = |calls: &mut Vec<ToolCall>| {
+            for call in calls {
+                redact_keys_in_json(&mut call.arguments);
+            }
+        };
+        match self {
+            EventBody::Request(request) => {
+                opt(&mut request.user_text);
+                calls(&mut request.tool_calls);
+                for result in &mut request.tool_results {
+                    redact_keys_in(&mut result.text);
+                }
+            }
+            EventBody::Reply(reply) => {
+                opt(&mut reply.error);
+                opt(&mut reply.text);
+                calls(&mut reply.tool_calls);
+            }
+            EventBody::Compaction(compaction) => {
+                redact_keys_in(&mut compaction.narrative);
+                opt(&mut compaction.reason);
+                opt(&mut compaction.rejected_text);
+                compaction.missing.iter_mut().for_each(redact_keys_in);
+            }
+            EventBody::BudgetStop(stop) => redact_keys_in(&mut stop.message),
+            EventBody::Delegate(delegate) => opt(&mut delegate.error),
+            EventBody::ToolRun(run) => {
+                redact_keys_in(&mut run.arguments);
+                opt(&mut run.error);
+            }
+            EventBody::Gap { .. } | EventBody::Retention { .. } | EventBody::Forgotten { .. } => {}
+        }
+    }
+
     /// The `kind` column.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -354,7 +354,7 @@ impl Writer {
         let observed = self.observer.get().is_some();
         let mut activity: Vec<Activity> = Vec::new();
         for event in queue::events(&bytes) {
-            let event = match event {
+            let mut event = match event {
                 Ok(event) => Box::new(event),
                 Err(error) => {
                     // Never expected (the bytes were packed in this process): counted
@@ -364,6 +364,9 @@ impl Writer {
                     continue;
                 }
             };
+            // Keys out before anything of the event is stored or folded (off the
+            // request path: the writer's thread does it).
+            event.body.redact_keys();
             let (family, began) = self.families.assign(&self.conn, &event);
             if observed {
                 note_activity(&mut activity, &event, began);

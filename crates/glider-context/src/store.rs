@@ -516,6 +516,11 @@ fn read_row(
             reason: format!("{} events where the row counts {count}", events.len()),
         });
     }
+    let mut events = events;
+    // Rows written before keys were redacted on the way in are redacted on the way out.
+    for (_, _, body) in &mut events {
+        body.redact_keys();
+    }
     Ok((first_id, row.get(2)?, events))
 }
 

@@ -398,3 +398,81 @@ fn a_forgotten_session_is_let_go_while_its_record_is_stale() {
         "the forgotten events were never rendered"
     );
 }
+
+/// API keys in every text of a prompt or reply an event carries are replaced before
+/// the event is stored: the database's files never hold one, and neither does what is
+/// read back or the session's record.
+#[test]
+fn keys_never_reach_the_file_the_fold_or_a_read() {
+    use glider_context::event::{CompactionEvent, ToolRunEvent};
+    const KEYS: [&str; 5] = [
+        "sk-ant-api03-Wrt9xYw8vUt7sRq6pOn5mLk4jIh3gFe2dCb1aQ",
+        "sk-proj-Wrt8Zq9xYw8vUt7sRq6pOn5mLk4jIh3gFe2d",
+        "ghp_Wrt0abcdefghijklmnopqrstuvwxyz012345",
+        "AKIAWRTIOSFODNN7EXAM",
+        "github_pat_11WRT0123456789_abcdefghijklmnop",
+    ];
+    let home = tempfile::tempdir().expect("tempdir");
+    let log = ContextLog::start(options(home.path(), 64)).expect("starts");
+    let mut first = request("a", true, &[]);
+    if let EventBody::Request(body) = &mut first.body {
+        body.user_text = Some(format!("my key is {}", KEYS[0]));
+        body.tool_calls = vec![ToolCall::new(
+            "c1".into(),
+            "Bash".into(),
+            json!({"command": format!("export K={}", KEYS[1])}),
+        )];
+        body.tool_results = vec![ToolResult::new(
+            "c1".into(),
+            None,
+            false,
+            &format!("token: {}", KEYS[2]),
+        )];
+    }
+    let mut answer = reply("a", &[]);
+    if let EventBody::Reply(body) = &mut answer.body {
+        body.text = Some(format!("use {} for AWS", KEYS[3]));
+    }
+    let run = event(EventBody::ToolRun(ToolRunEvent {
+        request: "a".into(),
+        arguments: format!("{{\"pat\": \"{}\"}}", KEYS[4]),
+        ..ToolRunEvent::default()
+    }));
+    let compaction = event(EventBody::Compaction(CompactionEvent {
+        accepted: true,
+        narrative: format!("the user pasted {}", KEYS[0]),
+        source: "summarizer".into(),
+        ..CompactionEvent::default()
+    }));
+    for e in [first, run, answer, compaction] {
+        log.append(e);
+    }
+    log.flush();
+    let record = wait_for_record(&log, "a record for the session");
+    drop(log);
+
+    let mut stored = Vec::new();
+    for entry in std::fs::read_dir(home.path()).expect("dir").flatten() {
+        stored.extend(std::fs::read(entry.path()).expect("read"));
+    }
+    let conn = store::open(home.path()).expect("opens");
+    let read =
+        serde_json::to_string(&store::events(&conn, Some("s")).expect("reads")).expect("JSON");
+    for key in KEYS {
+        assert!(
+            !stored.windows(key.len()).any(|w| w == key.as_bytes()),
+            "{key} in the database's files"
+        );
+        assert!(!read.contains(key), "{key} read back: {read}");
+        assert!(!record.contains(key), "{key} in the record: {record}");
+    }
+    for kept in [
+        "my key is [redacted]",
+        "export K=[redacted]",
+        "token: [redacted]",
+        "use [redacted] for AWS",
+        "the user pasted [redacted]",
+    ] {
+        assert!(read.contains(kept), "{kept} not read back: {read}");
+    }
+}

@@ -130,13 +130,13 @@ fn handle(shared: &Shared, event: &PipelineEvent) {
             let seq = shared.last_seq.fetch_add(1, Ordering::Relaxed) + 1;
             let entry = Entry { seq, record };
             // Serialized once: the history file and the in-memory list share the text.
-            let json: Arc<str> = serde_json::to_string(&entry)
-                .unwrap_or_else(|_| "null".into())
-                .into();
-            shared.history.append(Line {
-                ended_at_ms: record.started_at_ms + record.total_ms.unwrap_or(0),
-                json: json.clone(),
-            });
+            // Keys out once, in the line: the list, the file and `/ws` share it.
+            let line = Line::new(
+                record.started_at_ms + record.total_ms.unwrap_or(0),
+                serde_json::to_string(&entry).unwrap_or_else(|_| "null".into()),
+            );
+            let json = line.json.clone();
+            shared.history.append(line);
             broadcast_event(shared, &WsEvent::RequestFinished { request: &entry });
             lock(&shared.recent).push(Finished { seq, json });
         }
@@ -164,7 +164,9 @@ pub fn broadcast_event(shared: &Shared, event: &WsEvent) {
     if shared.hub.receiver_count() == 0 {
         return;
     }
-    if let Ok(text) = serde_json::to_string(event) {
+    if let Ok(mut text) = serde_json::to_string(event) {
+        // A finished request's tool calls may quote a prompt: no key goes out live.
+        glider_sys::secrets::redact_keys_in(&mut text);
         let _ = shared.hub.send(text.into());
     }
 }

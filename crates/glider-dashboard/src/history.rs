@@ -2,8 +2,11 @@
 //! one JSON line in `GLIDER_HOME/history/requests-YYYY-MM-DD[.N].jsonl` (UTC day of its
 //! end; a new part `.N` when a file reaches its size limit), written by one background
 //! thread so no request ever waits on a disk, and read back newest first for paging.
-//! Prompt text is never written: a `RequestRecord` has none. The directory is 0700 and
-//! its files 0600, so other local users cannot read the request metadata.
+//! Prompt text is never written: a `RequestRecord` has none, and what it has that came
+//! from a prompt (a tool call's arguments, an error quoting a reply) has its API keys
+//! replaced ([`glider_sys::secrets`]) when the line is made ([`Line::new`]) and again
+//! when a line is read back (lines written before keys were redacted). The directory
+//! is 0700 and its files 0600, so other local users cannot read the request metadata.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
@@ -59,6 +62,21 @@ pub struct Line {
     pub ended_at_ms: u64,
     /// The entry's JSON text, shared with the collector's in-memory list.
     pub json: std::sync::Arc<str>,
+}
+
+impl Line {
+    /// The line of an entry serialized as `json`, its API keys replaced (a key's
+    /// characters need no escaping in JSON, so the text is scanned as it is).
+    pub fn new(ended_at_ms: u64, json: String) -> Line {
+        let json = match glider_sys::secrets::redact_keys(&json) {
+            std::borrow::Cow::Borrowed(_) => json,
+            std::borrow::Cow::Owned(redacted) => redacted,
+        };
+        Line {
+            ended_at_ms,
+            json: json.into(),
+        }
+    }
 }
 
 /// The sending end, held by the collector; the writer thread ends when it is dropped.
@@ -446,8 +464,9 @@ fn parse_entry(line: &[u8], wanted: impl Fn(u64) -> bool) -> Option<Value> {
     {
         return None;
     }
-    let entry: Value = serde_json::from_slice(line).ok()?;
+    let mut entry: Value = serde_json::from_slice(line).ok()?;
     let seq = entry.get("seq").and_then(Value::as_u64)?;
+    glider_sys::secrets::redact_keys_in_json(&mut entry);
     wanted(seq).then_some(entry)
 }
 
@@ -475,7 +494,9 @@ pub fn newest_texts(dir: &Path, limit: usize) -> Vec<(u64, String)> {
     lines_backwards(list_files(dir))
         .filter_map(|line| {
             let SeqOnly { seq } = serde_json::from_slice(&line).ok()?;
-            Some((seq, String::from_utf8(line).ok()?))
+            let mut text = String::from_utf8(line).ok()?;
+            glider_sys::secrets::redact_keys_in(&mut text);
+            Some((seq, text))
         })
         .take(limit)
         .collect()

@@ -1,7 +1,10 @@
 //! Secrets out of what the dashboard shows: API keys, header values, tokens and
 //! passwords in a URL are replaced; a value written purely as `${VAR}` references keeps
-//! the reference (it names where the secret comes from, not the secret).
+//! the reference (it names where the secret comes from, not the secret). Any other
+//! string has API keys of a known shape replaced ([`glider_sys::secrets`], the scanner
+//! the context log and the history use too).
 
+use glider_sys::secrets::redact_keys;
 use serde_json::Value;
 
 /// What a hidden value becomes.
@@ -41,7 +44,7 @@ pub fn redact(value: &Value) -> Value {
                 .collect(),
         ),
         Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
-        Value::String(text) => Value::String(strip_userinfo(text)),
+        Value::String(text) => Value::String(strip_userinfo(&redact_keys(text))),
         other => other.clone(),
     }
 }
@@ -98,6 +101,7 @@ mod tests {
     fn secrets_are_replaced_and_references_kept() {
         let config = json!({
             "server": {"dashboard_token": "tok-123", "bind": "127.0.0.1"},
+            "routing": {"note": "pasted sk-ant-api03-Zq9xYw8vUt7sRq6pOn5mLk4j here"},
             "backends": [
                 {"name": "a", "api_key": "sk-live-1", "base_url": "https://u:p@h.example/v1", "headers": {"x-key": "hv-1", "x-env": "${HV}"}},
                 {"name": "b", "api_key": "${ANTHROPIC_API_KEY}", "base_url": "http://h", "headers": {}},
@@ -106,7 +110,7 @@ mod tests {
         });
         let shown = redact(&config);
         let text = shown.to_string();
-        for secret in ["tok-123", "sk-live-1", "u:p", "hv-1"] {
+        for secret in ["tok-123", "sk-live-1", "u:p", "hv-1", "Zq9xYw8v"] {
             assert!(!text.contains(secret), "{secret} leaked: {text}");
         }
         assert_eq!(shown["backends"][1]["api_key"], "${ANTHROPIC_API_KEY}");

@@ -194,6 +194,10 @@ pub async fn requests(
                 .values()
                 .rev()
                 .filter_map(|r| serde_json::to_value(r).ok())
+                .map(|mut r| {
+                    glider_sys::secrets::redact_keys_in_json(&mut r);
+                    r
+                })
                 .collect()
         } else {
             Vec::new()

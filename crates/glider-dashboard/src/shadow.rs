@@ -64,10 +64,7 @@ impl ShadowBook {
             sample: sample.clone(),
         };
         if let Ok(json) = serde_json::to_string(&stored) {
-            self.history.append(Line {
-                ended_at_ms: sample.at_ms,
-                json: json.into(),
-            });
+            self.history.append(Line::new(sample.at_ms, json));
         }
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         if recent.len() >= RECENT {

@@ -14,10 +14,25 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use glider_config::DelegateConfig;
 use glider_ngl::{ApiError, ErrorKind, StreamEvent};
+use glider_sys::childenv::ChildEnv;
 use tokio::io::AsyncReadExt;
 
 use crate::run::Events;
 use crate::vendors::Vendor;
+
+/// What a console launcher keeps of Glider's environment besides the minimal one and
+/// its vendor's variables: how it reaches the user's display, session bus and
+/// terminal multiplexer.
+const CONSOLE_ENV: [&str; 8] = [
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XAUTHORITY",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "TMUX",
+    "TMUX_TMPDIR",
+    "COLORTERM",
+    "TERM_PROGRAM",
+];
 
 /// Longest the console command (e.g. `tmux new-session -d`) may take to return.
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -77,8 +92,14 @@ pub fn launch(
     );
     let hint = config.attach_hint.replace("{session}", &session);
     let env = settings.env.clone();
+    let inherit: Vec<&str> = vendor
+        .own_env()
+        .iter()
+        .chain(&CONSOLE_ENV)
+        .copied()
+        .collect();
     let launched = async move {
-        match run_launcher(&argv, &env, &workdir).await {
+        match run_launcher(&argv, &inherit, &env, &workdir).await {
             Ok(()) => {
                 tracing::info!(delegate = label, %session, "opened an interactive delegate console");
                 crate::note_events(
@@ -240,6 +261,7 @@ fn expand(
 /// server, or a terminal, hands it on; the env file covers a server already running.
 async fn run_launcher(
     argv: &[String],
+    inherit: &[&str],
     env: &BTreeMap<String, String>,
     workdir: &Path,
 ) -> Result<(), ApiError> {
@@ -251,6 +273,7 @@ async fn run_launcher(
     };
     let mut child = tokio::process::Command::new(program)
         .args(args)
+        .minimal_env(inherit)
         .envs(env)
         .current_dir(workdir)
         .stdin(Stdio::null())

@@ -240,6 +240,7 @@ impl Delegator {
         let spec = RunSpec {
             program,
             args,
+            inherit: vendor.own_env(),
             env: settings.env.clone(),
             workdir,
             timeout: Duration::from_secs(config.timeout_secs.max(1)),

@@ -12,6 +12,7 @@ use std::time::Duration;
 use futures_util::Stream;
 use glider_ngl::stream::PartKind;
 use glider_ngl::{ApiError, ErrorKind, StopReason, StreamEvent, Usage};
+use glider_sys::childenv::ChildEnv;
 use glider_sys::procutil::{self, GroupGuard};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -84,7 +85,11 @@ pub struct RunSpec {
     pub program: PathBuf,
     /// All its arguments.
     pub args: Vec<String>,
-    /// Variables added to the inherited environment.
+    /// Variables of Glider's environment it keeps besides the minimal ones
+    /// ([`glider_sys::childenv`]; `*` ends a prefix): its vendor's
+    /// ([`crate::Vendor::own_env`]).
+    pub inherit: &'static [&'static str],
+    /// Variables added to that environment (`delegate.<vendor>.env`).
     pub env: BTreeMap<String, String>,
     /// Where it runs.
     pub workdir: PathBuf,
@@ -133,6 +138,7 @@ pub fn start(spec: RunSpec, on_report: ReportSink) -> Result<Events, ApiError> {
     let mut command = tokio::process::Command::new(&spec.program);
     command
         .args(&spec.args)
+        .minimal_env(spec.inherit)
         .envs(&spec.env)
         .current_dir(&spec.workdir)
         .stdin(Stdio::null())
@@ -661,6 +667,7 @@ mod tests {
         RunSpec {
             program: PathBuf::from("sh"),
             args: vec!["-c".to_owned(), script.to_owned()],
+            inherit: &[],
             env: BTreeMap::new(),
             workdir: std::env::temp_dir(),
             timeout: Duration::from_secs(60),

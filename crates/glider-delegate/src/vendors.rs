@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use glider_config::{DelegateConfig, DelegateMode, DelegateVendorConfig};
+use glider_sys::childenv::ChildEnv;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
@@ -39,6 +40,18 @@ impl Vendor {
             Vendor::Claude => "/claude",
             Vendor::CursorAgent => "/cursor-agent",
             Vendor::Agy => "/agy",
+        }
+    }
+
+    /// Variables of Glider's environment this CLI keeps besides the minimal ones
+    /// ([`glider_sys::childenv`]): its own auth and settings (`*` ends a prefix) and
+    /// the XDG directories its login lives under. Other vendors' keys never reach it;
+    /// anything more is named in `delegate.<vendor>.env` (docs/delegation.md).
+    pub fn own_env(self) -> &'static [&'static str] {
+        match self {
+            Vendor::Claude => &["ANTHROPIC_*", "CLAUDE_*", "XDG_*"],
+            Vendor::CursorAgent => &["CURSOR_*", "XDG_*"],
+            Vendor::Agy => &["GEMINI_*", "GOOGLE_*", "ANTIGRAVITY_*", "XDG_*"],
         }
     }
 
@@ -270,6 +283,7 @@ pub async fn discover(config: &DelegateConfig) -> Vec<Discovered> {
 async fn version_of(path: &Path, timeout: Duration) -> Result<String, String> {
     let mut command = tokio::process::Command::new(path);
     command
+        .minimal_env(&[])
         .arg("--version")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

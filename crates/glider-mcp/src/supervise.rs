@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use glider_config::McpServerConfig;
 use glider_config::mcp::TOOL_SEPARATOR;
+use glider_sys::childenv::ChildEnv;
 use glider_sys::procutil::{GroupGuard, spawn_group_leader};
 use rmcp::model::ProtocolVersion;
 use rmcp::service::{NotificationContext, Peer, RunningService};
@@ -263,7 +264,10 @@ async fn connect_stdio(
 ) -> Result<(RunningService<RoleClient, Handler>, GroupGuard), String> {
     let config = &sup.config;
     let mut command = tokio::process::Command::new(program);
+    // Glider's environment holds the cloud keys: the server gets the minimal one and
+    // its own `env:` map (docs/tools.md).
     command
+        .minimal_env(&[])
         .args(&config.args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

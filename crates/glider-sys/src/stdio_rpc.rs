@@ -19,6 +19,7 @@ use tokio::process::{ChildStdin, Command};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::childenv::ChildEnv;
 use crate::procutil::{self, GroupGuard};
 use crate::runstate::DelegatePids;
 
@@ -29,7 +30,8 @@ pub struct ChildSpec {
     pub name: String,
     pub program: PathBuf,
     pub args: Vec<String>,
-    /// Added to Glider's environment.
+    /// Added to the child's minimal environment ([`crate::childenv`]), never to
+    /// Glider's own.
     pub env: Vec<(String, String)>,
     pub cwd: Option<PathBuf>,
     /// `RLIMIT_AS` of the child, in bytes; `None` leaves it unlimited.
@@ -102,6 +104,7 @@ impl RpcChild {
             }
         };
         command
+            .minimal_env(&[])
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -8,6 +8,7 @@
 //! permissions. The exit status is non-zero when a problem is found. The JSON shape is
 //! documented in docs/doctor.md.
 
+use crate::out::{out, outln};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -94,9 +95,9 @@ pub fn doctor(config_path: Option<&Path>, json: bool) -> std::process::ExitCode 
         .filter(|f| f.status == Status::Problem)
         .count();
     if json {
-        println!("{}", render_json(config_path, &home, &findings));
+        outln!("{}", render_json(config_path, &home, &findings));
     } else {
-        print!("{}", render_text(&findings));
+        out!("{}", render_text(&findings));
     }
     if problems > 0 {
         std::process::ExitCode::FAILURE

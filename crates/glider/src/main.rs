@@ -5,6 +5,7 @@
 mod explain;
 mod fan_out_commands;
 
+use crate::out::outln;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ mod discovery;
 mod doctor_commands;
 mod mcp_commands;
 mod mitm_commands;
+mod out;
 mod serve;
 mod setup_commands;
 use mitm_commands::{CaAction, TransparentAction, ca, run_cli, transparent};
@@ -194,10 +196,10 @@ fn main() -> std::process::ExitCode {
         {
             Ok(lines) => {
                 for line in lines {
-                    println!("{line}");
+                    outln!("{line}");
                 }
                 if !remove {
-                    println!(
+                    outln!(
                         "type a flag as the start of a Claude Code message, e.g. `/local explain this`; it reaches Glider and is stripped before the model"
                     );
                 }
@@ -276,7 +278,7 @@ fn main() -> std::process::ExitCode {
 fn print_or_fail(command: &str, result: anyhow::Result<String>) -> std::process::ExitCode {
     match result {
         Ok(text) => {
-            println!("{text}");
+            outln!("{text}");
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
@@ -289,13 +291,13 @@ fn print_or_fail(command: &str, result: anyhow::Result<String>) -> std::process:
 fn check(path: &std::path::Path) -> std::process::ExitCode {
     match Config::load(path) {
         Ok(config) => {
-            println!(
+            outln!(
                 "{}: valid ({} backends)",
                 path.display(),
                 config.backends.len()
             );
             for backend in &config.backends {
-                println!(
+                outln!(
                     "  backend {}: {}",
                     backend.name,
                     glider_backend::credentials::describe(backend)

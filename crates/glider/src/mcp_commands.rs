@@ -3,6 +3,7 @@
 //! "Authorization"). The token goes to GLIDER_HOME/mcp-auth/NAME.json, 0600; a running
 //! `glider serve` picks it up at its next connect.
 
+use crate::out::outln;
 use std::io::Write;
 use std::path::Path;
 
@@ -37,7 +38,7 @@ pub fn run(action: McpAction, config: Option<&Path>) -> anyhow::Result<String> {
             }
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             let mut say = |line: &str| {
-                println!("{line}");
+                outln!("{line}");
                 let _ = std::io::stdout().flush();
             };
             let path = runtime.block_on(glider_mcp::auth::login(&name, server, &dir, &mut say))?;

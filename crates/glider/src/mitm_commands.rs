@@ -3,6 +3,7 @@
 //! Claude Code Glider's flag commands for that one process) and
 //! `glider transparent cleanup` (remove redirect rules a killed run left).
 
+use crate::out::{out, outln};
 use anyhow::Context;
 use clap::Subcommand;
 
@@ -45,8 +46,8 @@ fn ca_inner(
         glider_mitm::Authority::load_or_create(&glider_mitm::ca_dir(&config.mitm, &glider_home()))?;
     let cert = authority.cert_path();
     match action {
-        CaAction::Path => println!("{}", cert.display()),
-        CaAction::Print => print!("{}", authority.cert_pem()),
+        CaAction::Path => outln!("{}", cert.display()),
+        CaAction::Print => out!("{}", authority.cert_pem()),
         CaAction::Install { dry_run } => {
             let trust_dir = std::path::Path::new(trust::SYSTEM_TRUST_DIR);
             let commands = trust::install_commands(&cert, trust_dir);
@@ -55,30 +56,30 @@ fn ca_inner(
             })?;
             if dry_run || !trust::is_root() {
                 if !dry_run {
-                    println!("Not running as root. To trust Glider's CA system-wide, run:");
+                    outln!("Not running as root. To trust Glider's CA system-wide, run:");
                 } else {
-                    println!("Would run:");
+                    outln!("Would run:");
                 }
                 for command in &commands {
-                    println!("  sudo {command}");
+                    outln!("  sudo {command}");
                 }
             } else {
                 let output = trust::install(&cert, trust_dir)?;
-                print!("{output}");
-                println!(
+                out!("{output}");
+                outln!(
                     "Installed {} in the system trust store.",
                     trust_dir.join(trust::SYSTEM_TRUST_NAME).display()
                 );
             }
-            println!();
-            println!(
+            outln!();
+            outln!(
                 "Node-based CLIs (Cursor, and Claude Code when it does not read the system store) and Codex also need, in your shell profile:"
             );
             for line in trust::env_lines(&cert, &bundle) {
-                println!("  {line}");
+                outln!("  {line}");
             }
-            println!();
-            println!(
+            outln!();
+            outln!(
                 "Or start one CLI with all of this set, for that process only: glider run <cli> [args...]"
             );
         }
@@ -231,12 +232,12 @@ fn transparent_inner(
         config.mitm.transparent_port,
     )?;
     if removed {
-        println!("removed the redirect chain {chain} and the jump to it (nat OUTPUT)");
+        outln!("removed the redirect chain {chain} and the jump to it (nat OUTPUT)");
     } else {
-        println!("nothing to remove: no redirect chain {chain} is installed");
+        outln!("nothing to remove: no redirect chain {chain} is installed");
     }
     match glider_sys::runstate::mark_redirect_removed(&home) {
-        Ok(true) => println!(
+        Ok(true) => outln!(
             "recorded the removal in {}",
             home.join(glider_sys::runstate::FILE_NAME).display()
         ),

@@ -301,7 +301,7 @@ pub async fn start_gateway(
         home = %home.display(),
         "gateway listening on http://{local}"
     );
-    println!("glider gateway listening on http://{local}");
+    crate::out::sayln!("glider gateway listening on http://{local}");
     Ok(Listening {
         door: glider_dashboard::Door {
             name: "gateway".into(),
@@ -363,7 +363,7 @@ pub async fn start_mitm(
     }
     let ca = mitm.authority().cert_path();
     tracing::info!(ca = %ca.display(), hosts = ?snapshot.mitm.hosts, "MITM proxy listening on {local}");
-    println!(
+    crate::out::sayln!(
         "glider mitm proxy listening on {local} (HTTPS_PROXY=http://{local}, CA {})",
         ca.display()
     );
@@ -398,7 +398,7 @@ async fn start_transparent(
         Err(e) => return Err(anyhow::anyhow!("mitm.transparent: {e}")),
     };
     let addrs: Vec<String> = started.addrs().iter().map(|a| a.to_string()).collect();
-    println!(
+    crate::out::sayln!(
         "glider transparent door on {} (TCP to ports {:?} redirected; processes: {})",
         addrs.join(", "),
         snapshot.mitm.transparent_ports,
@@ -480,7 +480,7 @@ pub async fn start_dashboard(
     let dashboard = glider_dashboard::Dashboard::start(engine.clone(), options)
         .with_context(|| format!("cannot open the request history under {}", home.display()))?;
     tracing::info!("dashboard on http://{dashboard_local}");
-    println!(
+    crate::out::sayln!(
         "glider dashboard on http://{dashboard_local}{}",
         if snapshot.server.dashboard_token.is_some() {
             " (token required: open /?token=<server.dashboard_token>)"

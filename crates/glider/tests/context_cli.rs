@@ -356,3 +356,36 @@ async fn after_a_restart_the_first_local_request_of_a_session_gets_its_record() 
     assert_eq!(conversation[0]["content"], "what did we change?");
     served.stop();
 }
+
+/// `glider check` and `glider context sessions` into a pipe whose reader is already
+/// gone (`… | head -1` once `head` has its line): each ends quietly, never with Rust's
+/// panic on EPIPE (exit 101, "failed printing to stdout").
+#[test]
+fn printing_into_a_closed_pipe_ends_quietly() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let config = home.path().join("glider.yaml");
+    let backends: String = (0..200)
+        .map(|i| {
+            format!(
+                "  - {{name: b{i}, type: ollama, base_url: 'http://127.0.0.1:9', models: [m{i}]}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(&config, format!("backends:\n{backends}")).expect("config");
+    let config = config.display().to_string();
+    for args in [vec!["check", config.as_str()], vec!["context", "sessions"]] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = glider(home.path())
+            .args(&args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runs")
+            .wait_with_output()
+            .expect("ends");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}

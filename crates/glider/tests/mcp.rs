@@ -696,3 +696,38 @@ async fn a_stopped_stdio_server_gets_sigterm_and_a_grace_period_before_sigkill()
         "cleaned-up\n"
     );
 }
+
+/// `server-everything`'s `get-env` hands its environment to any caller: it holds the
+/// minimal environment and the server's own `env:`, none of Glider's other variables
+/// (here the test process's `CARGO_*`, which cargo sets for it, stand for the keys).
+#[tokio::test]
+async fn a_stdio_server_sees_only_the_minimal_environment_and_its_own() {
+    let inherited: Vec<String> = std::env::vars()
+        .map(|(name, _)| name)
+        .filter(|name| name.starts_with("CARGO_"))
+        .collect();
+    assert!(!inherited.is_empty(), "cargo sets CARGO_* for its tests");
+    let hub = McpHub::new(None);
+    hub.apply(&mcp_config(&format!(
+        "servers:\n  ev: {{command: node, args: ['{}', stdio], env: {{MCP_OWN: mine}}}}\n",
+        everything()
+    )));
+    offered(&hub, "ev__get-env").await;
+    let env = hub
+        .call("ev__get-env", json!({}))
+        .await
+        .expect("get-env answers")
+        .text();
+    assert!(
+        env.contains("\"MCP_OWN\": \"mine\"") || env.contains("\"MCP_OWN\":\"mine\""),
+        "{env}"
+    );
+    assert!(env.contains("\"PATH\""), "{env}");
+    for name in inherited {
+        assert!(
+            !env.contains(&format!("\"{name}\"")),
+            "{name} reached the server: {env}"
+        );
+    }
+    hub.shutdown().await;
+}

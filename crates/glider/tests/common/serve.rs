@@ -35,7 +35,13 @@ pub fn serve_yaml(home: &Path, yaml: &str) -> Served {
 
 /// Start `glider serve -c config` under `home` on free ports.
 pub fn serve(home: &Path, config: &Path) -> Served {
+    serve_with_env(home, config, &[])
+}
+
+/// [`serve`] with `env` added to the environment `glider serve` inherits.
+pub fn serve_with_env(home: &Path, config: &Path, env: &[(&str, &str)]) -> Served {
     let mut child = Command::new(GLIDER)
+        .envs(env.iter().copied())
         .env("GLIDER_HOME", home)
         .env_remove("GLIDER_CONFIG")
         .env_remove("GLIDER_LOG")
