@@ -62,15 +62,15 @@ routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}
 
 
 def installed():
-    """(llama-server path, GGUF path) from `scripts/local-model --find`; fails loudly
-    (never skips) when they are not installed."""
+    """The paths `scripts/local-model --find` prints (LLAMA_SERVER, LOCAL_MODEL_GGUF: the
+    Gemma base model, INSTRUCT_MODEL_GGUF: SmolLM2-135M-Instruct); fails loudly (never
+    skips) when they are not installed."""
     found = subprocess.run([str(ROOT / "scripts" / "local-model"), "--find"], capture_output=True, text=True)
     if found.returncode != 0:
         raise RuntimeError(
             f"the real local model is not installed ({found.stderr.strip()}): run scripts/local-model (.ci/run does)"
         )
-    paths = dict(line.split("=", 1) for line in found.stdout.splitlines()[-2:])
-    return paths["LLAMA_SERVER"], paths["LOCAL_MODEL_GGUF"]
+    return dict(line.split("=", 1) for line in found.stdout.splitlines()[-3:])
 
 
 def free_port():
@@ -127,14 +127,20 @@ def wait_healthy(server, url, timeout=120):
 
 
 @contextlib.contextmanager
-def running_llama_server(context=CONTEXT):
-    """A llama-server on the Gemma GGUF with the shipped chat template and a `context`
-    token window; yields its URL."""
-    binary, model = installed()
+def running_llama_server(context=CONTEXT, instruct=False):
+    """A llama-server with a `context` token window; yields its URL. The model is the
+    Gemma base GGUF with the shipped chat template, or with `instruct` SmolLM2-135M-Instruct
+    with its own template (it answers short questions; it cannot call tools)."""
+    paths = installed()
+    binary = paths["LLAMA_SERVER"]
+    if instruct:
+        model_args = ["-m", paths["INSTRUCT_MODEL_GGUF"], "--jinja"]
+    else:
+        model_args = ["-m", paths["LOCAL_MODEL_GGUF"], "--jinja", "--chat-template-file", str(TEMPLATE)]
     port = free_port()
     server = Process(
-        [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--alias", ALIAS,
-         "--jinja", "--chat-template-file", str(TEMPLATE), "-c", str(context), "-n", str(MAX_PREDICT),
+        [binary, *model_args, "--host", "127.0.0.1", "--port", str(port), "--alias", ALIAS,
+         "-c", str(context), "-n", str(MAX_PREDICT),
          "--threads", "1", "--parallel", "1", "--no-webui"],
         r"listening on",
         timeout=120,
