@@ -15,6 +15,7 @@ import ssl
 import subprocess
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -76,7 +77,7 @@ def session_with(home, command):
 
 def steps_now(dashboard, key):
     """The session's steps as the dashboard shows them now."""
-    view = get_json(f"{dashboard}/api/context/sessions/{key}")
+    view = get_json(session_url(dashboard, key))
     return [s for e in view["graph"]["episodes"] for s in e["steps"]]
 
 
@@ -105,7 +106,7 @@ def test_claude_code_sessions_graph_through_the_gateway(tmp_path):
         for words in ("look at the notes", "fix the notes", "show the notes"):
             assert any(words in goal for goal in goals), (words, goals)
         # The dashboard's REST API shows the same graph.
-        with urllib.request.urlopen(f"{glider.dashboard}/api/context/sessions/{key}") as reply:
+        with urllib.request.urlopen(session_url(glider.dashboard, key)) as reply:
             view = json.load(reply)
         assert view["graph"]["files"] == export["graph"]["files"]
         assert view["graph"]["commands"] == export["graph"]["commands"]
@@ -153,6 +154,12 @@ def text_of(message):
     if isinstance(content, str):
         return content
     return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+def session_url(dashboard, key):
+    """The dashboard's URL of session `key` (a key scoped by the client's credential
+    holds a `/`, so it is one encoded path segment, as the dashboard's own page sends it)."""
+    return f"{dashboard}/api/context/sessions/{urllib.parse.quote(key, safe='')}"
 
 
 def get_json(url):
@@ -284,10 +291,10 @@ context: {json.dumps(settings).replace("{", "{{").replace("}", "}}")}
             assert not local.bodies, "the scripted turns went to the cloud mock"
 
             def held():
-                text = get_json(f"{glider.dashboard}/api/context/sessions/{key}")["record"]["live"]
+                text = get_json(session_url(glider.dashboard, key))["record"]["live"]
                 return text if text and f"- {path}: edited" in text else None
             record = poll(held, timeout=20)
-            assert record, get_json(f"{glider.dashboard}/api/context/sessions/{key}")
+            assert record, get_json(session_url(glider.dashboard, key))
 
             def turn(prompt):
                 code, out, err = run([cli("claude"), "-p", prompt, "--output-format", "json", "--resume", session],
@@ -296,7 +303,7 @@ context: {json.dumps(settings).replace("{", "{{").replace("}", "}}")}
                 result = json.loads(out)
                 assert result["is_error"] is False, result
                 return result
-            turn.glider, turn.key, turn.path = glider, key, path
+            turn.glider, turn.key, turn.path, turn.env, turn.work = glider, key, path, env, work
             yield turn, local, record
     finally:
         local.shutdown()
@@ -330,14 +337,20 @@ def test_a_local_turn_gets_the_record_and_the_episode_not_the_history(tmp_path, 
     in any request it got. Through the gateway (base URL) and through the MITM proxy
     (HTTPS_PROXY, the CLI's own host)."""
     question = "what did we change so far and why?"
+    other = "another conversation entirely: the password hint is zebra-quartz"
     with turns_then_local(tmp_path, mitm=door == "mitm") as (turn, local, _):
+        # Another conversation of the same user and key, answered by the cloud: none of
+        # its words may reach the local model with this session's record.
+        code, out, err = run([cli("claude"), "-p", other, "--output-format", "json"], turn.env, turn.work)
+        assert code == 0, f"claude (other) failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
         assert "reply" in turn(f"/local {question}")["result"]
         records = get_json(f"{turn.glider.dashboard}/api/requests?limit=50")["requests"]
-        doors = {s["door"] for e in get_json(f"{turn.glider.dashboard}/api/context/sessions/{turn.key}")["graph"]
+        doors = {s["door"] for e in get_json(session_url(turn.glider.dashboard, turn.key))["graph"]
                  ["episodes"] for s in e["steps"]}
     assert doors == {door}, doors
 
     assert local.bodies, "the /local turn reached the local backend"
+    assert not any("zebra-quartz" in json.dumps(b) for b in local.bodies), "another conversation's words"
     assert_never_sent(local.bodies, ("look at the notes", "fix the notes", "show the notes", "tool result", "[[call:"),
                       tools=True)
     main = [b for b in local.bodies if system_record(b)]
@@ -409,9 +422,9 @@ context: {{{{summarizer: {{{{enabled: false}}}}}}}}
             assert not local.bodies, "the scripted turn went to the cloud mock"
 
             def held():
-                text = get_json(f"{glider.dashboard}/api/context/sessions/{key}")["record"]["live"]
+                text = get_json(session_url(glider.dashboard, key))["record"]["live"]
                 return text if text and "show the notes" in text and "codex-was-here" in text else None
-            assert poll(held, timeout=20), get_json(f"{glider.dashboard}/api/context/sessions/{key}")
+            assert poll(held, timeout=20), get_json(session_url(glider.dashboard, key))
             question = "what did we change so far and why?"
             resume = [cli("codex"), "exec", "resume", "--last", "--skip-git-repo-check",
                       "--dangerously-bypass-approvals-and-sandbox", "--json", f"/local {question}"]
