@@ -10,6 +10,7 @@ the continuity record and the bounded episode, never a turn from before it."""
 import contextlib
 import http.server
 import json
+import re
 import socket
 import ssl
 import subprocess
@@ -99,7 +100,7 @@ def test_claude_code_sessions_graph_through_the_gateway(tmp_path):
         env = claude_gateway_env(home, glider.match.group(1))
         session, path, command = claude_turns(env, work)
         key, export = session_with(glider.home, command)
-        assert key == f"claude-code:{session}", (key, session)
+        assert_scoped(key, f"claude-code:{session}")
         assert_exactly_those(export, path, command)
         # Each `claude -p` turn began an episode with the user's own words as its goal.
         goals = [e["goal"] or "" for e in export["graph"]["episodes"]]
@@ -119,7 +120,7 @@ def test_claude_code_sessions_graph_through_the_mitm_proxy(mitm_stack, tmp_path)
     env = claude_env(home, HTTPS_PROXY=mitm_stack["proxy"], NODE_EXTRA_CA_CERTS=str(mitm_stack["ca"]))
     session, path, command = claude_turns(env, work, model="claude-local-1")
     key, export = session_with(mitm_stack["home"], command)
-    assert key == f"claude-code:{session}", (key, session)
+    assert_scoped(key, f"claude-code:{session}")
     assert_exactly_those(export, path, command)
     steps = [s for e in export["graph"]["episodes"] for s in e["steps"]]
     assert steps and all(s["door"] == "mitm" for s in steps), steps
@@ -144,7 +145,7 @@ def test_codex_sessions_graph_through_the_gateway(tmp_path):
         assert code == 0, f"codex failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
         assert (work / "notes.txt").read_text() == "beta\n", out[-3000:]
         key, export = session_with(glider.home, command)
-        assert key.startswith("codex:"), key
+        assert_scoped(key, "codex:")
         assert_exactly_those(export, "notes.txt", command, ops=["edited"])
 
 
@@ -154,6 +155,15 @@ def text_of(message):
     if isinstance(content, str):
         return content
     return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+def assert_scoped(key, session):
+    """`key` is the CLI's `session` (or, ending in `:`, one of its sessions) scoped by a
+    one-way digest of the client's key (docs/context.md, "Session key"): the CLI sent
+    one, and the raw key is nowhere in it."""
+    assert re.fullmatch(r"k[0-9a-f]{16}/" + re.escape(session) + (".+" if session.endswith(":") else ""), key), (
+        key, session)
+    assert "test-key" not in key and "sk-ant" not in key, key
 
 
 def session_url(dashboard, key):
