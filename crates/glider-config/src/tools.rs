@@ -75,6 +75,16 @@ pub struct ToolLoopConfig {
     /// `*` patterns on prefixed MCP tool names (`files__read_*`) the loop may call;
     /// empty (the default): no MCP tool, since an MCP tool may write or reach out.
     pub mcp: Vec<String>,
+    /// Tool calls run from one model reply; the rest are not run, and the model is told.
+    pub max_calls_per_reply: usize,
+    /// Tool calls run in one request, every turn together; past it the loop ends with
+    /// Glider's own reply.
+    pub max_calls_per_request: usize,
+    /// Bytes of one call's arguments (as JSON); a call with more is not run, the model
+    /// is told, and the arguments are not sent back to it.
+    pub max_argument_bytes: usize,
+    /// Bytes of one call's result sent to the model; a longer one is cut and says so.
+    pub max_result_bytes: usize,
 }
 
 impl Default for ToolLoopConfig {
@@ -86,6 +96,10 @@ impl Default for ToolLoopConfig {
             max_secs: 120.0,
             tools: Vec::new(),
             mcp: Vec::new(),
+            max_calls_per_reply: 16,
+            max_calls_per_request: 64,
+            max_argument_bytes: 64 * 1024,
+            max_result_bytes: 64 * 1024,
         }
     }
 }
@@ -111,6 +125,20 @@ impl ToolsConfig {
         }
         if self.tool_loop.max_turns == 0 {
             problems.push("tools.loop.max_turns must be at least 1".to_owned());
+        }
+        let caps = [
+            ("max_calls_per_reply", self.tool_loop.max_calls_per_reply),
+            (
+                "max_calls_per_request",
+                self.tool_loop.max_calls_per_request,
+            ),
+            ("max_argument_bytes", self.tool_loop.max_argument_bytes),
+            ("max_result_bytes", self.tool_loop.max_result_bytes),
+        ];
+        for (key, value) in caps {
+            if value == 0 {
+                problems.push(format!("tools.loop.{key} must be at least 1"));
+            }
         }
         let positive = |secs: f64| secs.is_finite() && secs > 0.0;
         if !positive(self.timeout_secs) || !positive(self.tool_loop.max_secs) {

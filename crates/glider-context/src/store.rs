@@ -146,7 +146,80 @@ pub fn db_path(dir: &Path) -> PathBuf {
     dir.join(DB_FILE)
 }
 
-/// Open (creating it private if needed) and migrate the database in `dir`.
+/// What a corrupt database is renamed with, after [`DB_FILE`] and before the Unix time
+/// in milliseconds: `context.sqlite3.corrupt-1767225600000` (its `-wal` and `-shm`
+/// follow it under the same name plus their suffix).
+pub const CORRUPT_MARK: &str = ".corrupt-";
+
+/// `PRAGMA quick_check` on the database at `path`: `Ok` when sound, what is wrong
+/// otherwise (a file that is no database at all included). A file whose header is not
+/// SQLite's is judged from the header alone: SQLite is not let near it (closing such a
+/// file, SQLite may delete the `-wal` beside it, which belongs with the evidence).
+/// Otherwise it is opened read-write, without creating it.
+pub fn quick_check(path: &Path) -> Result<(), String> {
+    const HEADER: &[u8; 16] = b"SQLite format 3\0";
+    let mut head = Vec::with_capacity(HEADER.len());
+    std::fs::File::open(path)
+        .and_then(|file| std::io::Read::read_to_end(&mut std::io::Read::take(file, 16), &mut head))
+        .map_err(|e| e.to_string())?;
+    if !head.is_empty() && head != HEADER {
+        return Err("not an SQLite database (its header is wrong)".into());
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| e.to_string())?;
+    let _ = conn.busy_timeout(Duration::from_secs(5));
+    let mut statement = conn
+        .prepare("PRAGMA quick_check")
+        .map_err(|e| e.to_string())?;
+    let verdict: Vec<String> = statement
+        .query_map([], |row| row.get(0))
+        .and_then(|rows| rows.take(5).collect())
+        .map_err(|e| e.to_string())?;
+    match verdict.as_slice() {
+        [ok] if ok == "ok" => Ok(()),
+        _ => Err(verdict.join("; ")),
+    }
+}
+
+/// Rename the database at `path` and its `-wal` and `-shm` aside to
+/// `<path>.corrupt-<now_ms>` (see [`CORRUPT_MARK`]); the database's new path.
+pub fn move_aside(path: &Path, now_ms: u64) -> std::io::Result<PathBuf> {
+    let aside = PathBuf::from(format!("{}{CORRUPT_MARK}{now_ms}", path.display()));
+    for suffix in ["-wal", "-shm"] {
+        let side = PathBuf::from(format!("{}{suffix}", path.display()));
+        if side.exists() {
+            std::fs::rename(&side, format!("{}{suffix}", aside.display()))?;
+        }
+    }
+    std::fs::rename(path, &aside)?;
+    Ok(aside)
+}
+
+/// The databases moved aside as corrupt in `dir`, oldest first.
+pub fn moved_aside(dir: &Path) -> Vec<PathBuf> {
+    let prefix = format!("{DB_FILE}{CORRUPT_MARK}");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| {
+            entry.file_name().to_str().is_some_and(|name| {
+                name.strip_prefix(&prefix)
+                    .is_some_and(|rest| rest.bytes().all(|b| b.is_ascii_digit()))
+            })
+        })
+        .map(|entry| entry.path())
+        .collect();
+    found.sort();
+    found
+}
+
+/// Open (creating it private if needed) and migrate the database in `dir`. An existing
+/// database that fails `PRAGMA quick_check` is moved aside (see [`move_aside`]), said
+/// in an error line, and a fresh one started: appends never go into a malformed file.
 pub fn open(dir: &Path) -> Result<Connection, StoreError> {
     let io = |source| StoreError::Io {
         path: dir.to_path_buf(),
@@ -155,6 +228,16 @@ pub fn open(dir: &Path) -> Result<Connection, StoreError> {
     std::fs::create_dir_all(dir).map_err(io)?;
     glider_sys::fileacl::private_dir(dir).map_err(io)?;
     let path = db_path(dir);
+    if path.exists()
+        && let Err(why) = quick_check(&path)
+    {
+        let aside = move_aside(&path, crate::now_ms()).map_err(io)?;
+        tracing::error!(
+            corrupt = %why,
+            moved_to = %aside.display(),
+            "context: the database failed its check; moved aside, starting a fresh one"
+        );
+    }
     let conn = Connection::open(&path)?;
     conn.busy_timeout(Duration::from_secs(5))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -780,6 +863,52 @@ mod tests {
         let mut all = events(conn, None).expect("read");
         all.retain(|s| s.event.session.is_none());
         all
+    }
+
+    #[test]
+    fn a_corrupt_database_is_moved_aside_with_its_wal_and_a_fresh_one_works() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let dir = home.path().join("context");
+        let mut conn = open(&dir).expect("opens");
+        append(&mut conn, &[gap(1)]).expect("appends");
+        drop(conn);
+        let path = db_path(&dir);
+        // Garbage over the header and the first pages; a stale WAL beside it.
+        let mut bytes = std::fs::read(&path).expect("read");
+        let garbage = 4096.min(bytes.len());
+        bytes[..garbage].fill(0x5a);
+        std::fs::write(&path, &bytes).expect("write");
+        std::fs::write(dir.join(format!("{DB_FILE}-wal")), b"junk").expect("wal");
+        assert!(quick_check(&path).is_err());
+
+        let mut conn = open(&dir).expect("a fresh database");
+        let aside = moved_aside(&dir);
+        assert_eq!(aside.len(), 1, "{aside:?}");
+        assert_eq!(std::fs::read(&aside[0]).expect("kept"), bytes);
+        assert!(PathBuf::from(format!("{}-wal", aside[0].display())).exists());
+        assert_eq!(quick_check(&path), Ok(()));
+        append(&mut conn, &[gap(2)]).expect("appends to the fresh one");
+        assert_eq!(events(&conn, None).expect("reads").len(), 1);
+    }
+
+    #[test]
+    fn damaged_pages_behind_a_sound_header_fail_the_quick_check() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let dir = home.path().join("context");
+        let mut conn = open(&dir).expect("opens");
+        let many: Vec<_> = (0..500).map(gap).collect();
+        append(&mut conn, &many).expect("appends");
+        drop(conn);
+        let path = db_path(&dir);
+        assert_eq!(quick_check(&path), Ok(()));
+        let mut bytes = std::fs::read(&path).expect("read");
+        assert!(bytes.len() > 3 * 4096, "{} bytes", bytes.len());
+        let end = bytes.len();
+        bytes[4096..end].fill(0x5a);
+        std::fs::write(&path, &bytes).expect("write");
+        assert!(quick_check(&path).is_err());
+        open(&dir).expect("a fresh database");
+        assert_eq!(moved_aside(&dir).len(), 1);
     }
 
     #[test]

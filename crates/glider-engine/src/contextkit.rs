@@ -468,6 +468,10 @@ pub struct ToolRun {
     /// Characters of the result the model was given.
     pub result_chars: usize,
     pub duration_ms: u64,
+    /// What a `tools.loop.max_*` bound cut of this call or its reply, as the model was
+    /// told: arguments too large (not run), a result cut, the reply's calls past the cap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut: Option<String>,
 }
 
 /// Longest argument text a [`ToolRun`] keeps.
@@ -480,6 +484,8 @@ pub enum LoopLimit {
     Turns,
     /// `tools.loop.max_secs` went by.
     Time,
+    /// `tools.loop.max_calls_per_request` calls ran.
+    Calls,
 }
 
 /// The turn and time budget of one tool loop: each model turn that calls tools spends

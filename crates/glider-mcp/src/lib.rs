@@ -25,7 +25,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use supervise::ServerState;
+pub use supervise::{CLOSE_GRACE, MAX_LINE_BYTES, STDERR_LINE_BYTES, ServerState};
 
 /// One tool the hub offers.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -93,6 +93,8 @@ pub struct ServerView {
     /// Unix seconds of the last restart, if any.
     pub last_restart: Option<u64>,
     pub restarts: u64,
+    /// Stdout lines past `supervise::MAX_LINE_BYTES`, each of which ended a connection.
+    pub long_lines: u64,
     /// The protocol revision negotiated (`2026-07-28` stateless, or a session-based
     /// one such as `2025-11-25`), while connected.
     pub protocol: Option<String>,

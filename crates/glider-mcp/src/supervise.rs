@@ -3,6 +3,13 @@
 //! `tools/list_changed`, and when the connection ends take its tools away, end what is
 //! left of the child's group, and connect again after a backoff that doubles per failed
 //! try. What it sees is kept in [`Live`] for the hub and the dashboard.
+//!
+//! A stdio child is bounded: a line on its stdout longer than [`MAX_LINE_BYTES`] is an
+//! error for that server (the connection is ended, the line counted in `long_lines`, the
+//! server restarted after its backoff), its stderr is kept one line at a time, each cut
+//! at [`STDERR_LINE_BYTES`]; and a stop (removal on reload, shutdown) gives the polite
+//! close [`CLOSE_GRACE`], SIGTERM [`STOP_GRACE`], then SIGKILLs the whole group, so a
+//! stuck server never outlives its removal.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +26,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
 use serde::Serialize;
-use tokio::io::AsyncBufReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncRead};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +36,15 @@ use crate::{Inner, ServerView, ToolSpec, lock};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A server that stayed up this long before it went down starts its backoff afresh.
 const STABLE_AFTER: Duration = Duration::from_secs(30);
+/// The longest line (one JSON-RPC message) read from a stdio server's stdout: 8 MiB.
+/// A longer one ends the connection as an error for that server.
+pub const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
+/// The most of one stderr line of a stdio server kept (for its state's `why`); the rest
+/// of the line is skipped.
+pub const STDERR_LINE_BYTES: usize = 4 * 1024;
+/// How long a stop waits for the MCP connection to close politely (stdin closed)
+/// before the process group is signalled.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// Where a server stands.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -72,6 +88,8 @@ pub(crate) struct Live {
     calls: AtomicU64,
     errors: AtomicU64,
     restarts: AtomicU64,
+    /// Stdout lines past [`MAX_LINE_BYTES`], each of which ended a connection.
+    long_lines: Arc<AtomicU64>,
     last_restart: Mutex<Option<u64>>,
 }
 
@@ -87,6 +105,7 @@ impl Live {
             calls: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
+            long_lines: Arc::default(),
             last_restart: Mutex::new(None),
         }
     }
@@ -128,6 +147,7 @@ impl Live {
             errors: self.errors.load(Ordering::Relaxed),
             last_restart: *lock(&self.last_restart),
             restarts: self.restarts.load(Ordering::Relaxed),
+            long_lines: self.long_lines.load(Ordering::Relaxed),
             // The connected peer's (none while down).
             protocol: lock(&self.peer)
                 .as_ref()
@@ -293,8 +313,8 @@ async fn connect_stdio(
     if let Some(stderr) = stderr {
         let live = sup.live.clone();
         tokio::spawn(async move {
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            let mut stderr = tokio::io::BufReader::new(stderr);
+            while let Some(line) = read_capped_line(&mut stderr, STDERR_LINE_BYTES).await {
                 tracing::debug!(server = %live.name, "stderr: {line}");
                 if !line.trim().is_empty() {
                     *lock(&live.last_stderr) = Some(line);
@@ -302,6 +322,7 @@ async fn connect_stdio(
             }
         });
     }
+    let stdout = LineCap::new(stdout, MAX_LINE_BYTES, sup.live.long_lines.clone());
     let service = handler
         .serve_with_lifecycle((stdout, stdin), lifecycle())
         .await
@@ -377,12 +398,21 @@ async fn serve_until_down(sup: &Supervisor, connection: Connection) -> Option<St
         group,
     } = connection;
     let peer = service.peer().clone();
-    let why = match refresh_tools(sup, &peer).await {
-        Err(why) => {
+    let long_lines = sup.live.long_lines.load(Ordering::Relaxed);
+    let listed = tokio::select! {
+        _ = sup.stop.cancelled() => None,
+        listed = listing(sup, &peer) => Some(listed),
+    };
+    let why = match listed {
+        None => {
+            close(service).await;
+            None
+        }
+        Some(Err(why)) => {
             drop(service);
             Some(why)
         }
-        Ok(()) => {
+        Some(Ok(())) => {
             *lock(&sup.live.peer) = Some(peer.clone());
             sup.live.set_state(ServerState::Ready);
             notify_hub(sup);
@@ -397,11 +427,17 @@ async fn serve_until_down(sup: &Supervisor, connection: Connection) -> Option<St
                     }),
                     _ = sup.stop.cancelled() => {
                         cancel.cancel();
-                        let _ = waiting.await;
+                        if tokio::time::timeout(CLOSE_GRACE, waiting).await.is_err() {
+                            tracing::warn!(server = %sup.live.name, "the MCP connection did not close in time; signalling its process group");
+                        }
                         break None;
                     }
                     _ = tools_changed.notified() => {
-                        if let Err(why) = refresh_tools(sup, &peer).await {
+                        let listed = tokio::select! {
+                            _ = sup.stop.cancelled() => continue,
+                            listed = listing(sup, &peer) => listed,
+                        };
+                        if let Err(why) = listed {
                             tracing::warn!(server = %sup.live.name, %why, "could not list tools after tools/list_changed");
                         }
                         notify_hub(sup);
@@ -409,6 +445,12 @@ async fn serve_until_down(sup: &Supervisor, connection: Connection) -> Option<St
                 }
             }
         }
+    };
+    let why = match sup.live.long_lines.load(Ordering::Relaxed) > long_lines {
+        true => Some(format!(
+            "it wrote a line longer than {MAX_LINE_BYTES} bytes on stdout (MCP stdio's limit)"
+        )),
+        false => why,
     };
     *lock(&sup.live.peer) = None;
     lock(&sup.live.tools).clear();
@@ -424,6 +466,112 @@ async fn serve_until_down(sup: &Supervisor, connection: Connection) -> Option<St
         tracing::warn!(server = %sup.live.name, error = %e, "could not reap the MCP server");
     }
     why
+}
+
+/// Cancel a connection and give its polite close up to [`CLOSE_GRACE`].
+async fn close(service: RunningService<RoleClient, Handler>) {
+    let cancel = service.cancellation_token();
+    cancel.cancel();
+    let _ = tokio::time::timeout(CLOSE_GRACE, service.waiting()).await;
+}
+
+/// [`refresh_tools`] within [`CONNECT_TIMEOUT`]: a server that never answers
+/// `tools/list` is down.
+async fn listing(sup: &Supervisor, peer: &Peer<RoleClient>) -> Result<(), String> {
+    tokio::time::timeout(CONNECT_TIMEOUT, refresh_tools(sup, peer))
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "no answer to tools/list within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            ))
+        })
+}
+
+/// The next line of `reader` without its newline, at most `cap` bytes of it kept (the
+/// rest of a longer line is read and dropped, so memory stays bounded); `None` at the
+/// end or on a read error.
+async fn read_capped_line(
+    reader: &mut (impl tokio::io::AsyncBufRead + Unpin),
+    cap: usize,
+) -> Option<String> {
+    let mut line = Vec::new();
+    let mut cut = false;
+    loop {
+        let available = reader.fill_buf().await.ok()?;
+        if available.is_empty() {
+            return (!line.is_empty()).then(|| finish_line(line, cut));
+        }
+        let newline = available.iter().position(|b| *b == b'\n');
+        let take = newline.map_or(available.len(), |at| at + 1);
+        let room = cap.saturating_sub(line.len());
+        let body = &available[..newline.unwrap_or(take)];
+        cut |= body.len() > room;
+        line.extend_from_slice(&body[..body.len().min(room)]);
+        reader.consume(take);
+        if newline.is_some() {
+            return Some(finish_line(line, cut));
+        }
+    }
+}
+
+fn finish_line(line: Vec<u8>, cut: bool) -> String {
+    let mut line = String::from_utf8_lossy(&line).into_owned();
+    if cut {
+        line.push_str(" [cut]");
+    }
+    line
+}
+
+/// A stdio server's stdout with a bound on its lines: once more than `cap` bytes come
+/// without a newline, reading fails (ending the connection) and `long_lines` counts it.
+struct LineCap<R> {
+    inner: R,
+    cap: usize,
+    /// Bytes since the last newline.
+    run: usize,
+    long_lines: Arc<AtomicU64>,
+}
+
+impl<R> LineCap<R> {
+    fn new(inner: R, cap: usize, long_lines: Arc<AtomicU64>) -> LineCap<R> {
+        LineCap {
+            inner,
+            cap,
+            run: 0,
+            long_lines,
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for LineCap<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.run > this.cap {
+            return std::task::Poll::Ready(Err(line_too_long(this.cap)));
+        }
+        let before = buf.filled().len();
+        std::task::ready!(std::pin::Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        for byte in &buf.filled()[before..] {
+            this.run = if *byte == b'\n' { 0 } else { this.run + 1 };
+            if this.run > this.cap {
+                this.long_lines.fetch_add(1, Ordering::Relaxed);
+                return std::task::Poll::Ready(Err(line_too_long(this.cap)));
+            }
+        }
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+fn line_too_long(cap: usize) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("a line longer than {cap} bytes"),
+    )
 }
 
 /// List the server's tools and keep those its allow/deny lists offer, prefixed.

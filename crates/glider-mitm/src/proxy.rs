@@ -102,6 +102,7 @@ impl Mitm {
         match self.route(&target.host) {
             Route::Decrypt => self.decrypted_request(request, &target).await,
             Route::Refuse => refuse(&target.host),
+            Route::Tunnel if self.is_this_machine(&target.host) => refuse_local(&target.host),
             Route::Tunnel => self.forward(request.map(Body::new), &target, None).await,
         }
     }
@@ -139,6 +140,10 @@ impl Mitm {
                 tracing::info!(host = %target.host, "CONNECT refused: not in mitm.hosts and mitm.passthrough_default is false");
                 return refuse(&target.host);
             }
+            Route::Tunnel if self.is_this_machine(&target.host) => {
+                tracing::info!(host = %target.host, "CONNECT refused: a loopback address is never relayed");
+                return refuse_local(&target.host);
+            }
             Route::Tunnel => {}
         }
         // Connect first, so a dead origin is a clear 502 instead of a tunnel that closes.
@@ -160,6 +165,22 @@ impl Mitm {
             }
         });
         established()
+    }
+
+    /// Whether `host` names this machine — `localhost`, `*.localhost`, a loopback or
+    /// unspecified address — with no `mitm.upstream_overrides` target: the proxy port
+    /// never relays there (the dashboard, the gateway and other local services listen on
+    /// loopback trusting that only local processes reach them; a proxy open to a
+    /// container or the LAN would hand them to anyone). A listed host (`mitm.hosts`) is
+    /// decrypted before this is asked.
+    fn is_this_machine(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        let local = host == "localhost"
+            || host.ends_with(".localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified() || is_mapped_loopback(ip));
+        local && !self.upstream.is_overridden(&host)
     }
 
     /// What to do with a connection for `host`: the one decision the CONNECT door and
@@ -431,6 +452,26 @@ fn established() -> Response<Body> {
             b"Connection Established",
         ));
     response
+}
+
+/// `::ffff:127.0.0.1` and the like.
+fn is_mapped_loopback(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .is_some_and(|v4| v4.is_loopback() || v4.is_unspecified()),
+        std::net::IpAddr::V4(_) => false,
+    }
+}
+
+/// 403 for a tunnel or a plain request to this machine (see `Mitm::is_this_machine`).
+fn refuse_local(host: &str) -> Response<Body> {
+    text(
+        StatusCode::FORBIDDEN,
+        &format!(
+            "Glider's proxy does not relay to {host}: a loopback address is never reached through it (list the host in mitm.hosts to have Glider handle it)\n"
+        ),
+    )
 }
 
 fn refuse(host: &str) -> Response<Body> {

@@ -140,6 +140,11 @@ impl Upstream {
         self.dialer.dial(&target).await
     }
 
+    /// Whether `mitm.upstream_overrides` gives `host` a target of its own.
+    pub fn is_overridden(&self, host: &str) -> bool {
+        self.overrides.contains_key(&host.to_ascii_lowercase())
+    }
+
     /// Open a TCP connection to an address (transparent mode's original destination).
     pub async fn connect_addr(&self, addr: SocketAddr) -> std::io::Result<TcpStream> {
         self.dialer.dial(&addr.to_string()).await

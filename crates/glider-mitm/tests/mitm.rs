@@ -290,6 +290,55 @@ async fn passthrough_default_false_refuses_unlisted_hosts() {
 }
 
 #[tokio::test]
+async fn the_proxy_never_relays_to_a_loopback_service_it_does_not_intercept() {
+    // A loopback service (the dashboard, say) beside the proxy.
+    let local = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = local.local_addr().expect("addr").port();
+    let s = stack("").await;
+    for authority in [
+        format!("127.0.0.1:{port}"),
+        format!("127.1.2.3:{port}"),
+        format!("[::1]:{port}"),
+        format!("[::ffff:127.0.0.1]:{port}"),
+        format!("0.0.0.0:{port}"),
+        format!("dashboard.localhost:{port}"),
+    ] {
+        let (code, head, _) = connect(s.proxy, &authority).await;
+        assert_eq!(code, 403, "CONNECT {authority}: {head}");
+    }
+    // Absolute-form plain HTTP too.
+    let mut stream = tokio::net::TcpStream::connect(s.proxy)
+        .await
+        .expect("proxy");
+    let head = format!(
+        "GET http://127.0.0.1:{port}/api/config HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut stream, head.as_bytes())
+        .await
+        .expect("write");
+    let mut reply = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut reply),
+    )
+    .await
+    .expect("the proxy answers and closes")
+    .expect("read");
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
+    assert!(
+        reply.contains("loopback address is never reached"),
+        "{reply}"
+    );
+    // A host given an upstream override (how the tests reach their origin) and a listed
+    // (intercepted) host are still served.
+    let (code, head, _) = connect(s.proxy, "localhost:443").await;
+    assert_eq!(code, 200, "{head}");
+}
+
+#[tokio::test]
 async fn connect_reply_says_connection_established() {
     let s = stack("").await;
     let (code, head, _) = connect(s.proxy, "api.anthropic.com:443").await;
@@ -442,14 +491,16 @@ async fn a_standard_proxy_client_works_end_to_end() {
 #[tokio::test]
 async fn plain_http_proxy_requests_are_forwarded() {
     let s = stack("").await;
-    // An absolute-form request for an unlisted plain-HTTP host goes straight through.
+    // An absolute-form request for an unlisted plain-HTTP host goes straight through
+    // (plain.test is the mock, by an upstream override: the proxy never relays to a
+    // loopback address named as such).
     let client = reqwest::Client::builder()
         .proxy(reqwest::Proxy::http(format!("http://{}", s.proxy)).expect("proxy"))
         .build()
         .expect("client");
     let response = bounded(
         "plain proxy",
-        client.get(format!("{}/api/tags", s.mock.base_url())).send(),
+        client.get("http://plain.test/api/tags").send(),
     )
     .await
     .expect("response");

@@ -2,11 +2,18 @@
 //! the leader of its own group, and a [`GroupGuard`] that kills every member of the group
 //! when it is dropped (or when [`GroupGuard::finish`] kill-then-reaps it), so nothing a
 //! child started — grandchildren included — outlives the guard. For anything Glider runs
-//! on someone's behalf: delegate CLIs, `--version` probes, and later MCP stdio servers
-//! and plugins.
+//! on someone's behalf: delegate CLIs, `--version` probes, MCP stdio servers and plugins.
+//! Groups are signalled directly ([`signal_group`], a `kill(2)` through rustix): never
+//! through a `kill` program found on `PATH`, which a sandboxed tool's environment or a
+//! hostile `PATH` could replace. Short probes (`nvidia-smi`) go through [`run_bounded`]:
+//! a deadline, a byte cap on what is read, and a [`LiveGroups`] that kills them at
+//! shutdown.
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::io::Read;
 use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
@@ -37,8 +44,6 @@ pub struct GroupGuard {
     /// The leader, not yet reaped (`None` once [`GroupGuard::finish`] reaped it).
     leader: Option<Child>,
     on_ended: Option<OnEnded>,
-    /// The `kill` program (a test points it elsewhere).
-    kill: PathBuf,
 }
 
 impl std::fmt::Debug for GroupGuard {
@@ -59,7 +64,6 @@ impl GroupGuard {
             pgid,
             leader: Some(leader),
             on_ended: None,
-            kill: PathBuf::from("kill"),
         })
     }
 
@@ -87,12 +91,7 @@ impl GroupGuard {
                 "the process group was already reaped",
             ));
         };
-        let killed = Command::from(kill_command(&self.kill, self.pgid))
-            .status()
-            .await;
-        if let Err(e) = killed {
-            tracing::warn!(pgid = self.pgid, error = %e, "could not run kill for a process group");
-        }
+        kill_group(self.pgid);
         let status = leader.wait().await?;
         self.leader = None;
         Ok(status)
@@ -103,9 +102,8 @@ impl GroupGuard {
     /// meanwhile), then [`GroupGuard::finish`] (SIGKILL to what is left, reap the leader).
     pub async fn terminate(&mut self, grace: std::time::Duration) -> std::io::Result<ExitStatus> {
         if self.leader.is_some() {
-            let term = signal_command(&self.kill, "-TERM", self.pgid);
-            if let Err(e) = Command::from(term).status().await {
-                tracing::warn!(pgid = self.pgid, error = %e, "could not run kill -TERM for a process group");
+            if let Err(e) = signal_group(self.pgid, Signal::TERM) {
+                tracing::warn!(pgid = self.pgid, error = %e, "could not signal a process group");
             }
             let deadline = tokio::time::Instant::now() + grace;
             let running = |pgid: u32| processes().iter().any(|p| p.pgrp == pgid && p.state != 'Z');
@@ -118,47 +116,12 @@ impl GroupGuard {
 }
 
 impl Drop for GroupGuard {
-    /// Kill and reap off the async workers: running `kill` means a fork and a wait, so
-    /// inside a Tokio runtime it goes to the blocking pool (and runs right here when
-    /// there is no runtime, or when the pool no longer takes work: the [`Reaper`] does
-    /// its job when it is dropped, run or not).
-    fn drop(&mut self) {
-        let reaper = Reaper {
-            pgid: self.pgid,
-            leader: self.leader.take(),
-            on_ended: self.on_ended.take(),
-            kill: std::mem::take(&mut self.kill),
-        };
-        if reaper.leader.is_none() {
-            return drop(reaper);
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn_blocking(move || drop(reaper));
-            }
-            Err(_) => drop(reaper),
-        }
-    }
-}
-
-/// What a dropped [`GroupGuard`] still has to do: kill the group while its leader is
-/// unreaped, then let the leader go (Tokio reaps it), then tell `on_ended`.
-struct Reaper {
-    pgid: u32,
-    leader: Option<Child>,
-    on_ended: Option<OnEnded>,
-    kill: PathBuf,
-}
-
-impl Drop for Reaper {
+    /// Kill the group while its leader is unreaped, then let the leader go (Tokio reaps
+    /// it: `kill_on_drop`), then tell `on_ended`. A signal is one system call: nothing
+    /// here blocks the runtime.
     fn drop(&mut self) {
         if let Some(leader) = self.leader.take() {
-            // `kill -KILL -- -PGID` signals every member; an already empty group is fine.
-            let killed = kill_command(&self.kill, self.pgid).status();
-            if let Err(e) = killed {
-                tracing::warn!(pgid = self.pgid, error = %e, "could not run kill for a process group");
-            }
-            // Only now may the leader be reaped (kill_on_drop, then Tokio's reaper).
+            kill_group(self.pgid);
             drop(leader);
         }
         if let Some(on_ended) = self.on_ended.take() {
@@ -167,21 +130,174 @@ impl Drop for Reaper {
     }
 }
 
-/// `kill` (the program at `kill`) set to SIGKILL every member of group `pgid`, quietly;
-/// a std `Command`, which converts into a Tokio one where it is awaited.
-fn kill_command(kill: &Path, pgid: u32) -> std::process::Command {
-    signal_command(kill, "-KILL", pgid)
+pub use rustix::process::Signal;
+
+/// Send `signal` to every member of process group `pgid` (`kill(2)` with `-pgid`); a
+/// group with no member left is fine. Call it only while the group's leader is known to
+/// be unreaped (see [`GroupGuard`]), so the number cannot be someone else's group.
+pub fn signal_group(pgid: u32, signal: Signal) -> std::io::Result<()> {
+    let pid = i32::try_from(pgid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .filter(|pid| !pid.is_init())
+        .ok_or_else(|| std::io::Error::other(format!("{pgid} is not a process group")))?;
+    match rustix::process::kill_process_group(pid, signal) {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
-/// `kill SIGNAL -- -PGID`: `signal` to every member of group `pgid`.
-fn signal_command(kill: &Path, signal: &str, pgid: u32) -> std::process::Command {
-    let mut command = std::process::Command::new(kill);
+/// SIGKILL to every member of group `pgid`, a failure logged.
+fn kill_group(pgid: u32) {
+    if let Err(e) = signal_group(pgid, Signal::KILL) {
+        tracing::warn!(pgid, error = %e, "could not kill a process group");
+    }
+}
+
+/// The process groups of the short commands [`run_bounded`] runs now, shared by whoever
+/// must be able to end them all at once ([`LiveGroups::close`], at shutdown). Cloning
+/// shares the set.
+#[derive(Debug, Clone, Default)]
+pub struct LiveGroups(Arc<Mutex<Live>>);
+
+#[derive(Debug, Default)]
+struct Live {
+    closed: bool,
+    pgids: BTreeSet<u32>,
+}
+
+impl LiveGroups {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Live> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Kill every group running now and refuse to start another: what a stop calls.
+    pub fn close(&self) {
+        let mut live = self.lock();
+        live.closed = true;
+        for &pgid in &live.pgids {
+            kill_group(pgid);
+        }
+    }
+
+    /// Whether [`LiveGroups::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// The groups running now.
+    pub fn running(&self) -> Vec<u32> {
+        self.lock().pgids.iter().copied().collect()
+    }
+}
+
+/// How long a command run by [`run_bounded`] may take and how much of its output is
+/// read: past the deadline, or once stdout passes its cap, the group is killed.
+#[derive(Debug, Clone, Copy)]
+pub struct RunLimits {
+    pub timeout: Duration,
+    pub stdout_cap: usize,
+    pub stderr_cap: usize,
+}
+
+/// How a command run by [`run_bounded`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Its output ended within the caps (it exited, or closed its pipes).
+    Exited,
+    /// Stdout went on past its cap: the read stopped there and the group was killed.
+    Cut,
+    /// The deadline passed first: the group was killed and what it printed dropped.
+    TimedOut,
+    /// [`LiveGroups::close`] killed it (Glider is stopping); what it printed dropped.
+    Stopped,
+}
+
+/// What [`run_bounded`] read of a command.
+#[derive(Debug)]
+pub struct Bounded {
+    /// The leader's exit status (a signal where it was killed).
+    pub status: ExitStatus,
+    /// At most `stdout_cap` bytes (empty unless it exited or was cut).
+    pub stdout: Vec<u8>,
+    /// At most `stderr_cap` bytes (nothing read when stdout was cut).
+    pub stderr: Vec<u8>,
+    pub ending: Ending,
+}
+
+/// Run `command` as the leader of its own process group, stdin closed, reading at most
+/// `limits.stdout_cap` bytes of stdout and then (when stdout ended within its cap) at
+/// most `limits.stderr_cap` of stderr, for at most `limits.timeout`. Blocking: call it
+/// off the async runtime. Whatever happens, the whole group is killed before the leader
+/// is reaped, so nothing it started outlives the call; `live` knows the group while it
+/// runs (and refuses to start one once closed).
+pub fn run_bounded(
+    command: &mut std::process::Command,
+    limits: RunLimits,
+    live: &LiveGroups,
+) -> std::io::Result<Bounded> {
+    use std::os::unix::process::CommandExt;
     command
-        .args([signal.to_owned(), "--".to_owned(), format!("-{pgid}")])
+        .process_group(0)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = {
+        let mut set = live.lock();
+        if set.closed {
+            return Err(std::io::Error::other("stopping: no new command is started"));
+        }
+        let child = command.spawn()?;
+        set.pgids.insert(child.id());
+        child
+    };
+    let pgid = child.id();
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::Builder::new()
+        .name("bounded read".into())
+        .spawn(move || {
+            let (out, cut) = read_capped(stdout, limits.stdout_cap);
+            let err = match cut {
+                true => Vec::new(),
+                false => read_capped(stderr, limits.stderr_cap).0,
+            };
+            let _ = tx.send((out, err, cut));
+        });
+    let read = match reader {
+        Ok(_) => rx.recv_timeout(limits.timeout).ok(),
+        Err(_) => None,
+    };
+    // The group is killed while the leader is unreaped, taken out of `live` under its
+    // lock (so `close` never signals a reaped group), and only then reaped.
+    kill_group(pgid);
+    live.lock().pgids.remove(&pgid);
+    let status = child.wait()?;
+    let (stdout, stderr, ending) = match read {
+        _ if live.is_closed() && !status.success() => (Vec::new(), Vec::new(), Ending::Stopped),
+        None => (Vec::new(), Vec::new(), Ending::TimedOut),
+        Some((stdout, stderr, true)) => (stdout, stderr, Ending::Cut),
+        Some((stdout, stderr, false)) => (stdout, stderr, Ending::Exited),
+    };
+    Ok(Bounded {
+        status,
+        stdout,
+        stderr,
+        ending,
+    })
+}
+
+/// Up to `cap` bytes of `pipe`, and whether there was more.
+fn read_capped(pipe: Option<impl Read>, cap: usize) -> (Vec<u8>, bool) {
+    let Some(pipe) = pipe else {
+        return (Vec::new(), false);
+    };
+    let mut buf = Vec::new();
+    let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
+    let _ = pipe.take(limit).read_to_end(&mut buf);
+    let cut = buf.len() > cap;
+    buf.truncate(cap);
+    (buf, cut)
 }
 
 /// One process as `/proc/<pid>/stat` describes it.
@@ -339,26 +455,143 @@ mod tests {
         assert!(guard.finish().await.is_err());
     }
 
+    /// Run by `a_guard_signals_its_group_itself_and_never_runs_a_kill_program` in a
+    /// child test process whose `PATH` starts with a `kill` that only leaves a mark.
     #[tokio::test]
-    async fn dropping_a_guard_does_not_block_the_runtime() {
+    #[ignore = "run by a_guard_signals_its_group_itself_and_never_runs_a_kill_program"]
+    async fn guards_end_their_groups_under_a_path_with_a_fake_kill() {
+        let mut terminated = two_sleepers().await;
+        let dropped = two_sleepers().await;
+        let pgids = [terminated.pgid(), dropped.pgid()];
+        terminated
+            .terminate(Duration::from_secs(5))
+            .await
+            .expect("reaped");
+        drop(dropped);
+        for pgid in pgids {
+            assert!(group_gone_within(pgid, Duration::from_secs(10)).await);
+        }
+    }
+
+    #[test]
+    fn a_guard_signals_its_group_itself_and_never_runs_a_kill_program() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("tempdir");
-        // A `kill` that takes two seconds (a loaded machine, a slow fork).
-        let slow_kill = dir.path().join("kill");
-        std::fs::write(&slow_kill, "#!/bin/sh\nsleep 2\nexec kill \"$@\"\n").expect("write");
-        std::fs::set_permissions(&slow_kill, std::fs::Permissions::from_mode(0o755))
-            .expect("chmod");
-        let mut guard = two_sleepers().await;
-        guard.kill = slow_kill;
-        let pgid = guard.pgid();
-        let started = Instant::now();
-        drop(guard);
-        let took = started.elapsed();
-        assert!(took < Duration::from_secs(1), "drop blocked for {took:?}");
+        let mark = dir.path().join("kill-ran");
+        let fake = dir.path().join("kill");
+        std::fs::write(
+            &fake,
+            format!("#!/bin/sh\necho \"$@\" >> '{}'\n", mark.display()),
+        )
+        .expect("write");
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mut path = std::ffi::OsString::from(dir.path());
+        path.push(":");
+        path.push(std::env::var_os("PATH").unwrap_or_default());
+        let status = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "procutil::tests::guards_end_their_groups_under_a_path_with_a_fake_kill",
+                "--ignored",
+                "--quiet",
+            ])
+            .env("PATH", path)
+            .stdout(Stdio::null())
+            .status()
+            .expect("runs");
+        assert!(status.success(), "the groups were not ended: {status}");
         assert!(
-            group_gone_within(pgid, Duration::from_secs(10)).await,
-            "left: {:?}",
-            group_members(pgid)
+            !mark.exists(),
+            "a `kill` from PATH ran: {:?}",
+            std::fs::read_to_string(&mark)
         );
+        assert!(signal_group(1, Signal::KILL).is_err(), "init is refused");
+    }
+
+    /// Whether group `pgid` empties within 10 s (polled; off the runtime).
+    fn group_gone_soon(pgid: u32) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !group_members(pgid).is_empty() {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
+    fn sh(script: &str) -> std::process::Command {
+        let mut command = std::process::Command::new("sh");
+        command.args(["-c", script]);
+        command
+    }
+
+    const LIMITS: RunLimits = RunLimits {
+        timeout: Duration::from_secs(20),
+        stdout_cap: 1000,
+        stderr_cap: 100,
+    };
+
+    #[test]
+    fn a_bounded_run_reads_what_a_command_prints_and_its_status() {
+        let live = LiveGroups::default();
+        let ran =
+            run_bounded(&mut sh("echo out; echo err >&2; exit 3"), LIMITS, &live).expect("runs");
+        assert_eq!(ran.ending, Ending::Exited);
+        assert_eq!(
+            (ran.stdout.as_slice(), ran.stderr.as_slice()),
+            (&b"out\n"[..], &b"err\n"[..])
+        );
+        assert_eq!(ran.status.code(), Some(3));
+        assert!(live.running().is_empty());
+    }
+
+    #[test]
+    fn endless_output_stops_at_the_cap_and_the_group_is_killed() {
+        let live = LiveGroups::default();
+        let ran = run_bounded(&mut sh("echo $$ >&2; yes 0123456789"), LIMITS, &live).expect("runs");
+        assert_eq!(ran.ending, Ending::Cut);
+        assert_eq!(ran.stdout.len(), LIMITS.stdout_cap);
+        assert!(ran.stderr.is_empty(), "stderr is not read after a cut");
+        assert!(live.running().is_empty());
+    }
+
+    #[test]
+    fn a_hung_command_is_killed_at_the_deadline_with_its_children() {
+        let live = LiveGroups::default();
+        let limits = RunLimits {
+            timeout: Duration::from_millis(300),
+            ..LIMITS
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pid_file = dir.path().join("pid");
+        let script = format!("echo $$ > {}; sleep 1000 & wait", pid_file.display());
+        let ran = run_bounded(&mut sh(&script), limits, &live).expect("runs");
+        assert_eq!(ran.ending, Ending::TimedOut);
+        let pgid: u32 = std::fs::read_to_string(&pid_file)
+            .expect("it ran")
+            .trim()
+            .parse()
+            .expect("a pid");
+        assert!(group_gone_soon(pgid), "left: {:?}", group_members(pgid));
+    }
+
+    #[test]
+    fn closing_the_live_set_kills_a_running_command_and_refuses_new_ones() {
+        let live = LiveGroups::default();
+        let running = {
+            let live = live.clone();
+            std::thread::spawn(move || run_bounded(&mut sh("sleep 1000 & wait"), LIMITS, &live))
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while live.running().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let pgid = live.running()[0];
+        live.close();
+        let ran = running.join().expect("joined").expect("ran");
+        assert_eq!(ran.ending, Ending::Stopped);
+        assert!(group_gone_soon(pgid), "left: {:?}", group_members(pgid));
+        assert!(run_bounded(&mut sh("true"), LIMITS, &live).is_err());
     }
 }

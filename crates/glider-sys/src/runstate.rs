@@ -424,18 +424,16 @@ pub fn end_orphaned_groups(previous: &Previous, prefixes: &[&str]) -> Vec<String
             );
             continue;
         }
-        let killed = std::process::Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", server.pgid)])
-            .status();
-        match killed {
-            Ok(status) if status.success() => ended.push(format!(
+        match crate::procutil::signal_group(server.pgid, crate::procutil::Signal::KILL) {
+            Ok(()) => ended.push(format!(
                 "ended {} (process group {}, {} process(es)) left running by the previous run",
                 server.cli,
                 server.pgid,
                 members.len()
             )),
-            Ok(status) => tracing::warn!(pgid = server.pgid, %status, "kill failed"),
-            Err(e) => tracing::warn!(pgid = server.pgid, error = %e, "could not run kill"),
+            Err(e) => {
+                tracing::warn!(pgid = server.pgid, error = %e, "could not kill a process group")
+            }
         }
     }
     ended

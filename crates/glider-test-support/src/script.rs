@@ -1,7 +1,8 @@
 //! The deterministic reply script shared by every dialect: `[[call:NAME {args}]]`
 //! markers become tool calls, a trailing tool result is acknowledged, anything else is
 //! echoed; `[[loop:NAME {args}]]` calls on every turn, tool results or not (a model
-//! that never stops calling tools); plus delta splitting and the byte-based token estimates.
+//! that never stops calling tools); `<empty>` as NAME makes a call with an empty name;
+//! plus delta splitting and the byte-based token estimates.
 
 use serde_json::{Value, json};
 
@@ -134,6 +135,9 @@ pub(crate) fn parse_markers(text: &str) -> Vec<(String, Value)> {
     parse_markers_opened(text, "[[call:")
 }
 
+/// The marker name that makes a call with an empty name: `[[call:<empty>]]`.
+const EMPTY_NAME: &str = "<empty>";
+
 /// The opening of a marker called on every turn.
 const LOOP_OPEN: &str = "[[loop:";
 
@@ -165,6 +169,8 @@ fn parse_markers_opened(text: &str, open: &str) -> Vec<(String, Value)> {
         };
         match parsed {
             Some((args, remaining)) if !name.is_empty() => {
+                // `<empty>` stands for a call with an empty name (a broken model's).
+                let name = if name == EMPTY_NAME { "" } else { name };
                 out.push((name.to_string(), args));
                 rest = remaining;
             }

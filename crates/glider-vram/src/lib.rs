@@ -35,7 +35,7 @@ use vllm::Vllm;
 /// The last GPU sample.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GpuState {
-    /// `nvml`, `nvidia-smi` or `none`.
+    /// `nvml`, `nvidia-smi` or `none` (`detecting` while [`Vram::start`] still looks).
     pub source: &'static str,
     /// How the monitor was chosen (what was tried, and why it is "no GPU").
     pub detected: String,
@@ -195,9 +195,24 @@ fn settings(config: &VramConfig, model: &str) -> glider_config::VramModel {
         .unwrap_or_default()
 }
 
+/// The monitor while [`Vram::start`] is still finding the GPUs: no GPU yet.
+struct Detecting;
+
+impl Monitor for Detecting {
+    fn source(&self) -> &'static str {
+        "detecting"
+    }
+    fn sample(&self) -> Result<Vec<GpuSample>, String> {
+        Ok(Vec::new())
+    }
+}
+
 /// GPU memory state and control, one per Glider process.
 pub struct Vram {
-    monitor: Box<dyn Monitor>,
+    /// The chosen monitor; [`Vram::start`] replaces its placeholder once detected.
+    monitor: Mutex<Arc<dyn Monitor>>,
+    /// The probes (`nvidia-smi`) running now: closed by [`Vram::stop`].
+    live: glider_sys::procutil::LiveGroups,
     gpu: Mutex<GpuState>,
     measured: Mutex<Measured>,
     reservations: Arc<reserve::Reservations>,
@@ -218,11 +233,68 @@ pub struct Vram {
 
 impl Vram {
     /// Find the GPUs as `config.monitor` says, and read the measurements kept under
-    /// `home/vram` (none kept without a home). Samples once before returning.
+    /// `home/vram` (none kept without a home). Samples once before returning: blocking,
+    /// for as long as detection takes (bounded by the monitor's deadline). `glider serve`
+    /// uses [`Vram::start`] instead.
     pub fn new(config: &VramConfig, home: Option<&Path>) -> Arc<Vram> {
-        let (monitor, detected, first) = monitor::detect(config.monitor, &config.nvidia_smi);
+        let live = glider_sys::procutil::LiveGroups::default();
+        let (monitor, detected, first) = monitor::detect(config.monitor, &config.nvidia_smi, &live);
         tracing::info!(monitor = monitor.source(), detected = %detected, "VRAM monitor");
-        Vram::build(monitor, detected, home, first)
+        let vram = Vram::build(monitor.into(), detected, home, live);
+        vram.record_sample(first.unwrap_or_else(|| vram.monitor().sample()));
+        vram
+    }
+
+    /// For `glider serve`: return at once, with no GPU known yet (source `detecting`,
+    /// every rule stepping aside), and find the GPUs on a blocking thread — detection
+    /// runs NVML and `nvidia-smi`, either of which can hang — then sample as
+    /// [`Vram::spawn_sampler`] does. Start-up never waits on a probe; [`Vram::stop`]
+    /// kills one still running.
+    pub fn start(
+        config: &VramConfig,
+        home: Option<&Path>,
+        settings: impl Fn() -> Arc<glider_config::Config> + Send + Sync + 'static,
+    ) -> Arc<Vram> {
+        let live = glider_sys::procutil::LiveGroups::default();
+        let vram = Vram::build(
+            Arc::new(Detecting),
+            "detecting the GPUs".into(),
+            home,
+            live.clone(),
+        );
+        let (kind, program) = (config.monitor, config.nvidia_smi.clone());
+        let weak = Arc::downgrade(&vram);
+        tokio::spawn(async move {
+            let detected =
+                tokio::task::spawn_blocking(move || monitor::detect(kind, &program, &live)).await;
+            let (Ok((monitor, detected, first)), Some(vram)) = (detected, weak.upgrade()) else {
+                return;
+            };
+            tracing::info!(monitor = monitor.source(), detected = %detected, "VRAM monitor");
+            let monitor: Arc<dyn Monitor> = monitor.into();
+            *lock(&vram.monitor) = monitor.clone();
+            lock(&vram.gpu).source = monitor.source();
+            lock(&vram.gpu).detected = detected;
+            let state = match first {
+                Some(first) => vram.record_sample(first),
+                None => {
+                    let sampler = vram.clone();
+                    tokio::task::spawn_blocking(move || sampler.take_sample())
+                        .await
+                        .unwrap_or_else(|_| vram.gpu())
+                }
+            };
+            let _ = vram.events.send(VramEvent::Sample(state));
+            vram.spawn_sampler(settings);
+        });
+        vram
+    }
+
+    /// Kill any probe running now (`nvidia-smi` past its deadline or not) and start no
+    /// other: Glider is stopping. Idempotent.
+    pub fn stop(&self) {
+        self.live.close();
+        self.monitor().stop();
     }
 
     /// Over a given monitor (a fake one in tests).
@@ -231,23 +303,25 @@ impl Vram {
         detected: String,
         home: Option<&Path>,
     ) -> Arc<Vram> {
-        Vram::build(monitor, detected, home, None)
+        let vram = Vram::build(monitor.into(), detected, home, Default::default());
+        vram.record_sample(vram.monitor().sample());
+        vram
     }
 
-    /// Over `monitor`, starting from `first` when detection already sampled.
     fn build(
-        monitor: Box<dyn Monitor>,
+        monitor: Arc<dyn Monitor>,
         detected: String,
         home: Option<&Path>,
-        first: Option<monitor::Sampled>,
+        live: glider_sys::procutil::LiveGroups,
     ) -> Arc<Vram> {
-        let vram = Vram {
+        Arc::new(Vram {
             gpu: Mutex::new(GpuState {
                 source: monitor.source(),
                 detected,
                 ..GpuState::default()
             }),
-            monitor,
+            monitor: Mutex::new(monitor),
+            live,
             measured: Mutex::new(Measured::open(home.map(|h| h.join("vram")).as_deref())),
             reservations: Arc::default(),
             prewarming: Mutex::default(),
@@ -257,13 +331,16 @@ impl Vram {
             planning: tokio::sync::Mutex::new(()),
             events: broadcast::channel(64).0,
             http: reqwest::Client::new(),
-        };
-        vram.record_sample(first.unwrap_or_else(|| vram.monitor.sample()));
-        Arc::new(vram)
+        })
+    }
+
+    /// The monitor now.
+    fn monitor(&self) -> Arc<dyn Monitor> {
+        lock(&self.monitor).clone()
     }
 
     fn take_sample(&self) -> GpuState {
-        self.record_sample(self.monitor.sample())
+        self.record_sample(self.monitor().sample())
     }
 
     fn record_sample(&self, sampled: monitor::Sampled) -> GpuState {
@@ -297,7 +374,7 @@ impl Vram {
         self: &Arc<Self>,
         settings: impl Fn() -> Arc<glider_config::Config> + Send + Sync + 'static,
     ) {
-        if self.monitor.source() == "none" {
+        if self.monitor().source() == "none" {
             return;
         }
         let weak = Arc::downgrade(self);
@@ -312,6 +389,9 @@ impl Vram {
                         let interval = settings().vram.sample_interval_secs;
                         tokio::time::sleep(Duration::from_secs_f64(interval)).await;
                         let Some(vram) = weak.upgrade() else { return };
+                        if vram.live.is_closed() {
+                            return;
+                        }
                         if settings().vram.enabled {
                             vram.sample().await;
                         }

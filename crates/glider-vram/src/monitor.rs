@@ -3,9 +3,17 @@
 //! machine without it still runs Glider) or by running `nvidia-smi`
 //! ([`NvidiaSmiMonitor`]); [`detect`] picks what works, and a machine where neither
 //! does gets [`NoGpu`]: an empty sample, never an error.
+//!
+//! `nvidia-smi` is a child process that can hang (a wedged driver) or print without end:
+//! each run has a deadline ([`NVIDIA_SMI_TIMEOUT`]) and a byte cap on what is read
+//! ([`NVIDIA_SMI_OUTPUT_CAP`]), runs in its own process group (killed whole on either,
+//! and by [`Monitor::stop`] when Glider stops), and is never waited on by start-up.
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
+
+use glider_sys::procutil::{Ending, LiveGroups, RunLimits, run_bounded};
 
 use glider_config::MonitorKind;
 use serde::Serialize;
@@ -27,6 +35,8 @@ pub trait Monitor: Send + Sync {
     fn source(&self) -> &'static str;
     /// Every GPU now; empty when there is none.
     fn sample(&self) -> Result<Vec<GpuSample>, String>;
+    /// Kill whatever a sample is running now and run nothing more (Glider is stopping).
+    fn stop(&self) {}
 }
 
 /// No GPU: every VRAM rule steps aside.
@@ -116,15 +126,50 @@ pub const NVIDIA_SMI_ARGS: &[&str] = &[
     "--format=csv,noheader,nounits",
 ];
 
+/// How long one `nvidia-smi` run may take before its process group is killed and the
+/// sample is an error.
+pub const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most bytes of `nvidia-smi`'s standard output read per run (64 KiB: one line per
+/// GPU is some 30 bytes); past it the read stops, the group is killed and the sample is
+/// an error that says so. Its standard error is read up to [`NVIDIA_SMI_STDERR_CAP`].
+pub const NVIDIA_SMI_OUTPUT_CAP: usize = 64 * 1024;
+
+/// The most bytes of `nvidia-smi`'s standard error kept for an error message.
+pub const NVIDIA_SMI_STDERR_CAP: usize = 4 * 1024;
+
 /// GPUs by running `nvidia-smi`.
 pub struct NvidiaSmiMonitor {
     program: PathBuf,
+    limits: RunLimits,
+    live: LiveGroups,
 }
 
 impl NvidiaSmiMonitor {
-    pub fn new(program: impl Into<PathBuf>) -> NvidiaSmiMonitor {
+    /// `program` under the default deadline and caps, its runs in `live` (closed when
+    /// Glider stops).
+    pub fn new(program: impl Into<PathBuf>, live: LiveGroups) -> NvidiaSmiMonitor {
+        NvidiaSmiMonitor::with_limits(
+            program,
+            RunLimits {
+                timeout: NVIDIA_SMI_TIMEOUT,
+                stdout_cap: NVIDIA_SMI_OUTPUT_CAP,
+                stderr_cap: NVIDIA_SMI_STDERR_CAP,
+            },
+            live,
+        )
+    }
+
+    /// `program` under other limits (a short deadline in tests).
+    pub fn with_limits(
+        program: impl Into<PathBuf>,
+        limits: RunLimits,
+        live: LiveGroups,
+    ) -> NvidiaSmiMonitor {
         NvidiaSmiMonitor {
             program: program.into(),
+            limits,
+            live,
         }
     }
 }
@@ -134,10 +179,27 @@ impl Monitor for NvidiaSmiMonitor {
         "nvidia-smi"
     }
     fn sample(&self) -> Result<Vec<GpuSample>, String> {
-        let output = Command::new(&self.program)
-            .args(NVIDIA_SMI_ARGS)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
+        let program = self.program.display();
+        let mut command = Command::new(&self.program);
+        command.args(NVIDIA_SMI_ARGS);
+        let output = run_bounded(&mut command, self.limits, &self.live)
+            .map_err(|e| format!("cannot run {program}: {e}"))?;
+        match output.ending {
+            Ending::Exited => {}
+            Ending::Cut => {
+                return Err(format!(
+                    "{program} printed more than {} bytes: read stopped at the cap and the process killed",
+                    self.limits.stdout_cap
+                ));
+            }
+            Ending::TimedOut => {
+                return Err(format!(
+                    "{program} did not finish within {:?}: killed",
+                    self.limits.timeout
+                ));
+            }
+            Ending::Stopped => return Err(format!("{program} killed: Glider is stopping")),
+        }
         let stdout = String::from_utf8_lossy(&output.stdout);
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
@@ -146,13 +208,13 @@ impl Monitor for NvidiaSmiMonitor {
                 .filter(|s| !s.is_empty())
                 .collect::<Vec<_>>()
                 .join("; ");
-            return Err(format!(
-                "{} exited with {}: {said}",
-                self.program.display(),
-                output.status
-            ));
+            return Err(format!("{program} exited with {}: {said}", output.status));
         }
         parse_nvidia_smi(&stdout)
+    }
+
+    fn stop(&self) {
+        self.live.close();
     }
 }
 
@@ -198,9 +260,13 @@ pub type Sampled = Result<Vec<GpuSample>, String>;
 /// The monitor `kind` asks for. `auto` tries NVML, then `nvidia-smi`, and settles for
 /// [`NoGpu`] when neither finds a GPU; the second value says what was tried, the third
 /// is the sample `auto` took to decide (`None` where it took none), so the GPUs are not
-/// read twice at start.
-pub fn detect(kind: MonitorKind, nvidia_smi: &str) -> (Box<dyn Monitor>, String, Option<Sampled>) {
-    let smi = || NvidiaSmiMonitor::new(nvidia_smi);
+/// read twice at start. `nvidia-smi` runs in `live`. Blocking (NVML, a subprocess).
+pub fn detect(
+    kind: MonitorKind,
+    nvidia_smi: &str,
+    live: &LiveGroups,
+) -> (Box<dyn Monitor>, String, Option<Sampled>) {
+    let smi = || NvidiaSmiMonitor::new(nvidia_smi, live.clone());
     match kind {
         MonitorKind::None => (Box::new(NoGpu), "vram.monitor: none".into(), None),
         MonitorKind::Nvml => match NvmlMonitor::load() {
@@ -245,6 +311,45 @@ pub fn detect(kind: MonitorKind, nvidia_smi: &str) -> (Box<dyn Monitor>, String,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An executable `nvidia-smi` in `dir` running `body`.
+    fn fake_smi(dir: &std::path::Path, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("nvidia-smi");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    }
+
+    #[test]
+    fn endless_nvidia_smi_output_is_read_up_to_the_cap_and_said_so() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let smi = fake_smi(dir.path(), "yes '0, 24576, 1024, 7'");
+        let err = NvidiaSmiMonitor::new(smi, LiveGroups::default())
+            .sample()
+            .expect_err("cut");
+        assert!(
+            err.contains(&format!("more than {NVIDIA_SMI_OUTPUT_CAP} bytes")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_hung_nvidia_smi_is_killed_at_its_deadline() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let smi = fake_smi(dir.path(), "sleep 1000");
+        let limits = RunLimits {
+            timeout: Duration::from_millis(200),
+            stdout_cap: NVIDIA_SMI_OUTPUT_CAP,
+            stderr_cap: NVIDIA_SMI_STDERR_CAP,
+        };
+        let live = LiveGroups::default();
+        let err = NvidiaSmiMonitor::with_limits(smi, limits, live.clone())
+            .sample()
+            .expect_err("timed out");
+        assert!(err.contains("did not finish within"), "{err}");
+        assert!(live.running().is_empty());
+    }
 
     #[test]
     fn nvidia_smi_lines_parse_with_blank_lines_and_unknown_fields() {
@@ -306,7 +411,11 @@ mod tests {
 
     #[test]
     fn without_nvml_or_nvidia_smi_auto_finds_no_gpu_and_samples_nothing() {
-        let (monitor, why, _) = detect(MonitorKind::Auto, "/nonexistent/nvidia-smi");
+        let (monitor, why, _) = detect(
+            MonitorKind::Auto,
+            "/nonexistent/nvidia-smi",
+            &LiveGroups::default(),
+        );
         if NvmlMonitor::load().is_ok_and(|nvml| nvml.sample().is_ok_and(|g| !g.is_empty())) {
             // A machine with a real GPU: auto must have found it.
             assert_eq!(monitor.source(), "nvml", "{why}");

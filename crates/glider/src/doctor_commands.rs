@@ -160,6 +160,40 @@ pub async fn examine(config_path: Option<&Path>, home: &Path) -> Vec<Finding> {
     findings.extend(check_leftovers(&config, &previous));
     findings.extend(check_ports(&config, &found, &previous));
     findings.extend(check_home(home));
+    findings.extend(check_context(home));
+    findings
+}
+
+/// The context database: sound (`PRAGMA quick_check`), corrupt (the next start moves it
+/// aside), and any database already moved aside as corrupt.
+fn check_context(home: &Path) -> Vec<Finding> {
+    use glider_context::store;
+    let dir = glider_context::dir(home);
+    let path = store::db_path(&dir);
+    let subject = path.display().to_string();
+    let mut findings = Vec::new();
+    if path.exists() {
+        findings.push(match store::quick_check(&path) {
+            Ok(()) => Finding::new("context", subject.clone(), Status::Ok).detail("quick_check ok"),
+            Err(why) => Finding::new("context", subject.clone(), Status::Problem)
+                .detail(format!("the database is corrupt: {why}"))
+                .fix("restart `glider serve`: it moves the file aside and starts a fresh one"),
+        });
+    }
+    let aside = store::moved_aside(&dir);
+    if let Some(last) = aside.last() {
+        findings.push(
+            Finding::new("context", last.display().to_string(), Status::Warn)
+                .detail(format!(
+                    "{} corrupt context database(s) moved aside at start; the newest is this one",
+                    aside.len()
+                ))
+                .fix(format!(
+                    "keep it to inspect or recover (sqlite3 {} .recover), else delete it",
+                    last.display()
+                )),
+        );
+    }
     findings
 }
 

@@ -424,7 +424,7 @@ async fn serve_recorded(
     let (delegator, vendors) = serve::start_delegation(runstate, &config.delegate);
     let handle = ConfigHandle::new(config, config_path.clone());
     let engine = Engine::new(handle.clone());
-    serve::start_vram(&engine, &handle, &home);
+    let vram = serve::start_vram(&engine, &handle, &home);
     // Each plugin's process group is recorded like a delegate's: a crash leaves it
     // named for the next start's check (`glider doctor`).
     engine.attach_plugins(Some(runstate.delegate_pids()));
@@ -508,6 +508,7 @@ async fn serve_recorded(
     // The MCP servers go after the doors: a drained request may still have called a tool.
     mcp.shutdown().await;
     engine.stop_plugins().await;
+    drop(vram);
     gateway?;
     dashboard?;
     if let Some(context) = context {

@@ -78,13 +78,26 @@ pub fn start_delegation(
 
 /// GPU memory for local models (docs/vram.md): find the GPUs, read the measured load
 /// costs under `home/vram`, sample every `vram.sample_interval_secs` while
-/// `vram.enabled` (both as reloaded).
-pub fn start_vram(engine: &Arc<Engine>, handle: &ConfigHandle, home: &Path) {
-    let vram = glider_vram::Vram::new(&handle.snapshot().vram, Some(home));
+/// `vram.enabled` (both as reloaded). The GPUs are found in the background: a hung
+/// `nvidia-smi` holds up neither start-up nor (the returned guard kills it) the stop.
+pub fn start_vram(engine: &Arc<Engine>, handle: &ConfigHandle, home: &Path) -> VramStop {
     let config = handle.clone();
-    vram.spawn_sampler(move || config.snapshot());
-    if engine.attach_vram(vram).is_err() {
+    let vram = glider_vram::Vram::start(&handle.snapshot().vram, Some(home), move || {
+        config.snapshot()
+    });
+    if engine.attach_vram(vram.clone()).is_err() {
         tracing::warn!("VRAM state was already attached");
+    }
+    VramStop(vram)
+}
+
+/// Kills the VRAM probes still running (and starts no other) when dropped: however
+/// `serve` ends, no `nvidia-smi` outlives it.
+pub struct VramStop(Arc<glider_vram::Vram>);
+
+impl Drop for VramStop {
+    fn drop(&mut self) {
+        self.0.stop();
     }
 }
 

@@ -590,3 +590,68 @@ fn stop(child: &mut std::process::Child) {
     assert!(status.success());
     assert!(child.wait().expect("reaped").success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_context_database_is_reported_then_moved_aside_at_start_and_replaced() {
+    let mock = ollama_with("m-local").await;
+    let (dir, home) = private_home();
+    let config = dir.path().join("glider.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "mitm: {{enabled: false}}\n\
+             backends:\n\
+             \x20 - {{name: local, type: ollama, base_url: '{}', models: [m-local]}}\n",
+            mock.base_url()
+        ),
+    )
+    .expect("write config");
+    // Garbage where the context database is.
+    let context = home.join("context");
+    std::fs::create_dir_all(&context).expect("mkdir");
+    set_mode(&context, 0o700);
+    let db = context.join("context.sqlite3");
+    std::fs::write(&db, vec![0x5a_u8; 64 * 1024]).expect("garbage");
+    set_mode(&db, 0o600);
+
+    let (code, report) = doctor(&home, &config, &[mock.addr.port()]).await;
+    let found = check(&report, "context", "context.sqlite3");
+    assert_eq!(found["status"], "problem", "{report:#}");
+    assert_ne!(code, 0);
+
+    // Served: the file is moved aside and a fresh database answers.
+    let served = common::serve::serve(&home, &config);
+    let sessions = reqwest::get(format!("{}/api/context/sessions", served.dashboard))
+        .await
+        .expect("answered");
+    assert_eq!(sessions.status(), 200);
+    served.stop();
+    let aside: Vec<String> = std::fs::read_dir(&context)
+        .expect("context dir")
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| name.starts_with("context.sqlite3.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(
+        std::fs::read(context.join(&aside[0])).expect("kept"),
+        vec![0x5a_u8; 64 * 1024]
+    );
+
+    let (_, report) = doctor(&home, &config, &[mock.addr.port()]).await;
+    let statuses: Vec<(bool, &Value)> = report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .filter(|c| c["category"] == "context")
+        .map(|c| {
+            let subject = c["subject"].as_str().unwrap_or_default();
+            (subject.contains(".corrupt-"), &c["status"])
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        [(false, &json!("ok")), (true, &json!("warn"))],
+        "{report:#}"
+    );
+}

@@ -4,6 +4,9 @@
 //! client gets the final answer in its own dialect, streamed or not; a model that never
 //! stops calling tools ends at the turn budget with Glider's honest reply; a tool's
 //! error goes back to the model as its result. Each call is on the request record.
+//! The loop is bounded (issue 50 item 4): calls per reply and per request, argument and
+//! result bytes, each cut told to the model and kept on the record; a call with an
+//! empty name is refused as invalid.
 
 mod common;
 
@@ -12,6 +15,13 @@ use glider_ngl::{Dialect, StopReason};
 
 /// A workspace with one file the model greps for, and the gateway with the loop on.
 async fn setup(max_turns: u32) -> (tempfile::TempDir, glider_test_support::MockVendor, Gateway) {
+    setup_with(&format!("max_turns: {max_turns}")).await
+}
+
+/// [`setup`] with `loop_keys` in `tools.loop` (besides `enabled: true`).
+async fn setup_with(
+    loop_keys: &str,
+) -> (tempfile::TempDir, glider_test_support::MockVendor, Gateway) {
     let workspace = tempfile::tempdir().expect("workspace");
     std::fs::write(
         workspace.path().join("notes.txt"),
@@ -19,7 +29,7 @@ async fn setup(max_turns: u32) -> (tempfile::TempDir, glider_test_support::MockV
     )
     .expect("file written");
     let extra = format!(
-        "tools: {{workspace: '{}', loop: {{enabled: true, max_turns: {max_turns}}}}}\n",
+        "tools: {{workspace: '{}', loop: {{enabled: true, {loop_keys}}}}}\n",
         workspace.path().display()
     );
     let (mock, yaml) = mock_and_config(&extra).await;
@@ -263,4 +273,149 @@ async fn every_call_the_loop_runs_is_a_tool_run_event_in_the_context_log() {
     );
     assert!(runs[0].arguments.contains("needle"));
     drop(workspace);
+}
+
+/// The last 2000 characters of `text`: enough to see why, not a 50 KB body.
+fn tail(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    chars[chars.len().saturating_sub(2000)..].iter().collect()
+}
+
+#[tokio::test]
+async fn calls_past_the_reply_cap_are_not_run_and_the_model_and_the_record_say_so() {
+    let (_workspace, mock, gateway) = setup_with("max_calls_per_reply: 3").await;
+    let mut events = gateway.engine.bus().subscribe();
+    let before = mock.requests().len();
+    let calls = r#"[[call:list_dir {"path":"."}]]"#.repeat(40);
+    let reply = ask(
+        &gateway,
+        Dialect::OpenAiChat,
+        &format!("look {calls}"),
+        false,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let sent = mock.requests();
+    assert_eq!(sent.len(), before + 2);
+    let second = sent[before + 1].body.to_string();
+    let sent_back: usize = sent[before + 1].body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m["tool_calls"].as_array())
+        .map(Vec::len)
+        .sum();
+    assert_eq!(sent_back, 3, "only the calls that ran go back to the model");
+    assert!(
+        second.contains("this reply made 40 tool calls; only the first 3 ran (tools.loop.max_calls_per_reply: 3)"),
+        "{}",
+        tail(&second)
+    );
+    let record = next_finished(&mut events).await;
+    assert_eq!(record.tool_calls.len(), 3);
+    let cut = record.tool_calls[2].cut.as_deref().unwrap_or_default();
+    assert!(cut.contains("the other 37 were not run"), "{cut}");
+}
+
+#[tokio::test]
+async fn the_request_cap_runs_what_is_left_then_ends_the_loop_with_an_honest_reply() {
+    let (_workspace, mock, gateway) = setup_with("max_calls_per_request: 5").await;
+    let mut events = gateway.engine.bus().subscribe();
+    let before = mock.requests().len();
+    let calls = r#"[[loop:list_dir {"path":"."}]]"#.repeat(3);
+    let reply = ask(
+        &gateway,
+        Dialect::Anthropic,
+        &format!("look {calls}"),
+        false,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let text = reply
+        .decode(Dialect::Anthropic, false)
+        .expect("well-formed")
+        .plain_text();
+    assert!(
+        text.contains("budget of 5 tool calls (tools.loop.max_calls_per_request) ran out"),
+        "{text}"
+    );
+    // Three calls, then the two left, then the third reply's calls are not run.
+    assert_eq!(mock.requests().len(), before + 3);
+    let record = next_finished(&mut events).await;
+    let turns: Vec<u32> = record.tool_calls.iter().map(|c| c.turn).collect();
+    assert_eq!(turns, [1, 1, 1, 2, 2]);
+}
+
+#[tokio::test]
+async fn oversized_arguments_are_not_run_nor_sent_back_and_a_long_result_is_cut() {
+    let (workspace, mock, gateway) =
+        setup_with("max_argument_bytes: 1000, max_result_bytes: 2000").await;
+    // 200 matching lines: a grep result of some 8 KB.
+    std::fs::write(
+        workspace.path().join("many.txt"),
+        "a needle in a line of hay\n".repeat(200),
+    )
+    .expect("file written");
+    let mut events = gateway.engine.bus().subscribe();
+    let before = mock.requests().len();
+    let big = "x".repeat(50_000);
+    let text =
+        format!(r#"go [[call:grep {{"pattern":"{big}"}}]] [[call:grep {{"pattern":"needle"}}]]"#);
+    let reply = ask(&gateway, Dialect::OpenAiChat, &text, false).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let sent = mock.requests();
+    let (first, second) = (
+        sent[before].body.to_string(),
+        sent[before + 1].body.to_string(),
+    );
+    assert!(
+        second.len() < first.len() + 10_000,
+        "the oversized arguments went back to the model: {} then {} bytes",
+        first.len(),
+        second.len()
+    );
+    assert!(
+        second.contains("more than tools.loop.max_argument_bytes (1000)"),
+        "{}",
+        tail(&second)
+    );
+    assert!(
+        second.contains("result cut at 2000 of") && second.contains("tools.loop.max_result_bytes"),
+        "{}",
+        tail(&second)
+    );
+    let record = next_finished(&mut events).await;
+    let cuts: Vec<(bool, String)> = record
+        .tool_calls
+        .iter()
+        .map(|c| (c.ok, c.cut.clone().unwrap_or_default()))
+        .collect();
+    assert!(!cuts[0].0 && cuts[0].1.contains("not run"), "{cuts:?}");
+    assert!(cuts[1].1.starts_with("result cut at 2000 of"), "{cuts:?}");
+}
+
+#[tokio::test]
+async fn a_call_with_an_empty_name_is_refused_as_invalid_not_passed_to_the_client() {
+    let (_workspace, mock, gateway) = setup(4).await;
+    let before = mock.requests().len();
+    let reply = ask(
+        &gateway,
+        Dialect::OpenAiChat,
+        "go [[call:<empty> {}]]",
+        false,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let response = reply
+        .decode(Dialect::OpenAiChat, false)
+        .expect("well-formed");
+    assert!(tool_calls(&response).is_empty(), "{}", reply.text());
+    let sent = mock.requests();
+    assert_eq!(sent.len(), before + 2);
+    assert!(
+        sent[before + 1]
+            .body
+            .to_string()
+            .contains("a tool call with an empty name is invalid"),
+    );
 }

@@ -5,7 +5,9 @@
 //! measured load exceeds `routing.max_cold_wait_secs` is passed over (and loaded in the
 //! background); the measurements survive a restart; with no GPU every rule steps aside;
 //! a sticky local session's next user turn prewarms its evicted model; `glider serve`'s
-//! dashboard shows it all on `/api/vram` and `/ws`.
+//! dashboard shows it all on `/api/vram` and `/ws`. A hung `nvidia-smi` on `PATH` holds
+//! up neither `glider serve`'s start nor its stop, and is killed with its group; one that
+//! prints without end is read up to the cap (issue 50 item 7).
 
 mod common;
 
@@ -924,4 +926,95 @@ async fn a_reservation_is_released_when_the_upstream_fails_mid_stream_and_the_mo
     let reply = ask(&gw, "big", false).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(victims(&last_plan(&vram, &gw)), ["local/small:latest"]);
+}
+
+/// A `nvidia-smi` running `body` in a fresh directory, for a `PATH` that puts it first.
+fn nvidia_smi_on_path(dir: &Path, body: &str) -> Vec<(&'static str, std::ffi::OsString)> {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let smi = bin.join("nvidia-smi");
+    std::fs::write(&smi, format!("#!/bin/sh\n{body}\n")).expect("write fake nvidia-smi");
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut path = std::ffi::OsString::from(&bin);
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    vec![("PATH", path)]
+}
+
+/// A local Ollama and `vram:` reading the `nvidia-smi` found on `PATH`.
+async fn served_with_smi(home: &Path, body: &str) -> (common::serve::Served, MockVendor) {
+    let local = ollama(Duration::ZERO).await;
+    let yaml = format!(
+        "backends:\n\
+         \x20 - {{name: local, type: ollama, base_url: '{}', models: [small]}}\n\
+         routing: {{classifier: {{enabled: false}}}}\n\
+         vram: {{monitor: nvidia_smi}}\n",
+        local.base_url()
+    );
+    let config = home.join("glider.yaml");
+    std::fs::write(&config, yaml).expect("config");
+    let env = nvidia_smi_on_path(home, body);
+    (common::serve::serve_with_env(home, &config, &env), local)
+}
+
+#[tokio::test]
+async fn a_hung_nvidia_smi_holds_up_neither_the_start_nor_the_stop_and_dies_with_glider() {
+    let home = tempfile::tempdir().expect("home");
+    let pid_file = home.path().join("smi.pid");
+    // It records its pid (its group's id) and hangs, with a child of its own.
+    let body = format!("echo $$ > '{}'\nsleep 1000 &\nwait", pid_file.display());
+    // Start-up used to wait on this forever: it must be done well before the probe's
+    // own deadline would have freed it.
+    let started = std::time::Instant::now();
+    let (served, _local) = served_with_smi(home.path(), &body).await;
+    let deadline = glider_vram::monitor::NVIDIA_SMI_TIMEOUT;
+    assert!(
+        started.elapsed() < deadline,
+        "listened after {:?}",
+        started.elapsed()
+    );
+    let reply = ask_at(&served.gateway, "small", false).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    until("nvidia-smi runs", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n'))
+    })
+    .await;
+    let pgid: u32 = std::fs::read_to_string(&pid_file)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    assert!(!common::procs::group_members(pgid).is_empty());
+    let view = served
+        .poll_json("/api/vram", |v| v["gpu"]["source"] == "nvidia-smi")
+        .await;
+    assert_eq!(view["gpu"]["gpus"], serde_json::json!([]), "{view}");
+
+    // The stop kills it: well before its deadline.
+    let status = served.stop_within(deadline / 2);
+    assert!(status.success(), "{status}");
+    let left = common::procs::group_gone(pgid).await;
+    assert!(
+        left.is_empty(),
+        "nvidia-smi's group outlived glider: {left:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_endless_nvidia_smi_is_read_up_to_the_cap_and_memory_stays_bounded() {
+    let home = tempfile::tempdir().expect("home");
+    // 100 MB of GPU lines, as fast as the pipe takes them.
+    let body = "yes '0, 24576, 1024, 7' | head -c 100000000";
+    let (served, _local) = served_with_smi(home.path(), body).await;
+    let view = served
+        .poll_json("/api/vram", |v| v["gpu"]["error"].is_string())
+        .await;
+    let error = view["gpu"]["error"].as_str().unwrap_or_default();
+    let cap = glider_vram::monitor::NVIDIA_SMI_OUTPUT_CAP;
+    assert!(error.contains(&format!("more than {cap} bytes")), "{view}");
+    // The whole print held in memory is 100 MB; read up to the cap it is 64 KiB.
+    let peak_mib = served.peak_rss_kib() / 1024;
+    assert!(peak_mib < 90, "glider serve peaked at {peak_mib} MiB");
+    assert!(served.stop_within(Duration::from_secs(20)).success());
 }

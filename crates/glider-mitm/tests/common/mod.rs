@@ -323,9 +323,10 @@ pub fn stack_yaml(mock: &MockVendor, origin: SocketAddr, ca_file: &str, extra: &
          \x20 enabled: true\n\
          \x20 port: 0\n\
          \x20 hosts: [api.anthropic.com, '*.intercepted.test']\n\
-         \x20 upstream_overrides: {{api.anthropic.com: '{origin}', tunnel.test: '{origin}', localhost: '{origin}'}}\n\
+         \x20 upstream_overrides: {{api.anthropic.com: '{origin}', tunnel.test: '{origin}', localhost: '{origin}', plain.test: '{mock_addr}'}}\n\
          \x20 upstream_ca_file: '{ca_file}'\n{extra}",
         mock = mock.base_url(),
+        mock_addr = mock.addr,
     )
 }
 

@@ -38,10 +38,15 @@ pub fn serve(home: &Path, config: &Path) -> Served {
     serve_with_env(home, config, &[])
 }
 
-/// [`serve`] with `env` added to the environment `glider serve` inherits.
-pub fn serve_with_env(home: &Path, config: &Path, env: &[(&str, &str)]) -> Served {
+/// [`serve`] with `env` added to the environment `glider serve` inherits (a secret it
+/// must not hand on, a `PATH` with fake programs first, say).
+pub fn serve_with_env<K: AsRef<std::ffi::OsStr>, V: AsRef<std::ffi::OsStr>>(
+    home: &Path,
+    config: &Path,
+    env: &[(K, V)],
+) -> Served {
     let mut child = Command::new(GLIDER)
-        .envs(env.iter().copied())
+        .envs(env.iter().map(|(k, v)| (k.as_ref(), v.as_ref())))
         .env("GLIDER_HOME", home)
         .env_remove("GLIDER_CONFIG")
         .env_remove("GLIDER_LOG")
@@ -100,6 +105,37 @@ impl Served {
             );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+
+    /// SIGTERM, then the exit status, polled for at most `within` (panics past it: the
+    /// server did not stop).
+    pub fn stop_within(mut self, within: Duration) -> std::process::ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "glider serve still runs {within:?} after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The server's peak resident memory (`VmHWM`), in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("/proc status")
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM")
     }
 
     /// SIGTERM, and the drained exit must succeed.

@@ -9,6 +9,13 @@
 //! for one); when the budget ends first, an honest reply saying so. Every call goes on
 //! the request record (`tool_calls`), hence the dashboard and the context log. A reply
 //! that calls a tool Glider does not have goes to the client as it is.
+//!
+//! Each reply and request is bounded (`tools.loop.max_calls_per_reply`,
+//! `max_calls_per_request`, `max_argument_bytes`, `max_result_bytes`): calls past a cap
+//! are not run and are dropped from the history sent back, a call with oversized
+//! arguments is not run (its arguments not sent back), a result is cut; each cut is told
+//! to the model in the results, and kept on the record (`ToolRun::cut`). A tool call
+//! with an empty name is never run: the model is told it is invalid.
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -104,6 +111,8 @@ async fn run_loop(job: &mut Job, specs: Vec<ToolSpec>) -> Flow {
     job.body = None;
     let mut budget = LoopBudget::new(config.max_turns, config.max_secs);
     let mut usage = Usage::default();
+    // Tool calls run so far in this request (`tools.loop.max_calls_per_request`).
+    let mut ran = 0usize;
     loop {
         job.adapted = requests.iter().cloned().map(Some).collect();
         if let stop @ (Flow::Fail(_) | Flow::Answer(_) | Flow::Origin(_)) = Encode.run(job).await {
@@ -142,7 +151,10 @@ async fn run_loop(job: &mut Job, specs: Vec<ToolSpec>) -> Flow {
             glider_ngl::tool_calls(&response.parts)
                 .map(|(id, name, args)| (id.to_owned(), name.to_owned(), args.clone()))
                 .collect();
-        if calls.is_empty() || calls.iter().any(|(_, name, _)| !ours.contains(name)) {
+        // A call with an empty name is no tool of the client's: it is run here as
+        // invalid, and the model told so (see `run_call`).
+        let foreign = |name: &str| !name.trim().is_empty() && !ours.contains(name);
+        if calls.is_empty() || calls.iter().any(|(_, name, _)| foreign(name)) {
             response.usage = usage;
             return answer(job, index, response, client_stream);
         }
@@ -150,22 +162,54 @@ async fn run_loop(job: &mut Job, specs: Vec<ToolSpec>) -> Flow {
             let reply = stopped(&config, limit, budget.turns(), &response, usage);
             return answer(job, index, reply, client_stream);
         }
+        let left = config.max_calls_per_request.saturating_sub(ran);
+        if left == 0 {
+            let reply = stopped(&config, LoopLimit::Calls, budget.turns(), &response, usage);
+            return answer(job, index, reply, client_stream);
+        }
+        let made = calls.len();
+        let (cap, key) = match config.max_calls_per_reply <= left {
+            true => (config.max_calls_per_reply, "tools.loop.max_calls_per_reply"),
+            false => (left, "tools.loop.max_calls_per_request"),
+        };
+        let mut calls = calls;
+        calls.truncate(cap);
+        ran += calls.len();
         let mut results = Vec::with_capacity(calls.len());
+        let mut kept = Vec::with_capacity(calls.len());
         for (id, name, arguments) in calls {
-            results.push(run_call(job, &budget, id, name, arguments).await);
+            let (part, arguments) =
+                run_call(job, &budget, id.clone(), name.clone(), arguments).await;
+            results.push(part);
+            kept.push(Part::ToolCall {
+                id,
+                name,
+                arguments,
+            });
+        }
+        if made > cap {
+            let note = format!(
+                "[glider] this reply made {made} tool calls; only the first {cap} ran ({key}: {cap}); the other {} were not run — call fewer tools at once",
+                made - cap
+            );
+            note_cut(job, &mut results, note);
         }
         if budget.time_left().is_zero() {
             // No time to ask the model again: say so rather than fail.
             let reply = stopped(&config, LoopLimit::Time, budget.turns(), &response, usage);
             return answer(job, index, reply, client_stream);
         }
+        // What the model said, with only the calls that were kept (arguments too large
+        // to run are not sent back either).
+        let mut parts: Vec<Part> = response
+            .parts
+            .into_iter()
+            .filter(|p| matches!(p, Part::Text { .. }))
+            .collect();
+        parts.extend(kept);
         let said = Turn {
             role: Role::Assistant,
-            parts: response
-                .parts
-                .into_iter()
-                .filter(|p| matches!(p, Part::Text { .. } | Part::ToolCall { .. }))
-                .collect(),
+            parts,
         };
         let answered = Turn {
             role: Role::Tool,
@@ -209,41 +253,69 @@ async fn whole(
 }
 
 /// Run one call the model made; its result (or its error, which the model is told)
-/// as a tool result, and the call on the record.
+/// as a tool result, and the call on the record. Also the arguments to send back to the
+/// model in its turn: the call's own, or `{}` where they were too large to run.
 async fn run_call(
     job: &mut Job,
     budget: &LoopBudget,
     id: String,
     name: String,
     arguments: serde_json::Value,
-) -> Part {
+) -> (Part, serde_json::Value) {
     let started = Instant::now();
-    let tools = with_plugin_tools(&job.runtime.tools, job.plugins.as_ref());
-    let config = &job.runtime.config.tools.tool_loop;
-    let outcome = match tokio::time::timeout(
-        budget.time_left(),
-        tools.call_where(&name, arguments.clone(), |provider, spec| {
-            offered(config, provider, spec)
-        }),
-    )
-    .await
-    {
-        Ok(outcome) => outcome,
-        Err(_) => Err(ToolError::Failed(
-            "stopped: the tool loop's time budget (tools.loop.max_secs) ran out".into(),
-        )),
+    let config = job.runtime.config.tools.tool_loop.clone();
+    let mut shown = arguments.to_string();
+    let argument_bytes = shown.len();
+    let refused = if name.trim().is_empty() {
+        Some("a tool call with an empty name is invalid: name one of the tools offered".to_owned())
+    } else if argument_bytes > config.max_argument_bytes {
+        Some(format!(
+            "not run: its arguments are {argument_bytes} bytes, more than tools.loop.max_argument_bytes ({}); pass less at once",
+            config.max_argument_bytes
+        ))
+    } else {
+        None
     };
-    let (text, error) = match outcome {
+    let outcome = match &refused {
+        Some(why) => Err(ToolError::Failed(why.clone())),
+        None => {
+            let tools = with_plugin_tools(&job.runtime.tools, job.plugins.as_ref());
+            match tokio::time::timeout(
+                budget.time_left(),
+                tools.call_where(&name, arguments.clone(), |provider, spec| {
+                    offered(&config, provider, spec)
+                }),
+            )
+            .await
+            {
+                Ok(outcome) => outcome,
+                Err(_) => Err(ToolError::Failed(
+                    "stopped: the tool loop's time budget (tools.loop.max_secs) ran out".into(),
+                )),
+            }
+        }
+    };
+    let (mut text, error) = match outcome {
         Ok(output) => (output.into_text(), None),
         Err(error) => (format!("error: {error}"), Some(error.to_string())),
     };
-    let mut shown = arguments.to_string();
+    let mut cut = refused
+        .is_some()
+        .then(|| format!("arguments of {argument_bytes} bytes: not run"));
+    let result_bytes = text.len();
+    if result_bytes > config.max_result_bytes {
+        truncate_at_char(&mut text, config.max_result_bytes);
+        text.push_str(&format!(
+            "\n[glider] result cut at {} of {result_bytes} bytes (tools.loop.max_result_bytes)",
+            config.max_result_bytes
+        ));
+        cut = Some(format!(
+            "result cut at {} of {result_bytes} bytes",
+            config.max_result_bytes
+        ));
+    }
     if shown.len() > MAX_TOOL_ARGUMENT_CHARS {
-        let mut cut = MAX_TOOL_ARGUMENT_CHARS;
-        while !shown.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        shown.truncate(cut);
+        truncate_at_char(&mut shown, MAX_TOOL_ARGUMENT_CHARS);
         shown.push('…');
     }
     tracing::info!(tool = %name, ok = error.is_none(), "tool loop: ran a tool call");
@@ -256,12 +328,41 @@ async fn run_call(
         error: error.clone(),
         result_chars: text.chars().count(),
         duration_ms: started.elapsed().as_millis() as u64,
+        cut,
     });
-    Part::ToolResult {
+    let sent_back = match refused {
+        Some(_) => serde_json::json!({}),
+        None => arguments,
+    };
+    let part = Part::ToolResult {
         call_id: id,
         name: Some(name),
         content: vec![Part::text(text)],
         is_error: error.is_some(),
+    };
+    (part, sent_back)
+}
+
+/// Cut `text` to at most `max` bytes, on a character boundary.
+fn truncate_at_char(text: &mut String, max: usize) {
+    let mut cut = max.min(text.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+}
+
+/// Tell the model `note` at the end of the last result, and keep it on the record with
+/// the last call.
+fn note_cut(job: &mut Job, results: &mut [Part], note: String) {
+    if let Some(Part::ToolResult { content, .. }) = results.last_mut() {
+        content.push(Part::text(format!("\n{note}")));
+    }
+    if let Some(run) = job.tracker.record.tool_calls.last_mut() {
+        run.cut = Some(match run.cut.take() {
+            Some(before) => format!("{before}; {note}"),
+            None => note,
+        });
     }
 }
 
@@ -282,6 +383,10 @@ fn stopped(
         LoopLimit::Time => format!(
             "the loop's time budget of {} seconds (tools.loop.max_secs) ran out",
             config.max_secs
+        ),
+        LoopLimit::Calls => format!(
+            "the loop's budget of {} tool calls (tools.loop.max_calls_per_request) ran out",
+            config.max_calls_per_request
         ),
     };
     let said = glider_ngl::Turn {
