@@ -84,7 +84,13 @@ def test_an_idle_episode_is_compacted_by_the_real_model(llama):
         else:
             assert body["narrative"] == ""
             assert set(body["missing"]) <= {EDITED}, body
-            assert body["missing"] or reason == "the model wrote no summary", body
+            # Rejected for what it left out, for writing nothing, or for being no summary
+            # at all (summarizer::judge): Gemma 270M is a base model, and repeats the
+            # summarizer's instructions back (99 % of its phrases, measured here).
+            judged = (reason or "").startswith(
+                ("the summary restates its instructions", "the summary copies its input", "the summary says nothing"))
+            assert body["missing"] or reason == "the model wrote no summary" or judged, body
+            assert not judged or body.get("rejected_text"), body
         metrics = urllib.request.urlopen(f"{glider.dashboard}/metrics", timeout=10).read().decode()
         counts = dict(re.findall(r'glider_context_compactions_total\{outcome="(\w+)"\} (\d+)', metrics))
         assert int(counts["accepted"]) + int(counts["rejected"]) == 1, counts

@@ -35,7 +35,7 @@ pub fn serve_yaml(home: &Path, yaml: &str) -> Served {
 
 /// Start `glider serve -c config` under `home` on free ports.
 pub fn serve(home: &Path, config: &Path) -> Served {
-    serve_with_env(home, config, &[])
+    serve_with_env::<&str, &str>(home, config, &[])
 }
 
 /// [`serve`] with `env` added to the environment `glider serve` inherits (a secret it
