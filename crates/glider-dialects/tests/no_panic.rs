@@ -102,7 +102,7 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
             }
             1 if !out.is_empty() => {
                 let i = rng.below(out.len());
-                out[i] = rng.next() as u8;
+                out[i] = rng.next_u64() as u8;
             }
             2 => {
                 let cut = rng.below(out.len() + 1);
@@ -121,7 +121,7 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
             }
             _ => {
                 let i = rng.below(out.len() + 1);
-                let extra: Vec<u8> = (0..rng.below(8)).map(|_| rng.next() as u8).collect();
+                let extra: Vec<u8> = (0..rng.below(8)).map(|_| rng.next_u64() as u8).collect();
                 out.splice(i..i, extra);
             }
         }
@@ -176,7 +176,7 @@ fn random_bytes_never_panic() {
     let mut rng = Rng(0x0123_4567_89ab_cdef);
     for _ in 0..2_000 {
         let len = rng.below(96);
-        let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         fuzz_one(DIALECTS[rng.below(DIALECTS.len())], &bytes);
     }
 }

@@ -124,6 +124,18 @@ fn default_profile(local: &MockVendor, cloud_url: &str) -> String {
     profile
 }
 
+/// The captured real Claude Code main turn, sent with its key.
+async fn claude_code_turn(gw: &Gateway) -> Reply {
+    let turn = captured_turn("claude-code", "plain", "messages");
+    post(
+        &gw.base,
+        "/v1/messages",
+        turn.body_bytes(),
+        &[("x-api-key", "sk-ant-test")],
+    )
+    .await
+}
+
 /// The real CLI's first request of `scenario` (captured from it: docs/captured-traffic.md).
 fn captured_turn(
     cli: &str,
@@ -184,14 +196,7 @@ async fn when_nothing_can_answer_the_error_is_a_server_problem_naming_each_backe
     let local = MockVendor::start(Default::default()).await;
     let profile = default_profile(&local, &nowhere).replace(&local.base_url(), &nowhere);
     let gw = gateway(&profile).await;
-    let turn = captured_turn("claude-code", "plain", "messages");
-    let reply = post(
-        &gw.base,
-        "/v1/messages",
-        turn.body_bytes(),
-        &[("x-api-key", "sk-ant-test")],
-    )
-    .await;
+    let reply = claude_code_turn(&gw).await;
     // Never the 401 Claude Code reports as "Failed to authenticate".
     assert_eq!(reply.status, 502, "{}", reply.text());
     let message = reply.json()["error"]["message"]
@@ -217,14 +222,7 @@ async fn a_small_local_model_is_the_reserve_for_a_turn_it_holds_once_fitted() {
         .replace("context_window: 32768", "context_window: 8192");
     assert!(profile.contains("context_window: 8192"));
     let gw = gateway(&profile).await;
-    let turn = captured_turn("claude-code", "plain", "messages");
-    let reply = post(
-        &gw.base,
-        "/v1/messages",
-        turn.body_bytes(),
-        &[("x-api-key", "sk-ant-test")],
-    )
-    .await;
+    let reply = claude_code_turn(&gw).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     let route = reply.header("x-glider-route");
     assert!(route.contains("rule=local_fallback"), "{route}");

@@ -9,21 +9,8 @@ use glider_ngl::{Dialect, StreamEvent};
 
 pub const DIALECTS: [Dialect; 4] = Dialect::ALL;
 
-/// xorshift64*: deterministic, so a failure names its seed and round.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+/// The seeded generator the property tests share (a failure names its seed and round).
+pub use glider_test_support::rng::Rng;
 
 /// One fuzz input: its first 8 bytes seed the stream's split points, the rest is the
 /// input to [`exercise`].
