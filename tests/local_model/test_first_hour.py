@@ -20,6 +20,8 @@ from llama import ALIAS, get_json, running_llama_server
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "cli"))
 from test_real_clis import claude_quiet_env, cli, codex_config, run  # noqa: E402
 
+from conftest import _binary  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 # SmolLM2-135M's own window.
 WINDOW = 8192
@@ -71,6 +73,7 @@ def first_hour():
             config = pathlib.Path(tmp) / "glider.yaml"
             config.write_text(first_hour_profile(url))
             glider = start_glider(config, pathlib.Path(tmp) / "home")
+            glider.config, glider.home = config, pathlib.Path(tmp) / "home"
             try:
                 yield glider
             finally:
@@ -117,3 +120,23 @@ def test_codex_offline_prints_the_local_model_s_answer(first_hour, tmp_path):
     requests = get_json(f"{first_hour.dashboard}/api/requests?limit=50")["requests"]
     codex = [r for r in requests if r["status"] == 200 and r.get("front") == "openai_responses"]
     assert codex and all(r["backend"] == "local" for r in codex), json.dumps(requests)[:3000]
+
+
+def test_local_through_glider_run_claude_prints_the_local_model_s_answer(first_hour, tmp_path):
+    """The MITM door, offline: `glider run claude` (proxy and CA trust for that one
+    process, and the `/local` command Claude Code would refuse as unknown) with the user's
+    own key left alone; `/local` sends the turn to the local model, whose answer is
+    printed."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = claude_quiet_env(home, ANTHROPIC_API_KEY="sk-ant-first-hour", GLIDER_HOME=str(first_hour.home))
+    for name in ("ANTHROPIC_BASE_URL", "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "CLAUDE_CONFIG_DIR"):
+        env.pop(name, None)
+    code, out, err = run([_binary("glider"), "run", "-c", str(first_hour.config), cli("claude"), "-p",
+                          "/local What is the capital of France? Answer in one sentence."], env, work, timeout=600)
+    assert code == 0, f"glider run claude failed ({code})\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+    assert_an_answer(out, err)
+    requests = get_json(f"{first_hour.dashboard}/api/requests?limit=50")["requests"]
+    mitm = [r for r in requests if r["door"] == "mitm" and r["status"] == 200]
+    assert mitm and all(r["backend"] == "local" for r in mitm), json.dumps(requests)[:3000]
