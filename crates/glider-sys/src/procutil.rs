@@ -164,9 +164,21 @@ pub struct LiveGroups(Arc<Mutex<Live>>);
 struct Live {
     closed: bool,
     pgids: BTreeSet<u32>,
+    /// Where each group is also recorded while it runs, and under what name, so that
+    /// the next start ends one a killed Glider left ([`crate::runstate::end_orphaned_groups`]).
+    recorder: Option<(crate::runstate::DelegatePids, String)>,
 }
 
 impl LiveGroups {
+    /// A set whose groups are also recorded in the run state as `label` while they run
+    /// (a `probe:` label is ended by the next start if Glider itself was killed).
+    pub fn recorded(pids: crate::runstate::DelegatePids, label: impl Into<String>) -> LiveGroups {
+        LiveGroups(Arc::new(Mutex::new(Live {
+            recorder: Some((pids, label.into())),
+            ..Live::default()
+        })))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Live> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -249,6 +261,9 @@ pub fn run_bounded(
         }
         let child = command.spawn()?;
         set.pgids.insert(child.id());
+        if let Some((pids, label)) = &set.recorder {
+            pids.started(child.id(), label);
+        }
         child
     };
     let pgid = child.id();
@@ -271,7 +286,13 @@ pub fn run_bounded(
     // The group is killed while the leader is unreaped, taken out of `live` under its
     // lock (so `close` never signals a reaped group), and only then reaped.
     kill_group(pgid);
-    live.lock().pgids.remove(&pgid);
+    {
+        let mut set = live.lock();
+        set.pgids.remove(&pgid);
+        if let Some((pids, _)) = &set.recorder {
+            pids.ended(pgid);
+        }
+    }
     let status = child.wait()?;
     let (stdout, stderr, ending) = match read {
         _ if live.is_closed() && !status.success() => (Vec::new(), Vec::new(), Ending::Stopped),

@@ -231,6 +231,10 @@ pub struct Vram {
     http: reqwest::Client,
 }
 
+/// The run-state name of a running `nvidia-smi` probe (its `probe:` prefix is what the
+/// next start ends when Glider was killed while one ran).
+pub const PROBE_LABEL: &str = "probe:nvidia-smi";
+
 impl Vram {
     /// Find the GPUs as `config.monitor` says, and read the measurements kept under
     /// `home/vram` (none kept without a home). Samples once before returning: blocking,
@@ -249,13 +253,19 @@ impl Vram {
     /// every rule stepping aside), and find the GPUs on a blocking thread — detection
     /// runs NVML and `nvidia-smi`, either of which can hang — then sample as
     /// [`Vram::spawn_sampler`] does. Start-up never waits on a probe; [`Vram::stop`]
-    /// kills one still running.
+    /// kills one still running. With `pids`, each probe is recorded in the run state
+    /// while it runs ([`PROBE_LABEL`]), so one a killed Glider left is ended by the next
+    /// start.
     pub fn start(
         config: &VramConfig,
         home: Option<&Path>,
+        pids: Option<glider_sys::runstate::DelegatePids>,
         settings: impl Fn() -> Arc<glider_config::Config> + Send + Sync + 'static,
     ) -> Arc<Vram> {
-        let live = glider_sys::procutil::LiveGroups::default();
+        let live = match pids {
+            Some(pids) => glider_sys::procutil::LiveGroups::recorded(pids, PROBE_LABEL),
+            None => glider_sys::procutil::LiveGroups::default(),
+        };
         let vram = Vram::build(
             Arc::new(Detecting),
             "detecting the GPUs".into(),

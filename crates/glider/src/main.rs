@@ -384,9 +384,11 @@ async fn serve(
     let (mut runstate, previous) =
         glider_sys::runstate::RunState::start(&home, env!("CARGO_PKG_VERSION"), &features)
             .with_context(|| format!("cannot record the run state in {}", home.display()))?;
-    // Stdio MCP servers and plugins a killed run left behind are ended before the
-    // warning below looks at what is still running.
-    for ended in glider_sys::runstate::end_orphaned_groups(&previous, &["mcp:", "plugin:"]) {
+    // Stdio MCP servers, plugins and probes (`nvidia-smi`) a killed run left behind are
+    // ended before the warning below looks at what is still running.
+    for ended in
+        glider_sys::runstate::end_orphaned_groups(&previous, &["mcp:", "plugin:", "probe:"])
+    {
         tracing::warn!("{ended}");
     }
     if let Some(warning) = previous.warning() {
@@ -424,7 +426,7 @@ async fn serve_recorded(
     let (delegator, vendors) = serve::start_delegation(runstate, &config.delegate);
     let handle = ConfigHandle::new(config, config_path.clone());
     let engine = Engine::new(handle.clone());
-    let vram = serve::start_vram(&engine, &handle, &home);
+    let vram = serve::start_vram(&engine, &handle, &home, runstate.delegate_pids());
     // Each plugin's process group is recorded like a delegate's: a crash leaves it
     // named for the next start's check (`glider doctor`).
     engine.attach_plugins(Some(runstate.delegate_pids()));

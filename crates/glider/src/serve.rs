@@ -80,11 +80,17 @@ pub fn start_delegation(
 /// costs under `home/vram`, sample every `vram.sample_interval_secs` while
 /// `vram.enabled` (both as reloaded). The GPUs are found in the background: a hung
 /// `nvidia-smi` holds up neither start-up nor (the returned guard kills it) the stop.
-pub fn start_vram(engine: &Arc<Engine>, handle: &ConfigHandle, home: &Path) -> VramStop {
+pub fn start_vram(
+    engine: &Arc<Engine>,
+    handle: &ConfigHandle,
+    home: &Path,
+    pids: glider_sys::runstate::DelegatePids,
+) -> VramStop {
     let config = handle.clone();
-    let vram = glider_vram::Vram::start(&handle.snapshot().vram, Some(home), move || {
-        config.snapshot()
-    });
+    let vram =
+        glider_vram::Vram::start(&handle.snapshot().vram, Some(home), Some(pids), move || {
+            config.snapshot()
+        });
     if engine.attach_vram(vram.clone()).is_err() {
         tracing::warn!("VRAM state was already attached");
     }

@@ -1018,3 +1018,42 @@ async fn an_endless_nvidia_smi_is_read_up_to_the_cap_and_memory_stays_bounded() 
     assert!(peak_mib < 90, "glider serve peaked at {peak_mib} MiB");
     assert!(served.stop_within(Duration::from_secs(20)).success());
 }
+
+#[tokio::test]
+async fn an_nvidia_smi_a_killed_glider_left_hanging_is_ended_by_the_next_start() {
+    let home = tempfile::tempdir().expect("home");
+    let pid_file = home.path().join("smi.pid");
+    let body = format!("echo $$ > '{}'\nsleep 1000 &\nwait", pid_file.display());
+    let (mut served, _local) = served_with_smi(home.path(), &body).await;
+    until("nvidia-smi runs", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n'))
+    })
+    .await;
+    let pgid: u32 = std::fs::read_to_string(&pid_file)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    // Recorded in the run state while it runs, as MCP servers are.
+    let runstate = home.path().join("runstate.json");
+    until("the probe is in the run state", || {
+        std::fs::read_to_string(&runstate).is_ok_and(|s| s.contains(glider_vram::PROBE_LABEL))
+    })
+    .await;
+    // Glider killed outright: nothing of its own can end the probe now.
+    served.child.kill().expect("SIGKILL");
+    served.child.wait().expect("reaped");
+    assert!(
+        !common::procs::group_members(pgid).is_empty(),
+        "the hung probe outlived the killed glider"
+    );
+    // The next start ends it (and runs a probe of its own, stopped with it).
+    std::fs::remove_file(&pid_file).expect("pid file");
+    let (next, _local) = served_with_smi(home.path(), &body).await;
+    let left = common::procs::group_gone(pgid).await;
+    assert!(
+        left.is_empty(),
+        "the orphaned probe is still running: {left:?}"
+    );
+    assert!(next.stop_within(Duration::from_secs(20)).success());
+}
