@@ -1228,17 +1228,14 @@ mod tests {
             "required": ["title"],
             "additionalProperties": false
         });
-        let body = json!({
-            "model": "claude-haiku-4-5-20251001",
-            "max_tokens": 512,
-            "system": [{"type": "text", "text": "Generate a concise, sentence-case title (3-7 words) for this coding session."}],
-            "messages": [{"role": "user", "content": "fix the failing test in src/lib.rs"}],
-            "temperature": 0,
-            "output_config": {"format": {"type": "json_schema", "schema": schema}},
-            "metadata": {"user_id": "user_9f2c4e_account__session_1b7d"},
-            "stream": false
-        });
-        let req = decode(&body);
+        // The title call the real Claude Code 2.1.197 makes (tests/fixtures/cli).
+        let title =
+            glider_test_support::captured::captured_kind("claude-code", "interactive", "title");
+        let body = &title.first().expect("a captured title call").body;
+        let output_config =
+            json!({"effort": "high", "format": {"type": "json_schema", "schema": schema}});
+        assert_eq!(body["output_config"], output_config, "the capture's shape");
+        let req = decode(body);
         assert_eq!(
             req.output_schema,
             Some(OutputSchema {
@@ -1246,18 +1243,13 @@ mod tests {
                 schema: schema.clone()
             })
         );
-        assert_eq!(req.temperature, Some(0.0));
         assert_eq!(
             req.extra_for(Dialect::Anthropic).expect("extra")["output_config"],
-            json!({"format": {"type": "json_schema", "schema": schema}})
+            output_config
         );
         let encoded = Anthropic.encode_request(&req);
-        assert_eq!(
-            encoded["output_config"],
-            json!({"format": {"type": "json_schema", "schema": schema}})
-        );
+        assert_eq!(encoded["output_config"], output_config);
         assert_eq!(encoded.get("output_format"), None);
-        assert_eq!(encoded.get("stream"), None);
         assert_eq!(decode(&encoded), req);
 
         // Other keys of output_config (effort) survive; the schema follows output_schema.
