@@ -394,7 +394,7 @@ impl<'a> Newest<'a> {
                     Part::ToolResult { call_id, .. } => newest.result_ids.push(call_id),
                     // Only the user's own words open an episode, never a CLI's
                     // injected blocks alone (the context sink reads them alike).
-                    Part::Text { text, .. } if !crate::user_words(text).is_empty() => {
+                    Part::Text { text, .. } if crate::user_words::has_user_words(text) => {
                         newest.user_text = true
                     }
                     _ => {}

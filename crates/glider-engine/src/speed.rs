@@ -31,17 +31,18 @@ pub struct Speed {
     pub samples: u32,
 }
 
-/// Every local (backend, model)'s [`Speed`], fed from the bus's finished requests.
+/// Every local backend's models' [`Speed`], fed from the bus's finished requests.
+/// Keyed by backend, then model, so the fit phase reads one by borrowed names.
 #[derive(Default)]
 pub struct SpeedBook {
-    speeds: Mutex<HashMap<(String, String), Speed>>,
+    speeds: Mutex<HashMap<String, HashMap<String, Speed>>>,
 }
 
 impl SpeedBook {
     /// `backend`'s `model`, if any reply of it was measured.
     pub fn get(&self, backend: &str, model: &str) -> Option<Speed> {
         let speeds = self.speeds.lock().unwrap_or_else(PoisonError::into_inner);
-        speeds.get(&(backend.to_owned(), model.to_owned())).copied()
+        speeds.get(backend)?.get(model).copied()
     }
 
     /// Learn from a finished request: a local reply that succeeded, long enough to say
@@ -67,7 +68,12 @@ impl SpeedBook {
             return;
         }
         let mut speeds = self.speeds.lock().unwrap_or_else(PoisonError::into_inner);
-        let speed = speeds.entry((backend.clone(), model.clone())).or_default();
+        // On the bus's task, off the request path: the names' copies cost nothing there.
+        let speed = speeds
+            .entry(backend.clone())
+            .or_default()
+            .entry(model.clone())
+            .or_default();
         speed.prompt_per_sec = average(speed.prompt_per_sec, prompt);
         speed.generated_per_sec = average(speed.generated_per_sec, generated);
         speed.samples = speed.samples.saturating_add(1);

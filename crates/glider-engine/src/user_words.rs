@@ -25,32 +25,77 @@ const INJECTED_BLOCKS: &[&str] = &[
 /// `text` without the injected blocks (see the module's doc), trimmed; borrowed when
 /// there were none. A block left open runs to the end of the text.
 pub fn user_words(text: &str) -> Cow<'_, str> {
-    if !text.contains('<') {
-        return Cow::Borrowed(text.trim());
+    let mut parts = OutsideBlocks::of(text);
+    let first = parts.next().unwrap_or_default();
+    if parts.removed.is_none() {
+        return Cow::Borrowed(first.trim());
     }
-    let mut kept = String::with_capacity(text.len());
-    let mut rest = text;
-    let mut removed = false;
-    while let Some(at) = rest.find('<') {
-        let Some((tag, after_open)) = opening_tag(&rest[at..]) else {
-            kept.push_str(&rest[..=at]);
-            rest = &rest[at + 1..];
-            continue;
-        };
-        kept.push_str(&rest[..at]);
-        removed = true;
-        let body = &rest[at + after_open..];
-        let close = format!("</{tag}>");
-        rest = match body.find(&close) {
-            Some(end) => &body[end + close.len()..],
-            None => "",
-        };
+    let mut kept = String::from(first);
+    parts.for_each(|part| kept.push_str(part));
+    match kept.trim() {
+        trimmed if trimmed.len() == kept.len() => Cow::Owned(kept),
+        trimmed => Cow::Owned(trimmed.to_owned()),
     }
-    if !removed {
-        return Cow::Borrowed(text.trim());
+}
+
+/// Whether `text` holds any of the user's own words ([`user_words`] not empty), found
+/// without building them.
+pub fn has_user_words(text: &str) -> bool {
+    OutsideBlocks::of(text).any(|part| !part.trim().is_empty())
+}
+
+/// The parts of a text outside the injected blocks, in order.
+struct OutsideBlocks<'a> {
+    rest: Option<&'a str>,
+    /// Set once a block was found (the text is then not one part).
+    removed: Option<()>,
+}
+
+impl<'a> OutsideBlocks<'a> {
+    fn of(text: &'a str) -> Self {
+        OutsideBlocks {
+            rest: Some(text),
+            removed: None,
+        }
     }
-    kept.push_str(rest);
-    Cow::Owned(kept.trim().to_owned())
+}
+
+impl<'a> Iterator for OutsideBlocks<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        let rest = self.rest?;
+        let mut from = 0;
+        while let Some(found) = rest[from..].find('<') {
+            let at = from + found;
+            let Some((tag, opening)) = opening_tag(&rest[at..]) else {
+                from = at + 1;
+                continue;
+            };
+            self.removed = Some(());
+            self.rest = Some(after_block(&rest[at + opening..], tag));
+            return Some(&rest[..at]);
+        }
+        self.rest = None;
+        Some(rest)
+    }
+}
+
+/// What follows the closing tag of a `tag` block whose body starts `body` (nothing when
+/// the block is never closed).
+fn after_block<'a>(body: &'a str, tag: &str) -> &'a str {
+    let mut from = 0;
+    while let Some(found) = body[from..].find("</") {
+        let at = from + found + 2;
+        if let Some(after) = body[at..]
+            .strip_prefix(tag)
+            .and_then(|t| t.strip_prefix('>'))
+        {
+            return after;
+        }
+        from = at;
+    }
+    ""
 }
 
 /// The injected tag `text` opens with, and the bytes its opening tag takes.
@@ -102,5 +147,8 @@ mod tests {
             "keep this  and this"
         );
         assert_eq!(user_words("before <system-reminder>never closed"), "before");
+        assert!(!has_user_words("<system-reminder>a</system-reminder>\n "));
+        assert!(has_user_words("<system-reminder>a</system-reminder> hi"));
+        assert!(has_user_words("a < b"));
     }
 }
