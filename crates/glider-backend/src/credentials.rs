@@ -40,6 +40,11 @@ pub(crate) fn resolve(config: &BackendConfig) -> Result<(Credentials, Option<Str
     }
 }
 
+/// Whether `config` forwards the client's own credentials (no usable key of its own).
+pub fn forwards_client_credentials(config: &BackendConfig) -> bool {
+    matches!(resolve(config), Ok((Credentials::Client { .. }, _)))
+}
+
 /// The mode `config` would run in, in words (for `glider serve` and `glider check`).
 pub fn describe(config: &BackendConfig) -> String {
     match resolve(config) {

@@ -58,7 +58,12 @@ pub fn root() -> PathBuf {
 
 /// Every captured CLI directory (`claude-code-2.1.197`, `codex-0.171.0`, …), sorted.
 pub fn clis() -> Vec<String> {
-    let mut out: Vec<String> = read_dir(&root())
+    subdirectories(&root())
+}
+
+/// The names of `dir`'s subdirectories, sorted.
+fn subdirectories(dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = read_dir(dir)
         .into_iter()
         .filter(|p| p.is_dir())
         .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
@@ -99,13 +104,7 @@ fn version_key(version: &str) -> Vec<u64> {
 
 /// The scenarios captured for `cli` (see [`cli_dir`]), sorted.
 pub fn scenarios(cli: &str) -> Vec<String> {
-    let mut out: Vec<String> = read_dir(&cli_dir(cli))
-        .into_iter()
-        .filter(|p| p.is_dir())
-        .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
-        .collect();
-    out.sort();
-    out
+    subdirectories(&cli_dir(cli))
 }
 
 /// Every request `cli` (see [`cli_dir`]) sent in `scenario`, in order. Panics when the

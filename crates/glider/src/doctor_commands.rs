@@ -231,12 +231,7 @@ fn check_subscription_login(config: &Config) -> Option<Finding> {
         .backends
         .iter()
         .filter(|b| b.enabled && !b.is_local())
-        .filter(|b| {
-            matches!(
-                glider_backend::Backend::new((*b).clone()).credentials(),
-                glider_backend::credentials::Credentials::Client { .. }
-            )
-        })
+        .filter(|b| glider_backend::credentials::forwards_client_credentials(b))
         .map(|b| b.name.as_str())
         .collect();
     if passthrough.is_empty() {

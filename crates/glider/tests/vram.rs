@@ -958,6 +958,20 @@ async fn served_with_smi(home: &Path, body: &str) -> (common::serve::Served, Moc
     (common::serve::serve_with_env(home, &config, &env), local)
 }
 
+/// The process group of the hung fake `nvidia-smi` that writes its pid to `pid_file`,
+/// once it runs.
+async fn hung_smi_group(pid_file: &Path) -> u32 {
+    until("nvidia-smi runs", || {
+        std::fs::read_to_string(pid_file).is_ok_and(|p| p.ends_with('\n'))
+    })
+    .await;
+    std::fs::read_to_string(pid_file)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
 #[tokio::test]
 async fn a_hung_nvidia_smi_holds_up_neither_the_start_nor_the_stop_and_dies_with_glider() {
     let home = tempfile::tempdir().expect("home");
@@ -976,15 +990,7 @@ async fn a_hung_nvidia_smi_holds_up_neither_the_start_nor_the_stop_and_dies_with
     );
     let reply = ask_at(&served.gateway, "small", false).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
-    until("nvidia-smi runs", || {
-        std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n'))
-    })
-    .await;
-    let pgid: u32 = std::fs::read_to_string(&pid_file)
-        .expect("pid")
-        .trim()
-        .parse()
-        .expect("a pid");
+    let pgid = hung_smi_group(&pid_file).await;
     assert!(!common::procs::group_members(pgid).is_empty());
     let view = served
         .poll_json("/api/vram", |v| v["gpu"]["source"] == "nvidia-smi")
@@ -1025,15 +1031,7 @@ async fn an_nvidia_smi_a_killed_glider_left_hanging_is_ended_by_the_next_start()
     let pid_file = home.path().join("smi.pid");
     let body = format!("echo $$ > '{}'\nsleep 1000 &\nwait", pid_file.display());
     let (mut served, _local) = served_with_smi(home.path(), &body).await;
-    until("nvidia-smi runs", || {
-        std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n'))
-    })
-    .await;
-    let pgid: u32 = std::fs::read_to_string(&pid_file)
-        .expect("pid")
-        .trim()
-        .parse()
-        .expect("a pid");
+    let pgid = hung_smi_group(&pid_file).await;
     // Recorded in the run state while it runs, as MCP servers are.
     let runstate = home.path().join("runstate.json");
     until("the probe is in the run state", || {
