@@ -397,14 +397,19 @@ impl LiveSessions {
 
 /// Fold `session` from the database.
 fn load(conn: &Connection, session: &str) -> Result<Live, StoreError> {
-    let events = store::events(conn, Some(session))?;
+    // A page at a time: a long session's events are never all held at once.
     let mut folder = Folder::live(session);
-    for stored in &events {
-        folder.feed(stored);
-    }
+    let mut last_id = 0;
+    store::each_page_after(conn, Some(session), i64::MIN, store::PAGE_EVENTS, |page| {
+        for stored in page {
+            folder.feed(stored);
+        }
+        last_id = page.last().map_or(last_id, |e| e.id);
+        std::ops::ControlFlow::Continue(())
+    })?;
     Ok(Live {
         slot: Slot::new(session, folder),
-        last_id: events.last().map_or(0, |e| e.id),
+        last_id,
         used: 0,
     })
 }

@@ -11,6 +11,7 @@
 //! before schema 6 are read as they were.
 
 use std::borrow::Borrow;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -516,13 +517,62 @@ pub fn events(conn: &Connection, session: Option<&str>) -> Result<Vec<Stored>, S
 }
 
 /// The events of `session` (all sessions' when `None`) whose id is above `after`,
-/// oldest first: what came since a reader last looked (the summarizer reads a session
-/// this way, from where it left it).
+/// oldest first: what came since a reader last looked. All of them at once: a reader
+/// of a session that may be long reads it a page at a time ([`each_page_after`]).
 pub fn events_after(
     conn: &Connection,
     session: Option<&str>,
     after: i64,
 ) -> Result<Vec<Stored>, StoreError> {
+    let mut out = Vec::new();
+    each_row_after(conn, session, after, |events| {
+        out.extend(events);
+        ControlFlow::Continue(())
+    })?;
+    Ok(out)
+}
+
+/// Events a page of [`each_page_after`] holds at most (plus a row's, which is never
+/// split): the summarizer's catch-up over a busy session and the writer's load of one
+/// it has not seen hold one page at a time, never the whole session.
+pub const PAGE_EVENTS: usize = 1024;
+
+/// [`events_after`] a page of at most about `page` events at a time, handed to `each`
+/// in order until it breaks: the memory a read takes is a page's, however long the
+/// session.
+pub fn each_page_after(
+    conn: &Connection,
+    session: Option<&str>,
+    after: i64,
+    page: usize,
+    mut each: impl FnMut(&[Stored]) -> ControlFlow<()>,
+) -> Result<(), StoreError> {
+    let mut buffer = Vec::new();
+    let mut stopped = false;
+    each_row_after(conn, session, after, |events| {
+        buffer.extend(events);
+        if buffer.len() < page {
+            return ControlFlow::Continue(());
+        }
+        let flow = each(&buffer);
+        buffer.clear();
+        stopped = flow.is_break();
+        flow
+    })?;
+    if !stopped && !buffer.is_empty() {
+        let _ = each(&buffer);
+    }
+    Ok(())
+}
+
+/// The rows of `session` (all sessions' when `None`) that hold events above `after`,
+/// oldest first, each handed to `each` as its events above `after`.
+fn each_row_after(
+    conn: &Connection,
+    session: Option<&str>,
+    after: i64,
+    mut each: impl FnMut(std::iter::Skip<std::vec::IntoIter<Stored>>) -> ControlFlow<()>,
+) -> Result<(), StoreError> {
     // A row's id is its newest event's: a row above `after` may begin at or below it.
     let sql = match session {
         Some(_) => {
@@ -534,15 +584,16 @@ pub fn events_after(
     };
     let mut query = conn.prepare(sql)?;
     let rows = query.query_map(params![session, after], |row| Ok(read_row(row)))?;
-    let mut out = Vec::new();
     for row in rows {
         let (first_id, session, events) = row??;
         let skipped = after
             .saturating_add(1)
             .saturating_sub(first_id)
             .clamp(0, events.len() as i64) as usize;
-        out.extend(events.into_iter().enumerate().skip(skipped).map(
-            |(offset, (at_ms, family, body))| Stored {
+        let stored: Vec<Stored> = events
+            .into_iter()
+            .enumerate()
+            .map(|(offset, (at_ms, family, body))| Stored {
                 id: first_id + offset as i64,
                 family,
                 event: Event {
@@ -550,10 +601,13 @@ pub fn events_after(
                     session: session.clone(),
                     body,
                 },
-            },
-        ));
+            })
+            .collect();
+        if each(stored.into_iter().skip(skipped)).is_break() {
+            break;
+        }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A row of `events_after`'s query (`id, at_ms, session, family, kind, count, body`):
@@ -1195,6 +1249,47 @@ mod tests {
         .expect("retention");
         assert_eq!(first_id(&conn, "s").expect("reads"), Some(4));
         assert_eq!(first_id(&conn, "none").expect("reads"), None);
+    }
+
+    #[test]
+    fn a_paged_read_holds_a_page_at_a_time_and_stops_when_told() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let mut conn = open(home.path()).expect("opens");
+        // Rows of three events (ids 1-3), two (4-5) and three (6-8).
+        append(&mut conn, &[gap(1), gap(2), gap(3)]).expect("append");
+        append(&mut conn, &[gap(4), gap(5)]).expect("append");
+        append(&mut conn, &[gap(6), gap(7), gap(8)]).expect("append");
+        let pages = |after, page, stop_after: usize| {
+            let mut seen: Vec<Vec<i64>> = Vec::new();
+            each_page_after(&conn, Some("s"), after, page, |events| {
+                seen.push(events.iter().map(|s| s.id).collect());
+                if seen.len() == stop_after {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })
+            .expect("reads");
+            seen
+        };
+        // A page is handed on once it holds `page` events; a row is never split.
+        assert_eq!(pages(i64::MIN, 4, 9), [vec![1, 2, 3, 4, 5], vec![6, 7, 8]]);
+        assert_eq!(
+            pages(i64::MIN, 1, 9),
+            [vec![1, 2, 3], vec![4, 5], vec![6, 7, 8]]
+        );
+        assert_eq!(pages(2, 2, 9), [vec![3, 4, 5], vec![6, 7, 8]]);
+        assert_eq!(pages(i64::MIN, 100, 9), [vec![1, 2, 3, 4, 5, 6, 7, 8]]);
+        // A break ends the read: the rest is neither read nor handed on.
+        assert_eq!(pages(i64::MIN, 1, 1), [vec![1, 2, 3]]);
+        assert!(pages(8, 1, 9).is_empty());
+        // Every page together is what one read returns.
+        let whole: Vec<i64> = events_after(&conn, Some("s"), 2)
+            .expect("reads")
+            .iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(pages(2, 3, 9).concat(), whole);
     }
 
     #[test]

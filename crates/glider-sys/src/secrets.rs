@@ -76,8 +76,34 @@ fn is_token(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-'
 }
 
-/// Whether the token run `run` (maximal, starting at a boundary) is a key.
+/// The shortest run any shape accepts: its prefix and its fewest body characters.
+const SHORTEST_KEY: usize = {
+    let mut shortest = usize::MAX;
+    let mut at = 0;
+    while at < SHAPES.len() {
+        let length = SHAPES[at].prefix.len() + SHAPES[at].min_body;
+        if length < shortest {
+            shortest = length;
+        }
+        at += 1;
+    }
+    shortest
+};
+
+/// Whether a shape's prefix begins with `byte`.
+fn may_begin_a_key(byte: u8) -> bool {
+    SHAPES
+        .iter()
+        .any(|shape| shape.prefix.as_bytes()[0] == byte)
+}
+
+/// Whether the token run `run` (maximal, starting at a boundary) is a key. Most runs
+/// are words, too short to be one or beginning with no prefix's first letter: those
+/// two checks come before the shapes.
 fn is_key(run: &[u8]) -> bool {
+    if run.len() < SHORTEST_KEY || !may_begin_a_key(run[0]) {
+        return false;
+    }
     SHAPES.iter().any(|shape| {
         run.strip_prefix(shape.prefix.as_bytes())
             .is_some_and(|body| {
@@ -154,6 +180,18 @@ mod tests {
         "xoxb-1234567890-abcdefghij",
         "AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q",
     ];
+
+    #[test]
+    fn the_shortest_key_of_each_shape_passes_the_quick_checks() {
+        for shape in &SHAPES {
+            // A body of its fewest characters, with a digit and both cases.
+            let body: String = "a1B".chars().cycle().take(shape.min_body).collect();
+            let key = format!("{}{body}", shape.prefix);
+            assert_eq!(redact_keys(&key), KEY_REDACTED, "{key}");
+            let short = &key[..key.len() - 1];
+            assert_eq!(redact_keys(short), short, "one character short: {short}");
+        }
+    }
 
     #[test]
     fn every_key_shape_is_replaced_whole_wherever_it_stands() {

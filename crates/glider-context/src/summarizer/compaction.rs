@@ -6,6 +6,7 @@
 //! the model sees), and the check that accepts or rejects what it wrote.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::ops::ControlFlow;
 
 use crate::event::{CompactionEvent, EventBody, ToolCall, prefix};
 use crate::graph::{self, Folder, Narrative};
@@ -63,6 +64,20 @@ pub struct Range {
 /// read again from its first event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stale;
+
+/// What a run learns of the events it is about to fold in a first pass over them
+/// ([`Carried::look_ahead`], a page at a time), before it folds any.
+#[derive(Debug, Default)]
+pub struct Ahead {
+    /// The newest accepted compaction among them that ends after the range's start.
+    compaction: Option<CompactionEvent>,
+    /// The turn family of the newest request among them.
+    newest_family: Option<String>,
+    /// Whether any reply among them succeeded.
+    pub answered: bool,
+    /// The newest event looked at: the run folds no further.
+    last_id: Option<i64>,
+}
 
 /// What the summarizer carries of one session from one run to the next, so that a run
 /// reads and folds only the events committed since the last one, however long the
@@ -177,18 +192,46 @@ impl Carried {
     /// family (the episode just begun), folding the rest in a later run. An accepted
     /// compaction among them starts the range again after its end. Each new turn's
     /// lines and commands are kept within `max_chars`. `None` when the range holds no
-    /// request (nothing to compact).
+    /// request (nothing to compact). The events in one slice: the summarizer reads a
+    /// session a page at a time, through [`Carried::look_ahead`],
+    /// [`Carried::begin`] and [`Carried::fold_page`], which this is.
     pub fn advance(
         &mut self,
         events: &[Stored],
         trigger: Trigger,
         max_chars: usize,
     ) -> Result<Option<Range>, Stale> {
-        let accepted = events.iter().rev().find_map(|s| match &s.event.body {
-            EventBody::Compaction(c) if c.accepted && c.until_event > self.range.after => Some(c),
-            _ => None,
-        });
-        if let Some(compaction) = accepted {
+        let mut ahead = Ahead::default();
+        self.look_ahead(&mut ahead, events);
+        self.begin(&ahead)?;
+        let _ = self.fold_page(events, trigger, &ahead, max_chars);
+        Ok(self.range(trigger))
+    }
+
+    /// The first pass over a page of the events after [`Carried::through`]: what
+    /// [`Carried::begin`] and [`Carried::fold_page`] must know of all of them before
+    /// folding any.
+    pub fn look_ahead(&self, ahead: &mut Ahead, page: &[Stored]) {
+        for stored in page {
+            ahead.last_id = Some(stored.id);
+            match &stored.event.body {
+                EventBody::Compaction(c) if c.accepted && c.until_event > self.range.after => {
+                    ahead.compaction = Some(c.clone());
+                }
+                EventBody::Request(_) => ahead.newest_family = stored.family.clone(),
+                EventBody::Reply(reply) if reply.status.is_none_or(|status| status == 200) => {
+                    ahead.answered = true;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Before the first page is folded: an accepted compaction ahead starts the range
+    /// again after its end; one that ends inside what is folded already cannot (the
+    /// carrier is [`Stale`]).
+    pub fn begin(&mut self, ahead: &Ahead) -> Result<(), Stale> {
+        if let Some(compaction) = &ahead.compaction {
             if compaction.until_event < self.through {
                 return Err(Stale);
             }
@@ -198,23 +241,35 @@ impl Carried {
                 ..RangeSoFar::default()
             };
         }
-        let end = match trigger {
-            Trigger::Idle => events.len(),
-            Trigger::Episode => {
-                let newest = events
-                    .iter()
-                    .rev()
-                    .find(|s| matches!(s.event.body, EventBody::Request(_)))
-                    .and_then(|s| s.family.as_deref());
-                newest.map_or(0, |family| {
-                    events
-                        .iter()
-                        .position(|s| s.family.as_deref() == Some(family))
-                        .unwrap_or(events.len())
-                })
-            }
+        Ok(())
+    }
+
+    /// Fold the next page (in order, after [`Carried::begin`]) as far as `trigger`'s
+    /// range goes; breaks where the range ends (an `Episode`'s newest family, or the
+    /// last event looked ahead at: one committed since is the next run's).
+    pub fn fold_page(
+        &mut self,
+        page: &[Stored],
+        trigger: Trigger,
+        ahead: &Ahead,
+        max_chars: usize,
+    ) -> ControlFlow<()> {
+        let Some(last_id) = ahead.last_id else {
+            return ControlFlow::Break(());
         };
-        let folded = &events[..end];
+        let stop = match trigger {
+            Trigger::Idle => None,
+            Trigger::Episode => match &ahead.newest_family {
+                Some(family) => Some(family.as_str()),
+                // No request ahead: nothing of the range to fold.
+                None => return ControlFlow::Break(()),
+            },
+        };
+        let end = page
+            .iter()
+            .position(|s| s.id > last_id || (stop.is_some() && s.family.as_deref() == stop))
+            .unwrap_or(page.len());
+        let folded = &page[..end];
         for stored in folded {
             self.folder.feed(stored);
         }
@@ -225,15 +280,25 @@ impl Carried {
         let after = self.range.after;
         let new = &folded[folded.partition_point(|s| s.id <= after)..];
         self.range.take(&self.session, new, max_chars);
-        if !self.range.requests {
-            return Ok(None);
+        if end < page.len() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
         }
-        Ok(Some(Range {
+    }
+
+    /// What the range covers once its pages are folded; `None` when it holds no
+    /// request (nothing to compact).
+    pub fn range(&self, trigger: Trigger) -> Option<Range> {
+        if !self.range.requests {
+            return None;
+        }
+        Some(Range {
             since_ms: self.range.since_ms.unwrap_or(self.through_ms),
             until_ms: self.through_ms,
             until_event: self.through,
             trigger,
-        }))
+        })
     }
 
     /// The summarizer's own compaction of the range [`Carried::advance`] gave was
@@ -825,6 +890,96 @@ mod tests {
         assert!(text.contains("- cargo test (exit 0)"), "{text}");
         assert!(text.contains("[user] and the changelog"), "{text}");
         assert!(!text.contains("[user] now the docs"), "{text}");
+    }
+
+    /// `events` folded as the summarizer reads a session: a look ahead over pages of
+    /// `page` events, then the fold page by page.
+    fn read_in_pages(
+        carried: &mut Carried,
+        events: &[Stored],
+        page: usize,
+        trigger: Trigger,
+    ) -> Result<Option<Range>, Stale> {
+        let mut ahead = Ahead::default();
+        for chunk in events.chunks(page) {
+            carried.look_ahead(&mut ahead, chunk);
+        }
+        carried.begin(&ahead)?;
+        for chunk in events.chunks(page) {
+            if carried
+                .fold_page(chunk, trigger, &ahead, 100_000)
+                .is_break()
+            {
+                break;
+            }
+        }
+        Ok(carried.range(trigger))
+    }
+
+    #[test]
+    fn a_session_read_in_pages_folds_as_one_read_of_the_whole() {
+        let mut log = session();
+        // An accepted compaction past the first pages, and a new episode after it.
+        log.push(
+            "f2",
+            EventBody::Compaction(CompactionEvent {
+                accepted: true,
+                narrative: "Edited parse.rs.".into(),
+                until_event: 6,
+                ..CompactionEvent::default()
+            }),
+        );
+        log.turn("f3", Some("and the changelog"), vec![], vec![]);
+        for trigger in [Trigger::Idle, Trigger::Episode] {
+            let (whole, range) = read(&log.0, trigger, 100_000);
+            for page in 1..=log.0.len() {
+                let mut paged = Carried::new("s", 1);
+                let paged_range =
+                    read_in_pages(&mut paged, &log.0, page, trigger).expect("not stale");
+                assert_eq!(paged_range, range, "{trigger:?}, pages of {page}");
+                assert_eq!(paged.through(), whole.through(), "{trigger:?}, {page}");
+                assert_eq!(paged.required(), whole.required(), "{trigger:?}, {page}");
+                assert_eq!(
+                    paged.render_input(&paged.required(), 100_000),
+                    whole.render_input(&whole.required(), 100_000),
+                    "{trigger:?}, pages of {page}"
+                );
+            }
+        }
+        // The episode's range stops before the newest family, the idle one takes all.
+        let (episode, _) = read(&log.0, Trigger::Episode, 100_000);
+        assert!(episode.through() < log.0.len() as i64);
+        let (idle, _) = read(&log.0, Trigger::Idle, 100_000);
+        assert_eq!(idle.through(), log.0.len() as i64);
+    }
+
+    #[test]
+    fn a_fold_stops_at_the_last_event_looked_ahead_at() {
+        let log = session();
+        let (whole, range) = read(&log.0, Trigger::Idle, 100_000);
+        // The look ahead saw every event; one committed between the two passes waits.
+        let mut carried = Carried::new("s", 1);
+        let mut ahead = Ahead::default();
+        carried.look_ahead(&mut ahead, &log.0);
+        carried.begin(&ahead).expect("not stale");
+        let mut longer = log.0.clone();
+        let id = longer.len() as i64 + 1;
+        longer.push(Stored {
+            id,
+            family: Some("late".into()),
+            event: Event {
+                at_ms: 1000 * id as u64,
+                session: Some("s".into()),
+                body: EventBody::Request(RequestEvent::default()),
+            },
+        });
+        assert!(
+            carried
+                .fold_page(&longer, Trigger::Idle, &ahead, 100_000)
+                .is_break()
+        );
+        assert_eq!(carried.range(Trigger::Idle), range);
+        assert_eq!(carried.through(), whole.through());
     }
 
     #[test]

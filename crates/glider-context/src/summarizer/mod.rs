@@ -492,11 +492,30 @@ fn resting_time(took: Duration, share: f64) -> Duration {
     took.mul_f64((1.0 - share) / share)
 }
 
-/// Whether any reply among `events` succeeded.
-fn any_answered(events: &[store::Stored]) -> bool {
-    events
-        .iter()
-        .any(|s| matches!(&s.event.body, EventBody::Reply(reply) if reply.status.is_none_or(|status| status == 200)))
+/// Advance `carried` over its session's events after [`Carried::through`] for
+/// `trigger`: the range it then covers and whether any reply among those events
+/// succeeded. Read twice a page at a time (a look ahead, then the fold), so that a
+/// catch-up over a busy session holds one page of its events, never all of them.
+fn read_since(
+    conn: &rusqlite::Connection,
+    carried: &mut Carried,
+    trigger: Trigger,
+    max_chars: usize,
+) -> Result<Result<(Option<compaction::Range>, bool), Stale>, StoreError> {
+    let session = carried.session().to_owned();
+    let after = carried.through();
+    let mut ahead = compaction::Ahead::default();
+    store::each_page_after(conn, Some(&session), after, store::PAGE_EVENTS, |page| {
+        carried.look_ahead(&mut ahead, page);
+        std::ops::ControlFlow::Continue(())
+    })?;
+    if let Err(stale) = carried.begin(&ahead) {
+        return Ok(Err(stale));
+    }
+    store::each_page_after(conn, Some(&session), after, store::PAGE_EVENTS, |page| {
+        carried.fold_page(page, trigger, &ahead, max_chars)
+    })?;
+    Ok(Ok((carried.range(trigger), ahead.answered)))
 }
 
 /// A compaction's input, what its answer must name and the range it covers.
@@ -546,15 +565,12 @@ fn prepare(
     let mut carried = carried
         .filter(|c| c.first_id() == first_id)
         .unwrap_or_else(|| Carried::new(session, first_id));
-    let events = store::events_after(&conn, Some(session), carried.through())?;
-    let (range, answered) = match carried.advance(&events, trigger, max_chars) {
-        Ok(range) => (range, any_answered(&events)),
+    let (range, answered) = match read_since(&conn, &mut carried, trigger, max_chars)? {
+        Ok(read) => read,
         Err(Stale) => {
             carried = Carried::new(session, first_id);
-            let events = store::events(&conn, Some(session))?;
             // A fresh carrier has folded nothing another compaction could cut.
-            let range = carried.advance(&events, trigger, max_chars).unwrap_or(None);
-            (range, any_answered(&events))
+            read_since(&conn, &mut carried, trigger, max_chars)?.unwrap_or((None, false))
         }
     };
     if range.is_some() && !answered {
@@ -699,8 +715,14 @@ mod tests {
                 }),
             },
         };
-        assert!(!any_answered(&[reply(502), reply(401)]));
-        assert!(any_answered(&[reply(502), reply(200)]));
+        let answered = |events: &[store::Stored]| {
+            let carried = Carried::new("s", 1);
+            let mut ahead = compaction::Ahead::default();
+            carried.look_ahead(&mut ahead, events);
+            ahead.answered
+        };
+        assert!(!answered(&[reply(502), reply(401)]));
+        assert!(answered(&[reply(502), reply(200)]));
     }
 
     fn ended(session: &str) -> Activity {
