@@ -1,11 +1,13 @@
 //! Glider's configuration (spec package `config`): the YAML schema with defaults and
 //! validation ([`schema`]), `${VAR}` interpolation of secrets ([`Secret`]), and the live
-//! snapshot with hot reload ([`watch`]). A request reads one immutable `Arc<Config>`.
+//! snapshot with hot reload ([`watch`]), which applies every key but the restart-only
+//! ones ([`reload`]). A request reads one immutable `Arc<Config>`.
 
 pub mod fan_out;
 pub mod mcp;
 pub mod plugins;
 pub mod pricing;
+pub mod reload;
 pub mod schema;
 pub mod tools;
 pub mod vram;
@@ -15,6 +17,7 @@ pub use fan_out::{FanOutConfig, FanOutMode, FanOutPolicy, FanOutRoute, ShadowCon
 pub use mcp::{McpConfig, McpServerConfig};
 pub use plugins::PluginConfig;
 pub use pricing::{ModelPrice, PricingConfig};
+pub use reload::{RESTART_ONLY, is_restart_only, restart_only_keys};
 pub use schema::*;
 pub use tools::{SandboxMode, ToolLoopConfig, ToolsConfig};
 pub use vram::{MonitorKind, SleepConfig, Strategy, VramConfig, VramModel};

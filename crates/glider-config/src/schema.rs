@@ -28,20 +28,22 @@ pub struct Config {
     pub routing: RoutingConfig,
     /// Prompt rewriting for local backends, off by default (hot).
     pub transform: TransformConfig,
-    /// History bound for local requests (hot).
+    /// History bound for local requests (hot) and the context log (its store's settings
+    /// are restart-only).
     pub context: ContextConfig,
     /// Fitting a request to a local model: tool reduction, output cap, what the model
     /// cannot take (hot; see docs/local-models.md).
     pub fit: FitConfig,
-    /// The TLS-intercepting proxy (its ports, CA, hosts and transparent settings are
-    /// restart-only).
+    /// The TLS-intercepting proxy (its ports, CA, hosts, transparent settings and way to
+    /// the origins are restart-only).
     pub mitm: MitmConfig,
     /// Delegation of `/claude`, `/cursor-agent` and `/agy` messages to another CLI (hot).
     pub delegate: DelegateConfig,
     /// Cloud list prices, for the cost that answering locally avoided (hot; see
     /// docs/dashboard.md).
     pub pricing: crate::pricing::PricingConfig,
-    /// GPU memory: the monitor and how local models share it (hot; docs/vram.md).
+    /// GPU memory: the monitor (restart-only) and how local models share it (hot;
+    /// docs/vram.md).
     pub vram: crate::vram::VramConfig,
     /// MCP servers whose tools Glider offers on `/mcp` (hot; docs/tools.md).
     pub mcp: crate::mcp::McpConfig,
@@ -587,6 +589,7 @@ impl Default for ExplicitConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StickyConfig {
+    /// Apply the sticky rule at all.
     pub enabled: bool,
     /// How long a session keeps an explicit choice after its last use.
     pub ttl_secs: u64,
@@ -614,8 +617,11 @@ impl Default for StickyConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClassifierConfig {
+    /// Run the classifier at all.
     pub enabled: bool,
+    /// A score at or above this says local.
     pub local_threshold: f64,
+    /// A score at or below this says cloud; it must be below `local_threshold`.
     pub cloud_threshold: f64,
     /// Feature weights; a feature left out keeps its default weight (docs/routing.md).
     pub weights: BTreeMap<String, f64>,
@@ -680,6 +686,7 @@ pub struct StarlarkConfig {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TransformConfig {
+    /// Apply the rewrites below to local requests at all.
     pub enabled: bool,
     /// Cap `max_tokens` of a local request to this.
     pub local_max_tokens: Option<u32>,
@@ -1040,26 +1047,6 @@ impl Default for MitmConfig {
 }
 
 impl MitmConfig {
-    /// The part of this section that only a restart can apply.
-    fn restart_only(&self) -> impl PartialEq + '_ {
-        (
-            (
-                self.port,
-                &self.hosts,
-                self.transparent,
-                self.transparent_port,
-                &self.transparent_ports,
-                &self.ca_dir,
-                self.enabled,
-            ),
-            (
-                &self.upstream_overrides,
-                &self.upstream_ca_file,
-                &self.transparent_processes,
-            ),
-        )
-    }
-
     fn problems(&self, problems: &mut Vec<String>) {
         for (i, host) in self.hosts.iter().enumerate() {
             let bare = host.strip_prefix("*.").unwrap_or(host);
@@ -1352,36 +1339,6 @@ impl Config {
             .max_by_key(|(pattern, _)| pattern.len())
             .map(|(_, target)| target.as_str())
             .unwrap_or(model)
-    }
-
-    /// The restart-only settings that differ between `self` (running) and `next`.
-    pub fn restart_only_changes(&self, next: &Config) -> Vec<&'static str> {
-        let mut changed = Vec::new();
-        if self.server != next.server {
-            changed.push("server (ports, bind address, body limit)");
-        }
-        if self.mitm.restart_only() != next.mitm.restart_only() {
-            changed.push(
-                "mitm (port, CA, hosts, transparent settings, upstream overrides and CA file)",
-            );
-        }
-        changed
-    }
-
-    /// `next` with the restart-only settings of `self` kept, so a reload applies what
-    /// it can and leaves the rest for the restart.
-    pub fn hot_applicable(&self, next: Config) -> Config {
-        let mut applied = next;
-        applied.server = self.server.clone();
-        let hot_mitm = MitmConfig {
-            passthrough_default: applied.mitm.passthrough_default,
-            origin_on_local_error: applied.mitm.origin_on_local_error,
-            debug_agent_rpc: applied.mitm.debug_agent_rpc,
-            agent_rpc_tool_codec: applied.mitm.agent_rpc_tool_codec,
-            ..self.mitm.clone()
-        };
-        applied.mitm = hot_mitm;
-        applied
     }
 }
 

@@ -68,8 +68,9 @@ impl Default for SleepConfig {
 pub struct VramConfig {
     /// Plan loads and evictions for local models (steps aside anyway without a GPU).
     pub enabled: bool,
+    /// How the GPUs are found (restart-only: read once, at start).
     pub monitor: MonitorKind,
-    /// The `nvidia-smi` program (a name looked up on PATH, or a path).
+    /// The `nvidia-smi` program (a name looked up on PATH, or a path; restart-only).
     pub nvidia_smi: String,
     /// Seconds between GPU samples.
     pub sample_interval_secs: f64,

@@ -32,8 +32,8 @@ struct Inner {
 pub enum ReloadOutcome {
     /// The file did not change what is running.
     Unchanged,
-    /// The new config runs; `needs_restart` lists restart-only sections that changed
-    /// and were not applied.
+    /// The new config runs; `needs_restart` lists the restart-only keys that changed
+    /// and were not applied ([`crate::reload::RESTART_ONLY`]).
     Applied { needs_restart: Vec<&'static str> },
     /// The file is broken; the old config stays.
     Rejected { error: String },
@@ -96,8 +96,8 @@ impl ConfigHandle {
     pub fn apply(&self, next: Config) -> ReloadOutcome {
         let running = self.snapshot();
         let needs_restart = running.restart_only_changes(&next);
-        for section in &needs_restart {
-            tracing::warn!(section, "config change needs a restart; not applied");
+        for key in &needs_restart {
+            tracing::warn!(key, "config change needs a restart; not applied");
         }
         let applied = running.hot_applicable(next);
         if applied == *running {

@@ -1,5 +1,5 @@
-//! Context (spec packages `contextgraph`, `summarizer` and, later, `contextkit`):
-//! what each session did, across every door and CLI. The pipeline tells [`Context`]
+//! Context (spec packages `contextgraph` and `summarizer`): what each session did,
+//! across every door and CLI. The pipeline tells [`Context`]
 //! (its `ContextSink`) of each request; the [`log`] appends typed [`event`]s to a
 //! SQLite file under `GLIDER_HOME/context/` ([`store`]), never blocking a request; the
 //! [`graph`] folds a session's events into episodes, files, commands, errors and
@@ -7,7 +7,9 @@
 //! keeps for live sessions ([`live`], rendered when read) so a local request can carry it
 //! (only when its stored episodes are the request's own: [`own`]); the
 //! [`summarizer`] compacts ended episodes into the record's narrative off the request
-//! path. The dashboard and `glider context` read it all through [`Reader`].
+//! path. The dashboard and `glider context` read it all through [`Reader`]. What a
+//! session spends and the limits on it (the spec's contextkit) are the engine's:
+//! `glider_engine::contextkit`.
 
 mod batch;
 pub mod event;

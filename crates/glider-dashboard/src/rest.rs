@@ -306,7 +306,7 @@ pub async fn config(State(shared): State<Arc<Shared>>) -> Response {
     Json(json!({
         "path": shared.engine.config().path().map(|p| p.display().to_string()),
         "running": redact(&value),
-        "restart_only": ["server", "mitm.enabled", "mitm.port", "mitm.hosts", "mitm.transparent", "mitm.transparent_port", "mitm.transparent_ports", "mitm.ca_dir"],
+        "restart_only": glider_config::restart_only_keys(),
         "restart": restart_status(&shared),
     }))
     .into_response()

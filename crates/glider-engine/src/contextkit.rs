@@ -1,10 +1,11 @@
-//! contextkit: what each session and its current episode have spent, kept in memory
-//! (the request path reads it; no database is touched), and the limits on it — the
-//! per-episode turn budget and the repeated-tool-call guard. An episode is one root
-//! user turn and every request after it (tool loop, titles, and a subagent's prompt,
-//! which arrives while the family still waits on a tool's result), the same rule the
-//! context log uses for its turn families. What this module decides is carried out by
-//! the `budget` pipeline phase; it never waits and never fails a request.
+//! contextkit (spec package `contextkit`): what each session and its current episode
+//! have spent, kept in memory (the request path reads it; no database is touched), and
+//! the limits on it — the per-episode turn budget and the repeated-tool-call guard. An
+//! episode is one root user turn and every request after it (tool loop, titles, and a
+//! subagent's prompt, which arrives while the family still waits on a tool's result),
+//! the same rule the context log uses for its turn families. What this module decides
+//! is carried out by the `budget` pipeline phase; it never waits and never fails a
+//! request.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

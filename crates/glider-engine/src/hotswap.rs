@@ -1,5 +1,5 @@
-//! Hot swap: the registry of modules that accept a new config (`backends`,
-//! `classifier`, `fan_out`, `runtime`, `plugins`, `mcp`). A reload hands the config to
+//! Hot swap (spec package `hotswap`): the registry of modules that accept a new config
+//! (`backends`, `classifier`, `fan_out`, `runtime`, `plugins`, `mcp`). A reload hands the config to
 //! each in the order they registered; each validates and builds its next state before
 //! swapping it in, a request in flight keeps the snapshot it loaded (an `Arc`), and a
 //! failed build keeps that module's current state and says why while the others swap.

@@ -1,4 +1,5 @@
-//! User routing rules in Starlark (the router's fourth rule). A `.star` file defines
+//! User routing rules in Starlark (the router's last rule: after explicit, sticky, the
+//! classifier and a plugin's opinion). A `.star` file defines
 //! `route(req)`; it is parsed, evaluated and frozen once, then called per request on a
 //! temporary heap with a copy of the request view and a bounded number of steps. Kept in
 //! its own crate because starlark is the slowest dependency to compile.

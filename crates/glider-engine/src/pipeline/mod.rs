@@ -977,6 +977,46 @@ mod tests {
         assert_eq!(names, ["compaction"]);
     }
 
+    /// The phase table of docs/pipeline.md: each row's phase and list, in order.
+    fn documented_phases(doc: &str) -> Vec<(String, String)> {
+        doc.lines()
+            .skip_while(|line| line.trim() != "| phase | list | what it does |")
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .map(|line| {
+                let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+                (cells[0].trim_matches('`').to_owned(), cells[1].to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_phase_table_of_the_docs_is_the_code() {
+        let doc = include_str!("../../../../docs/pipeline.md");
+        let listed = |phases: &[&dyn phases::Phase], list: &str| -> Vec<(String, String)> {
+            phases
+                .iter()
+                .map(|p| (p.name().to_owned(), list.to_owned()))
+                .collect()
+        };
+        let mut code = listed(DECIDING, "deciding");
+        code.extend(listed(CARRYING_OUT, "carrying out"));
+        assert_eq!(
+            documented_phases(doc),
+            code,
+            "docs/pipeline.md's phase table"
+        );
+        // A phase left out of the table, or put in the wrong list, is caught.
+        let without_budget: String = doc
+            .lines()
+            .filter(|line| !line.starts_with("| `budget` |"))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        assert_ne!(documented_phases(&without_budget), code);
+        let misplaced = doc.replace("| `route` | deciding |", "| `route` | carrying out |");
+        assert_ne!(documented_phases(&misplaced), code);
+    }
+
     #[test]
     fn phases_run_in_the_specs_order() {
         let names = |phases: &[&dyn phases::Phase]| -> Vec<&str> {

@@ -2,8 +2,10 @@
 //! compaction (a CLI's compaction answered locally, when the policy says so) → budget
 //! (turn budget and loop guard) → origin gate → fit → episodes and bounded context →
 //! transform → plugin rewrite → tool loop (`tools.loop`: encode and execute once per model
-//! turn) → encode → execute → record. Each phase is one type behind [`Phase`]; a new phase (a VRAM gate, hedging,
-//! a plugin hook) is one new file here and one line in [`DECIDING`] or [`CARRYING_OUT`].
+//! turn) → encode → execute → record. Each phase is one type behind [`Phase`]; a new
+//! phase (a VRAM gate, hedging, a plugin hook) is one new file here, one line in
+//! [`DECIDING`] or [`CARRYING_OUT`], and one row in docs/pipeline.md's phase table (a
+//! test compares the two).
 
 mod alias;
 mod bounded_context;
