@@ -188,8 +188,9 @@ def poll(check, timeout=10):
         time.sleep(0.1)
 
 
-def start_mock():
-    return Process([_binary("glider-mock"), "--port", "0"], r"listening on (127\.0\.0\.1:\d+)")
+def start_mock(*args):
+    """glider-mock on a free port; `args` are its own flags (`--first-byte-delay-ms N`, ...)."""
+    return Process([_binary("glider-mock"), "--port", "0", *args], r"listening on (127\.0\.0\.1:\d+)")
 
 
 def write_config(directory, mock_addr, extra="", text=None):
@@ -227,12 +228,12 @@ def start_glider(config_path, home):
 
 
 @contextlib.contextmanager
-def running_glider(config_text=None):
-    """Start glider-mock and `glider serve` in front of it; yield the glider Process
-    (`.match.group(1)`: gateway URL, `.dashboard`: dashboard URL, `.mock`: mock
-    address, `.home`: GLIDER_HOME); stop both."""
+def running_glider(config_text=None, mock_args=()):
+    """Start glider-mock (with `mock_args`) and `glider serve` in front of it; yield the
+    glider Process (`.match.group(1)`: gateway URL, `.dashboard`: dashboard URL, `.mock`:
+    mock address, `.home`: GLIDER_HOME); stop both."""
     with tempfile.TemporaryDirectory() as tmp:
-        mock = start_mock()
+        mock = start_mock(*mock_args)
         glider = None
         try:
             config = write_config(tmp, mock.match.group(1), text=config_text)

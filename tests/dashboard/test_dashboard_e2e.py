@@ -4,9 +4,12 @@ through the gateway, and its row appears live; the screenshot is kept as
 target/dashboard-e2e.png. Also: /metrics read by the official Prometheus parser, and the
 history file written under GLIDER_HOME. A second test drives a CLI-like tool loop and
 checks the Sessions view and the charts (target/dashboard-sessions.png,
-target/dashboard-charts.png)."""
+target/dashboard-charts.png). A third shows a local model's measured speed and the
+output cap it implies in the Local models panel, and what was fitted in the request's
+row (target/dashboard-fit.png)."""
 
 import json
+import math
 import os
 import pathlib
 import shutil
@@ -38,6 +41,17 @@ backends:
 routing: {{cloud_fallback: false}}
 """
 CLOUD_MODEL = "claude-sonnet-4-5-20250929"
+
+FIT_WINDOW = 8192
+FIT_CONFIG = """
+backends:
+  - {{name: local, type: ollama, base_url: '{url}', models: [{{name: qwen-e2e, context_window: 8192}}]}}
+routing: {{cloud_fallback: false}}
+fit: {{max_reply_secs: 2}}
+"""
+# The first byte after 300 ms, then 19 more pieces 20 ms apart: 100 tokens of reply (the
+# mock counts a quarter of its characters) at a few hundred tokens a second.
+FIT_MOCK = ("--first-byte-delay-ms", "300", "--delta-delay-ms", "20", "--deltas", "20", "--reply-text", "word " * 80)
 
 
 def require_tools():
@@ -173,3 +187,41 @@ def test_sessions_view_and_charts_in_a_real_browser():
             raise AssertionError("the forgotten session is still served")
         except urllib.error.HTTPError as e:
             assert e.code == 404, e.code
+
+
+def test_a_local_models_speed_and_its_cap_in_a_real_browser():
+    require_tools()
+    shot = SCREENSHOT.parent / "dashboard-fit.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    shot.unlink(missing_ok=True)
+    with running_glider(FIT_CONFIG, mock_args=FIT_MOCK) as glider:
+        seen = run_node("fit.mjs", glider, SCREENSHOT=str(shot), MODEL=MODEL)
+
+    # Before any reply: the configured window, no speed, a quarter of the window.
+    quarter = f"{FIT_WINDOW // 4:,}"
+    assert seen["before"] == [
+        "local", MODEL, f"{FIT_WINDOW:,}", "–", "–", "0",
+        quarter, "a quarter of the model's context window", f"{quarter} tokens",
+    ], seen["before"]
+    assert "2 s of generation" in seen["note"] and "25%" in seen["note"], seen["note"]
+
+    # After one streamed reply: the speeds the engine measured, and the cap two seconds
+    # of generation at that rate give (under the window's quarter), as /api/fit says.
+    (model,) = seen["api"]["models"]
+    speed = model["speed"]
+    assert speed["samples"] == 1, model
+    generated, prompt = speed["generated_per_sec"], speed["prompt_per_sec"]
+    assert 0 < generated <= 100 / 0.38 and prompt > 0, model
+    cap = max(256, int(generated * 2))
+    assert model["output_cap"] == {"tokens": cap, "setting": "fit.max_reply_secs at the model's measured speed"}, model
+    # As the page writes a rate (JavaScript's Math.round rounds a half up).
+    shown = lambda rate: f"{rate:.1f} tok/s" if rate < 10 else f"{math.floor(rate + 0.5)} tok/s"  # noqa: E731
+    assert seen["after"] == [
+        "local", MODEL, f"{FIT_WINDOW:,}", shown(prompt), shown(generated), "1",
+        f"{cap:,}", "fit.max_reply_secs at the model's measured speed", f"{quarter} tokens",
+    ], (seen["after"], model)
+    # The request's row: the cap Glider set, before the speed was known.
+    assert seen["fitted"] == (
+        f"fitted: local: max_tokens 64000 -> {FIT_WINDOW // 4} (a quarter of the model's context window)"
+    ), seen["fitted"]
+    assert shot.stat().st_size > 10_000

@@ -97,6 +97,43 @@ async function loadBackends() {
   renderBackends();
 }
 
+// ---- Local models: speed and fit (/api/fit) ---------------------------------------
+
+const perSec = (x) => (x === null || x === undefined ? "–" : `${x < 10 ? x.toFixed(1) : Math.round(x)} tok/s`);
+
+async function loadFit() {
+  const data = await api("/api/fit");
+  const body = $("fit").tBodies[0];
+  body.replaceChildren();
+  for (const m of data.models || []) {
+    const speed = m.speed || {};
+    const cap = m.output_cap;
+    body.append(el("tr", { "data-backend": m.backend, "data-model": m.model },
+      el("td", {}, m.backend),
+      el("td", {}, m.model),
+      el("td", { class: "num" }, fmt.int(m.window)),
+      el("td", { class: "num" }, perSec(speed.prompt_per_sec)),
+      el("td", { class: "num" }, perSec(speed.generated_per_sec)),
+      el("td", { class: "num" }, String(speed.samples || 0)),
+      el("td", { class: "num" }, cap ? fmt.int(cap.tokens) : "–"),
+      el("td", { class: "small" }, cap ? cap.setting : el("span", { class: "muted" }, "fit off")),
+      el("td", { class: "num" }, m.system_budget_tokens === null ? "–" : `${fmt.int(m.system_budget_tokens)} tokens`),
+    ));
+  }
+  if (!body.rows.length) {
+    body.append(el("tr", {}, el("td", { colspan: "9", class: "muted" }, "no local backend")));
+  }
+  $("fit-note").textContent = data.enabled
+    ? `A reply is capped at ${data.max_reply_secs} s of generation once its model's speed is measured (fit.max_reply_secs); system text may take ${fmt.share(data.max_system_share)} of the window (fit.max_system_share).`
+    : "Fitting is off (fit.enabled: false): local requests go as the client sent them.";
+}
+
+let fitTimer = null;
+function refreshFitSoon() {
+  if (fitTimer) return;
+  fitTimer = setTimeout(() => { fitTimer = null; loadFit().catch(showError); }, 500);
+}
+
 // ---- GPU memory (/api/vram) ------------------------------------------------------
 
 // The GPU line, from /api/vram's `gpu` or a `sample` event (the same fields).
@@ -262,6 +299,8 @@ function statusCell(r) {
 
 function requestRow(key, r) {
   const fallbacks = (r.fallbacks || []).length ? el("div", { class: "small problem" }, `after: ${r.fallbacks.join("; ")}`) : null;
+  // What the fit phase changed for a local model (the record's `fitted`).
+  const fitted = (r.fitted || []).length ? el("div", { class: "small muted fitted", title: r.fitted.join("\n") }, `fitted: ${r.fitted.join("; ")}`) : null;
   const toolRuns = (r.tool_calls || []).length ? el("div", { class: "small muted", title: r.tool_calls.map((c) => `${c.turn}. ${c.tool} ${c.arguments}${c.error ? ` — ${c.error}` : ""}`).join("\n") }, `tools run by Glider: ${r.tool_calls.map((c) => c.ok ? c.tool : `${c.tool} (failed)`).join(", ")}`) : null;
   return el("tr", { "data-key": key, "data-id": r.id, class: r.live ? "live" : "" },
     el("td", { class: "mono" }, fmt.time(r.started_at_ms)),
@@ -270,7 +309,7 @@ function requestRow(key, r) {
     el("td", { class: "mono" }, r.model_requested || "–"),
     el("td", { class: "mono" }, r.model_used || "–"),
     el("td", {}, r.backend || "–", r.backend && r.local !== null && r.local !== undefined ? el("span", { class: `tag ${r.local ? "local" : "cloud"}` }, r.local ? "local" : "cloud") : null, fallbacks),
-    el("td", { title: r.reason || "" }, r.rule || "–", r.reason ? el("div", { class: "small muted" }, r.reason) : null, toolRuns),
+    el("td", { title: r.reason || "" }, r.rule || "–", r.reason ? el("div", { class: "small muted" }, r.reason) : null, fitted, toolRuns),
     el("td", { class: "num" }, r.live ? `~${fmt.int(r.estimated_tokens)}` : fmt.int(fmt.tokensIn(r.usage))),
     el("td", { class: "num" }, r.live ? "–" : fmt.int(r.usage && r.usage.output_tokens)),
     el("td", { class: "num" }, fmt.ms(r.ttft_ms)),
@@ -760,6 +799,8 @@ function onEvent(event) {
       renderRequests();
       refreshStatsSoon();
       refreshChartsSoon();
+      // A local reply may be a new speed sample, and so a new cap.
+      if (r.local) refreshFitSoon();
       break;
     }
     case "backend_state_changed": {
@@ -777,6 +818,7 @@ function onEvent(event) {
       loadConfig().catch(showError);
       loadBackends().catch(showError);
       loadHotswap().catch(showError);
+      loadFit().catch(showError);
       break;
     case "session":
       if (state.sessions) refreshSessionsSoon();
@@ -804,7 +846,7 @@ function connect() {
     setConn("ok", "live");
     $("notice").hidden = true;
     // Read everything after the socket is open, so nothing falls between the two.
-    Promise.all([loadStatus(), loadBackends(), loadVram(), loadMcp(), loadShadow(), loadHotswap(), loadVendors(), loadRequests(), loadStats(), loadConfig(), loadCharts()]).catch(showError);
+    Promise.all([loadStatus(), loadBackends(), loadFit(), loadVram(), loadMcp(), loadShadow(), loadHotswap(), loadVendors(), loadRequests(), loadStats(), loadConfig(), loadCharts()]).catch(showError);
     if (state.view === "sessions") {
       loadSessions().catch(showError);
       if (state.selected) loadSession(state.selected).catch(showError);
@@ -831,6 +873,8 @@ setInterval(() => { if (document.visibilityState === "visible") loadStatus().cat
 setInterval(() => { if (document.visibilityState === "visible") loadMcp().catch(() => {}); }, 5000);
 setInterval(() => { if (document.visibilityState === "visible") loadShadow().catch(() => {}); }, 5000);
 setInterval(() => { if (document.visibilityState === "visible") loadHotswap().catch(() => {}); }, 5000);
+// A window the health probe discovers changes the caps too.
+setInterval(() => { if (document.visibilityState === "visible") loadFit().catch(() => {}); }, 10000);
 // The charts' buckets move on with time even when no request finishes.
 setInterval(() => { if (document.visibilityState === "visible" && state.view === "overview") loadCharts().catch(() => {}); }, 30000);
 connect();

@@ -7,6 +7,7 @@
 mod collector;
 mod context;
 mod docs;
+mod fit;
 pub mod history;
 pub mod ledger;
 mod mcp;
@@ -232,6 +233,7 @@ impl Dashboard {
                 get(context::session).delete(context::forget),
             )
             .route("/api/vram", get(vram::view))
+            .route("/api/fit", get(fit::view))
             .route("/api/mcp", get(mcp::view))
             .route("/api/plugins", get(plugins::view))
             .route("/api/shadow", get(shadow::view))

@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use glider_backend::Candidate;
 use glider_config::{BackendFit, BackendKind, Config, FitConfig, ModelSpec};
 use glider_ngl::{Dialect, Part, Request, ToolChoice, ToolDef, ToolList};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::speed::Speed;
@@ -70,6 +71,46 @@ impl<'a> FitTarget<'a> {
     }
 }
 
+/// What fitting gives one local model before any request is seen — its window, its
+/// measured speed, and (with `fit.enabled`) the output cap a request asking for more
+/// gets and the system text's budget, each computed as the fit phase computes them
+/// ([`output_cap`], [`system_budget`]). The dashboard lists these (`GET /api/fit`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LocalFit {
+    pub backend: String,
+    pub model: String,
+    /// The context window fitted to (configured, else the server's, else
+    /// `routing.default_local_context`).
+    pub window: u64,
+    /// The model's measured speed; `None` until a reply of it was measured.
+    pub speed: Option<Speed>,
+    /// `None` with `fit.enabled: false` (nothing is capped then).
+    pub output_cap: Option<OutputCap>,
+    /// `None` with `fit.enabled: false` (nothing is cut then).
+    pub system_budget_tokens: Option<u64>,
+}
+
+impl LocalFit {
+    /// The fit of `candidate` (a local backend's model) under `config`, at `speed`.
+    pub fn of(config: &Config, candidate: &Candidate, speed: Option<Speed>) -> LocalFit {
+        let spec = candidate.backend.effective_spec(&candidate.model);
+        // The client's dialect changes how a request is worded, not these limits.
+        let target = FitTarget {
+            speed,
+            ..FitTarget::for_candidate(config, candidate, spec.as_ref(), Dialect::Anthropic)
+        };
+        let enabled = config.fit.enabled;
+        LocalFit {
+            backend: candidate.backend.name().to_owned(),
+            model: candidate.model.clone(),
+            window: target.window,
+            speed,
+            output_cap: output_cap(&target).filter(|_| enabled),
+            system_budget_tokens: enabled.then(|| system_budget(&target)),
+        }
+    }
+}
+
 /// What fitting did to one candidate's request.
 #[derive(Debug, Default, PartialEq)]
 pub struct Fitted {
@@ -83,7 +124,7 @@ pub struct Fitted {
 }
 
 /// An output cap Glider set on a local request, and the setting it came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct OutputCap {
     pub tokens: u32,
     /// The config key that set it, named in the note the reply gets.
@@ -315,15 +356,13 @@ fn strip_schema_descriptions(schema: &mut Value) {
 /// coding answer is cut before it says anything.
 pub const MIN_FITTED_OUTPUT: u32 = 256;
 
-/// `max_tokens` at most the lowest of: the model's own limit, the backend's default cap,
-/// a quarter of the model's window, and — its speed measured — what it generates in
-/// `fit.max_reply_secs` (the last two never below [`MIN_FITTED_OUTPUT`]); a lower value
-/// the client asked for is kept. Returns the cap when Glider set it.
-fn cap_output(
-    request: &mut Request,
-    target: &FitTarget,
-    notes: &mut Vec<String>,
-) -> Option<OutputCap> {
+/// The output cap Glider sets on a request to `target` that asks for more (or for no
+/// limit): the lowest of the model's own limit, the backend's default cap, a quarter of
+/// the model's window, and — its speed measured — what it generates in
+/// `fit.max_reply_secs` (the last two never below [`MIN_FITTED_OUTPUT`]), with the
+/// setting it came from. The fit phase applies it ([`fit_request`]); the dashboard
+/// shows it per local model ([`LocalFit`]).
+pub fn output_cap(target: &FitTarget) -> Option<OutputCap> {
     let quarter = u32::try_from(target.window / 4)
         .unwrap_or(u32::MAX)
         .max(MIN_FITTED_OUTPUT);
@@ -344,7 +383,17 @@ fn cap_output(
         .into_iter()
         .flatten()
         .min_by_key(|(tokens, _)| *tokens)?;
-    let cap = OutputCap { tokens, setting };
+    Some(OutputCap { tokens, setting })
+}
+
+/// `max_tokens` at most [`output_cap`]; a lower value the client asked for is kept.
+/// Returns the cap when Glider set it.
+fn cap_output(
+    request: &mut Request,
+    target: &FitTarget,
+    notes: &mut Vec<String>,
+) -> Option<OutputCap> {
+    let cap = output_cap(target)?;
     match request.max_tokens {
         Some(asked) if asked <= cap.tokens => None,
         asked => {
@@ -352,7 +401,7 @@ fn cap_output(
             let mut note = format!("max_tokens {was} -> {}", cap.tokens);
             if cap.setting != "fit.max_output_tokens" {
                 note.push_str(&format!(" ({})", cap.setting));
-                if let Some(rate) = in_time.and(target.speed.and_then(|s| s.generated_per_sec)) {
+                if let Some(rate) = target.speed.and_then(|s| s.generated_per_sec) {
                     note.push_str(&format!(", {rate:.0} tokens/s"));
                 }
             }
@@ -363,11 +412,17 @@ fn cap_output(
     }
 }
 
+/// The estimated tokens of system text `target`'s model is given at most:
+/// `fit.max_system_share` of its window.
+pub fn system_budget(target: &FitTarget) -> u64 {
+    (target.window as f64 * target.fit.max_system_share) as u64
+}
+
 /// System text past `fit.max_system_share` of the model's window is cut (its head is
 /// kept: a CLI states who the model is and the rules first), with a note at the cut, so
 /// the conversation and the reply keep room in a small window.
 fn trim_system(request: &mut Request, target: &FitTarget, notes: &mut Vec<String>) {
-    let budget = (target.window as f64 * target.fit.max_system_share) as u64;
+    let budget = system_budget(target);
     let system_tokens: u64 = request
         .turns
         .iter()
@@ -786,6 +841,42 @@ mod tests {
         let mut request = decode(body("Be brief."));
         fit_request(&mut request, &crawling);
         assert_eq!(request.max_tokens, Some(MIN_FITTED_OUTPUT));
+    }
+
+    #[test]
+    fn the_cap_and_budget_shown_for_a_model_are_those_its_requests_get() {
+        let fit = FitConfig::default();
+        let backend = BackendFit::default();
+        let measured = |rate| Speed {
+            generated_per_sec: Some(rate),
+            ..Speed::default()
+        };
+        for (window, speed) in [
+            (32_768, None),
+            (8192, None),
+            (8192, Some(measured(20.0))),
+            (200_000, Some(measured(400.0))),
+        ] {
+            let target = FitTarget {
+                window,
+                speed,
+                ..target(&fit, &backend, None)
+            };
+            let mut request = decode(json!({"model": "m", "max_tokens": 64000,
+                "system": "Rules. ".repeat(80_000),
+                "messages": [{"role": "user", "content": "hi"}]}));
+            let fitted = fit_request(&mut request, &target);
+            assert_eq!(fitted.output_cap, output_cap(&target), "{window} {speed:?}");
+            let budget = system_budget(&target);
+            assert!(
+                fitted
+                    .notes
+                    .iter()
+                    .any(|n| n.contains(&format!(" -> ~{budget} tokens"))),
+                "{:?}",
+                fitted.notes
+            );
+        }
     }
 
     #[test]

@@ -45,6 +45,17 @@ impl SpeedBook {
         speeds.get(backend)?.get(model).copied()
     }
 
+    /// The models of `backend` measured so far, sorted.
+    pub fn models_of(&self, backend: &str) -> Vec<String> {
+        let speeds = self.speeds.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut models: Vec<String> = speeds
+            .get(backend)
+            .map(|models| models.keys().cloned().collect())
+            .unwrap_or_default();
+        models.sort();
+        models
+    }
+
     /// Learn from a finished request: a local reply that succeeded, long enough to say
     /// something of the model's speed.
     pub fn observe(&self, record: &RequestRecord) {
@@ -153,6 +164,8 @@ mod tests {
         let speed = book.get("local", "small").expect("measured");
         assert_eq!(speed.generated_per_sec, Some(20.0 + 0.3 * 60.0));
         assert_eq!(speed.samples, 2);
+        assert_eq!(book.models_of("local"), ["small"]);
+        assert!(book.models_of("cloud").is_empty());
     }
 
     #[test]

@@ -58,6 +58,10 @@ pub struct Setup {
     /// SO_SNDBUF of the dashboard's sockets (small: a client that does not read blocks
     /// the server's writes sooner).
     pub send_buffer: Option<u32>,
+    /// Start the engine's background tasks as `glider serve` does (the config follower,
+    /// the local backends' health probes, the speed book following the bus) instead of
+    /// the config follower alone.
+    pub background: bool,
 }
 
 impl Default for Setup {
@@ -68,6 +72,7 @@ impl Default for Setup {
             home: None,
             customize: Box::new(|_| {}),
             send_buffer: None,
+            background: false,
         }
     }
 }
@@ -96,7 +101,11 @@ pub async fn start_with(mock: MockVendor, setup: Setup) -> Stack {
     let baseline = path.as_ref().map(|_| Arc::new(config.clone()));
     let handle = ConfigHandle::new(config, path);
     let engine = Engine::new(handle.clone());
-    engine.follow_config();
+    if setup.background {
+        engine.spawn_background();
+    } else {
+        engine.follow_config();
+    }
 
     let gateway_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

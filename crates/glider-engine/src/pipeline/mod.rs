@@ -262,6 +262,36 @@ impl Engine {
         self.speed.get(backend, model)
     }
 
+    /// Each local backend's models — those it lists, then any other one of it whose
+    /// speed was measured — with what fitting gives each ([`crate::fit::LocalFit`]):
+    /// backends in config order.
+    pub fn local_fits(&self) -> Vec<crate::fit::LocalFit> {
+        let runtime = self.runtime();
+        let mut fits = Vec::new();
+        for backend in runtime.backends.iter().filter(|b| b.is_local()) {
+            let mut models: Vec<String> = backend
+                .config
+                .models
+                .iter()
+                .map(|m| m.spec().name)
+                .collect();
+            for measured in self.speed.models_of(backend.name()) {
+                if !models.contains(&measured) {
+                    models.push(measured);
+                }
+            }
+            for model in models {
+                let speed = self.speed(backend.name(), &model);
+                let candidate = glider_backend::Candidate {
+                    backend: backend.clone(),
+                    model,
+                };
+                fits.push(crate::fit::LocalFit::of(&runtime.config, &candidate, speed));
+            }
+        }
+        fits
+    }
+
     /// Decode a request in its dialect, apply the alias and estimate its tokens.
     pub fn prepare(&self, front: Dialect, body: &[u8]) -> Result<(Request, String, u64), ApiError> {
         let request = codec(front).decode_request(body)?;
