@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::body::Body;
 use glider_door::{error_response, render};
 use glider_engine::Tracker;
-use glider_ngl::{ApiError, Dialect, ErrorKind};
+use glider_ngl::{ApiError, ErrorKind};
 use glider_sys::listen::Cutoff;
 use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use hyper::body::Incoming;
@@ -20,7 +20,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use crate::Mitm;
-use crate::api::ApiHandler;
+use crate::api::{ApiHandler, api_front};
 use crate::body::origin_body;
 use crate::upstream::{strip_hop_by_hop, upgrade_protocol};
 
@@ -51,20 +51,6 @@ impl Target {
         } else {
             format!("{host}:{}", self.port)
         }
-    }
-}
-
-/// The dialect of a request Glider may answer: a POST to a known API path. Everything
-/// else on a decrypted host goes to the origin untouched.
-pub fn api_front(method: &Method, path: &str) -> Option<Dialect> {
-    if method != Method::POST {
-        return None;
-    }
-    match path {
-        "/v1/messages" => Some(Dialect::Anthropic),
-        "/v1/chat/completions" => Some(Dialect::OpenAiChat),
-        "/v1/responses" => Some(Dialect::OpenAiResponses),
-        _ => None,
     }
 }
 
@@ -510,21 +496,6 @@ fn to_origin(parts: &mut http::request::Parts, target: &Target) -> Result<(), St
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn known_api_paths_only() {
-        assert_eq!(
-            api_front(&Method::POST, "/v1/messages"),
-            Some(Dialect::Anthropic)
-        );
-        assert_eq!(
-            api_front(&Method::POST, "/v1/responses"),
-            Some(Dialect::OpenAiResponses)
-        );
-        assert_eq!(api_front(&Method::POST, "/v1/messages/count_tokens"), None);
-        assert_eq!(api_front(&Method::HEAD, "/v1/messages"), None);
-        assert_eq!(api_front(&Method::GET, "/api/claude_code/settings"), None);
-    }
 
     #[test]
     fn authority_leaves_out_the_default_port() {

@@ -1,0 +1,220 @@
+//! The door sequence in one call, for a door that speaks HTTP: read the body under
+//! `server.max_body_bytes` and `server.body_read_timeout_secs` (a refusal rendered in
+//! the caller's dialect), make a Responses request stateful ([`crate::stateful`]),
+//! answer it ([`DoorSequence::answer`]) and render the outcome ([`crate::render`])
+//! under the drain deadline. A door makes this one call and gets back the reply — or,
+//! at the MITM, the client's request for the origin, with why.
+//!
+//! The doors differ in two places, both here: the gateway expands every
+//! `previous_response_id` (it is the only one that holds the chain), the MITM only one
+//! its pipeline would answer locally (else the origin holds the chain and gets the
+//! client's bytes); and only the MITM may be told to send a request to the origin.
+
+use std::sync::Arc;
+
+use axum::response::Response;
+use bytes::Bytes;
+use glider_context::ResponseStore;
+use glider_delegate::Delegator;
+use glider_engine::Engine;
+use glider_ngl::{ApiError, Dialect, ErrorKind};
+use glider_sys::listen::Cutoff;
+use http::HeaderMap;
+use http::request::Parts;
+
+use crate::render::{self, error_response};
+use crate::sequence::{Door, DoorSequence, Outcome, ToOrigin, read_within};
+use crate::stateful::{self, ToStore};
+
+/// Who answers a request at a door, and in which dialect.
+pub struct Visit<'a> {
+    pub engine: &'a Engine,
+    /// Takes `/claude`, `/cursor-agent` and `/agy` messages before the pipeline.
+    pub delegator: Option<&'a Delegator>,
+    /// Stored Responses: a Responses request continues its chain from here, and its
+    /// reply is stored here.
+    pub responses: Option<&'a Arc<ResponseStore>>,
+    pub front: Dialect,
+}
+
+/// What became of a request at a door.
+pub enum Responded {
+    /// The reply for the client, in its dialect.
+    Reply(Response),
+    /// The origin answers (MITM only): the client's request as it came, and why.
+    Origin(Box<ForOrigin>),
+}
+
+/// A request the MITM sends on to the origin with its bytes and credentials unchanged.
+pub struct ForOrigin {
+    pub parts: Parts,
+    pub body: Bytes,
+    pub why: ToOrigin,
+}
+
+/// The whole door sequence for `request` at `door`: read, (Responses) expand, answer,
+/// render, (Responses) store. `look` sees the request once its body is read (the MITM's
+/// debug dumps). `cutoff`: the drain deadline the answer is made under, when the door
+/// does not keep it itself.
+pub async fn respond<B>(
+    door: Door,
+    visit: Visit<'_>,
+    request: http::Request<B>,
+    cutoff: Option<Cutoff>,
+    look: impl FnOnce(&Parts, &Bytes),
+) -> Responded
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let Visit {
+        engine,
+        delegator,
+        responses,
+        front,
+    } = visit;
+    let server = &engine.runtime().config.server;
+    let (limit, time) = (server.max_body_bytes, server.client_limits().body_read);
+    let (parts, body) = request.into_parts();
+    let body = match read_within(body, limit, time).await {
+        Ok(body) => body,
+        Err(error) => return Responded::Reply(render::body_refused(front, door, &error)),
+    };
+    look(&parts, &body);
+    let stateful = front == Dialect::OpenAiResponses;
+    // The gateway expands every Responses body; the MITM one it will answer.
+    let continued =
+        stateful && door == Door::Mitm && continued_here(engine, front, &parts.headers, &body);
+    let (answer_body, mut to_store) = match (stateful, door, continued) {
+        (false, ..) | (true, Door::Mitm, false) => (Ok(body.clone()), None),
+        (true, Door::Gateway, _) | (true, Door::Mitm, true) => {
+            match stateful::prepare(responses, body.clone()) {
+                Ok(prepared) => (Ok(prepared.body), prepared.store),
+                Err(error) => (Err(error), None),
+            }
+        }
+    };
+    let headers = parts.headers.clone();
+    let answer = async move {
+        match answer_body {
+            Ok(answer_body) => {
+                door.answer(engine, delegator, front, headers, answer_body)
+                    .await
+            }
+            Err(error) => door.after_local_error(engine, error),
+        }
+    };
+    // The pipeline's future is large: boxed here so the door's holds only the box.
+    let answer = Box::pin(async move { rendered(door, front, answer.await).await });
+    // The drain deadline: a reply not made by then is a 503, a stream still open ends
+    // with the dialect's error event.
+    let outcome = match &cutoff {
+        Some(cutoff) => tokio::select! {
+            outcome = answer => outcome,
+            () = cutoff.reached() => {
+                Rendered::Reply(error_response(front, &render::shutting_down()), false)
+            }
+        },
+        None => answer.await,
+    };
+    let (response, replied) = match outcome {
+        Rendered::Reply(response, replied) => {
+            (render::ending_at(front, response, cutoff.as_ref()), replied)
+        }
+        Rendered::Origin(why) => {
+            return Responded::Origin(Box::new(ForOrigin { parts, body, why }));
+        }
+    };
+    if door == Door::Mitm {
+        // Only a local reply is stored at the MITM; one not continued (a continuation
+        // was prepared above, and its `store: false` is final) is stored unless it says
+        // `store: false`.
+        if !replied {
+            to_store = None;
+        } else if stateful && !continued && to_store.is_none() {
+            to_store = stateful::prepare(responses, body)
+                .ok()
+                .and_then(|prepared| prepared.store);
+        }
+    }
+    Responded::Reply(stored(to_store, response).await)
+}
+
+/// Whether a Responses `body` at the MITM continues a chain and the pipeline would
+/// answer it here: a local candidate before any cloud reserve (the origin gate keeps
+/// only those), decided without running the request; a body that does not decode or
+/// route is not (the pipeline then answers it as it would any other). Expanded only
+/// then: the origin gets the client's bytes, and a chain Glider cannot continue is a
+/// local error that `mitm.origin_on_local_error` may send on to the origin.
+fn continued_here(engine: &Engine, front: Dialect, headers: &HeaderMap, body: &Bytes) -> bool {
+    if !stateful::continues(body) {
+        return false;
+    }
+    let Ok((request, model, tokens)) = engine.prepare(front, body) else {
+        return false;
+    };
+    engine
+        .decide(front, &request, headers, &model, tokens, false)
+        .is_ok_and(|decision| decision.has_origin_local())
+}
+
+/// A rendered outcome: the reply (and whether the pipeline made it), or the origin's.
+enum Rendered {
+    Reply(Response, bool),
+    Origin(ToOrigin),
+}
+
+/// The door's outcome as the reply in `front`'s dialect.
+async fn rendered(door: Door, front: Dialect, outcome: Outcome) -> Rendered {
+    match outcome {
+        Outcome::Delegated(delegation) => {
+            if door == Door::Mitm {
+                tracing::info!(vendor = delegation.vendor.binary(), "delegated");
+            }
+            Rendered::Reply(render::delegation(front, delegation).await, false)
+        }
+        Outcome::Reply(completion) => {
+            if door == Door::Mitm {
+                tracing::info!(backend = %completion.backend, model = %completion.model, "answered locally");
+            }
+            Rendered::Reply(render::completion(front, *completion), true)
+        }
+        Outcome::Error(error) => {
+            if door == Door::Mitm {
+                tracing::info!(error = %error, "local answer failed; shown to the client (mitm.origin_on_local_error: false)");
+            }
+            Rendered::Reply(error_response(front, &error), false)
+        }
+        Outcome::Origin(why) if door == Door::Mitm => {
+            match &why {
+                ToOrigin::Decided { decision, .. } => {
+                    tracing::info!(rule = decision.rule.as_str(), reason = %decision.reason, "to the origin");
+                }
+                ToOrigin::LocalFailed(error) => {
+                    tracing::info!(error = %error, "local answer failed; to the origin (mitm.origin_on_local_error)");
+                }
+            }
+            Rendered::Origin(why)
+        }
+        // The gateway never asks for origin passthrough; if it happened anyway, saying
+        // so beats a silent hang.
+        Outcome::Origin(why) => Rendered::Reply(
+            error_response(
+                front,
+                &ApiError::new(
+                    ErrorKind::Internal,
+                    format!("unexpected pipeline outcome: {why:?}"),
+                ),
+            ),
+            false,
+        ),
+    }
+}
+
+/// `response`, with its Response object stored on the way out when there is one to.
+async fn stored(to_store: Option<ToStore>, response: Response) -> Response {
+    match to_store {
+        Some(to_store) => stateful::storing(to_store, response).await,
+        None => response,
+    }
+}
