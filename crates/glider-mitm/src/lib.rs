@@ -29,8 +29,8 @@ use tokio::net::TcpListener;
 
 pub use api::api_front;
 pub use ca::{Authority, CaError, LeafCache};
+pub use handler::Target;
 pub use hosts::HostMatcher;
-pub use proxy::Target;
 pub use upstream::Upstream;
 
 /// What can stop the proxy from starting.

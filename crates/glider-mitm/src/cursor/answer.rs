@@ -23,7 +23,7 @@ use super::hub::{Decision, WAIT};
 use super::plane::HEARTBEAT_EVERY;
 use super::watch::TurnWatch;
 use crate::Mitm;
-use crate::proxy::Target;
+use crate::handler::Target;
 
 type EventStream = Pin<Box<dyn Stream<Item = StreamEvent> + Send>>;
 

@@ -18,7 +18,7 @@ use super::connect::unary_payload;
 use super::hub::{Decision, FamilyOutcome, Sticky};
 use super::plane::{DEFAULT_MODEL, FAMILY_TTL, debug_rpc};
 use crate::Mitm;
-use crate::proxy::Target;
+use crate::handler::Target;
 
 /// A root turn to answer locally: the pipeline's decision, made once at BidiAppend (the
 /// spec's `DecideLocal`) and carried out as it is at RunSSE (`CompleteLocal`). A turn
