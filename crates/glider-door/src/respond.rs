@@ -5,10 +5,11 @@
 //! under the drain deadline. A door makes this one call and gets back the reply — or,
 //! at the MITM, the client's request for the origin, with why.
 //!
-//! The doors differ in two places, both here: the gateway expands every
-//! `previous_response_id` (it is the only one that holds the chain), the MITM only one
-//! its pipeline would answer locally (else the origin holds the chain and gets the
-//! client's bytes); and only the MITM may be told to send a request to the origin.
+//! The doors differ in two places, both here: a `previous_response_id` the store
+//! cannot give is the client's error at the gateway, while at the MITM the origin may
+//! hold that chain (it gets the client's bytes unless the pipeline decides for a local
+//! model); and only the MITM may be told to send a request to the origin. Either way
+//! the pipeline decides once, on the request as the model would see it.
 
 use std::sync::Arc;
 
@@ -16,14 +17,14 @@ use axum::response::Response;
 use bytes::Bytes;
 use glider_context::ResponseStore;
 use glider_delegate::Delegator;
-use glider_engine::Engine;
+use glider_engine::{CompletionRequest, Engine};
 use glider_ngl::{ApiError, Dialect, ErrorKind};
 use glider_sys::listen::Cutoff;
 use http::HeaderMap;
 use http::request::Parts;
 
 use crate::render::{self, error_response};
-use crate::sequence::{Door, DoorSequence, Outcome, ToOrigin, read_within};
+use crate::sequence::{Door, DoorSequence, Outcome, ToOrigin, delegation, outcome, read_within};
 use crate::stateful::{self, ToStore};
 
 /// Who answers a request at a door, and in which dialect.
@@ -82,26 +83,36 @@ where
     };
     look(&parts, &body);
     let stateful = front == Dialect::OpenAiResponses;
-    // The gateway expands every Responses body; the MITM one it will answer.
-    let continued =
-        stateful && door == Door::Mitm && continued_here(engine, front, &parts.headers, &body);
-    let (answer_body, mut to_store) = match (stateful, door, continued) {
-        (false, ..) | (true, Door::Mitm, false) => (Ok(body.clone()), None),
-        (true, Door::Gateway, _) | (true, Door::Mitm, true) => {
+    // Whether a continuation was expanded from the store (its `store: false` is final).
+    let mut continued = false;
+    let (answer_with, mut to_store) = match (stateful, door) {
+        (false, _) => (Answer::Body(Ok(body.clone())), None),
+        (true, Door::Gateway) => match stateful::prepare(responses, body.clone()) {
+            Ok(prepared) => (Answer::Body(Ok(prepared.body)), prepared.store),
+            Err(error) => (Answer::Body(Err(error)), None),
+        },
+        (true, Door::Mitm) if stateful::continues(&body) => {
             match stateful::prepare(responses, body.clone()) {
-                Ok(prepared) => (Ok(prepared.body), prepared.store),
-                Err(error) => (Err(error), None),
+                Ok(prepared) => {
+                    continued = true;
+                    (Answer::Body(Ok(prepared.body)), prepared.store)
+                }
+                Err(error) => (Answer::Unexpanded(error), None),
             }
         }
+        (true, Door::Mitm) => (Answer::Body(Ok(body.clone())), None),
     };
-    let headers = parts.headers.clone();
+    let (headers, client_body) = (parts.headers.clone(), body.clone());
     let answer = async move {
-        match answer_body {
-            Ok(answer_body) => {
+        match answer_with {
+            Answer::Body(Ok(answer_body)) => {
                 door.answer(engine, delegator, front, headers, answer_body)
                     .await
             }
-            Err(error) => door.after_local_error(engine, error),
+            Answer::Body(Err(error)) => door.after_local_error(engine, error),
+            Answer::Unexpanded(error) => {
+                unexpanded(engine, delegator, front, headers, client_body, error).await
+            }
         }
     };
     // The pipeline's future is large: boxed here so the door's holds only the box.
@@ -140,22 +151,39 @@ where
     Responded::Reply(stored(to_store, response).await)
 }
 
-/// Whether a Responses `body` at the MITM continues a chain and the pipeline would
-/// answer it here: a local candidate before any cloud reserve (the origin gate keeps
-/// only those), decided without running the request; a body that does not decode or
-/// route is not (the pipeline then answers it as it would any other). Expanded only
-/// then: the origin gets the client's bytes, and a chain Glider cannot continue is a
-/// local error that `mitm.origin_on_local_error` may send on to the origin.
-fn continued_here(engine: &Engine, front: Dialect, headers: &HeaderMap, body: &Bytes) -> bool {
-    if !stateful::continues(body) {
-        return false;
+/// What the pipeline is asked.
+enum Answer {
+    /// This body (a continuation expanded from the store), or the error that stopped
+    /// the expansion, which is a local failure.
+    Body(Result<Bytes, ApiError>),
+    /// A MITM continuation whose chain this store cannot give (see [`unexpanded`]).
+    Unexpanded(ApiError),
+}
+
+/// A MITM continuation Glider cannot expand (not stored here, or storage off), decided
+/// once on the client's body: a local decision makes `error` the local failure (which
+/// `mitm.origin_on_local_error` may still send to the origin); any other decision is
+/// carried out, which sends the client's bytes to the origin that holds the chain.
+async fn unexpanded(
+    engine: &Engine,
+    delegator: Option<&Delegator>,
+    front: Dialect,
+    headers: HeaderMap,
+    body: Bytes,
+    error: ApiError,
+) -> Outcome {
+    if let Some(delegation) = delegation(engine, delegator, front, &headers, &body) {
+        return Outcome::Delegated(delegation);
     }
-    let Ok((request, model, tokens)) = engine.prepare(front, body) else {
-        return false;
-    };
-    engine
-        .decide(front, &request, headers, &model, tokens, false)
-        .is_ok_and(|decision| decision.has_origin_local())
+    let request = CompletionRequest::mitm(front, body, headers, true);
+    match engine.prepare_completion(request).await {
+        Ok(prepared) if prepared.decision().has_origin_local() => {
+            prepared.discard();
+            Door::Mitm.after_local_error(engine, error)
+        }
+        Ok(prepared) => Door::Mitm.carry_out(engine, prepared).await,
+        Err(failed) => outcome(Door::Mitm, engine, Err(failed)),
+    }
 }
 
 /// A rendered outcome: the reply (and whether the pipeline made it), or the origin's.
