@@ -1,5 +1,9 @@
-//! Chat Completions request bodies both ways; the tool-definition helpers are shared with
-//! the Ollama codec.
+//! Chat Completions request bodies both ways; the message walk, the tool-call reader and
+//! the tool-definition helpers are shared with the Ollama codec.
+//!
+//! One file, past 600 lines, on purpose: each field's decoding and its encoding sit
+//! side by side so a mapping is changed in both directions at once (the folder already
+//! splits the dialect by concern: request, response, stream, error).
 
 use glider_ngl::stream::{arguments_text, parse_arguments};
 use glider_ngl::{
