@@ -1,11 +1,13 @@
 //! Cursor's Agent RPC wire (spec package `cursorrpc`, Cursor only): Connect framing
 //! ([`frame`]), the protobuf wire primitives ([`wire`]), the field numbers Glider relies
-//! on ([`fields`], one place, each with its source) and the typed messages built on them
-//! ([`messages`]). Pure codecs: no I/O; malformed input is a typed [`Error`], never a panic.
+//! on ([`fields`], one place, each with its source), the typed messages built on them
+//! ([`messages`]) and a reply Glider writes itself, from ngl events ([`reply`]). Pure
+//! codecs: no I/O; malformed input is a typed [`Error`], never a panic.
 
 pub mod fields;
 pub mod frame;
 pub mod messages;
+pub mod reply;
 pub mod view;
 pub mod wire;
 
@@ -15,6 +17,7 @@ pub use messages::{
     BidiRequestId, ConversationAction, InteractionUpdate, ToolCallUpdate, Update, UserMessage,
     server_frame,
 };
+pub use reply::FrameEncoder;
 
 /// Why bytes could not be read as Cursor's wire format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

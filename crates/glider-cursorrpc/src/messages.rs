@@ -1,6 +1,11 @@
 //! The typed messages Glider reads (BidiAppend's client message, RunSSE's request id)
 //! and writes (RunSSE's server messages for a local reply). Each keeps the fields it
 //! does not model as raw bytes, so decode → encode gives them back untouched.
+//!
+//! One file, past 600 lines, on purpose: the messages nest one in another (an append
+//! holds the client message, which holds the run request, its action and the user's
+//! message; a server message holds the interaction update and its tool call), and each
+//! keeps its decode and encode beside it, so one message's wire is read top to bottom.
 
 use crate::fields::{
     agent_client_message as acm, agent_run_request as arr, agent_server_message as asm,

@@ -79,7 +79,7 @@ pub async fn by_deadline<F: std::future::Future<Output = Response>>(
 /// `response` as it is, except that a streamed reply (SSE or NDJSON) still open at the
 /// drain deadline of `cutoff` ends with `front`'s error event: the client sees a
 /// clean, typed end instead of a cut connection.
-fn ending_at(front: Dialect, response: Response, cutoff: Option<&Cutoff>) -> Response {
+pub(crate) fn ending_at(front: Dialect, response: Response, cutoff: Option<&Cutoff>) -> Response {
     let Some(cutoff) = cutoff else {
         return response;
     };

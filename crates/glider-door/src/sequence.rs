@@ -67,8 +67,29 @@ pub trait DoorSequence: Copy {
     fn after_local_error(self, engine: &Engine, error: ApiError) -> Outcome;
 }
 
+/// Step two: a delegate takes a flagged message (only when `delegator` is given).
+pub(crate) fn delegation(
+    engine: &Engine,
+    delegator: Option<&Delegator>,
+    front: Dialect,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Option<Delegation> {
+    delegator?.take(
+        &engine.runtime().config.delegate,
+        front,
+        headers,
+        body,
+        engine.context_sink(),
+    )
+}
+
 /// The door's outcome for what the pipeline said.
-fn outcome(door: Door, engine: &Engine, result: Result<Completion, CompleteError>) -> Outcome {
+pub(crate) fn outcome(
+    door: Door,
+    engine: &Engine,
+    result: Result<Completion, CompleteError>,
+) -> Outcome {
     match result {
         Ok(completion) => Outcome::Reply(Box::new(completion)),
         Err(CompleteError::OriginPassthrough { decision, tracker }) => {
@@ -87,15 +108,7 @@ impl DoorSequence for Door {
         headers: HeaderMap,
         body: Bytes,
     ) -> Outcome {
-        if let Some(delegator) = delegator
-            && let Some(delegation) = delegator.take(
-                &engine.runtime().config.delegate,
-                front,
-                &headers,
-                &body,
-                engine.context_sink(),
-            )
-        {
+        if let Some(delegation) = delegation(engine, delegator, front, &headers, &body) {
             return Outcome::Delegated(delegation);
         }
         let request = completion_request(self, front, body, headers);

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use glider_context::ResponseStore;
-use glider_door::{Door, DoorSequence, Outcome, stateful};
+use glider_door::{Door, Responded, Visit, respond, stateful};
 use glider_engine::Engine;
 use glider_ngl::{ApiError, Dialect, ErrorKind};
 use glider_sys::listen::{Cutoff, Drain, Limits};
@@ -144,28 +144,7 @@ async fn chat_completions(State(gw): State<Gateway>, request: Request) -> Respon
 /// A Responses request: its `previous_response_id` expanded from the store, and its
 /// reply stored unless it says `store: false` (see [`stateful`]).
 async fn responses(State(gw): State<Gateway>, request: Request) -> Response {
-    let front = Dialect::OpenAiResponses;
-    let cutoff = request.extensions().get::<Cutoff>().cloned();
-    let (headers, body) = match read_body(&gw, front, request).await {
-        Ok(read) => read,
-        Err(response) => return response,
-    };
-    let prepared = match stateful::prepare(gw.responses.as_ref(), body) {
-        Ok(prepared) => prepared,
-        Err(error) => return error_response(front, &error),
-    };
-    let answer = Door::Gateway.answer(
-        &gw.engine,
-        Some(&gw.delegator),
-        front,
-        headers,
-        prepared.body,
-    );
-    let response = by_deadline(front, cutoff, answer).await;
-    match prepared.store {
-        Some(to_store) => stateful::storing(to_store, response).await,
-        None => response,
-    }
+    complete(gw, Dialect::OpenAiResponses, request).await
 }
 
 async fn retrieve_response(
@@ -215,46 +194,23 @@ async fn read_body(
     }
 }
 
+/// A model request in `front`'s dialect, through the door kit's whole sequence.
 async fn complete(gw: Gateway, front: Dialect, request: Request) -> Response {
     // The drain deadline: a reply not made by then is a 503, a stream still open ends
     // with the dialect's error event.
     let cutoff = request.extensions().get::<Cutoff>().cloned();
-    let (headers, body) = match read_body(&gw, front, request).await {
-        Ok(read) => read,
-        Err(response) => return response,
+    let visit = Visit {
+        engine: &gw.engine,
+        delegator: Some(&gw.delegator),
+        responses: gw.responses.as_ref(),
+        front,
     };
-    let answer = Door::Gateway.answer(&gw.engine, Some(&gw.delegator), front, headers, body);
-    by_deadline(front, cutoff, answer).await
-}
-
-/// The pipeline's outcome rendered in `front`'s dialect under the drain deadline
-/// ([`render::by_deadline`]). Not an `async fn`: the pipeline's large future is boxed
-/// here, when called, so the handler's own future holds only the box.
-fn by_deadline(
-    front: Dialect,
-    cutoff: Option<Cutoff>,
-    answer: impl std::future::Future<Output = Outcome>,
-) -> impl std::future::Future<Output = Response> {
-    render::by_deadline(front, cutoff, Box::pin(render_outcome(front, answer)))
-}
-
-/// The pipeline's outcome as the reply in `front`'s dialect.
-async fn render_outcome(
-    front: Dialect,
-    answer: impl std::future::Future<Output = Outcome>,
-) -> Response {
-    match answer.await {
-        Outcome::Delegated(delegation) => render::delegation(front, delegation).await,
-        Outcome::Reply(completion) => render::completion(front, *completion),
-        Outcome::Error(error) => error_response(front, &error),
-        // The gateway never asks for origin passthrough; if it happened anyway, saying
-        // so beats a silent hang.
-        Outcome::Origin(to_origin) => error_response(
+    match respond(Door::Gateway, visit, request, cutoff, |_, _| {}).await {
+        Responded::Reply(response) => response,
+        // `respond` renders an origin outcome at the gateway as an error itself.
+        Responded::Origin(_) => error_response(
             front,
-            &ApiError::new(
-                ErrorKind::Internal,
-                format!("unexpected pipeline outcome: {to_origin:?}"),
-            ),
+            &ApiError::new(ErrorKind::Internal, "the gateway has no origin"),
         ),
     }
 }

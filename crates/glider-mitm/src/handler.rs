@@ -4,7 +4,8 @@
 //! (the Cursor Agent RPC plane, or the API path for a model request), call
 //! [`HttpHandler::handle_request`], forward what it hands back to the origin, and pass
 //! the origin's reply through [`HttpHandler::handle_response`]. Every other request on
-//! a decrypted host goes to the origin untouched, without a handler.
+//! a decrypted host goes to the origin untouched, without a handler. A handler sees
+//! where the request goes ([`Target`]) and the proxy, never the mechanics themselves.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,7 +16,6 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 
 use crate::Mitm;
-use crate::proxy::Target;
 
 /// What one decrypted request is about: the proxy it came through and its origin.
 pub struct HandlerCtx<'a> {
@@ -28,14 +28,14 @@ pub enum RequestOrResponse {
     /// Glider does not answer it: the mechanics send it to the origin and hand the
     /// origin's reply to [`HttpHandler::handle_response`]. Boxed: a request head and a
     /// tracker are far larger than a response.
-    Request(Box<ToOrigin>),
+    Request(Box<OriginBound>),
     /// Glider's answer: the mechanics write it to the client and the origin never
     /// sees the request.
     Response(Response<Body>),
 }
 
 /// A request on its way to the origin.
-pub struct ToOrigin {
+pub struct OriginBound {
     /// Bytes and credentials as the handler left them.
     pub request: Request<Body>,
     /// When set, records the origin's leg of a model request: its status, usage read
@@ -46,7 +46,7 @@ pub struct ToOrigin {
 impl RequestOrResponse {
     /// Send `request` on to the origin, recorded by `tracker` when there is one.
     pub fn to_origin(request: Request<Body>, tracker: Option<Tracker>) -> Self {
-        RequestOrResponse::Request(Box::new(ToOrigin { request, tracker }))
+        RequestOrResponse::Request(Box::new(OriginBound { request, tracker }))
     }
 }
 
@@ -72,22 +72,47 @@ pub trait HttpHandler: Send {
     }
 }
 
-impl Mitm {
-    /// Run `handler` for `request`: the mechanics' side of the [`HttpHandler`] contract.
-    pub(crate) async fn handle<H: HttpHandler>(
-        self: &Arc<Self>,
-        target: &Target,
-        mut handler: H,
-        request: Request<Incoming>,
-    ) -> Response<Body> {
-        let ctx = HandlerCtx { mitm: self, target };
-        match handler.handle_request(&ctx, request).await {
-            RequestOrResponse::Response(response) => response,
-            RequestOrResponse::Request(to_origin) => {
-                let ToOrigin { request, tracker } = *to_origin;
-                let response = self.forward(request, target, tracker).await;
-                handler.handle_response(&ctx, response)
-            }
+/// Where a proxied connection or request goes.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Host name or IP (no brackets), as the client named it.
+    pub host: String,
+    pub port: u16,
+    /// `https` inside a CONNECT tunnel, `http` for a plain proxy request.
+    pub scheme: &'static str,
+}
+
+impl Target {
+    /// `host[:port]` as it goes in a URI (default port left out, IPv6 bracketed).
+    pub fn authority(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        let default = if self.scheme == "https" { 443 } else { 80 };
+        if self.port == default {
+            host
+        } else {
+            format!("{host}:{}", self.port)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authority_leaves_out_the_default_port() {
+        let t = |host: &str, port, scheme| Target {
+            host: host.into(),
+            port,
+            scheme,
+        };
+        assert_eq!(t("a.com", 443, "https").authority(), "a.com");
+        assert_eq!(t("a.com", 8443, "https").authority(), "a.com:8443");
+        assert_eq!(t("a.com", 80, "http").authority(), "a.com");
+        assert_eq!(t("::1", 443, "https").authority(), "[::1]");
     }
 }

@@ -27,9 +27,10 @@ use glider_engine::Engine;
 use glider_sys::listen::{Drain, Limits};
 use tokio::net::TcpListener;
 
+pub use api::api_front;
 pub use ca::{Authority, CaError, LeafCache};
+pub use handler::Target;
 pub use hosts::HostMatcher;
-pub use proxy::{Target, api_front};
 pub use upstream::Upstream;
 
 /// What can stop the proxy from starting.

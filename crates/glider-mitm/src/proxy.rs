@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::body::Body;
 use glider_door::{error_response, render};
 use glider_engine::Tracker;
-use glider_ngl::{ApiError, Dialect, ErrorKind};
+use glider_ngl::{ApiError, ErrorKind};
 use glider_sys::listen::Cutoff;
 use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use hyper::body::Incoming;
@@ -20,53 +20,14 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use crate::Mitm;
-use crate::api::ApiHandler;
+use crate::api::{ApiHandler, api_front};
 use crate::body::origin_body;
+use crate::cursor::AgentRpcHandler;
+use crate::handler::{HandlerCtx, HttpHandler, OriginBound, RequestOrResponse, Target};
 use crate::upstream::{strip_hop_by_hop, upgrade_protocol};
 
 /// Longest a client may take to finish the TLS handshake inside a tunnel.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Where a proxied connection or request goes.
-#[derive(Debug, Clone)]
-pub struct Target {
-    /// Host name or IP (no brackets), as the client named it.
-    pub host: String,
-    pub port: u16,
-    /// `https` inside a CONNECT tunnel, `http` for a plain proxy request.
-    pub scheme: &'static str,
-}
-
-impl Target {
-    /// `host[:port]` as it goes in a URI (default port left out, IPv6 bracketed).
-    pub fn authority(&self) -> String {
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
-        let default = if self.scheme == "https" { 443 } else { 80 };
-        if self.port == default {
-            host
-        } else {
-            format!("{host}:{}", self.port)
-        }
-    }
-}
-
-/// The dialect of a request Glider may answer: a POST to a known API path. Everything
-/// else on a decrypted host goes to the origin untouched.
-pub fn api_front(method: &Method, path: &str) -> Option<Dialect> {
-    if method != Method::POST {
-        return None;
-    }
-    match path {
-        "/v1/messages" => Some(Dialect::Anthropic),
-        "/v1/chat/completions" => Some(Dialect::OpenAiChat),
-        "/v1/responses" => Some(Dialect::OpenAiResponses),
-        _ => None,
-    }
-}
 
 impl Mitm {
     /// One request on the proxy port: CONNECT, or an absolute-form plain-HTTP request.
@@ -269,27 +230,44 @@ impl Mitm {
         )
     }
 
-    /// One request inside a decrypted tunnel (or a plain-HTTP request to a listed host).
+    /// One request inside a decrypted tunnel (or a plain-HTTP request to a listed host):
+    /// to the handler [`pick_handler`] chose, or to the origin untouched.
     async fn decrypted_request(
         self: Arc<Self>,
         request: Request<Incoming>,
         target: &Target,
     ) -> Response<Body> {
-        if let Some(rpc) = crate::cursor::rpc(request.method(), request.uri().path()) {
-            let handler = crate::cursor::AgentRpcHandler::new(rpc);
-            return self.handle(target, handler, request).await;
-        }
-        match api_front(request.method(), request.uri().path()) {
-            Some(front) => {
+        match pick_handler(request.method(), request.uri().path()) {
+            Picked::AgentRpc(handler) => self.handle(target, handler, request).await,
+            Picked::Api(handler) => {
                 // The drain deadline: a reply not made by then is a 503, a stream still
                 // open ends with the dialect's error event.
+                let front = handler.front;
                 let cutoff = request.extensions().get::<Cutoff>().cloned();
-                let answer = Box::pin(self.handle(target, ApiHandler { front }, request));
+                let answer = Box::pin(self.handle(target, handler, request));
                 render::by_deadline(front, cutoff, answer).await
             }
-            None => {
+            Picked::Origin => {
                 tracing::debug!(host = %target.host, method = %request.method(), path = request.uri().path(), "to the origin untouched");
                 self.forward(request.map(Body::new), target, None).await
+            }
+        }
+    }
+
+    /// Run `handler` for `request`: the mechanics' side of the [`HttpHandler`] contract.
+    async fn handle<H: HttpHandler>(
+        self: &Arc<Self>,
+        target: &Target,
+        mut handler: H,
+        request: Request<Incoming>,
+    ) -> Response<Body> {
+        let ctx = HandlerCtx { mitm: self, target };
+        match handler.handle_request(&ctx, request).await {
+            RequestOrResponse::Response(response) => response,
+            RequestOrResponse::Request(to_origin) => {
+                let OriginBound { request, tracker } = *to_origin;
+                let response = self.forward(request, target, tracker).await;
+                handler.handle_response(&ctx, response)
             }
         }
     }
@@ -344,9 +322,7 @@ impl Mitm {
             }
         }
     }
-}
 
-impl Mitm {
     /// An HTTP/1.1 protocol upgrade (WebSocket): ask the origin over HTTP/1.1 with the
     /// upgrade headers kept; on its `101`, join the two upgraded connections byte for
     /// byte. Anything else it answers is passed back as a normal reply.
@@ -409,6 +385,28 @@ impl Mitm {
             }
         });
         Response::from_parts(parts, Body::empty())
+    }
+}
+
+/// Which handler a decrypted request gets.
+enum Picked {
+    /// A Cursor Agent RPC: its plane.
+    AgentRpc(AgentRpcHandler),
+    /// A model request Glider may answer: the API path in its dialect.
+    Api(ApiHandler),
+    /// Anything else: the origin, untouched and without a handler.
+    Origin,
+}
+
+/// The one decision of what Glider does with a decrypted request, by its method and
+/// path: the Cursor plane, the API path, or nothing (the origin).
+fn pick_handler(method: &Method, path: &str) -> Picked {
+    if let Some(rpc) = crate::cursor::rpc(method, path) {
+        return Picked::AgentRpc(AgentRpcHandler::new(rpc));
+    }
+    match api_front(method, path) {
+        Some(front) => Picked::Api(ApiHandler { front }),
+        None => Picked::Origin,
     }
 }
 
@@ -505,37 +503,4 @@ fn to_origin(parts: &mut http::request::Parts, target: &Target) -> Result<(), St
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove(header::HOST);
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn known_api_paths_only() {
-        assert_eq!(
-            api_front(&Method::POST, "/v1/messages"),
-            Some(Dialect::Anthropic)
-        );
-        assert_eq!(
-            api_front(&Method::POST, "/v1/responses"),
-            Some(Dialect::OpenAiResponses)
-        );
-        assert_eq!(api_front(&Method::POST, "/v1/messages/count_tokens"), None);
-        assert_eq!(api_front(&Method::HEAD, "/v1/messages"), None);
-        assert_eq!(api_front(&Method::GET, "/api/claude_code/settings"), None);
-    }
-
-    #[test]
-    fn authority_leaves_out_the_default_port() {
-        let t = |host: &str, port, scheme| Target {
-            host: host.into(),
-            port,
-            scheme,
-        };
-        assert_eq!(t("a.com", 443, "https").authority(), "a.com");
-        assert_eq!(t("a.com", 8443, "https").authority(), "a.com:8443");
-        assert_eq!(t("a.com", 80, "http").authority(), "a.com");
-        assert_eq!(t("::1", 443, "https").authority(), "[::1]");
-    }
 }

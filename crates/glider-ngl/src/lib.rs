@@ -493,6 +493,22 @@ impl ErrorKind {
         }
     }
 
+    /// The Connect protocol's code for this kind (Cursor's Agent RPC: a unary error's
+    /// `code`, a stream's end-of-stream error), decided here beside
+    /// [`ErrorKind::status`] so a new kind must be given both. A body over the limit is
+    /// `resource_exhausted`, as Connect's own servers say it.
+    pub fn connect_code(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidRequest | ErrorKind::NotFound => "invalid_argument",
+            ErrorKind::Authentication => "unauthenticated",
+            ErrorKind::Permission => "permission_denied",
+            ErrorKind::RequestTooLarge | ErrorKind::RateLimit => "resource_exhausted",
+            ErrorKind::Internal | ErrorKind::BadGateway => "internal",
+            ErrorKind::Unavailable | ErrorKind::Overloaded => "unavailable",
+            ErrorKind::Timeout => "deadline_exceeded",
+        }
+    }
+
     /// Inverse of [`ErrorKind::status`] for statuses a backend returns.
     pub fn from_status(status: u16) -> ErrorKind {
         match status {

@@ -1,7 +1,6 @@
 //! Ollama `/api/chat` request bodies both ways: string content, base64 `images`, object
 //! tool arguments, `options`, `format`, `think`.
 
-use glider_ngl::stream::parse_arguments;
 use glider_ngl::{
     ApiError, Dialect, DialectExtra, ImageSource, OutputSchema, Part, Request, Role,
     ThinkingConfig, ToolChoice, Turn,
@@ -10,7 +9,8 @@ use serde_json::{Map, Value, json};
 
 use crate::json::{FieldReader, invalid_at, join_path, take};
 use crate::openai_chat::{
-    decode_tools, encode_tools, image_source, model_and_messages, take_stop, take_top_k,
+    CallsOf, Message, decode_message_list, decode_tool_calls, decode_tools, encode_tools,
+    image_source, model_and_messages, take_stop, take_top_k, unsupported_role,
 };
 
 /// Ollama reads its bodies with the Chat Completions wording it shares tool shapes with.
@@ -171,15 +171,15 @@ fn decode_images(m: &mut Map<String, Value>, path: &str) -> Result<Vec<Part>, Ap
 }
 
 fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
-    let mut turns: Vec<Turn> = Vec::with_capacity(messages.len());
     // Calls of the latest assistant message not yet answered: (id, name).
     let mut pending: Vec<(String, String)> = Vec::new();
-    for (i, message) in messages.into_iter().enumerate() {
-        let path = format!("messages.{i}");
-        let mut m = FIELDS.owned_object(message, &path)?;
-        let role = FIELDS
-            .take_string(&mut m, "role", &path)?
-            .ok_or_else(|| invalid_at(&join_path(&path, "role"), "required"))?;
+    decode_message_list(messages, |turns, message| {
+        let Message {
+            index: i,
+            path,
+            role,
+            fields: mut m,
+        } = message;
         let content = match take(&mut m, "content") {
             None => None,
             Some(Value::String(text)) => Some(text),
@@ -217,7 +217,7 @@ fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
                 if let Some(text) = content.filter(|t| !t.is_empty()) {
                     parts.push(Part::text(text));
                 }
-                let calls = decode_request_tool_calls(&mut m, &path, i)?;
+                let calls = decode_tool_calls(&mut m, &path, CallsOf::Ollama { message: i })?;
                 if !calls.is_empty() {
                     pending.clear();
                 }
@@ -257,62 +257,12 @@ fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
                     content,
                     is_error: false,
                 };
-                glider_ngl::push_tool_result(&mut turns, result);
+                glider_ngl::push_tool_result(turns, result);
             }
-            other => {
-                return Err(invalid_at(
-                    &join_path(&path, "role"),
-                    format!("unsupported role '{other}'"),
-                ));
-            }
+            other => return Err(unsupported_role(&path, other)),
         }
-    }
-    Ok(turns)
-}
-
-fn decode_request_tool_calls(
-    m: &mut Map<String, Value>,
-    path: &str,
-    message: usize,
-) -> Result<Vec<Part>, ApiError> {
-    let cpath = join_path(path, "tool_calls");
-    let Some(calls) = take(m, "tool_calls") else {
-        return Ok(Vec::new());
-    };
-    let Value::Array(calls) = calls else {
-        return Err(invalid_at(&cpath, "expected an array"));
-    };
-    let mut parts = Vec::with_capacity(calls.len());
-    for (n, call) in calls.into_iter().enumerate() {
-        let here = format!("{cpath}.{n}");
-        let mut call = FIELDS.owned_object(call, &here)?;
-        let id = FIELDS.take_string(&mut call, "id", &here)?;
-        let fpath = join_path(&here, "function");
-        let mut function = match take(&mut call, "function") {
-            Some(f) => FIELDS.owned_object(f, &fpath)?,
-            None => return Err(invalid_at(&fpath, "required")),
-        };
-        let name = FIELDS
-            .take_string(&mut function, "name", &fpath)?
-            .ok_or_else(|| invalid_at(&join_path(&fpath, "name"), "required"))?;
-        let arguments = match take(&mut function, "arguments") {
-            None => Value::Object(Map::new()),
-            Some(object @ Value::Object(_)) => object,
-            Some(Value::String(text)) => parse_arguments(&text),
-            Some(_) => {
-                return Err(invalid_at(
-                    &join_path(&fpath, "arguments"),
-                    "expected an object",
-                ));
-            }
-        };
-        parts.push(Part::ToolCall {
-            id: id.unwrap_or_else(|| format!("call_{message}_{n}")),
-            name,
-            arguments,
-        });
-    }
-    Ok(parts)
+        Ok(())
+    })
 }
 
 /// The name of the call `call_id` in `turns` (the latest match wins).

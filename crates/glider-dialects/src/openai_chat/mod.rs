@@ -11,11 +11,12 @@ mod request;
 mod response;
 mod stream;
 
-// The Ollama codec shares Chat's tool shapes, error bodies and sampling-field readers;
-// the Responses codec its image URLs and clock.
+// The Ollama codec shares Chat's message walk, tool shapes, error bodies and
+// sampling-field readers; the Responses codec its image URLs and clock.
 pub(crate) use error::{decode_error, error_fields};
 pub(crate) use request::{
-    decode_tools, encode_tools, image_source, image_url, model_and_messages, take_stop, take_top_k,
+    CallsOf, Message, decode_message_list, decode_tool_calls, decode_tools, encode_tools,
+    image_source, image_url, model_and_messages, take_stop, take_top_k, unsupported_role,
 };
 pub(crate) use response::now_unix;
 

@@ -1,5 +1,9 @@
-//! Chat Completions request bodies both ways; the tool-definition helpers are shared with
-//! the Ollama codec.
+//! Chat Completions request bodies both ways; the message walk, the tool-call reader and
+//! the tool-definition helpers are shared with the Ollama codec.
+//!
+//! One file, past 600 lines, on purpose: each field's decoding and its encoding sit
+//! side by side so a mapping is changed in both directions at once (the folder already
+//! splits the dialect by concern: request, response, stream, error).
 
 use glider_ngl::stream::{arguments_text, parse_arguments};
 use glider_ngl::{
@@ -199,13 +203,13 @@ pub(super) fn decode_request(body: &[u8]) -> Result<Request, ApiError> {
 }
 
 fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
-    let mut turns: Vec<Turn> = Vec::with_capacity(messages.len());
-    for (i, message) in messages.into_iter().enumerate() {
-        let path = format!("messages.{i}");
-        let mut m = FIELDS.owned_object(message, &path)?;
-        let role = FIELDS
-            .take_string(&mut m, "role", &path)?
-            .ok_or_else(|| invalid_at(&join_path(&path, "role"), "required"))?;
+    decode_message_list(messages, |turns, message| {
+        let Message {
+            path,
+            role,
+            fields: mut m,
+            ..
+        } = message;
         let content_path = join_path(&path, "content");
         match role.as_str() {
             "system" | "developer" => {
@@ -239,17 +243,131 @@ fn decode_messages(messages: Vec<Value>) -> Result<Vec<Turn>, ApiError> {
                     content,
                     is_error: false,
                 };
-                glider_ngl::push_tool_result(&mut turns, result);
+                glider_ngl::push_tool_result(turns, result);
             }
-            other => {
-                return Err(invalid_at(
-                    &join_path(&path, "role"),
-                    format!("unsupported role '{other}'"),
-                ));
-            }
+            other => return Err(unsupported_role(&path, other)),
         }
+        Ok(())
+    })
+}
+
+/// One entry of a `messages` array: where it is, its `role`, and its other fields.
+pub(crate) struct Message {
+    pub index: usize,
+    /// `messages.<index>`, for error paths.
+    pub path: String,
+    pub role: String,
+    pub fields: Map<String, Value>,
+}
+
+/// The `messages` walk Chat Completions and Ollama share: each message an object with a
+/// required `role`, handed to `decode` with the turns so far (a tool result joins the
+/// turn before it, so `decode` sees them all).
+pub(crate) fn decode_message_list(
+    messages: Vec<Value>,
+    mut decode: impl FnMut(&mut Vec<Turn>, Message) -> Result<(), ApiError>,
+) -> Result<Vec<Turn>, ApiError> {
+    let mut turns: Vec<Turn> = Vec::with_capacity(messages.len());
+    for (index, message) in messages.into_iter().enumerate() {
+        let path = format!("messages.{index}");
+        let mut fields = FIELDS.owned_object(message, &path)?;
+        let role = FIELDS
+            .take_string(&mut fields, "role", &path)?
+            .ok_or_else(|| invalid_at(&join_path(&path, "role"), "required"))?;
+        decode(
+            &mut turns,
+            Message {
+                index,
+                path,
+                role,
+                fields,
+            },
+        )?;
     }
     Ok(turns)
+}
+
+/// The 400 for a message whose `role` the dialect does not have.
+pub(crate) fn unsupported_role(path: &str, role: &str) -> ApiError {
+    invalid_at(
+        &join_path(path, "role"),
+        format!("unsupported role '{role}'"),
+    )
+}
+
+/// Whose `tool_calls` are read: the two dialects write the same shape and differ in
+/// what they require.
+#[derive(Clone, Copy)]
+pub(crate) enum CallsOf {
+    /// Chat Completions: every call has an `id`, its `type` is `function`, and
+    /// `arguments` is a JSON string (an object is accepted too).
+    Chat,
+    /// Ollama: `arguments` is an object (a JSON string is accepted too), `type` is not
+    /// read, and a call without an `id` is named `call_<message>_<n>`.
+    Ollama { message: usize },
+}
+
+/// An assistant message's `tool_calls` (taken out of `m`), as tool-call parts.
+pub(crate) fn decode_tool_calls(
+    m: &mut Map<String, Value>,
+    path: &str,
+    of: CallsOf,
+) -> Result<Vec<Part>, ApiError> {
+    let cpath = join_path(path, "tool_calls");
+    let Some(calls) = take(m, "tool_calls") else {
+        return Ok(Vec::new());
+    };
+    let Value::Array(calls) = calls else {
+        return Err(invalid_at(&cpath, "expected an array"));
+    };
+    let mut parts = Vec::with_capacity(calls.len());
+    for (n, call) in calls.into_iter().enumerate() {
+        let here = format!("{cpath}.{n}");
+        let mut call = FIELDS.owned_object(call, &here)?;
+        let id = FIELDS.take_string(&mut call, "id", &here)?;
+        let id = match (id, of) {
+            (Some(id), _) => id,
+            (None, CallsOf::Ollama { message }) => format!("call_{message}_{n}"),
+            (None, CallsOf::Chat) => return Err(invalid_at(&join_path(&here, "id"), "required")),
+        };
+        if let CallsOf::Chat = of {
+            match FIELDS.take_string(&mut call, "type", &here)?.as_deref() {
+                None | Some("function") => {}
+                Some(other) => {
+                    return Err(invalid_at(
+                        &join_path(&here, "type"),
+                        format!("unsupported tool call type '{other}'"),
+                    ));
+                }
+            }
+        }
+        let fpath = join_path(&here, "function");
+        let mut function = match take(&mut call, "function") {
+            Some(f) => FIELDS.owned_object(f, &fpath)?,
+            None => return Err(invalid_at(&fpath, "required")),
+        };
+        let name = FIELDS
+            .take_string(&mut function, "name", &fpath)?
+            .ok_or_else(|| invalid_at(&join_path(&fpath, "name"), "required"))?;
+        let arguments = match take(&mut function, "arguments") {
+            None => Value::Object(Map::new()),
+            Some(Value::String(text)) => parse_arguments(&text),
+            Some(object @ Value::Object(_)) => object,
+            Some(_) => {
+                let expected = match of {
+                    CallsOf::Chat => "expected a JSON string",
+                    CallsOf::Ollama { .. } => "expected an object",
+                };
+                return Err(invalid_at(&join_path(&fpath, "arguments"), expected));
+            }
+        };
+        parts.push(Part::ToolCall {
+            id,
+            name,
+            arguments,
+        });
+    }
+    Ok(parts)
 }
 
 /// `content`: a string or an array of parts (`text`, `image_url` when `images`,
@@ -355,52 +473,7 @@ fn decode_assistant(mut m: Map<String, Value>, path: &str) -> Result<Turn, ApiEr
             }
         }
     }
-    if let Some(calls) = take(&mut m, "tool_calls") {
-        let cpath = join_path(path, "tool_calls");
-        let Value::Array(calls) = calls else {
-            return Err(invalid_at(&cpath, "expected an array"));
-        };
-        for (j, call) in calls.into_iter().enumerate() {
-            let here = format!("{cpath}.{j}");
-            let mut call = FIELDS.owned_object(call, &here)?;
-            let id = FIELDS
-                .take_string(&mut call, "id", &here)?
-                .ok_or_else(|| invalid_at(&join_path(&here, "id"), "required"))?;
-            match FIELDS.take_string(&mut call, "type", &here)?.as_deref() {
-                None | Some("function") => {}
-                Some(other) => {
-                    return Err(invalid_at(
-                        &join_path(&here, "type"),
-                        format!("unsupported tool call type '{other}'"),
-                    ));
-                }
-            }
-            let fpath = join_path(&here, "function");
-            let mut function = match take(&mut call, "function") {
-                Some(f) => FIELDS.owned_object(f, &fpath)?,
-                None => return Err(invalid_at(&fpath, "required")),
-            };
-            let name = FIELDS
-                .take_string(&mut function, "name", &fpath)?
-                .ok_or_else(|| invalid_at(&join_path(&fpath, "name"), "required"))?;
-            let arguments = match take(&mut function, "arguments") {
-                None => Value::Object(Map::new()),
-                Some(Value::String(text)) => parse_arguments(&text),
-                Some(object @ Value::Object(_)) => object,
-                Some(_) => {
-                    return Err(invalid_at(
-                        &join_path(&fpath, "arguments"),
-                        "expected a JSON string",
-                    ));
-                }
-            };
-            parts.push(Part::ToolCall {
-                id,
-                name,
-                arguments,
-            });
-        }
-    }
+    parts.extend(decode_tool_calls(&mut m, path, CallsOf::Chat)?);
     Ok(Turn {
         role: Role::Assistant,
         parts,

@@ -1,5 +1,9 @@
 //! Responses API typed SSE streams (`response.created` … `response.completed`): the backend
 //! decoder and the client encoder.
+//!
+//! One file, past 600 lines, on purpose: the decoder and the encoder are the two halves
+//! of one event grammar (each item's `added` → deltas → `done`), kept together so a
+//! change to the grammar is made on both sides at once.
 
 use glider_ngl::stream::{PartKind, parse_arguments};
 use glider_ngl::{ApiError, Part, StopReason, StreamEvent, Usage};

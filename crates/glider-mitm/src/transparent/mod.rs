@@ -16,7 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::Mitm;
-use crate::proxy::{HANDSHAKE_TIMEOUT, Route, Target, tunnel};
+use crate::handler::Target;
+use crate::proxy::{HANDSHAKE_TIMEOUT, Route, tunnel};
 pub use filter::{Enrollment, ProcessFilter, Selection, selected_names};
 pub use redirect::{CHAIN, GLIDER_MARK, Plan, RedirectError, Redirector, Spec};
 
