@@ -393,11 +393,16 @@ impl Tracker {
         truncation
     }
 
-    /// An event of a translated stream.
+    /// An event of a translated stream. Its `Finish` is the reply's last event: once
+    /// it is on its way to the client the reply is whole, and a client that closes the
+    /// connection on reading it (Codex does, on `response.completed`) before the stream
+    /// is polled for its end has not left early.
     pub fn event(&mut self, event: &StreamEvent) {
         match event {
-            StreamEvent::Start { usage, .. } | StreamEvent::Finish { usage, .. } => {
-                self.record.usage.merge(usage)
+            StreamEvent::Start { usage, .. } => self.record.usage.merge(usage),
+            StreamEvent::Finish { usage, .. } => {
+                self.record.usage.merge(usage);
+                self.ended = true;
             }
             StreamEvent::Error { error } => {
                 // The stream's failure is the backend's: a stall is a 504, a cut or
@@ -500,5 +505,47 @@ impl Drop for Tracker {
             RequestRecord::arriving(0, 0, String::new(), None, front),
         );
         self.bus.publish(PipelineEvent::RequestFinished(record));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The status a tracker records when it is dropped after seeing `events`.
+    fn status_after(events: &[StreamEvent]) -> Option<u16> {
+        let bus = Bus::default();
+        let mut finished = bus.subscribe();
+        let mut tracker = bus.start("gateway", Dialect::OpenAiResponses, None);
+        for event in events {
+            tracker.event(event);
+        }
+        // Dropped without `end`: the client closed the connection.
+        drop(tracker);
+        loop {
+            match finished.try_recv().map(|e| (*e).clone()) {
+                Ok(PipelineEvent::RequestFinished(record)) => return record.status,
+                Ok(_) => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+
+    #[test]
+    fn a_client_that_closes_on_the_last_event_got_the_whole_reply() {
+        let text = StreamEvent::TextDelta {
+            index: 0,
+            text: "Paris.".into(),
+        };
+        let finish = StreamEvent::Finish {
+            stop_reason: glider_ngl::StopReason::EndTurn,
+            stop_sequence: None,
+            usage: Usage::default(),
+        };
+        // Codex closes on `response.completed`, the stream's `Finish`, before the
+        // stream is polled for its end: a success, not a client that left.
+        assert_eq!(status_after(&[text.clone(), finish]), Some(200));
+        // One that closes before the last event left early.
+        assert_eq!(status_after(&[text]), Some(499));
     }
 }
