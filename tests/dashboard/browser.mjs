@@ -8,6 +8,14 @@ import { join } from "node:path";
 
 export const TIMEOUT = 30_000;
 
+// The environment variables `names`, by name; throws naming them all if any is unset
+// (the Python test that drives a script passes them).
+export function requiredEnv(...names) {
+  const missing = names.filter((name) => !process.env[name]);
+  if (missing.length) throw new Error(`${names.join(", ")} are required (missing: ${missing.join(", ")})`);
+  return Object.fromEntries(names.map((name) => [name, process.env[name]]));
+}
+
 // Returns { page, problems, close }; `close()` ends the browser and removes its profile.
 export async function openBrowser() {
   const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";

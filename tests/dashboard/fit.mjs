@@ -6,15 +6,9 @@
 // Prints one JSON line with what it saw (the cells before and after, and /api/fit as
 // the page read it); exits non-zero on any failure. Driven by test_dashboard_e2e.py,
 // which starts `glider serve` and passes the URLs.
-import { openBrowser } from "./browser.mjs";
+import { openBrowser, requiredEnv } from "./browser.mjs";
 
-const dashboard = process.env.DASHBOARD_URL;
-const gateway = process.env.GATEWAY_URL;
-const screenshot = process.env.SCREENSHOT;
-const model = process.env.MODEL;
-if (!dashboard || !gateway || !screenshot || !model) {
-  throw new Error("DASHBOARD_URL, GATEWAY_URL, SCREENSHOT and MODEL are required");
-}
+const { DASHBOARD_URL: dashboard, GATEWAY_URL: gateway, SCREENSHOT: screenshot, MODEL: model } = requiredEnv("DASHBOARD_URL", "GATEWAY_URL", "SCREENSHOT", "MODEL");
 
 const { page, problems, close } = await openBrowser();
 try {

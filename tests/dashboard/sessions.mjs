@@ -7,15 +7,9 @@
 // one JSON line with what it saw; exits non-zero on any failure. Driven by
 // test_dashboard_e2e.py, which starts `glider serve` and passes the URLs.
 import { join } from "node:path";
-import { openBrowser } from "./browser.mjs";
+import { openBrowser, requiredEnv } from "./browser.mjs";
 
-const dashboard = process.env.DASHBOARD_URL;
-const gateway = process.env.GATEWAY_URL;
-const shots = process.env.SCREENSHOT_DIR;
-const model = process.env.CLOUD_MODEL;
-if (!dashboard || !gateway || !shots || !model) {
-  throw new Error("DASHBOARD_URL, GATEWAY_URL, SCREENSHOT_DIR and CLOUD_MODEL are required");
-}
+const { DASHBOARD_URL: dashboard, GATEWAY_URL: gateway, SCREENSHOT_DIR: shots, CLOUD_MODEL: model } = requiredEnv("DASHBOARD_URL", "GATEWAY_URL", "SCREENSHOT_DIR", "CLOUD_MODEL");
 
 const TOOLS = [
   { name: "Read", description: "Read a file", input_schema: { type: "object", properties: { file_path: { type: "string" } }, required: ["file_path"] } },
