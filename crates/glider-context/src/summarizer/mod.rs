@@ -494,8 +494,10 @@ fn resting_time(took: Duration, share: f64) -> Duration {
 
 /// Advance `carried` over its session's events after [`Carried::through`] for
 /// `trigger`: the range it then covers and whether any reply among those events
-/// succeeded. Read twice a page at a time (a look ahead, then the fold), so that a
-/// catch-up over a busy session holds one page of its events, never all of them.
+/// succeeded. Read a page at a time, a look ahead and then the fold, so that a
+/// catch-up over a busy session holds one page of its events, never all of them; what
+/// came since the last run usually fits one page, which is kept from the look ahead
+/// and folded without reading it again.
 fn read_since(
     conn: &rusqlite::Connection,
     carried: &mut Carried,
@@ -505,16 +507,26 @@ fn read_since(
     let session = carried.session().to_owned();
     let after = carried.through();
     let mut ahead = compaction::Ahead::default();
+    // The first page while it is the only one.
+    let mut only_page: Option<Vec<store::Stored>> = None;
+    let mut pages = 0;
     store::each_page_after(conn, Some(&session), after, store::PAGE_EVENTS, |page| {
         carried.look_ahead(&mut ahead, page);
+        pages += 1;
+        only_page = (pages == 1).then(|| page.to_vec());
         std::ops::ControlFlow::Continue(())
     })?;
     if let Err(stale) = carried.begin(&ahead) {
         return Ok(Err(stale));
     }
-    store::each_page_after(conn, Some(&session), after, store::PAGE_EVENTS, |page| {
-        carried.fold_page(page, trigger, &ahead, max_chars)
-    })?;
+    match only_page {
+        Some(page) => {
+            let _ = carried.fold_page(&page, trigger, &ahead, max_chars);
+        }
+        None => store::each_page_after(conn, Some(&session), after, store::PAGE_EVENTS, |page| {
+            carried.fold_page(page, trigger, &ahead, max_chars)
+        })?,
+    }
     Ok(Ok((carried.range(trigger), ahead.answered)))
 }
 
@@ -818,6 +830,40 @@ mod tests {
         );
         assert_eq!(required.files.len(), 1);
         assert!(carried.is_some());
+    }
+
+    #[test]
+    fn a_run_over_several_pages_reads_as_one_read_of_the_whole() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let reader = Reader::new(home.path().to_path_buf());
+        let mut conn = store::open(home.path()).expect("opens");
+        // Over two pages of events: the look ahead and the fold read three.
+        let (mut turn, mut stored) = (0, 0);
+        while stored <= 2 * store::PAGE_EVENTS {
+            turn += 1;
+            let events = edit_turn(
+                &format!("edit number {turn}"),
+                &format!("/w/file{turn}.rs"),
+                &format!("call{turn}"),
+            );
+            stored += events.len();
+            store::append(&mut conn, &events).expect("append");
+        }
+        let (prepared, _) = prepare(&reader, "s", Trigger::Idle, 100_000, None).expect("reads");
+        let (input, required, range) = prepared.expect("a range");
+        let mut whole = Carried::new("s", 1);
+        let events = store::events(&conn, Some("s")).expect("reads");
+        let whole_range = whole
+            .advance(&events, Trigger::Idle, 100_000)
+            .expect("not stale")
+            .expect("a range");
+        assert_eq!(range, whole_range);
+        assert_eq!(required, whole.required());
+        assert_eq!(input, whole.render_input(&whole.required(), 100_000));
+        assert!(
+            input.contains(&format!("[user] edit number {turn}")),
+            "{input}"
+        );
     }
 
     #[test]
