@@ -722,9 +722,11 @@ pub struct ContextConfig {
     /// (restart-only: the writer renders it).
     pub record_max_tokens: u64,
     /// Who answers a CLI's compaction request (Claude Code's `/compact`, Codex's
-    /// checkpoint): `cloud` (routed by the rules like any request) or `local` (the
-    /// local model, given the continuity record and the current episode; the record
-    /// itself when no local backend is up).
+    /// checkpoint): `auto` (the default: a local model that is up and holds it — the
+    /// whole request, or the session's continuity record and the current episode — else
+    /// the route; never against the user's explicit or sticky choice), `cloud` (routed
+    /// by the rules like any request) or `local` (the local model, given the continuity
+    /// record and the current episode; the record itself when no local backend is up).
     pub compaction: CompactionPolicy,
     /// Model turns one episode may take (`docs/context.md`, Budgets). Off by default.
     pub turn_budget: TurnBudget,
@@ -739,8 +741,11 @@ pub struct ContextConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CompactionPolicy {
-    /// Routed by the rules like any other request.
+    /// A local model that is up and holds the request or the session's record answers;
+    /// else the route stands. The user's explicit or sticky choice is kept.
     #[default]
+    Auto,
+    /// Routed by the rules like any other request.
     Cloud,
     /// Answered locally from the continuity record.
     Local,
@@ -785,7 +790,7 @@ impl Default for ContextConfig {
             local_budget_tokens: None,
             output_reserve_tokens: 4096,
             record_max_tokens: 1500,
-            compaction: CompactionPolicy::Cloud,
+            compaction: CompactionPolicy::Auto,
             turn_budget: TurnBudget::default(),
             loop_guard: LoopGuard::default(),
             summarizer: SummarizerConfig::default(),

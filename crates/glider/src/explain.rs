@@ -2,8 +2,9 @@
 //! the four dialects, without sending it anywhere, and print the decision with every
 //! rule's opinion; each candidate says whether it is local or cloud. The decision is
 //! made on `serve`'s own path as a dry run ([`Engine::explain`]), so a compaction that
-//! `context.compaction: local` sends to a local model, or answers from the continuity
-//! record, is explained as such.
+//! `context.compaction` sends to a local model, or answers from the continuity record,
+//! is explained as such. It prints the side the request goes to, its kind (the default
+//! policy's unit, docs/routing.md) and the classifier's score exactly as compared.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -84,6 +85,17 @@ fn see_warm_state(
     Ok(())
 }
 
+/// Where the decision sends the request first: `local` (a local model, or Glider
+/// answering from its record: nothing leaves the machine) or `cloud`.
+fn side(decision: &glider_engine::RouteDecision) -> &'static str {
+    let local = decision.answered_by.is_some()
+        || decision
+            .candidates
+            .first()
+            .is_some_and(|c| c.backend.is_local());
+    if local { "local" } else { "cloud" }
+}
+
 /// Run the command; returns the text to print.
 pub fn explain(
     config: Option<PathBuf>,
@@ -151,6 +163,7 @@ fn explain_body(
     if json {
         let mut out = serde_json::to_value(&decision)?;
         out["dialect"] = front.as_str().into();
+        out["side"] = side(&decision).into();
         out["candidates"] = candidates.into();
         return Ok(serde_json::to_string_pretty(&out)?);
     }
@@ -161,6 +174,12 @@ fn explain_body(
         None => candidates.join(", then "),
     };
     out.push_str(&format!("decision:   {} -> {goes_to}\n", decision.rule));
+    out.push_str(&format!("side:       {}\n", side(&decision)));
+    out.push_str(&format!("kind:       {}\n", decision.kind));
+    if let Some(score) = decision.score {
+        // Exactly as compared with the thresholds (the classifier's opinion says how).
+        out.push_str(&format!("score:      {score:?}\n"));
+    }
     out.push_str(&format!("reason:     {}\n", decision.reason));
     out.push_str(&format!("tokens:     ~{}\n", decision.estimated_tokens));
     if let Some(session) = &decision.session {
@@ -220,6 +239,47 @@ mod tests {
         assert!(local.contains("-> box (qwen, local)"), "{local}");
         let cloud = decision_for("claude-x");
         assert!(cloud.contains("-> claude (claude-x, cloud)"), "{cloud}");
+    }
+
+    #[test]
+    fn it_prints_the_side_the_kind_and_the_exact_score() {
+        let config = Config::parse(
+            "backends:\n\
+             \x20 - {name: box, type: ollama, base_url: 'http://127.0.0.1:1', models: [qwen]}\n\
+             \x20 - {name: claude, type: anthropic, base_url: 'http://127.0.0.1:1', api_key: k, models: ['claude-*']}\n",
+            "t",
+        )
+        .expect("valid");
+        // small_model +2, and 500 bytes of conversation cost -0.0143: 1.9857, which
+        // rounded would read as the 2.0 threshold.
+        let body = json!({"model": "claude-3-5-haiku", "messages": [
+            {"role": "user", "content": "x".repeat(500)}]});
+        let out = explain_body(
+            config,
+            None,
+            body.to_string().as_bytes(),
+            None,
+            vec![],
+            false,
+        )
+        .expect("explains");
+        let line = |name: &str| {
+            out.lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("no {name} line in {out}"))
+                .to_owned()
+        };
+        assert_eq!(line("score:"), "score:      1.9857", "{out}");
+        assert_eq!(line("side:"), "side:       cloud", "{out}");
+        assert_eq!(line("kind:"), "kind:       main_turn", "{out}");
+        let classifier = line("  classifier");
+        assert!(
+            classifier.contains(
+                "score 1.9857 between cloud_threshold -2.0 and local_threshold 2.0: no opinion \
+                 (small_model +2.0, conversation_10k_tokens -0.0143)"
+            ),
+            "{classifier}"
+        );
     }
 
     #[test]

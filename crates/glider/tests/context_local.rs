@@ -1019,10 +1019,10 @@ async fn with_no_local_backend_up_the_compaction_is_answered_from_the_record_its
 }
 
 #[tokio::test]
-async fn by_default_a_compaction_goes_where_the_route_sends_it() {
+async fn with_compaction_cloud_a_compaction_goes_where_the_route_sends_it() {
     let mock = MockVendor::start(MockConfig::default()).await;
     let home = tempfile::tempdir().expect("tempdir");
-    let (gateway, context) = gateway(&mock, home.path(), "").await;
+    let (gateway, context) = gateway(&mock, home.path(), "context: {compaction: cloud}\n").await;
     let chat = worked_session(&gateway, &context).await;
     let mut events = gateway.engine.bus().subscribe();
     let compaction = chat.compaction();
@@ -1039,6 +1039,52 @@ async fn by_default_a_compaction_goes_where_the_route_sends_it() {
         last.body["messages"], compaction["messages"],
         "the cloud gets the conversation as the CLI sent it"
     );
+}
+
+/// The default policy (`context.compaction: auto`): a local model that is up and holds
+/// the session's record answers the compaction; the user's `x-glider-route: cloud`
+/// is kept; with no local backend the route stands (Glider does not answer from the
+/// record itself, as `local` would).
+#[tokio::test]
+async fn by_default_a_compaction_goes_to_a_local_model_that_holds_the_record() {
+    let mock = MockVendor::start(MockConfig::default()).await;
+    let home = tempfile::tempdir().expect("tempdir");
+    // An 8k window: the compaction as sent (Claude Code's 24 tools and all) does not
+    // fit; the record and the episode do.
+    let (gateway, context) = gateway_sized(
+        &mock,
+        home.path(),
+        8192,
+        "context: {output_reserve_tokens: 1024}\n",
+    )
+    .await;
+    let mut chat = worked_session(&gateway, &context).await;
+    let mut events = gateway.engine.bus().subscribe();
+    let compaction = chat.compaction();
+    send(&gateway, &chat, &compaction).await;
+    let route = finished(&mut events).await;
+    assert_eq!(route.backend.as_deref(), Some("local"), "{route:?}");
+    let reason = route.reason.as_deref().unwrap_or("");
+    assert!(reason.contains("context.compaction: auto"), "{reason}");
+    assert!(
+        !route.context_left_out.is_empty(),
+        "the history was left to the record: {route:?}"
+    );
+
+    // The user's own choice stands.
+    chat.headers.push(("x-glider-route".into(), "cloud".into()));
+    send(&gateway, &chat, &compaction).await;
+    let route = finished(&mut events).await;
+    assert_eq!(route.backend.as_deref(), Some("claude"), "{route:?}");
+
+    // No local backend: the route, not the record.
+    let home = tempfile::tempdir().expect("tempdir");
+    let (gateway, context) = gateway_with(&mock, home.path(), "", "").await;
+    let chat = worked_session(&gateway, &context).await;
+    let mut events = gateway.engine.bus().subscribe();
+    send(&gateway, &chat, &chat.compaction()).await;
+    let route = finished(&mut events).await;
+    assert_eq!(route.backend.as_deref(), Some("claude"), "{route:?}");
 }
 
 /// Words only conversation A ever sent.

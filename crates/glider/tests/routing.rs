@@ -110,18 +110,17 @@ const EXPECTED: &[Expected] = &[
         "tool_result",
     ),
     // Compactions: summary_request fires (+3), but the turn's thinking and tools
-    // (-4) keep the score near -1.2: no opinion, the model decides, the cloud. The
-    // classifier table says a compaction scores >= +3 and goes local; the fix is
-    // routing by evidence (another issue). `context.compaction: local` sends them
-    // local today (see `explain_shows_the_compaction_serve_sends_to_the_local_model`).
+    // (-4) keep the score near -1.2: no opinion, the model decides, the cloud; then
+    // the default policy (`context.compaction: auto`) puts the local model, which holds
+    // it, first.
     (
         "claude-code",
         "auto-compact",
         "005-compact",
-        "claude",
+        "local",
         "model",
         -1.18,
-        "served by claude",
+        "answered locally (context.compaction: auto); claude-opus-4-8 is served by claude",
     ),
     (
         "claude-code",
@@ -145,10 +144,10 @@ const EXPECTED: &[Expected] = &[
         "claude-code",
         "compact",
         "002-compact",
-        "claude",
+        "local",
         "model",
         -1.19,
-        "served by claude",
+        "answered locally (context.compaction: auto)",
     ),
     (
         "claude-code",
@@ -332,16 +331,16 @@ const EXPECTED: &[Expected] = &[
         -3.01,
         "thinking",
     ),
-    // Codex's checkpoint compaction: its instruction is not read as a summary request;
-    // reasoning alone gives -2.03, cloud by a hair (routing by evidence, as above).
+    // Codex's checkpoint compaction: its instruction is a summary request (+3) against
+    // reasoning (-2) and its size: no opinion; the default policy sends it local.
     (
         "codex",
         "auto-compact",
         "002-compact",
-        "openai",
-        "classifier",
-        -2.03,
-        "thinking",
+        "local",
+        "model",
+        0.97,
+        "answered locally (context.compaction: auto)",
     ),
     (
         "codex",

@@ -887,7 +887,8 @@ mod tests {
     }
 
     /// `glider route explain` decides on serve's path (issue 49 item 6). Claude Code
-    /// 2.1.197's captured `/compact` with `context.compaction: local`: the route alone
+    /// 2.1.197's captured `/compact` with `context.compaction: local` (and `auto`, the
+    /// default, since the local model is up and holds it): the route alone
     /// sends it to the cloud (the classifier scores it about -1.2, no opinion, so the
     /// model decides); the compaction phase then puts the local backend first. Explain
     /// stopped at the route and showed `claude`; serve sent it to `local`. Now both say
@@ -898,7 +899,7 @@ mod tests {
         let compact = captured_file("claude-code", "compact", "002-compact");
         let headers = session_of(&compact.body);
         let bytes = compact.body_bytes();
-        for (policy, first) in [("cloud", "claude"), ("local", "local")] {
+        for (policy, first) in [("cloud", "claude"), ("local", "local"), ("auto", "local")] {
             let engine = local_and_claude(&mock, &format!("context: {{compaction: {policy}}}\n"));
             let mut bus = engine.bus().subscribe();
             let explained = engine
@@ -915,7 +916,7 @@ mod tests {
                 explained
                     .reason
                     .contains("a compaction request, answered locally"),
-                policy == "local",
+                policy != "cloud",
                 "{}",
                 explained.reason
             );

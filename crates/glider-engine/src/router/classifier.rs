@@ -11,6 +11,7 @@ use glider_config::{CLASSIFIER_FEATURES, ClassifierConfig};
 use glider_ngl::{Part, Request, Role};
 use serde::Serialize;
 
+use crate::context::compaction_prompt;
 use crate::tokenizer::BYTES_PER_TOKEN;
 
 /// The numbers a classifier sees. Values are 0/1 flags except `conversation_10k_tokens`.
@@ -42,7 +43,8 @@ pub struct Scored {
 }
 
 impl Scored {
-    /// "title_request +4.0, has_tools -1.0".
+    /// "title_request +4.0, has_tools -1.0, conversation_10k_tokens -0.0143": each
+    /// contribution exactly as summed (never rounded: a -0.0143 is no -0.0).
     pub fn explain(&self) -> String {
         if self.contributions.is_empty() {
             return "no feature fired".into();
@@ -52,9 +54,19 @@ impl Scored {
             if at > 0 {
                 text.push_str(", ");
             }
-            let _ = write!(text, "{name} {value:+.1}");
+            let _ = write!(text, "{name} {}", signed(*value));
         }
         text
+    }
+}
+
+/// `value` with its sign, in the shortest form that reads back as the same number
+/// (`+4.0`, `-2.0286`): what was compared, not a rounding of it.
+pub fn signed(value: f64) -> String {
+    if value >= 0.0 {
+        format!("+{value:?}")
+    } else {
+        format!("{value:?}")
     }
 }
 
@@ -134,18 +146,17 @@ pub fn features(request: &Request) -> Features {
     let mut f = Features::default();
     let flag = |b: bool| if b { 1.0 } else { 0.0 };
 
-    let title = request.tools.is_empty()
-        && request
-            .output_schema
-            .as_ref()
-            .is_some_and(|s| s.schema.pointer("/properties/title").is_some());
-    f.set("title_request", flag(title));
+    f.set("title_request", flag(is_title_request(request)));
 
     let last_user = request.last_user_text().unwrap_or_default();
     let lower = last_user.to_lowercase();
-    let summary =
-        (lower.contains("summary") || lower.contains("summarize") || lower.contains("summarise"))
-            && (lower.contains("conversation") || lower.contains("so far"));
+    // A CLI's own compaction instruction (Claude Code's and Codex's checkpoint, which
+    // never says "summary of the conversation"), or a plain request for one.
+    let summary = compaction_prompt(request).is_some()
+        || ((lower.contains("summary")
+            || lower.contains("summarize")
+            || lower.contains("summarise"))
+            && (lower.contains("conversation") || lower.contains("so far")));
     f.set("summary_request", flag(summary));
 
     let model = request.model.to_lowercase();
@@ -184,6 +195,47 @@ pub fn features(request: &Request) -> Features {
     });
     f.set("heavy_reasoning", flag(heavy));
 
+    let conversation = conversation(request);
+    f.set("images", flag(conversation.images));
+    f.set("conversation_10k_tokens", conversation.tokens() / 10_000.0);
+    f.set(
+        "long_conversation",
+        flag(conversation.turns > LONG_CONVERSATION_TURNS),
+    );
+    f
+}
+
+/// Turns of conversation beyond which `long_conversation` fires.
+pub(crate) const LONG_CONVERSATION_TURNS: usize = 40;
+
+/// Claude Code's session title call: no tools, a JSON-schema output with a `title`.
+pub(crate) fn is_title_request(request: &Request) -> bool {
+    request.tools.is_empty()
+        && request
+            .output_schema
+            .as_ref()
+            .is_some_and(|s| s.schema.pointer("/properties/title").is_some())
+}
+
+/// What the conversation holds, system turns left out.
+pub(crate) struct Conversation {
+    /// An image anywhere, a tool result's included.
+    pub images: bool,
+    /// Bytes of text, thinking, tool calls and results.
+    pub bytes: usize,
+    /// Turns that are not system turns.
+    pub turns: usize,
+}
+
+impl Conversation {
+    /// Its size in tokens as the classifier counts them (the byte ratio).
+    pub fn tokens(&self) -> f64 {
+        (self.bytes as f64 / BYTES_PER_TOKEN).ceil()
+    }
+}
+
+/// Read what [`Conversation`] says of `request`.
+pub(crate) fn conversation(request: &Request) -> Conversation {
     let mut images = false;
     let mut conversation_bytes = 0usize;
     let mut turns = 0usize;
@@ -211,11 +263,11 @@ pub fn features(request: &Request) -> Features {
             }
         }
     }
-    f.set("images", flag(images));
-    let conversation_tokens = (conversation_bytes as f64 / BYTES_PER_TOKEN).ceil();
-    f.set("conversation_10k_tokens", conversation_tokens / 10_000.0);
-    f.set("long_conversation", flag(turns > 40));
-    f
+    Conversation {
+        images,
+        bytes: conversation_bytes,
+        turns,
+    }
 }
 
 #[cfg(test)]

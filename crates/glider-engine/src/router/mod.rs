@@ -8,6 +8,7 @@
 
 pub mod classifier;
 pub mod explicit;
+pub mod kind;
 pub mod rules;
 pub mod sticky;
 pub mod warm;
@@ -27,6 +28,7 @@ use crate::tokenizer::estimate_request_tokens;
 use crate::transform::bound_local_context;
 use classifier::Classifier;
 use explicit::Flag;
+pub use kind::{RequestKind, kind_of};
 pub use rules::RuleName;
 use rules::{Deliberation, PRIORITY, Verdict};
 use sticky::StickyStore;
@@ -88,6 +90,8 @@ pub struct RouteDecision {
     pub reason: String,
     /// The classifier's score, when it ran.
     pub score: Option<f64>,
+    /// What kind of request it is (docs/routing.md, "The default policy").
+    pub kind: RequestKind,
     /// Input tokens estimated for the request.
     pub estimated_tokens: u64,
     /// The session the request belongs to.
@@ -270,6 +274,7 @@ impl Router<'_> {
             rule,
             reason,
             score,
+            kind: kind_of(input.request),
             estimated_tokens: input.estimated_tokens,
             session,
             opinions,
@@ -682,6 +687,7 @@ pub(crate) fn starlark_view(
         "thinking": request.thinking.is_some(),
         "session": session,
         "score": score,
+        "kind": kind_of(request).as_str(),
         "headers": headers,
     })
 }
@@ -705,6 +711,7 @@ mod tests {
             reason: "r".into(),
             // Just under a local threshold of 2.0: rounded it would read as 2.0.
             score: Some(2.0 - 143.0 / 10_000.0),
+            kind: RequestKind::MainTurn,
             estimated_tokens: 143,
             session: None,
             opinions: Vec::new(),

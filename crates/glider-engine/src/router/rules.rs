@@ -264,13 +264,31 @@ impl Rule for Classifier {
         let classifier = router.classifier;
         let scored = classifier.score(&features(input.request));
         notes.score = Some(scored.score);
-        let detail = format!("score {:.1} ({})", scored.score, scored.explain());
-        Ok(if scored.score >= classifier.local_threshold() {
-            Verdict::Wants(Target::Local, detail)
-        } else if scored.score <= classifier.cloud_threshold() {
-            Verdict::Wants(Target::Cloud, detail)
+        let (local, cloud) = (classifier.local_threshold(), classifier.cloud_threshold());
+        let score = scored.score;
+        // The score and the threshold exactly as compared: a 1.9987 never reads as 2.0.
+        let (comparison, target) = if score >= local {
+            (
+                format!(">= local_threshold {local:?}: local"),
+                Some(Target::Local),
+            )
+        } else if score <= cloud {
+            (
+                format!("<= cloud_threshold {cloud:?}: cloud"),
+                Some(Target::Cloud),
+            )
         } else {
-            Verdict::Abstains(detail)
+            (
+                format!(
+                    "between cloud_threshold {cloud:?} and local_threshold {local:?}: no opinion"
+                ),
+                None,
+            )
+        };
+        let detail = format!("score {score:?} {comparison} ({})", scored.explain());
+        Ok(match target {
+            Some(target) => Verdict::Wants(target, detail),
+            None => Verdict::Abstains(detail),
         })
     }
 }

@@ -1,14 +1,19 @@
-//! Compaction answered locally (`context.compaction: local`). A CLI's compaction
-//! request ([`compaction_prompt`]: Claude Code's `/compact` and auto-compaction,
-//! Codex's checkpoint) repeats the whole conversation — often 150k tokens — to have it
-//! summarised. With the policy on, it goes to the local candidates first, and bounded
-//! context gives them the continuity record and the current episode instead of the
-//! history (the route's cloud candidates stay behind them as the fallback); with no
-//! local backend up, Glider answers it itself from the record, in the client's dialect
-//! and stream grammar. Without a record it is left to the route. Runs before the
-//! origin gate, so the MITM door's compactions are answered here too. It sends nothing
-//! itself, so `glider route explain` runs it too (a dry run: the decision then says it
-//! would be answered from the record, `answered_by`, instead of answering).
+//! Compaction answered locally (`context.compaction`, `auto` by default). A CLI's
+//! compaction request ([`compaction_prompt`]: Claude Code's `/compact` and
+//! auto-compaction, Codex's checkpoint) repeats the whole conversation — often 150k
+//! tokens — to have it summarised. With `auto` it goes to the local candidates first
+//! when one is up and holds it — the request as sent, or the session's continuity record
+//! and the current episode once bounded (the record is the summary's best input) — and
+//! only when the user did not choose the side (`/cloud`, the header, a sticky choice);
+//! else the route stands. With `local` it goes to the local candidates first whatever
+//! the route, and with no local backend up Glider answers it itself from the record, in
+//! the client's dialect and stream grammar (without a record it is left to the route).
+//! Either way bounded context gives the local model the record and the current episode
+//! instead of the history, and the route's cloud candidates stay behind as the fallback.
+//! Runs before the origin gate, so the MITM door's compactions are answered here too.
+//! It sends nothing itself, so `glider route explain` runs it too (a dry run: the
+//! decision then says it would be answered from the record, `answered_by`, instead of
+//! answering).
 
 use std::sync::Arc;
 
@@ -19,7 +24,7 @@ use glider_ngl::{Part, Response, StopReason, Usage};
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
 use crate::context::{CompactionPrompt, CompactionSource, compaction_prompt};
 use crate::pipeline::reply::Answered;
-use crate::router::Target;
+use crate::router::{RuleName, Target, local_window};
 use crate::tokenizer::estimate_text;
 
 /// The backend and model a reply built from the record is recorded under.
@@ -34,7 +39,8 @@ impl Phase for Compaction {
     }
 
     fn run<'a>(&'a self, job: &'a mut Job) -> PhaseFuture<'a> {
-        if job.runtime.config.context.compaction != CompactionPolicy::Local {
+        let policy = job.runtime.config.context.compaction;
+        if policy == CompactionPolicy::Cloud {
             return ready(Flow::Continue);
         }
         let Some(prompt) = compaction_prompt(&job.request) else {
@@ -43,14 +49,37 @@ impl Phase for Compaction {
         let Some(mut decision) = job.decision.take() else {
             return ready(Flow::Fail(not_routed()));
         };
+        let by_user = matches!(decision.rule, RuleName::Explicit | RuleName::Sticky);
+        if policy == CompactionPolicy::Auto && by_user {
+            // The user chose the side: the default policy does not overrule them.
+            job.decision = Some(decision);
+            return ready(Flow::Continue);
+        }
         let runtime = job.runtime.clone();
+        let config = &runtime.config;
         let router = runtime.router(&job.sticky);
-        let local: Vec<_> = router
+        let mut local: Vec<_> = router
             .resolve(&Target::Local, &job.request, &job.model)
             .unwrap_or_default()
             .into_iter()
-            .filter(|c| c.backend.health().status != HealthStatus::Down)
+            .filter(|c| c.backend.is_local() && c.backend.health().status != HealthStatus::Down)
             .collect();
+        let mut record: Option<Option<Arc<str>>> = None;
+        let mut session_record = |job: &Job, session: &Option<String>| -> Option<Arc<str>> {
+            record
+                .get_or_insert_with(|| match (&job.context, session) {
+                    (Some(sink), Some(session)) => sink.record(session, &job.request),
+                    _ => None,
+                })
+                .clone()
+        };
+        if policy == CompactionPolicy::Auto {
+            // A local model that sees the whole conversation, or the record in its place.
+            let bounded = config.context.bound_local
+                && local.iter().any(|c| job.tokens > local_window(config, c))
+                && session_record(job, &decision.session).is_some();
+            local.retain(|c| bounded || job.tokens <= local_window(config, c));
+        }
         if !local.is_empty() {
             let cloud = decision
                 .candidates
@@ -58,7 +87,8 @@ impl Phase for Compaction {
                 .filter(|c| !c.backend.is_local());
             decision.candidates = local.into_iter().chain(cloud).collect();
             decision.reason = format!(
-                "a compaction request, answered locally (context.compaction: local); {}",
+                "a compaction request, answered locally (context.compaction: {}); {}",
+                policy_name(policy),
                 decision.reason
             );
             job.adapted.clear();
@@ -70,11 +100,12 @@ impl Phase for Compaction {
             job.decision = Some(decision);
             return ready(Flow::Continue);
         }
-        let record: Option<Arc<str>> = match (&job.context, &decision.session) {
-            (Some(sink), Some(session)) => sink.record(session, &job.request),
-            _ => None,
-        };
-        let Some(record) = record else {
+        if policy == CompactionPolicy::Auto {
+            // No local model up that holds it: the route stands.
+            job.decision = Some(decision);
+            return ready(Flow::Continue);
+        }
+        let Some(record) = session_record(job, &decision.session) else {
             // Nothing to answer from: the route stands.
             job.decision = Some(decision);
             return ready(Flow::Continue);
@@ -92,6 +123,15 @@ impl Phase for Compaction {
         ready(Flow::Answer(Box::new(from_record(
             job, decision, prompt, &record,
         ))))
+    }
+}
+
+/// The policy as `context.compaction` spells it.
+fn policy_name(policy: CompactionPolicy) -> &'static str {
+    match policy {
+        CompactionPolicy::Auto => "auto",
+        CompactionPolicy::Cloud => "cloud",
+        CompactionPolicy::Local => "local",
     }
 }
 
