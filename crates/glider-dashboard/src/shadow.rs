@@ -3,8 +3,8 @@
 //! [`History`] writer of its own (same files, days and privacy as the request
 //! history). `GET /api/shadow` shows the summary and the latest samples;
 //! `glider shadow report` reads the files and prints the same summary
-//! ([`summarize`], [`render`]): per shadow backend and route, how often it agreed
-//! with the primary and how its latency and length compare.
+//! ([`summarize`], [`render`]): per shadow backend, route and kind of request, how
+//! often it agreed with the primary and how its latency and length compare.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
@@ -88,22 +88,27 @@ pub fn read(dir: &Path, limit: usize) -> Vec<ShadowSample> {
         .collect()
 }
 
-/// One shadow backend on one route behind one primary: what its samples add up to.
+/// One shadow backend on one route and kind of request behind one primary: what its
+/// samples add up to.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ShadowSummary {
     pub shadow_backend: String,
     /// The shadow's models seen (its answers say).
     pub shadow_models: Vec<String>,
     pub route: String,
+    /// The requests' kind (docs/routing.md); `None` for samples from before kinds.
+    pub kind: Option<String>,
     pub primary_backend: String,
     /// Every sample: compared, failed, skipped and unfinished.
     pub samples: u64,
     pub compared: u64,
-    /// Compared and agreeing: the same tools and the same stop reason.
+    /// Compared and agreeing, as the kind compares (docs/fan-out.md#comparing-answers).
     pub agreed: u64,
     /// `agreed / compared`, when any was compared.
     pub agreement: Option<f64>,
     pub same_tools: u64,
+    /// The same tools with the same arguments.
+    pub same_arguments: u64,
     pub same_stop: u64,
     pub exact: u64,
     /// The mean token-Jaccard similarity of the compared texts.
@@ -119,7 +124,7 @@ pub struct ShadowSummary {
     pub shadow_mean_output_tokens: Option<f64>,
 }
 
-/// The samples added up per (shadow backend, route, primary backend), sorted so.
+/// The samples added up per (shadow backend, route, kind, primary backend), sorted so.
 pub fn summarize<'a>(samples: impl IntoIterator<Item = &'a ShadowSample>) -> Vec<ShadowSummary> {
     #[derive(Default)]
     struct Sums {
@@ -127,6 +132,7 @@ pub fn summarize<'a>(samples: impl IntoIterator<Item = &'a ShadowSample>) -> Vec
         samples: u64,
         agreed: u64,
         same_tools: u64,
+        same_arguments: u64,
         same_stop: u64,
         exact: u64,
         similarity: f64,
@@ -138,11 +144,13 @@ pub fn summarize<'a>(samples: impl IntoIterator<Item = &'a ShadowSample>) -> Vec
         primary_tokens: u64,
         shadow_tokens: u64,
     }
-    let mut groups: BTreeMap<(String, String, String), Sums> = BTreeMap::new();
+    type Key = (String, String, Option<String>, String);
+    let mut groups: BTreeMap<Key, Sums> = BTreeMap::new();
     for sample in samples {
         let key = (
             sample.shadow_backend.clone(),
             sample.route.clone(),
+            sample.kind.clone(),
             sample.primary_backend.clone(),
         );
         let sums = groups.entry(key).or_default();
@@ -165,6 +173,7 @@ pub fn summarize<'a>(samples: impl IntoIterator<Item = &'a ShadowSample>) -> Vec
         };
         sums.agreed += u64::from(agreement.agrees);
         sums.same_tools += u64::from(agreement.same_tools);
+        sums.same_arguments += u64::from(agreement.same_arguments);
         sums.same_stop += u64::from(agreement.same_stop);
         sums.exact += u64::from(agreement.exact);
         sums.similarity += agreement.text_similarity;
@@ -175,31 +184,35 @@ pub fn summarize<'a>(samples: impl IntoIterator<Item = &'a ShadowSample>) -> Vec
     }
     groups
         .into_iter()
-        .map(|((shadow_backend, route, primary_backend), mut sums)| {
-            let compared = sums.primary_ms.len() as u64;
-            let per_compared = |total: f64| (compared > 0).then(|| total / compared as f64);
-            ShadowSummary {
-                shadow_backend,
-                shadow_models: sums.models,
-                route,
-                primary_backend,
-                samples: sums.samples,
-                compared,
-                agreed: sums.agreed,
-                agreement: per_compared(sums.agreed as f64),
-                same_tools: sums.same_tools,
-                same_stop: sums.same_stop,
-                exact: sums.exact,
-                mean_text_similarity: per_compared(sums.similarity),
-                failed: sums.failed,
-                skipped: sums.skipped,
-                primary_unfinished: sums.unfinished,
-                primary_p50_ms: median(&mut sums.primary_ms),
-                shadow_p50_ms: median(&mut sums.shadow_ms),
-                primary_mean_output_tokens: per_compared(sums.primary_tokens as f64),
-                shadow_mean_output_tokens: per_compared(sums.shadow_tokens as f64),
-            }
-        })
+        .map(
+            |((shadow_backend, route, kind, primary_backend), mut sums)| {
+                let compared = sums.primary_ms.len() as u64;
+                let per_compared = |total: f64| (compared > 0).then(|| total / compared as f64);
+                ShadowSummary {
+                    shadow_backend,
+                    shadow_models: sums.models,
+                    route,
+                    kind,
+                    primary_backend,
+                    samples: sums.samples,
+                    compared,
+                    agreed: sums.agreed,
+                    agreement: per_compared(sums.agreed as f64),
+                    same_tools: sums.same_tools,
+                    same_arguments: sums.same_arguments,
+                    same_stop: sums.same_stop,
+                    exact: sums.exact,
+                    mean_text_similarity: per_compared(sums.similarity),
+                    failed: sums.failed,
+                    skipped: sums.skipped,
+                    primary_unfinished: sums.unfinished,
+                    primary_p50_ms: median(&mut sums.primary_ms),
+                    shadow_p50_ms: median(&mut sums.shadow_ms),
+                    primary_mean_output_tokens: per_compared(sums.primary_tokens as f64),
+                    shadow_mean_output_tokens: per_compared(sums.shadow_tokens as f64),
+                }
+            },
+        )
         .collect()
 }
 
@@ -225,9 +238,14 @@ pub fn render(rows: &[ShadowSummary]) -> String {
         } else {
             format!(" ({})", row.shadow_models.join(", "))
         };
+        let kind = row
+            .kind
+            .as_deref()
+            .map(|kind| format!(", kind {kind}"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "{}{models} shadowing {} on route {}",
+            "{}{models} shadowing {} on route {}{kind}",
             row.shadow_backend, row.primary_backend, row.route
         );
         let _ = writeln!(
@@ -237,11 +255,12 @@ pub fn render(rows: &[ShadowSummary]) -> String {
         );
         let _ = writeln!(
             out,
-            "  agreement {} ({} of {}): same tools {}, same stop {}, identical text {}, mean text similarity {}",
+            "  agreement {} ({} of {}): same tools {} ({} with the same arguments), same stop {}, identical text {}, mean text similarity {}",
             percent(row.agreement),
             row.agreed,
             row.compared,
             row.same_tools,
+            row.same_arguments,
             row.same_stop,
             row.exact,
             row.mean_text_similarity
@@ -321,6 +340,7 @@ pub(crate) mod tests {
             // Now: a line of a day past `keep_days` is deleted when written.
             at_ms: crate::unix_ms(),
             route: "model".into(),
+            kind: None,
             primary_backend: "cloud".into(),
             shadow_backend: "local".into(),
             outcome,
@@ -330,6 +350,7 @@ pub(crate) mod tests {
             agreement: agrees.map(|agrees| Agreement {
                 agrees,
                 same_tools: true,
+                same_arguments: true,
                 same_stop: agrees,
                 exact: false,
                 text_similarity: 0.5,

@@ -4,11 +4,14 @@
 //! scenario's order through a real `glider serve` with a local mock (Ollama) and a cloud
 //! mock (Anthropic and OpenAI). Per kind of request, the requests and estimated tokens
 //! each side received must be the figures docs/routing.md's policy table states, so the
-//! table is what the code does. Counts, never timing.
+//! table is what the code does. Then the evidence: the same replay with shadow copies to
+//! the local model and scripted answers that agree or disagree, and `glider shadow
+//! report`'s agreement per kind exactly what those samples give. Counts, never timing.
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use common::serve::serve_yaml;
 use common::*;
@@ -18,19 +21,39 @@ use glider_engine::router::RequestKind;
 use glider_ngl::Dialect;
 use glider_test_support::captured::{captured, clis, scenarios};
 use glider_test_support::{MockConfig, MockVendor};
+use serde_json::Value;
+
+const GLIDER: &str = env!("CARGO_BIN_EXE_glider");
+
+/// What a replay runs under.
+#[derive(Default)]
+struct Setup {
+    /// `context` keys beside the summarizer's (`, key: value`).
+    context: &'static str,
+    /// The `fan_out` section, if any.
+    fan_out: Option<&'static str>,
+    /// Scripted reply texts of the local and the cloud mock (default: an echo).
+    local_reply: Option<&'static str>,
+    cloud_reply: Option<&'static str>,
+}
 
 /// The default profile's shape: one local model with a 32k window, the two vendors'
 /// models in the cloud; everything else (the context log, `context.compaction`) as
 /// shipped, but the summarizer off (its own requests to the local model, off the
-/// request path, are not the client's), plus `context` keys `extra` (`, key: value`).
-fn config(local: &MockVendor, cloud: &MockVendor, extra: &str) -> String {
+/// request path, are not the client's), plus the setup's keys.
+fn config(local: &MockVendor, cloud: &MockVendor, setup: &Setup) -> String {
     let (local, cloud) = (local.base_url(), cloud.base_url());
+    let fan_out = setup
+        .fan_out
+        .map(|f| format!("fan_out: {f}\n"))
+        .unwrap_or_default();
     format!(
         "backends:\n\
          \x20 - {{name: local, type: ollama, base_url: '{local}', models: ['qwen2.5-coder:7b'], default_model: 'qwen2.5-coder:7b', context_window: 32768}}\n\
          \x20 - {{name: claude, type: anthropic, base_url: '{cloud}', api_key: k, models: ['claude-*'], default_model: claude-sonnet-4-5}}\n\
          \x20 - {{name: openai, type: openai, base_url: '{cloud}/v1', api_key: k, models: ['gpt-*'], default_model: gpt-5-codex}}\n\
-         context: {{summarizer: {{enabled: false}}{extra}}}\n"
+         context: {{summarizer: {{enabled: false}}{}}}\n{fan_out}",
+        setup.context
     )
 }
 
@@ -54,12 +77,68 @@ impl Tally {
     }
 }
 
-/// Replay every captured session through `glider serve` with `extra` context keys; the
-/// tally per kind, and every request's `cli/scenario/file -> backend`.
-async fn replay(extra: &str) -> (BTreeMap<RequestKind, Tally>, Vec<String>) {
-    let local = MockVendor::start(MockConfig::default()).await;
-    let cloud = MockVendor::start(MockConfig::default()).await;
-    let yaml = config(&local, &cloud, extra);
+/// One replayed request: `cli/scenario/file`, its kind, and the rule and backend of
+/// its `x-glider-route`.
+#[derive(Debug)]
+struct Routed {
+    case: String,
+    kind: RequestKind,
+    rule: String,
+    backend: String,
+    /// Its last user message holds a tool result and then text (Claude Code's automatic
+    /// compaction joins its instruction to the last tool result).
+    tool_result_then_text: bool,
+}
+
+impl Routed {
+    /// Sent to the cloud by the policy, not by the user: what shadow copies sample.
+    fn sampled(&self) -> bool {
+        self.backend != "local" && !matches!(self.rule.as_str(), "explicit" | "sticky")
+    }
+}
+
+/// Whether an Anthropic body's last user message holds a tool result followed by text.
+fn tool_result_then_text(body: &Value) -> bool {
+    let Some(messages) = body["messages"].as_array() else {
+        return false;
+    };
+    let Some(last) = messages.iter().rev().find(|m| m["role"] == "user") else {
+        return false;
+    };
+    let types: Vec<&str> = last["content"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|b| b["type"].as_str()).collect())
+        .unwrap_or_default();
+    types
+        .iter()
+        .position(|t| *t == "tool_result")
+        .is_some_and(|at| types[at..].contains(&"text"))
+}
+
+struct Replay {
+    tally: BTreeMap<RequestKind, Tally>,
+    routes: Vec<Routed>,
+    /// The server's `GLIDER_HOME`, kept for the commands that read it afterwards.
+    home: tempfile::TempDir,
+}
+
+/// Replay every captured session through `glider serve` under `setup`; with shadow
+/// copies on, each sampled request's sample is awaited before the next request (the
+/// budget's one copy at a time), and the server is stopped (its files flushed).
+async fn replay(setup: Setup) -> Replay {
+    let mock = |reply: Option<&str>| MockConfig {
+        reply_text: reply.map(str::to_owned),
+        ..MockConfig::default()
+    };
+    // A local model that thinks, as the CLIs ask (a shadow copy is sent as the route
+    // would have sent it, not fitted to the model).
+    let local = MockVendor::start(MockConfig {
+        thinking_models: vec!["qwen2.5-coder:7b".into()],
+        ..mock(setup.local_reply)
+    })
+    .await;
+    let cloud = MockVendor::start(mock(setup.cloud_reply)).await;
+    let yaml = config(&local, &cloud, &setup);
     let home = tempfile::tempdir().expect("tempdir");
     let served = serve_yaml(home.path(), &yaml);
     // The kind and the token estimate of each request, read by the same engine code on
@@ -69,7 +148,7 @@ async fn replay(extra: &str) -> (BTreeMap<RequestKind, Tally>, Vec<String>) {
         None,
     ));
     let mut tally: BTreeMap<RequestKind, Tally> = BTreeMap::new();
-    let mut routes = Vec::new();
+    let mut routes: Vec<Routed> = Vec::new();
     for cli in clis() {
         let front = if cli.starts_with("codex") {
             Dialect::OpenAiResponses
@@ -104,18 +183,42 @@ async fn replay(extra: &str) -> (BTreeMap<RequestKind, Tally>, Vec<String>) {
                 let case = format!("{cli}/{scenario}/{}", r.file);
                 assert_eq!(reply.status, 200, "{case}: {}", reply.text());
                 let route = reply.header("x-glider-route").to_owned();
-                let backend = route
-                    .split("; ")
-                    .find_map(|p| p.strip_prefix("backend="))
-                    .unwrap_or_else(|| panic!("{case}: no backend in {route}"))
-                    .to_owned();
+                let field = |name: &str| {
+                    route
+                        .split("; ")
+                        .find_map(|p| p.strip_prefix(name))
+                        .unwrap_or_else(|| panic!("{case}: no {name} in {route}"))
+                        .to_owned()
+                };
+                let (rule, backend) = (field("rule="), field("backend="));
+                let routed = Routed {
+                    case,
+                    kind: explained.kind,
+                    rule,
+                    backend,
+                    tool_result_then_text: tool_result_then_text(&r.body),
+                };
                 tally
-                    .entry(explained.kind)
+                    .entry(routed.kind)
                     .or_default()
-                    .add(explained.estimated_tokens, backend == "local");
-                routes.push(format!("{case} {} -> {backend}", explained.kind));
+                    .add(explained.estimated_tokens, routed.backend == "local");
+                routes.push(routed);
+                if setup.fan_out.is_some() {
+                    let sampled = routes.iter().filter(|r| r.sampled()).count();
+                    served
+                        .poll_json("/api/shadow", |v| v["kept"] == sampled)
+                        .await;
+                }
             }
         }
+    }
+    if setup.fan_out.is_some() {
+        served.stop_within(Duration::from_secs(30));
+        return Replay {
+            tally,
+            routes,
+            home,
+        };
     }
     // The local mock saw exactly the requests the routes name local (no fallback, no
     // second try hid anywhere).
@@ -127,7 +230,11 @@ async fn replay(extra: &str) -> (BTreeMap<RequestKind, Tally>, Vec<String>) {
     let local_routed: u64 = tally.values().map(|t| t.local_requests).sum();
     assert_eq!(local_chats, local_routed, "{routes:#?}");
     drop(served);
-    (tally, routes)
+    Replay {
+        tally,
+        routes,
+        home,
+    }
 }
 
 /// `12.3 %`.
@@ -212,7 +319,7 @@ fn documented_rows() -> Vec<String> {
 
 #[tokio::test]
 async fn the_captured_sessions_go_where_the_documented_policy_says() {
-    let (tally, routes) = replay("").await;
+    let Replay { tally, routes, .. } = replay(Setup::default()).await;
     let measured = measured_rows(&tally);
     assert_eq!(
         documented_rows(),
@@ -238,11 +345,21 @@ async fn the_captured_sessions_go_where_the_documented_policy_says() {
     ] {
         assert_eq!(side(kind).local_requests, 0, "{kind}: {routes:#?}");
     }
-    assert!(
+    let flagged = |scenario: &str| {
         routes
             .iter()
-            .any(|r| r.contains("cloud-flag/002-messages.json main_turn -> claude")),
-        "{routes:#?}"
+            .find(|r| r.case.contains(scenario))
+            .unwrap_or_else(|| panic!("{scenario} replayed"))
+    };
+    let cloud = flagged("cloud-flag/");
+    assert_eq!(
+        (cloud.rule.as_str(), cloud.backend.as_str()),
+        ("explicit", "claude")
+    );
+    let local = flagged("local-flag/");
+    assert_eq!(
+        (local.rule.as_str(), local.backend.as_str()),
+        ("explicit", "local")
     );
 }
 
@@ -250,7 +367,11 @@ async fn the_captured_sessions_go_where_the_documented_policy_says() {
 /// policy changed, and that the replay tells the two apart.
 #[tokio::test]
 async fn with_compaction_cloud_no_compaction_goes_local() {
-    let (tally, routes) = replay(", compaction: cloud").await;
+    let Replay { tally, routes, .. } = replay(Setup {
+        context: ", compaction: cloud",
+        ..Setup::default()
+    })
+    .await;
     let compactions = tally
         .get(&RequestKind::Compaction)
         .copied()
@@ -258,4 +379,91 @@ async fn with_compaction_cloud_no_compaction_goes_local() {
     assert_eq!(compactions.requests, 3, "{routes:#?}");
     assert_eq!(compactions.local_requests, 0, "{routes:#?}");
     assert_ne!(measured_rows(&tally), documented_rows());
+}
+
+/// `glider shadow report --json` under `home`, its rows added up per kind:
+/// (samples, compared, agreed), and the text report.
+fn report_per_kind(home: &std::path::Path) -> (BTreeMap<String, (u64, u64, u64)>, String) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(GLIDER)
+            .env("GLIDER_HOME", home)
+            .env_remove("GLIDER_CONFIG")
+            .args(args)
+            .output()
+            .expect("glider runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let report: Value = serde_json::from_str(&run(&["shadow", "report", "--json"])).expect("JSON");
+    let mut per_kind: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+    for row in report["summary"].as_array().expect("rows") {
+        let kind = row["kind"].as_str().expect("every sample has its kind");
+        let sums = per_kind.entry(kind.to_owned()).or_default();
+        let n = |key: &str| row[key].as_u64().expect("a count");
+        sums.0 += n("samples");
+        sums.1 += n("compared");
+        sums.2 += n("agreed");
+    }
+    (per_kind, run(&["shadow", "report"]))
+}
+
+/// Shadow copies over the captured sessions, with compactions routed to the cloud
+/// (`context.compaction: cloud`: the evidence one would gather before sending them
+/// local) and every cloud-routed request the policy chose copied to the local model.
+/// The mocks answer a trailing tool result alike and otherwise with their scripted
+/// text: the same text (everything agrees), or another (a title or compaction compares
+/// text and disagrees; an agent's step compares tool calls and stop reasons, and
+/// agrees). One compaction disagrees either way: Claude Code's automatic one joins its
+/// instruction to the last tool result, which the cloud mock (Anthropic) acknowledges
+/// ("tool result: …") while the local one (Ollama, where the result is a `tool` message
+/// before the text) answers the text. The report's figures per kind are exactly those;
+/// the user's `/cloud` is never copied.
+#[tokio::test]
+async fn shadow_samples_give_the_agreement_per_kind_the_answers_give() {
+    const LOCAL: &str = "Fixed the typo in notes.txt";
+    for (cloud_reply, text_agrees) in [(LOCAL, true), ("Greeting", false)] {
+        let Replay { routes, home, .. } = replay(Setup {
+            context: ", compaction: cloud",
+            fan_out: Some(
+                "{mode: shadow, shadow: {target: local, sample_rate: 1.0, max_per_minute: 1000}}",
+            ),
+            local_reply: Some(LOCAL),
+            cloud_reply: Some(cloud_reply),
+        })
+        .await;
+        let mut expected: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+        for routed in routes.iter().filter(|r| r.sampled()) {
+            let text_kind = matches!(routed.kind, RequestKind::Title | RequestKind::Compaction);
+            let sums = expected.entry(routed.kind.to_string()).or_default();
+            sums.0 += 1;
+            sums.1 += 1;
+            let agrees = !text_kind || (text_agrees && !routed.tool_result_then_text);
+            sums.2 += u64::from(agrees);
+        }
+        assert_eq!(
+            expected.get("compaction").map(|s| s.0),
+            Some(3),
+            "the compactions went to the cloud and were copied: {routes:#?}"
+        );
+        let (report, text) = report_per_kind(home.path());
+        assert_eq!(
+            report, expected,
+            "cloud says {cloud_reply:?}: {routes:#?}\n{text}"
+        );
+        assert!(
+            text.contains(
+                "local (qwen2.5-coder:7b) shadowing claude on route model, kind compaction"
+            ),
+            "{text}"
+        );
+        let flagged = routes
+            .iter()
+            .filter(|r| r.backend != "local" && !r.sampled())
+            .count();
+        assert_eq!(flagged, 1, "the /cloud turn, never copied: {routes:#?}");
+    }
 }

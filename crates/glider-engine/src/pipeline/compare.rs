@@ -1,9 +1,12 @@
 //! How two answers to one request compare, for fan-out `all` and `shadow`: each
 //! answer's latency, output tokens, stop reason, tool calls and a digest of its text,
 //! and whether another answer agrees with the one the client got. Cheap on purpose (no
-//! model judges): two answers agree when they chose the same tools (by name, in order)
-//! and stopped for the same reason; beside that, the texts' token-Jaccard similarity
-//! and whether they are identical. docs/fan-out.md#comparing-answers.
+//! model judges), and by the request's kind (docs/routing.md's kinds) when it is known:
+//! a title or a compaction asks for text, so two answers agree when neither called a
+//! tool and their texts' token-Jaccard similarity is at least [`TEXT_AGREEMENT`]; any
+//! other kind is a step of an agent, so two answers agree when they called the same
+//! tools with the same arguments (in order) and stopped for the same reason. Beside
+//! that, the similarity and whether the texts are identical. docs/fan-out.md#comparing-answers.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -12,6 +15,8 @@ use glider_backend::UpstreamRequest;
 use glider_dialects::codec;
 use glider_ngl::{Response, ResponseBuilder};
 use serde::{Deserialize, Serialize};
+
+use crate::router::RequestKind;
 
 /// One candidate's answer, as a record keeps it (never its text).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,12 +37,21 @@ pub struct AnswerSummary {
     pub error: Option<String>,
 }
 
+/// Token-Jaccard similarity from which two answers to a title or compaction request
+/// agree: half their distinct words shared.
+pub const TEXT_AGREEMENT: f64 = 0.5;
+
 /// How an answer compares with the one the client got.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Agreement {
-    /// Same tools called (names, in order) and same stop reason.
+    /// By the request's kind: the same tool calls (names and arguments, in order) and
+    /// the same stop reason; for a title or compaction, text only and a similarity of
+    /// at least [`TEXT_AGREEMENT`].
     pub agrees: bool,
     pub same_tools: bool,
+    /// The same tools called with the same arguments, in order.
+    #[serde(default)]
+    pub same_arguments: bool,
     pub same_stop: bool,
     /// The texts are identical.
     pub exact: bool,
@@ -49,6 +63,8 @@ pub struct Agreement {
 pub(crate) struct Answer {
     pub summary: AnswerSummary,
     text: String,
+    /// Each tool call's arguments, in order, as compact JSON.
+    arguments: Vec<String>,
 }
 
 impl Answer {
@@ -84,6 +100,9 @@ impl Answer {
                 error: None,
             },
             text,
+            arguments: glider_ngl::tool_calls(&response.parts)
+                .map(|(_, _, arguments)| arguments.to_string())
+                .collect(),
         }
     }
 
@@ -102,23 +121,41 @@ impl Answer {
                 error: Some(error),
             },
             text: String::new(),
+            arguments: Vec::new(),
         }
     }
 
-    /// How `self` compares with `chosen` (the answer the client got); `None` when
-    /// either has no answer.
+    /// How `self` compares with `chosen` (the answer the client got) as an agent's
+    /// step; `None` when either has no answer.
     pub fn against(&self, chosen: &Answer) -> Option<Agreement> {
+        self.against_as(chosen, RequestKind::MainTurn)
+    }
+
+    /// How `self` compares with `chosen` for a request of `kind`; `None` when either
+    /// has no answer.
+    pub fn against_as(&self, chosen: &Answer, kind: RequestKind) -> Option<Agreement> {
         if self.summary.error.is_some() || chosen.summary.error.is_some() {
             return None;
         }
         let same_tools = self.summary.tool_calls == chosen.summary.tool_calls;
+        let same_arguments = same_tools && self.arguments == chosen.arguments;
         let same_stop = self.summary.stop_reason == chosen.summary.stop_reason;
+        let text_similarity = token_jaccard(&self.text, &chosen.text);
+        let agrees = match kind {
+            RequestKind::Title | RequestKind::Compaction => {
+                self.summary.tool_calls.is_empty()
+                    && chosen.summary.tool_calls.is_empty()
+                    && text_similarity >= TEXT_AGREEMENT
+            }
+            _ => same_arguments && same_stop,
+        };
         Some(Agreement {
-            agrees: same_tools && same_stop,
+            agrees,
             same_tools,
+            same_arguments,
             same_stop,
             exact: self.text == chosen.text,
-            text_similarity: token_jaccard(&self.text, &chosen.text),
+            text_similarity,
         })
     }
 }
@@ -164,12 +201,21 @@ mod tests {
     use glider_ngl::{Part, StopReason, Usage};
 
     fn response(text: &str, tools: &[&str], stop: StopReason) -> Response {
+        with_arguments(text, tools, stop, serde_json::json!({}))
+    }
+
+    fn with_arguments(
+        text: &str,
+        tools: &[&str],
+        stop: StopReason,
+        arguments: serde_json::Value,
+    ) -> Response {
         let mut parts = vec![Part::text(text)];
         for name in tools {
             parts.push(Part::ToolCall {
                 id: format!("call_{name}"),
                 name: (*name).to_owned(),
-                arguments: serde_json::json!({}),
+                arguments: arguments.clone(),
             });
         }
         Response {
@@ -225,5 +271,58 @@ mod tests {
         assert_eq!(chosen.summary.digest, other.summary.digest);
         let failed = Answer::failed("l", "l", "boom".into(), took);
         assert!(failed.against(&chosen).is_none());
+    }
+
+    #[test]
+    fn by_kind_a_step_needs_the_same_arguments_and_a_title_similar_words() {
+        let took = Duration::ZERO;
+        let read = |path: &str| {
+            Answer::of(
+                "x",
+                "x",
+                &with_arguments(
+                    "",
+                    &["Read"],
+                    StopReason::ToolUse,
+                    serde_json::json!({"file_path": path}),
+                ),
+                took,
+            )
+        };
+        let (cloud, same, other) = (read("notes.txt"), read("notes.txt"), read("red.png"));
+        let agreement = same
+            .against_as(&cloud, RequestKind::ToolFollowup)
+            .expect("both");
+        assert!(
+            agreement.agrees && agreement.same_arguments,
+            "{agreement:?}"
+        );
+        let agreement = other
+            .against_as(&cloud, RequestKind::ToolFollowup)
+            .expect("both");
+        assert!(agreement.same_tools && !agreement.same_arguments && !agreement.agrees);
+
+        let text = |t: &str| Answer::of("x", "x", &response(t, &[], StopReason::EndTurn), took);
+        let cloud = text("Fix typo in notes file");
+        // {fix, typo, in, notes} of {fix, typo, in, notes, file, txt}: 0.667.
+        let close = text("Fix typo in notes.txt");
+        let agreement = close.against_as(&cloud, RequestKind::Title).expect("both");
+        assert!(agreement.agrees, "{agreement:?}");
+        // As an agent's step the words do not matter: same (no) tools, same stop.
+        let far = text("Greeting");
+        assert!(
+            far.against_as(&cloud, RequestKind::MainTurn)
+                .expect("both")
+                .agrees
+        );
+        let agreement = far.against_as(&cloud, RequestKind::Title).expect("both");
+        assert!(!agreement.agrees && agreement.text_similarity < TEXT_AGREEMENT);
+        let tool = read("notes.txt");
+        assert!(
+            !tool
+                .against_as(&cloud, RequestKind::Compaction)
+                .expect("both")
+                .agrees
+        );
     }
 }

@@ -31,6 +31,7 @@ use tokio::sync::oneshot;
 use super::compare::{Agreement, Answer, AnswerSummary};
 use super::fan_out::read_whole;
 use crate::events::{Bus, PipelineEvent, unix_ms};
+use crate::router::RequestKind;
 
 /// Largest primary reply kept for the comparison; a longer one is not compared (its
 /// chunks would stay alive until the shadow's answer ends).
@@ -73,6 +74,10 @@ pub struct ShadowSample {
     pub at_ms: u64,
     /// The rule that decided the request (`classifier`, `model`…).
     pub route: String,
+    /// The request's kind (`tool_followup`, `compaction`…; docs/routing.md), which
+    /// says how the two answers were compared. Absent in samples from before kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     pub primary_backend: String,
     pub shadow_backend: String,
     pub outcome: ShadowOutcome,
@@ -210,6 +215,8 @@ pub(crate) struct ShadowRequest<'a> {
     pub bus: Bus,
     pub request_id: u64,
     pub route: &'a str,
+    /// The request's kind: how the answers are compared, and what the sample says.
+    pub kind: RequestKind,
     pub candidates: &'a [Candidate],
     pub requests: &'a [UpstreamRequest],
     /// What the candidates tried before the primary ran into (never the shadow).
@@ -247,6 +254,7 @@ impl ShadowRequest<'_> {
             request_id: self.request_id,
             at_ms: unix_ms(),
             route: self.route.to_owned(),
+            kind: Some(self.kind.as_str().to_owned()),
             primary_backend: primary.backend.name().to_owned(),
             shadow_backend: shadow.backend.name().to_owned(),
             outcome: ShadowOutcome::Skipped,
@@ -293,6 +301,7 @@ impl ShadowRequest<'_> {
         });
         let primary_model = primary.model.clone();
         let bus = self.bus;
+        let kind = self.kind;
         // Held while the copy runs: the model is busy for the next request's copy, and
         // the VRAM planner does not evict it under the copy.
         let held = vram.map(|vram| vram.reserve(shadow.backend.name(), &shadow.model));
@@ -329,7 +338,7 @@ impl ShadowRequest<'_> {
                 None => ShadowOutcome::PrimaryUnfinished,
                 Some(_) if shadow_answer.summary.error.is_some() => ShadowOutcome::Failed,
                 Some(primary) => {
-                    sample.agreement = shadow_answer.against(primary);
+                    sample.agreement = shadow_answer.against_as(primary, kind);
                     ShadowOutcome::Compared
                 }
             };

@@ -64,8 +64,11 @@ async fn execute(job: &mut Job) -> Flow {
         }
         executed
     });
+    // A request the user sent somewhere themselves (`/cloud`, the header, a sticky
+    // choice) is never copied: the user decided, there is nothing to learn.
     if let (glider_config::FanOutMode::Shadow, Ok(executed)) = (policy.mode, &mut executed)
         && let Some(decision) = &job.decision
+        && !matches!(decision.rule, RuleName::Explicit | RuleName::Sticky)
     {
         let shadowed = send_shadow(job, decision, executed, primary_started, vram);
         job.tracker.record.fan_out = Some(shadowed);
@@ -141,6 +144,7 @@ fn send_shadow(
         bus: job.tracker.bus().clone(),
         request_id: job.tracker.id(),
         route: decision.rule.as_str(),
+        kind: decision.kind,
         candidates: &decision.candidates,
         requests: &job.upstream,
         failures: &executed.failures,
