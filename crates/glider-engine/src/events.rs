@@ -46,6 +46,12 @@ pub struct RequestRecord {
     pub local: Option<bool>,
     pub rule: Option<String>,
     pub reason: Option<String>,
+    /// The request's kind (docs/routing.md, "The default policy"): `glider route
+    /// report` sums by it.
+    pub kind: Option<String>,
+    /// The classifier's score as compared with the thresholds, when it ran: what a
+    /// threshold change would move (`glider route report`).
+    pub score: Option<f64>,
     pub estimated_tokens: u64,
     pub usage: Usage,
     /// Milliseconds to the first byte of the reply.
@@ -99,6 +105,8 @@ impl RequestRecord {
             local: None,
             rule: None,
             reason: None,
+            kind: None,
+            score: None,
             estimated_tokens: 0,
             usage: Usage::default(),
             ttft_ms: None,

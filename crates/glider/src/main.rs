@@ -4,6 +4,7 @@
 
 mod explain;
 mod fan_out_commands;
+mod route_report;
 
 use crate::out::outln;
 use std::path::PathBuf;
@@ -182,6 +183,31 @@ enum RouteAction {
         #[arg(long, value_name = "SEQ")]
         compare: Option<u64>,
     },
+    /// The routing evidence under GLIDER_HOME: requests and tokens per rule, side and
+    /// kind (history), local agreement per kind (shadow samples), and what a lower
+    /// routing.classifier.local_threshold would move; --apply writes the suggestion.
+    Report {
+        /// Config file whose thresholds are read (and, with --apply, written).
+        /// Default: the embedded configs/glider.yaml.
+        #[arg(short, long, env = "GLIDER_CONFIG")]
+        config: Option<PathBuf>,
+        /// The newest requests (and shadow samples) read.
+        #[arg(long, default_value_t = route_report::REPORT_REQUESTS)]
+        last: usize,
+        /// Compared shadow samples each moved kind needs for a suggestion.
+        #[arg(long, default_value_t = route_report::MIN_SAMPLES)]
+        min_samples: u64,
+        /// Pooled agreement (0.0 to 1.0) a suggestion needs.
+        #[arg(long, default_value_t = route_report::MIN_AGREEMENT)]
+        min_agreement: f64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Write the suggested local_threshold to the config file (a running glider
+        /// serve reloads it).
+        #[arg(long)]
+        apply: bool,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -220,6 +246,30 @@ fn main() -> std::process::ExitCode {
         } => print_or_fail(
             "glider route explain --compare",
             fan_out_commands::compare(&glider_home(), id, json),
+        ),
+        Command::Route {
+            action:
+                RouteAction::Report {
+                    config,
+                    last,
+                    min_samples,
+                    min_agreement,
+                    json,
+                    apply,
+                },
+        } => print_or_fail(
+            "glider route report",
+            route_report::run(
+                &glider_home(),
+                config.as_deref(),
+                last,
+                route_report::Bar {
+                    min_samples,
+                    min_agreement,
+                },
+                json,
+                apply,
+            ),
         ),
         Command::Shadow {
             action: ShadowAction::Report { last, json },

@@ -52,7 +52,8 @@ fn config(local: &MockVendor, cloud: &MockVendor, setup: &Setup) -> String {
          \x20 - {{name: local, type: ollama, base_url: '{local}', models: ['qwen2.5-coder:7b'], default_model: 'qwen2.5-coder:7b', context_window: 32768}}\n\
          \x20 - {{name: claude, type: anthropic, base_url: '{cloud}', api_key: k, models: ['claude-*'], default_model: claude-sonnet-4-5}}\n\
          \x20 - {{name: openai, type: openai, base_url: '{cloud}/v1', api_key: k, models: ['gpt-*'], default_model: gpt-5-codex}}\n\
-         context: {{summarizer: {{enabled: false}}{}}}\n{fan_out}",
+         context: {{summarizer: {{enabled: false}}{}}}\n{fan_out}\
+         routing:\n  classifier:\n    local_threshold: 2.0\n",
         setup.context
     )
 }
@@ -85,6 +86,9 @@ struct Routed {
     kind: RequestKind,
     rule: String,
     backend: String,
+    /// The classifier's score and the estimated input tokens (the dry run's).
+    score: Option<f64>,
+    tokens: u64,
     /// Its last user message holds a tool result and then text (Claude Code's automatic
     /// compaction joins its instruction to the last tool result).
     tool_result_then_text: bool,
@@ -196,6 +200,8 @@ async fn replay(setup: Setup) -> Replay {
                     kind: explained.kind,
                     rule,
                     backend,
+                    score: explained.score,
+                    tokens: explained.estimated_tokens,
                     tool_result_then_text: tool_result_then_text(&r.body),
                 };
                 tally
@@ -465,5 +471,153 @@ async fn shadow_samples_give_the_agreement_per_kind_the_answers_give() {
             .filter(|r| r.backend != "local" && !r.sampled())
             .count();
         assert_eq!(flagged, 1, "the /cloud turn, never copied: {routes:#?}");
+        if text_agrees {
+            route_report_and_apply(home.path(), &routes, &expected);
+        }
     }
+}
+
+/// `glider route report` (and `--apply`) under `home`, the history and samples of the
+/// replay that gave `routes` and the shadow figures `shadowed` (kind -> samples,
+/// compared, agreed).
+fn route_report_and_apply(
+    home: &std::path::Path,
+    routes: &[Routed],
+    shadowed: &BTreeMap<String, (u64, u64, u64)>,
+) {
+    let config = home.join("glider.yaml");
+    let config_arg = config.to_str().expect("utf-8");
+    let run = |args: &[&str]| {
+        std::process::Command::new(GLIDER)
+            .env("GLIDER_HOME", home)
+            .env_remove("GLIDER_CONFIG")
+            .args(["route", "report", "-c", config_arg])
+            .args(args)
+            .output()
+            .expect("glider runs")
+    };
+    let json = |args: &[&str]| -> Value {
+        let out = run(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let report = json(&["--json"]);
+    assert_eq!(report["requests_read"], routes.len(), "{report:#}");
+    // Per rule and side, the requests and tokens the replay routed.
+    let mut by_rule: BTreeMap<String, BTreeMap<String, (u64, u64)>> = BTreeMap::new();
+    for r in routes {
+        let side = if r.backend == "local" {
+            "local"
+        } else {
+            "cloud"
+        };
+        let v = by_rule
+            .entry(r.rule.clone())
+            .or_default()
+            .entry(side.into())
+            .or_default();
+        v.0 += 1;
+        v.1 += r.tokens;
+    }
+    let reported: BTreeMap<String, BTreeMap<String, (u64, u64)>> = report["by_rule"]
+        .as_object()
+        .expect("by_rule")
+        .iter()
+        .map(|(rule, sides)| {
+            let sides = sides
+                .as_object()
+                .expect("sides")
+                .iter()
+                .map(|(side, v)| {
+                    let n = |k: &str| v[k].as_u64().expect("a count");
+                    (side.clone(), (n("requests"), n("tokens")))
+                })
+                .collect();
+            (rule.clone(), sides)
+        })
+        .collect();
+    assert_eq!(reported, by_rule);
+    // Per kind, the shadow evidence.
+    for row in report["by_kind"].as_array().expect("by_kind") {
+        let kind = row["kind"].as_str().expect("kind");
+        let (_, compared, agreed) = shadowed.get(kind).copied().unwrap_or_default();
+        assert_eq!(
+            (row["compared"].as_u64(), row["agreed"].as_u64()),
+            (Some(compared), Some(agreed)),
+            "{kind}"
+        );
+    }
+    // What a lower threshold moves: each score the policy sent to the cloud between
+    // the thresholds, highest first, and everything scoring at least that.
+    let mut movable: Vec<&Routed> = routes
+        .iter()
+        .filter(|r| r.backend != "local" && matches!(r.rule.as_str(), "classifier" | "model"))
+        .filter(|r| r.score.is_some_and(|s| s > -2.0 && s < 2.0))
+        .collect();
+    movable.sort_by(|a, b| b.score.unwrap_or(0.0).total_cmp(&a.score.unwrap_or(0.0)));
+    let moves: Vec<(f64, u64, u64)> = report["moves"]
+        .as_array()
+        .expect("moves")
+        .iter()
+        .map(|m| {
+            (
+                m["threshold"].as_f64().expect("threshold"),
+                m["moved"]["requests"].as_u64().expect("requests"),
+                m["moved"]["tokens"].as_u64().expect("tokens"),
+            )
+        })
+        .collect();
+    let expected: Vec<(f64, u64, u64)> = movable
+        .iter()
+        .enumerate()
+        .map(|(at, r)| {
+            let moved = &movable[..=at];
+            (
+                r.score.expect("scored"),
+                moved.len() as u64,
+                moved.iter().map(|m| m.tokens).sum(),
+            )
+        })
+        .collect();
+    assert_eq!(moves, expected, "{movable:#?}");
+    assert!(
+        moves.len() >= 2,
+        "compactions and a subagent turn: {moves:?}"
+    );
+    // Twenty samples per kind by default: too few here, so nothing to apply.
+    assert!(report["suggested_local_threshold"].is_null());
+    let refused = run(&["--apply"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no change is suggested"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    // With a lower bar (the compactions agreed 2 of 3, the subagent turns 2 of 2), every
+    // move clears it: the lowest is suggested and --apply writes it.
+    let bar = ["--min-samples", "1", "--min-agreement", "0.6"];
+    let lowest = expected.last().expect("a move").0;
+    let report = json(&[&bar[..], &["--json"]].concat());
+    assert_eq!(report["suggested_local_threshold"].as_f64(), Some(lowest));
+    let before = std::fs::read_to_string(&config).expect("config");
+    let out = run(&[&bar[..], &["--apply"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = std::fs::read_to_string(&config).expect("config");
+    assert_eq!(
+        after,
+        before.replace(
+            "local_threshold: 2.0\n",
+            &format!("local_threshold: {lowest:?}\n")
+        )
+    );
+    let loaded = Config::load(&config).expect("the edited config loads");
+    assert_eq!(loaded.routing.classifier.local_threshold, lowest);
 }

@@ -128,6 +128,8 @@ fn settle(job: &mut Job, mut decision: RouteDecision) -> Flow {
     }
     job.tracker.record.rule = Some(decision.rule.as_str().to_owned());
     job.tracker.record.reason = Some(decision.reason.clone());
+    job.tracker.record.kind = Some(decision.kind.as_str().to_owned());
+    job.tracker.record.score = decision.score;
     job.tracker.record.session = decision.session.clone();
     job.decision = Some(decision);
     Flow::Continue
