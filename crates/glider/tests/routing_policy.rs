@@ -6,7 +6,9 @@
 //! each side received must be the figures docs/routing.md's policy table states, so the
 //! table is what the code does. Then the evidence: the same replay with shadow copies to
 //! the local model and scripted answers that agree or disagree, and `glider shadow
-//! report`'s agreement per kind exactly what those samples give. Counts, never timing.
+//! report`'s agreement per kind exactly what those samples give, and `glider route
+//! report` (and `--apply`) on that history. Counts, never timing. One file because all
+//! three run on the same replay and read its routes.
 
 mod common;
 
