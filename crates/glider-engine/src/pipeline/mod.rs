@@ -1063,6 +1063,7 @@ mod tests {
                 "bounded_context",
                 "transform",
                 "plugin_rewrite",
+                "carry",
                 "tool_loop",
                 "encode",
                 "execute",
