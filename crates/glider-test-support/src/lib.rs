@@ -9,6 +9,7 @@ pub mod canned;
 pub mod captured;
 mod clock;
 pub mod conformance;
+pub mod embed;
 mod ollama;
 mod openai_chat;
 mod openai_responses;
