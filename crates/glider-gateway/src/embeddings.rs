@@ -99,14 +99,17 @@ pub(crate) async fn openai(State(gw): State<Gateway>, request: Request) -> Respo
     };
     let reply = async {
         let inputs = inputs(&body, "input")?;
-        if let Some(format) = body.get("encoding_format").and_then(Value::as_str)
-            && format != "float"
-        {
-            return Err(ApiError::invalid(format!(
-                "encoding_format: {format:?} is not served; ask for \"float\" (the default)"
-            ))
-            .with_param("encoding_format"));
-        }
+        // The OpenAI SDKs ask for base64 by default (and decode it themselves).
+        let base64 = match body.get("encoding_format").and_then(Value::as_str) {
+            None | Some("float") => false,
+            Some("base64") => true,
+            Some(other) => {
+                return Err(ApiError::invalid(format!(
+                    "encoding_format: {other:?} is not an encoding; ask for \"float\" or \"base64\""
+                ))
+                .with_param("encoding_format"));
+            }
+        };
         if body.get("dimensions").is_some_and(|d| !d.is_null()) {
             return Err(ApiError::invalid(
                 "dimensions: not served; the model's own dimension is what comes back",
@@ -118,7 +121,14 @@ pub(crate) async fn openai(State(gw): State<Gateway>, request: Request) -> Respo
             .vectors
             .iter()
             .enumerate()
-            .map(|(index, vector)| json!({"object": "embedding", "index": index, "embedding": vector}))
+            .map(|(index, vector)| {
+                let embedding = if base64 {
+                    Value::String(base64_f32(vector))
+                } else {
+                    json!(vector)
+                };
+                json!({"object": "embedding", "index": index, "embedding": embedding})
+            })
             .collect();
         let tokens = embedded.input_tokens.unwrap_or(0);
         Ok(json!({"object": "list", "data": data, "model": model,
@@ -167,5 +177,45 @@ pub(crate) async fn ollama_embeddings(State(gw): State<Gateway>, request: Reques
     match reply.await {
         Ok(body) => axum::Json(body).into_response(),
         Err(error) => error_response(front, &error),
+    }
+}
+
+/// A vector as OpenAI's `encoding_format: "base64"` writes it: little-endian `f32`s,
+/// base64 with padding (the SDKs decode it with `np.frombuffer(..., dtype="float32")`).
+fn base64_f32(vector: &[f64]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = vector
+        .iter()
+        .flat_map(|x| (*x as f32).to_le_bytes())
+        .collect();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (at, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if at <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> shift) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_is_little_endian_f32_with_padding() {
+        // 1.0f32 = 00 00 80 3f; 2.0f32 = 00 00 00 40.
+        assert_eq!(base64_f32(&[1.0]), "AACAPw==");
+        assert_eq!(base64_f32(&[1.0, 2.0]), "AACAPwAAAEA=");
+        assert_eq!(base64_f32(&[]), "");
     }
 }

@@ -481,6 +481,15 @@ async fn embeddings_on_every_front_come_from_the_model_s_backend() {
     .await;
     assert_eq!(unknown.status, 404);
     assert!(unknown.json()["error"].is_string());
+    // The OpenAI SDKs' default: base64 of little-endian f32s.
+    let base64 = post_json(
+        &gw.base,
+        "/v1/embeddings",
+        &json!({"model": "m-vllm", "input": "abc", "encoding_format": "base64"}),
+    )
+    .await;
+    // vector_of("abc") = [3, 294, 1]: 00 00 40 40, 00 00 93 43, 00 00 80 3f.
+    assert_eq!(base64.json()["data"][0]["embedding"], "AABAQAAAk0MAAIA/");
     let dims = post_json(
         &gw.base,
         "/v1/embeddings",
