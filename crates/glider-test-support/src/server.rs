@@ -133,6 +133,7 @@ fn router(state: Arc<MockState>) -> Router {
         .route("/v1/embeddings", post(crate::embed::openai))
         .route("/embeddings", post(crate::embed::openai))
         .route("/", get(ollama::root))
+        .route("/props", get(vllm::props))
         .route("/sleep", post(vllm::sleep))
         .route("/wake_up", post(vllm::wake_up))
         .route("/is_sleeping", get(vllm::is_sleeping))

@@ -499,3 +499,57 @@ async fn embeddings_on_every_front_come_from_the_model_s_backend() {
     assert_eq!(dims.status, 400);
     assert_eq!(dims.json()["error"]["param"], "dimensions");
 }
+
+#[tokio::test]
+async fn vision_is_learned_from_llama_cpp_props() {
+    let image = json!({"type": "image", "source": {"type": "base64", "media_type": "image/png",
+        "data": glider_test_support::conformance::PNG_BASE64}});
+    for vision in [true, false] {
+        // An OpenAI-compatible server with one model, not marked `vision` in the config:
+        // only its /props says whether it sees images.
+        let mock = glider_test_support::MockVendor::start(glider_test_support::MockConfig {
+            models: vec!["m-vllm".into()],
+            llama_props_vision: Some(vision),
+            ..glider_test_support::MockConfig::default()
+        })
+        .await;
+        let url = mock.base_url();
+        let yaml = format!(
+            "backends:\n\
+             \x20 - {{name: vllm, type: vllm, base_url: '{url}/v1', models: [m-vllm]}}\n\
+             routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}\n"
+        );
+        let gw = gateway(&yaml).await;
+        gw.engine.probe_all().await;
+        let shown = post_json(&gw.base, "/api/show", &json!({"model": "m-vllm"})).await;
+        let capabilities = shown.json()["capabilities"].clone();
+        assert_eq!(
+            capabilities
+                .as_array()
+                .is_some_and(|c| c.contains(&json!("vision"))),
+            vision,
+            "{capabilities}"
+        );
+        mock.clear_requests();
+        let reply = post_json(
+            &gw.base,
+            "/v1/messages",
+            &anthropic_body("m-vllm", false, image.clone()),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let sent = mock
+            .requests()
+            .iter()
+            .find(|r| r.path == "/v1/chat/completions")
+            .map(|r| String::from_utf8_lossy(&r.raw_body).into_owned())
+            .unwrap_or_default();
+        let kept = sent.contains(glider_test_support::conformance::PNG_BASE64);
+        assert_eq!(kept, vision, "vision {vision}: {sent}");
+        assert_eq!(
+            reply.header("x-glider-warning").contains("images replaced"),
+            !vision,
+            "vision {vision}"
+        );
+    }
+}
