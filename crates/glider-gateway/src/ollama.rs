@@ -81,6 +81,8 @@ fn named_model(body: &Map<String, Value>) -> Option<&str> {
 /// What Glider knows of one routed model, as `/api/show` and `/api/ps` say it.
 struct Described {
     id: String,
+    /// The backend that serves it (where it is loaded, for `/api/ps`).
+    backend: String,
     context_length: Option<u64>,
     capabilities: Vec<&'static str>,
     loaded: bool,
@@ -119,6 +121,7 @@ fn describe(gw: &Gateway, id: &str) -> Option<Described> {
     }
     Some(Described {
         id: info.id,
+        backend: info.backend,
         context_length,
         capabilities,
         loaded: info.warm == Some(true),
@@ -163,7 +166,8 @@ pub(crate) async fn show(State(gw): State<Gateway>, request: Request) -> Respons
     .into_response()
 }
 
-/// `GET /api/ps`: the routed models a probed local backend has loaded.
+/// `GET /api/ps`: the routed models a probed local backend has loaded, each with the
+/// backend it is loaded on (`glider.backend`, beside Ollama's own fields).
 pub(crate) async fn ps(State(gw): State<Gateway>) -> Response {
     let models: Vec<Value> = gw
         .engine
@@ -174,7 +178,8 @@ pub(crate) async fn ps(State(gw): State<Gateway>) -> Response {
         .map(|model| {
             json!({"name": model.id, "model": model.id, "size": 0, "digest": "",
                    "details": details(), "expires_at": NO_DATE, "size_vram": 0,
-                   "context_length": model.context_length.unwrap_or(0)})
+                   "context_length": model.context_length.unwrap_or(0),
+                   "glider": {"backend": model.backend}})
         })
         .collect();
     axum::Json(json!({ "models": models })).into_response()

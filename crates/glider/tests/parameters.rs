@@ -521,6 +521,21 @@ async fn vision_is_learned_from_llama_cpp_props() {
         );
         let gw = gateway(&yaml).await;
         gw.engine.probe_all().await;
+        // The probe found the model served: /api/ps says where it is loaded.
+        let ps = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("client")
+            .get(format!("{}/api/ps", gw.base))
+            .send()
+            .await
+            .expect("answers")
+            .json::<Value>()
+            .await
+            .expect("json");
+        assert_eq!(ps["models"][0]["model"], "m-vllm", "{ps}");
+        assert_eq!(ps["models"][0]["glider"]["backend"], "vllm", "{ps}");
+        assert_eq!(ps["models"][0]["context_length"], 4096, "{ps}");
         let shown = post_json(&gw.base, "/api/show", &json!({"model": "m-vllm"})).await;
         let capabilities = shown.json()["capabilities"].clone();
         assert_eq!(
