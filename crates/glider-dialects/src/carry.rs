@@ -61,6 +61,9 @@ struct OnlyIn {
     asks: fn(&Value) -> bool,
     /// What the field asks for, as a refusal says it.
     what: &'static str,
+    /// Only the vendor's own cloud serves it: a local server speaking the same dialect
+    /// (llama-server's `/v1/messages`) is refused it too ([`local_refusal`]).
+    cloud_only: bool,
 }
 
 /// Every [`OnlyIn`] field: docs/translation.md's table says `refused` for each in every
@@ -71,42 +74,49 @@ const ONLY_IN: &[OnlyIn] = &[
         field: "n",
         asks: |v| v.as_u64().is_some_and(|n| n > 1),
         what: "asks for several choices, and the backend answers with one (ask once per choice)",
+        cloud_only: false,
     },
     OnlyIn {
         dialect: Dialect::OpenAiChat,
         field: "logprobs",
         asks: |v| v.as_bool() == Some(true),
         what: "asks for log probabilities, which the backend does not return",
+        cloud_only: false,
     },
     OnlyIn {
         dialect: Dialect::OpenAiChat,
         field: "top_logprobs",
         asks: |v| !v.is_null(),
         what: "asks for log probabilities, which the backend does not return",
+        cloud_only: false,
     },
     OnlyIn {
         dialect: Dialect::OpenAiChat,
         field: "frequency_penalty",
         asks: nonzero,
         what: "sets a sampling penalty the backend's wire has no field for",
+        cloud_only: false,
     },
     OnlyIn {
         dialect: Dialect::OpenAiChat,
         field: "presence_penalty",
         asks: nonzero,
         what: "sets a sampling penalty the backend's wire has no field for",
+        cloud_only: false,
     },
     OnlyIn {
         dialect: Dialect::OpenAiChat,
         field: "logit_bias",
         asks: |v| v.as_object().is_some_and(|bias| !bias.is_empty()),
         what: "biases tokens by id, which the backend's wire cannot carry",
+        cloud_only: false,
     },
     OnlyIn {
         dialect: Dialect::OpenAiChat,
         field: "audio",
         asks: |v| !v.is_null(),
         what: "asks for audio output, which the backend does not make",
+        cloud_only: true,
     },
     OnlyIn {
         dialect: Dialect::OpenAiChat,
@@ -116,36 +126,42 @@ const ONLY_IN: &[OnlyIn] = &[
                 .is_some_and(|m| m.iter().any(|m| m.as_str() != Some("text")))
         },
         what: "asks for output other than text, which the backend does not make",
+        cloud_only: true,
     },
     OnlyIn {
         dialect: Dialect::OpenAiChat,
         field: "web_search_options",
         asks: |v| !v.is_null(),
         what: "asks for OpenAI's hosted web search, which the backend does not run",
+        cloud_only: true,
     },
     OnlyIn {
         dialect: Dialect::OpenAiResponses,
         field: "top_logprobs",
         asks: nonzero,
         what: "asks for log probabilities, which the backend does not return",
+        cloud_only: false,
     },
     OnlyIn {
         dialect: Dialect::OpenAiResponses,
         field: "background",
         asks: |v| v.as_bool() == Some(true),
         what: "asks for a background response, which only the Responses API keeps",
+        cloud_only: true,
     },
     OnlyIn {
         dialect: Dialect::Anthropic,
         field: "mcp_servers",
         asks: |v| v.as_array().is_some_and(|servers| !servers.is_empty()),
         what: "asks Anthropic's MCP connector to call servers, which the backend does not run",
+        cloud_only: true,
     },
     OnlyIn {
         dialect: Dialect::Anthropic,
         field: "container",
         asks: |v| !v.is_null(),
         what: "names an Anthropic code-execution container, which the backend does not have",
+        cloud_only: true,
     },
 ];
 
@@ -178,6 +194,31 @@ fn dialect_only_fields(extra: &DialectExtra, to: Dialect) -> Result<(), ApiError
         }
     }
     Ok(())
+}
+
+/// What a local server speaking the client's own dialect cannot be sent of `req`: the
+/// fields only that vendor's cloud serves (Anthropic's `container` and `mcp_servers`
+/// to llama-server's `/v1/messages`, ...), refused with the 400 naming the first.
+pub fn local_refusal(req: &Request) -> Option<ApiError> {
+    let extra = req.extra.as_ref()?;
+    ONLY_IN
+        .iter()
+        .filter(|only| only.cloud_only && only.dialect == extra.dialect)
+        .find_map(|only| {
+            let value = extra.fields.get(only.field)?;
+            (only.asks)(value).then(|| {
+                refuse(
+                    only.field,
+                    format!(
+                        "{value} {}; this model is served by a local server, which cannot do \
+                         that. Leave {} out, or route the request to {}'s own API",
+                        only.what,
+                        only.field,
+                        backend_name(extra.dialect)
+                    ),
+                )
+            })
+        })
 }
 
 /// The fields of `dialect` that [`carried`] refuses to every other dialect.
@@ -314,6 +355,20 @@ mod tests {
             body[key] = value.clone();
         }
         decoded(Dialect::OpenAiChat, body)
+    }
+
+    #[test]
+    fn cloud_only_fields_are_refused_to_a_local_server_of_the_same_dialect() {
+        let req = decoded(
+            Dialect::Anthropic,
+            json!({"model": "m", "max_tokens": 10, "container": "c1",
+                   "messages": [{"role": "user", "content": "hi"}]}),
+        );
+        let error = local_refusal(&req).expect("refused");
+        assert_eq!(error.param.as_deref(), Some("container"));
+        // vLLM serves n itself: not a cloud-only field.
+        assert_eq!(local_refusal(&chat(json!({"n": 2}))), None);
+        assert_eq!(local_refusal(&chat(json!({}))), None);
     }
 
     #[test]

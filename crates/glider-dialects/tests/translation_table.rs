@@ -7,7 +7,7 @@
 //! Glider itself, checked end to end elsewhere. And every field `carry` refuses is a
 //! row refused in every other dialect's columns, so the two lists are one.
 
-use glider_dialects::carry::{carried, refused_fields};
+use glider_dialects::carry::{carried, local_refusal, refused_fields};
 use glider_dialects::codec;
 use glider_ngl::{Dialect, ErrorKind, Request};
 use serde_json::{Map, Value, json};
@@ -92,8 +92,26 @@ fn decoded(front: Dialect, body: &Value) -> Request {
         .unwrap_or_else(|e| panic!("{front:?} decodes {body}: {e}"))
 }
 
-/// The body a backend speaking `to` is sent for `request`.
-fn sent(request: &Request, to: Dialect) -> Result<Value, glider_ngl::ApiError> {
+/// Whether every backend of `kind` runs on the user's machine (`BackendKind::is_local`;
+/// an `anthropic` or `openai` one is local only with `local: true`, noted in the table).
+fn local(kind: &str) -> bool {
+    matches!(kind, "ollama" | "vllm")
+}
+
+/// The body a backend speaking `to` is sent for `request` (by the pipeline's carry
+/// phase: a local server of the client's own dialect is refused what only the
+/// vendor's cloud serves).
+fn sent(request: &Request, to: Dialect, local: bool) -> Result<Value, glider_ngl::ApiError> {
+    let own = request
+        .extra
+        .as_ref()
+        .is_none_or(|extra| extra.dialect == to);
+    if local
+        && own
+        && let Some(refused) = local_refusal(request)
+    {
+        return Err(refused);
+    }
     let carried = carried(request, to)?;
     Ok(codec(to).encode_request(carried.as_ref().unwrap_or(request)))
 }
@@ -121,7 +139,10 @@ fn every_parameter_cell_is_what_the_codecs_do() {
         for (kind, cell) in TYPES.iter().zip(&row.cells) {
             let to = dialect_of(kind, row.front);
             let place = format!("{} front, `{}`, {kind}", row.front.as_str(), row.parameter);
-            let (got, base) = (sent(&with, to), sent(&without, to));
+            let (got, base) = (
+                sent(&with, to, local(kind)),
+                sent(&without, to, local(kind)),
+            );
             let ok = match cell.as_str() {
                 "honoured" | "forwarded" => matches!((&got, &base), (Ok(a), Ok(b)) if a != b),
                 "dropped" | "lossy" => matches!((&got, &base), (Ok(a), Ok(b)) if a == b),
@@ -162,9 +183,20 @@ fn every_field_carry_refuses_is_in_the_table() {
                 .iter()
                 .find(|r| r.front == front && r.parameter == field)
                 .unwrap_or_else(|| panic!("{front:?} `{field}` has no row"));
+            // Refused to a local server of its own dialect too when only the
+            // vendor's cloud serves it.
+            let mut body = base(front);
+            for (key, value) in &row.sample {
+                body[key] = value.clone();
+            }
+            let cloud_only = local_refusal(&decoded(front, &body)).is_some();
             for (kind, cell) in TYPES.iter().zip(&row.cells) {
                 let own = dialect_of(kind, front) == front;
-                let expected = if own { "forwarded" } else { "refused" };
+                let expected = if own && !(local(kind) && cloud_only) {
+                    "forwarded"
+                } else {
+                    "refused"
+                };
                 assert_eq!(cell, expected, "{front:?} `{field}` for {kind}");
             }
         }
@@ -178,7 +210,7 @@ fn a_wrong_cell_is_caught() {
         Dialect::OpenAiChat,
         &json!({"model": "m", "n": 2, "messages": [{"role": "user", "content": "hi"}]}),
     );
-    assert!(sent(&request, Dialect::Ollama).is_err());
+    assert!(sent(&request, Dialect::Ollama, true).is_err());
     // And a dropped hint really is the same body.
     let hinted = decoded(
         Dialect::OpenAiChat,
@@ -186,7 +218,7 @@ fn a_wrong_cell_is_caught() {
     );
     let plain = decoded(Dialect::OpenAiChat, &base(Dialect::OpenAiChat));
     assert_eq!(
-        sent(&hinted, Dialect::Ollama).ok(),
-        sent(&plain, Dialect::Ollama).ok()
+        sent(&hinted, Dialect::Ollama, true).ok(),
+        sent(&plain, Dialect::Ollama, true).ok()
     );
 }

@@ -568,3 +568,35 @@ async fn vision_is_learned_from_llama_cpp_props() {
         );
     }
 }
+
+#[tokio::test]
+async fn what_only_a_vendor_cloud_serves_is_refused_to_a_local_server_of_its_dialect() {
+    // llama-server's own /v1/messages: the Anthropic dialect, on the user's machine.
+    let mock = glider_test_support::MockVendor::start(glider_test_support::MockConfig {
+        anthropic_keyless: true,
+        ..glider_test_support::MockConfig::default()
+    })
+    .await;
+    let url = mock.base_url();
+    let yaml = format!(
+        "backends:\n\
+         \x20 - {{name: llama, type: anthropic, local: true, base_url: '{url}', models: [m-local]}}\n\
+         routing: {{cloud_fallback: false, classifier: {{enabled: false}}}}\n"
+    );
+    let gw = gateway(&yaml).await;
+    for stream in [false, true] {
+        let mut body = anthropic_body("m-local", stream, json!({"type": "text", "text": "hi"}));
+        let plain = post_json(&gw.base, "/v1/messages", &body).await;
+        assert_eq!(plain.status, 200, "{}", plain.text());
+        body["container"] = json!("container_1");
+        mock.clear_requests();
+        let refused = post_json(&gw.base, "/v1/messages", &body).await;
+        assert_eq!(refused.status, 400, "stream={stream}: {}", refused.text());
+        let message = refused.json()["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(message.starts_with("container"), "{message}");
+        assert!(mock.requests().is_empty(), "nothing sent");
+    }
+}

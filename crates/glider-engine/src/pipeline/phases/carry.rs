@@ -4,11 +4,12 @@
 //! Anthropic text document as text) are rewritten in its request; a parameter it
 //! cannot honour (Chat Completions' `n` above 1 or `logprobs`, a PDF document) takes it
 //! out of the candidates. A candidate of the client's own dialect gets the parameter
-//! verbatim and answers for itself. With no candidate left the request fails with the
+//! verbatim and answers for itself, unless it is a local server and the parameter is
+//! one only the vendor's cloud serves (`carry::local_refusal`). With no candidate left the request fails with the
 //! first candidate's 400, which names the parameter, in the caller's dialect — never a
 //! 200 that quietly ignored it. Runs before the tool loop, which encodes on its own.
 
-use glider_dialects::carry::carried;
+use glider_dialects::carry::{carried, local_refusal};
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
 
@@ -31,10 +32,16 @@ impl Phase for Carry {
             // takes a local candidate's unsupported fields out of its copy, which
             // would hide them here. Parts are carried in the candidate's copy.
             let asked = job.adapted.get(at).and_then(Option::as_ref);
-            let verdict = carried(&job.request, dialect).and_then(|lowered| match asked {
-                Some(asked) => carried(asked, dialect),
-                None => Ok(lowered),
-            });
+            // A local server of the client's own dialect is no vendor cloud: what only
+            // that cloud serves (Anthropic's `container`, ...) is refused to it too.
+            let local_same = candidate.backend.is_local() && dialect == job.front;
+            let verdict = match local_same.then(|| local_refusal(&job.request)).flatten() {
+                Some(refused) => Err(refused),
+                None => carried(&job.request, dialect).and_then(|lowered| match asked {
+                    Some(asked) => carried(asked, dialect),
+                    None => Ok(lowered),
+                }),
+            };
             match verdict {
                 Ok(None) => keep.push(true),
                 Ok(Some(lowered)) => {
