@@ -127,10 +127,11 @@ def wait_healthy(server, url, timeout=120):
 
 
 @contextlib.contextmanager
-def running_llama_server(context=CONTEXT, instruct=False):
+def running_llama_server(context=CONTEXT, instruct=False, extra_args=()):
     """A llama-server with a `context` token window; yields its URL. The model is the
     Gemma base GGUF with the shipped chat template, or with `instruct` SmolLM2-135M-Instruct
-    with its own template (it answers short questions; it cannot call tools)."""
+    with its own template (it answers short questions; it cannot call tools). `extra_args`
+    go on its command line (`--embeddings --pooling mean` serves /v1/embeddings too)."""
     paths = installed()
     binary = paths["LLAMA_SERVER"]
     if instruct:
@@ -141,7 +142,7 @@ def running_llama_server(context=CONTEXT, instruct=False):
     server = Process(
         [binary, *model_args, "--host", "127.0.0.1", "--port", str(port), "--alias", ALIAS,
          "-c", str(context), "-n", str(MAX_PREDICT),
-         "--threads", "1", "--parallel", "1", "--no-webui"],
+         "--threads", "1", "--parallel", "1", "--no-webui", *extra_args],
         r"listening on",
         timeout=120,
     )

@@ -73,7 +73,7 @@ pub struct Backend {
     /// Callers a 429 told to wait (see [`crate::cooldown`]).
     pub cooldown: Cooldown,
     pub(crate) health: HealthCell,
-    http: reqwest::Client,
+    pub(crate) http: reqwest::Client,
     /// The generation endpoint per dialect, parsed once: reqwest parses a URL string
     /// (IDNA host processing included) on every request otherwise.
     endpoints: Endpoints,
@@ -222,7 +222,7 @@ impl Backend {
 
     /// The failure for a request that would reach this backend with no credential at
     /// all (no key of its own, and the client sent none it may forward).
-    fn missing_credentials(&self, headers: &HeaderMap) -> Option<AttemptFailure> {
+    pub(crate) fn missing_credentials(&self, headers: &HeaderMap) -> Option<AttemptFailure> {
         let Credentials::Client { unset } = &self.credentials else {
             return None;
         };
@@ -354,7 +354,10 @@ impl Backend {
         self.authorise(self.http.request(method, self.root_url(path)))
     }
 
-    fn authorise(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    pub(crate) fn authorise(
+        &self,
+        mut request: reqwest::RequestBuilder,
+    ) -> reqwest::RequestBuilder {
         if let Some(key) = &self.api_key {
             request = match self.config.kind {
                 BackendKind::Anthropic => request.header("x-api-key", key),

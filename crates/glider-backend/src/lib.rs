@@ -2,7 +2,7 @@
 //! [`client`] speaks HTTP to one backend (plain-HTTP generation requests without
 //! reqwest's layers: `direct`), [`breaker`] is its circuit breaker,
 //! [`cooldown`] holds back callers a 429 told to wait, [`credentials`] decides whose key
-//! a request carries, [`foreground`] counts a backend's client requests (which background
+//! a request carries, [`embeddings`] asks one for vectors, [`foreground`] counts a backend's client requests (which background
 //! work yields to), [`pool`] spreads sessions over a backend's replicas, [`health`] probes it (and [`capabilities`] reads what its models
 //! can do), and [`executor`] runs the backup sequence over candidates.
 
@@ -12,6 +12,7 @@ pub mod client;
 pub mod cooldown;
 pub mod credentials;
 mod direct;
+pub mod embeddings;
 pub mod executor;
 pub mod failure;
 pub mod foreground;
@@ -22,6 +23,7 @@ pub use breaker::{BreakerState, CircuitBreaker};
 pub use capabilities::Capabilities;
 pub use client::{Backend, BodyStream, UpstreamRequest, UpstreamResponse};
 pub use credentials::Credentials;
+pub use embeddings::Embedded;
 pub use executor::{Candidate, Executed, execute, execute_prepared};
 pub use failure::AttemptFailure;
 pub use health::Health;

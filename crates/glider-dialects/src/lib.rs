@@ -14,7 +14,8 @@ macro_rules! dialect_codec {
         stream_content_type: $content_type:expr,
         stream_decoder: $decoder:ty,
         stream_encoder: $encoder:ty
-        $(, reply_text: $reply_text:path)? $(,)?
+        $(, reply_text: $reply_text:path)?
+        $(, client_stream_encoder: $client_encoder:path)? $(,)?
     ) => {
         impl $crate::Codec for $codec {
             fn dialect(&self) -> ::glider_ngl::Dialect {
@@ -64,6 +65,15 @@ macro_rules! dialect_codec {
                 Box::<$encoder>::default()
             }
 
+            $(
+                fn client_stream_encoder(
+                    &self,
+                    client_body: &[u8],
+                ) -> Box<dyn $crate::StreamEncoder> {
+                    $client_encoder(client_body)
+                }
+            )?
+
             fn stream_content_type(&self) -> &'static str {
                 $content_type
             }
@@ -80,6 +90,7 @@ macro_rules! dialect_codec {
 }
 
 pub mod anthropic;
+pub mod carry;
 pub mod framing;
 mod json;
 pub mod ollama;
@@ -146,7 +157,18 @@ pub trait Codec: Sync {
         None
     }
     fn stream_decoder(&self) -> Box<dyn StreamDecoder>;
+    /// An encoder that writes everything the dialect's stream can say (Glider's own
+    /// uses: tests, the usage a record reads back).
     fn stream_encoder(&self) -> Box<dyn StreamEncoder>;
+    /// The encoder for the client whose request body was `client_body`: what that
+    /// request asked of the stream decides what it gets (Chat Completions writes its
+    /// trailing usage chunk only when `stream_options.include_usage` asked for it, as
+    /// OpenAI does). Dialects whose streams have no such option use
+    /// [`Codec::stream_encoder`].
+    fn client_stream_encoder(&self, client_body: &[u8]) -> Box<dyn StreamEncoder> {
+        let _ = client_body;
+        self.stream_encoder()
+    }
     /// Content type of this dialect's stream (`text/event-stream`, `application/x-ndjson`).
     fn stream_content_type(&self) -> &'static str;
     /// The error body a client of this dialect expects (status: `err.kind.status()`).

@@ -97,10 +97,12 @@ pub(crate) fn ending_at(front: Dialect, response: Response, cutoff: Option<&Cuto
     response.map(|body| Body::new(cutoff.end_stream(body, last)))
 }
 
-/// The HTTP response for a completion in `front`'s dialect (shared by every door, so
-/// the gateway and the MITM proxy send the same bytes).
-pub fn completion(front: Dialect, completion: Completion) -> Response {
+/// The HTTP response for a completion in `front`'s dialect to the client whose request
+/// body was `client_body` (shared by every door, so the gateway and the MITM proxy
+/// send the same bytes).
+pub fn completion(front: Dialect, client_body: &[u8], completion: Completion) -> Response {
     let route = completion.route_header();
+    let warning = completion.warnings.join("; ");
     let front_codec = codec(front);
     let mut response = match completion.body {
         CompletionBody::Raw {
@@ -122,7 +124,7 @@ pub fn completion(front: Dialect, completion: Completion) -> Response {
             }
             response
         }
-        CompletionBody::Events(events) => event_stream(front, events),
+        CompletionBody::Events(events) => event_stream(front, client_body, events),
         CompletionBody::Whole(reply) => {
             axum::Json(front_codec.encode_response(&reply)).into_response()
         }
@@ -135,16 +137,25 @@ pub fn completion(front: Dialect, completion: Completion) -> Response {
     if let Ok(value) = HeaderValue::from_str(&route) {
         response.headers_mut().insert("x-glider-route", value);
     }
+    // What the model was not sent is said to the client, not only recorded.
+    if !warning.is_empty()
+        && let Ok(value) = HeaderValue::from_str(&warning)
+    {
+        response.headers_mut().insert("x-glider-warning", value);
+    }
     response
 }
 
-/// A stream of ngl events encoded by `front`'s stream encoder as it is polled.
+/// A stream of ngl events encoded as it is polled by `front`'s stream encoder for the
+/// client whose request body was `client_body` (which says, for Chat Completions,
+/// whether it gets the usage chunk).
 fn event_stream(
     front: Dialect,
+    client_body: &[u8],
     events: impl futures_util::Stream<Item = StreamEvent> + Send + 'static,
 ) -> Response {
     let front_codec = codec(front);
-    let mut encoder = front_codec.stream_encoder();
+    let mut encoder = front_codec.client_stream_encoder(client_body);
     let body = events.map(move |event| {
         let mut out = Vec::new();
         encoder.encode(&event, &mut out);
@@ -161,10 +172,14 @@ fn event_stream(
 /// A delegate's reply in `front`'s dialect: streamed as it runs when the client asked
 /// for a stream, else gathered into one reply (an error mid-run becomes the error
 /// reply). Dropping the body ends the delegate's run.
-pub async fn delegation(front: Dialect, delegation: glider_delegate::Delegation) -> Response {
+pub async fn delegation(
+    front: Dialect,
+    client_body: &[u8],
+    delegation: glider_delegate::Delegation,
+) -> Response {
     let route = format!("delegate:{}", delegation.vendor.binary());
     let mut response = if delegation.stream {
-        let mut response = event_stream(front, delegation.events);
+        let mut response = event_stream(front, client_body, delegation.events);
         response
             .headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));

@@ -103,6 +103,8 @@ where
         (true, Door::Mitm) => (Answer::Body(Ok(body.clone())), None),
     };
     let (headers, client_body) = (parts.headers.clone(), body.clone());
+    // What the client's request asked of its stream (Chat Completions' usage chunk).
+    let asked = body.clone();
     let answer = async move {
         match answer_with {
             Answer::Body(Ok(answer_body)) => {
@@ -116,7 +118,7 @@ where
         }
     };
     // The pipeline's future is large: boxed here so the door's holds only the box.
-    let answer = Box::pin(async move { rendered(door, front, answer.await).await });
+    let answer = Box::pin(async move { rendered(door, front, &asked, answer.await).await });
     // The drain deadline: a reply not made by then is a 503, a stream still open ends
     // with the dialect's error event.
     let outcome = match &cutoff {
@@ -192,20 +194,24 @@ enum Rendered {
     Origin(ToOrigin),
 }
 
-/// The door's outcome as the reply in `front`'s dialect.
-async fn rendered(door: Door, front: Dialect, outcome: Outcome) -> Rendered {
+/// The door's outcome as the reply in `front`'s dialect, to the client whose request
+/// body was `client_body`.
+async fn rendered(door: Door, front: Dialect, client_body: &[u8], outcome: Outcome) -> Rendered {
     match outcome {
         Outcome::Delegated(delegation) => {
             if door == Door::Mitm {
                 tracing::info!(vendor = delegation.vendor.binary(), "delegated");
             }
-            Rendered::Reply(render::delegation(front, delegation).await, false)
+            Rendered::Reply(
+                render::delegation(front, client_body, delegation).await,
+                false,
+            )
         }
         Outcome::Reply(completion) => {
             if door == Door::Mitm {
                 tracing::info!(backend = %completion.backend, model = %completion.model, "answered locally");
             }
-            Rendered::Reply(render::completion(front, *completion), true)
+            Rendered::Reply(render::completion(front, client_body, *completion), true)
         }
         Outcome::Error(error) => {
             if door == Door::Mitm {

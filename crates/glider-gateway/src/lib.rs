@@ -3,6 +3,8 @@
 //! error in the caller's own dialect with its status decided by `ErrorKind::status`.
 
 pub mod access;
+mod embeddings;
+pub mod ollama;
 
 use std::sync::Arc;
 
@@ -100,8 +102,19 @@ fn routes(gateway: Gateway) -> Router {
         // `*id`: a model id may hold slashes (`Qwen/Qwen2.5-7B-Instruct`).
         .route("/v1/models/{*id}", get(model))
         .route("/api/chat", post(ollama_chat))
-        .route("/api/tags", get(ollama_tags))
-        .route("/api/version", get(ollama_version))
+        .route("/api/generate", post(ollama::generate))
+        .route("/api/tags", get(ollama::tags))
+        .route("/api/show", post(ollama::show))
+        .route("/api/ps", get(ollama::ps))
+        .route("/api/version", get(ollama::version))
+        .route("/api/embed", post(embeddings::ollama_embed))
+        .route("/api/embeddings", post(embeddings::ollama_embeddings))
+        .route("/v1/embeddings", post(embeddings::openai))
+        .route("/api/pull", post(ollama::management))
+        .route("/api/push", post(ollama::management))
+        .route("/api/create", post(ollama::management))
+        .route("/api/copy", post(ollama::management))
+        .route("/api/delete", axum::routing::delete(ollama::management))
         .fallback(not_found)
         .with_state(gateway)
 }
@@ -134,7 +147,7 @@ pub async fn serve_with(
 }
 
 async fn root() -> &'static str {
-    "Glider gateway: OpenAI /v1/chat/completions, /v1/responses, /v1/models; Anthropic /v1/messages; Ollama /api/chat\n"
+    "Glider gateway: OpenAI /v1/chat/completions, /v1/responses, /v1/models; Anthropic /v1/messages; Ollama /api/chat, /api/generate, /api/tags, /api/show, /api/ps\n"
 }
 
 async fn chat_completions(State(gw): State<Gateway>, request: Request) -> Response {
@@ -291,21 +304,6 @@ async fn model(
             .with_param("model"),
         ),
     }
-}
-
-async fn ollama_tags(State(gw): State<Gateway>) -> Response {
-    let models: Vec<serde_json::Value> = gw
-        .engine
-        .models()
-        .into_iter()
-        .map(|m| serde_json::json!({"name": m.id, "model": m.id, "modified_at": "1970-01-01T00:00:00Z", "size": 0, "digest": "", "details": {}}))
-        .collect();
-    axum::Json(serde_json::json!({ "models": models })).into_response()
-}
-
-async fn ollama_version() -> Response {
-    axum::Json(serde_json::json!({ "version": concat!("glider-", env!("CARGO_PKG_VERSION")) }))
-        .into_response()
 }
 
 /// The dialect an error on `path` is written in, for replies made before a handler runs.

@@ -557,14 +557,15 @@ pub fn support(dialect: Dialect, case: Case) -> Support {
                 drop_reply_signatures(s);
             },
         ),
-        (OpenAiChat, Case::ThinkingSwitch) => Support::Bug(
-            "openai_chat::effort_of gives None for a ThinkingConfig with neither effort nor \
-             budget, so encode_request sends no reasoning_effort and Ollama's `think: true` \
-             never turns reasoning on at a chat backend. Fix: fall back to \"medium\" (the \
-             Anthropic codec sends `adaptive` for the same config)",
+        (OpenAiChat, Case::ThinkingSwitch) => Support::Lossy(
+            "Chat has no thinking switch: a ThinkingConfig with neither effort nor budget \
+             (Ollama's `think: true`) is sent as reasoning_effort medium",
             |s| {
                 for req in &mut s.requests {
-                    req.thinking = None;
+                    req.thinking = Some(ThinkingConfig {
+                        budget_tokens: None,
+                        effort: Some("medium".into()),
+                    });
                 }
             },
         ),

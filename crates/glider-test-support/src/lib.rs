@@ -9,6 +9,7 @@ pub mod canned;
 pub mod captured;
 mod clock;
 pub mod conformance;
+pub mod embed;
 mod ollama;
 mod openai_chat;
 mod openai_responses;
@@ -89,6 +90,10 @@ pub struct MockConfig {
     /// loaded Ollama models take, or what an awake vLLM server's models take (each
     /// [`MockConfig::model_memory_mib`]). A fake `nvidia-smi` reads it.
     pub gpu_use_file: Option<std::path::PathBuf>,
+    /// llama.cpp's `GET /props` with `modalities.vision` set to this (and `n_ctx` the
+    /// [`MockConfig::context_window`], 4096 unset); unset, `/props` is a 404 as on
+    /// vLLM, so other tests' probes learn nothing from it.
+    pub llama_props_vision: Option<bool>,
 }
 
 /// MiB a mock Ollama model takes loaded unless [`MockConfig::model_memory_mib`] says.
@@ -114,6 +119,7 @@ impl Default for MockConfig {
             vllm_sleep_mode: false,
             wake_delay: Duration::ZERO,
             gpu_use_file: None,
+            llama_props_vision: None,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! vLLM's sleep mode (`--enable-sleep-mode` with `VLLM_SERVER_DEV_MODE=1`):
 //! `POST /sleep?level=1|2`, `POST /wake_up` (optionally `?tags=weights,kv_cache`) and
-//! `GET /is_sleeping` -> `{"is_sleeping": bool}`. vLLM answers the first two with an
+//! `GET /is_sleeping` -> `{"is_sleeping": bool}`; and llama.cpp's `GET /props`
+//! (a server's window, tool support and modalities), when configured. vLLM answers the first two with an
 //! empty 200. A generation request while asleep is refused with 503 (the mock's
 //! choice: a real server has no weights on the GPU then, and a client that forgot the
 //! wake must find out rather than get an answer).
@@ -69,4 +70,17 @@ pub(crate) fn asleep(level: u8) -> Response {
         None,
         None,
     )
+}
+
+/// llama.cpp's `GET /props`, when [`crate::MockConfig::llama_props_vision`] is set.
+pub(crate) async fn props(State(state): State<Arc<MockState>>, _inc: Incoming) -> Response {
+    let Some(vision) = state.config.llama_props_vision else {
+        return not_served();
+    };
+    axum::Json(json!({
+        "default_generation_settings": {"n_ctx": state.config.context_window.unwrap_or(4096)},
+        "chat_template_caps": {"supports_tools": true},
+        "modalities": {"vision": vision, "audio": false},
+    }))
+    .into_response()
 }

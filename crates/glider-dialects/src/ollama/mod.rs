@@ -8,6 +8,8 @@ mod error;
 mod fixtures;
 mod request;
 mod response;
+
+pub use response::rfc3339_now;
 mod stream;
 
 use glider_ngl::Dialect;

@@ -13,7 +13,7 @@ use crate::openai_chat::error_fields;
 use crate::scan::Counts;
 
 /// The current time as RFC 3339 UTC with microseconds, as Ollama writes `created_at`.
-pub(super) fn rfc3339_now() -> String {
+pub fn rfc3339_now() -> String {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();

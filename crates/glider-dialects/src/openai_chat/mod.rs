@@ -32,4 +32,5 @@ dialect_codec! {
     stream_decoder: stream::ChatStreamDecoder,
     stream_encoder: stream::ChatStreamEncoder,
     reply_text: borrowed::reply_text,
+    client_stream_encoder: stream::client_stream_encoder,
 }

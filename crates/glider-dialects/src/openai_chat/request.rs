@@ -586,10 +586,11 @@ pub(super) fn encode_request(req: &Request) -> Value {
         body.insert("stop".into(), json!(req.stop));
     }
     body.insert("stream".into(), Value::Bool(req.stream));
-    if let Some(thinking) = &req.thinking
-        && let Some(effort) = effort_of(thinking)
-    {
-        body.insert("reasoning_effort".into(), Value::String(effort));
+    if let Some(thinking) = &req.thinking {
+        body.insert(
+            "reasoning_effort".into(),
+            Value::String(effort_of(thinking)),
+        );
     }
     if let Some(schema) = &req.output_schema {
         body.insert("response_format".into(), encode_response_format(schema));
@@ -613,18 +614,19 @@ pub(super) fn encode_request(req: &Request) -> Value {
     Value::Object(body)
 }
 
-fn effort_of(thinking: &ThinkingConfig) -> Option<String> {
+fn effort_of(thinking: &ThinkingConfig) -> String {
     if let Some(effort) = &thinking.effort {
-        return Some(effort.clone());
+        return effort.clone();
     }
-    thinking.budget_tokens.map(|budget| {
-        match budget {
-            0..=4096 => "low",
-            4097..=16384 => "medium",
-            _ => "high",
-        }
-        .to_owned()
-    })
+    // A switch with neither effort nor budget (Ollama's `think: true`) asks for
+    // thinking all the same: the middle effort, as Anthropic's codec sends `adaptive`.
+    let effort = match thinking.budget_tokens {
+        None => "medium",
+        Some(0..=4096) => "low",
+        Some(4097..=16384) => "medium",
+        Some(_) => "high",
+    };
+    effort.to_owned()
 }
 
 fn encode_tool_choice(choice: &ToolChoice) -> Value {

@@ -322,8 +322,11 @@ impl StreamDecoder for ChatStreamDecoder {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct ChatStreamEncoder {
+    /// Whether the trailing usage chunk (`choices: []`) is written: only when the
+    /// client's `stream_options.include_usage` asked for it ([`client_stream_encoder`]).
+    usage_chunk: bool,
     id: String,
     model: String,
     created: u64,
@@ -333,7 +336,53 @@ pub(super) struct ChatStreamEncoder {
     start_usage: Usage,
 }
 
+impl Default for ChatStreamEncoder {
+    /// Writes the usage chunk: Glider's own readers of an encoded stream want it.
+    fn default() -> Self {
+        ChatStreamEncoder::with_usage_chunk(true)
+    }
+}
+
+/// The encoder for a client whose request was `client_body`: the usage chunk only
+/// when `stream_options.include_usage` is `true`. OpenAI sends it only then, and the
+/// OpenAI docs' own `chunk.choices[0]` loop fails on a chunk with no choices.
+pub(super) fn client_stream_encoder(client_body: &[u8]) -> Box<dyn StreamEncoder> {
+    Box::new(ChatStreamEncoder::with_usage_chunk(asks_for_usage(
+        client_body,
+    )))
+}
+
+/// Whether a Chat Completions request body sets `stream_options.include_usage: true`
+/// (read from the member alone; the decoder has already refused a body that is not
+/// JSON, so an unreadable one asks for nothing).
+fn asks_for_usage(client_body: &[u8]) -> bool {
+    let span = match crate::scan::top_level_member(client_body, "stream_options") {
+        Ok(Some(span)) => span,
+        Ok(None) => return false,
+        // Unscannable at the top level (duplicate keys, ...): read it as a parse does.
+        Err(_) => {
+            return serde_json::from_slice::<Value>(client_body)
+                .is_ok_and(|body| body["stream_options"]["include_usage"].as_bool() == Some(true));
+        }
+    };
+    serde_json::from_slice::<Value>(&client_body[span])
+        .is_ok_and(|options| options["include_usage"].as_bool() == Some(true))
+}
+
 impl ChatStreamEncoder {
+    fn with_usage_chunk(usage_chunk: bool) -> Self {
+        ChatStreamEncoder {
+            usage_chunk,
+            id: String::new(),
+            model: String::new(),
+            created: 0,
+            ended: false,
+            tool_count: 0,
+            current_tool: None,
+            start_usage: Usage::default(),
+        }
+    }
+
     /// One `chat.completion.chunk` of `delta`, serialised from borrowed fields straight
     /// into the stream, members in the API's order.
     fn write_chunk(&self, out: &mut Vec<u8>, delta: impl Serialize, finish_reason: Option<&str>) {
@@ -434,17 +483,19 @@ impl StreamEncoder for ChatStreamEncoder {
                 stop_reason, usage, ..
             } => {
                 self.write_chunk(out, EmptyObject {}, Some(encode_finish(*stop_reason)));
-                let mut total = self.start_usage;
-                total.merge(usage);
-                let usage_chunk = json!({
-                    "id": self.id,
-                    "object": "chat.completion.chunk",
-                    "created": self.created,
-                    "model": self.model,
-                    "choices": [],
-                    "usage": encode_usage(&total),
-                });
-                write_sse_json(out, None, &usage_chunk);
+                if self.usage_chunk {
+                    let mut total = self.start_usage;
+                    total.merge(usage);
+                    let usage_chunk = json!({
+                        "id": self.id,
+                        "object": "chat.completion.chunk",
+                        "created": self.created,
+                        "model": self.model,
+                        "choices": [],
+                        "usage": encode_usage(&total),
+                    });
+                    write_sse_json(out, None, &usage_chunk);
+                }
                 write_sse(out, None, "[DONE]");
                 self.ended = true;
             }
@@ -466,7 +517,9 @@ mod tests {
     use glider_ngl::ResponseBuilder;
     use glider_ngl::stream::PartKind;
     use glider_ngl::stream::events_of;
-    use glider_ngl::{ApiError, ErrorKind, Part, Response, StopReason, StreamEvent, Usage};
+    use glider_ngl::{
+        ApiError, Dialect, ErrorKind, Part, Response, StopReason, StreamEvent, Usage,
+    };
     use serde_json::{Value, json};
 
     use crate::Codec;
@@ -839,6 +892,66 @@ data: [DONE]
 data: {"error":{"message":"busy","type":"server_error","param":null,"code":"overloaded"}}
 
 "#;
+
+    #[test]
+    fn the_usage_chunk_goes_only_to_a_client_that_asked_for_it() {
+        let events = tool_stream_events();
+        let written = |body: &str| {
+            let mut encoder = OpenAiChat.client_stream_encoder(body.as_bytes());
+            let mut out = Vec::new();
+            for event in &events {
+                encoder.encode(event, &mut out);
+            }
+            chunks(&out)
+        };
+        let asked = written(
+            r#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[]}"#,
+        );
+        assert_eq!(asked.len(), 11);
+        assert_eq!(asked[10]["choices"], json!([]));
+        assert_eq!(asked[10]["usage"]["prompt_tokens"], json!(120));
+        for unasked in [
+            r#"{"model":"m","stream":true,"messages":[]}"#,
+            r#"{"model":"m","stream":true,"stream_options":{"include_usage":false},"messages":[]}"#,
+            r#"{"model":"m","stream":true,"stream_options":{},"messages":[]}"#,
+            r#"{"model":"m","stream":true,"stream_options":null,"messages":[]}"#,
+        ] {
+            let chunks = written(unasked);
+            assert_eq!(chunks.len(), 10, "{unasked}");
+            // Every chunk has a choice: the OpenAI docs' `chunk.choices[0]` loop holds.
+            assert!(
+                chunks.iter().all(|c| c["choices"][0].is_object()),
+                "{unasked}: {chunks:?}"
+            );
+        }
+        // Duplicate top-level keys defeat the scan: read as a parse reads (the last).
+        let duplicated = written(
+            r#"{"stream_options":{"include_usage":false},"stream_options":{"include_usage":true},"messages":[]}"#,
+        );
+        assert_eq!(duplicated.len(), 11);
+        // Other dialects have no such option: their client encoder is the full one.
+        for dialect in [
+            Dialect::Anthropic,
+            Dialect::Ollama,
+            Dialect::OpenAiResponses,
+        ] {
+            let mut full = Vec::new();
+            let mut client = Vec::new();
+            let mut a = crate::codec(dialect).stream_encoder();
+            let mut b = crate::codec(dialect).client_stream_encoder(b"{}");
+            for event in &events {
+                a.encode(event, &mut full);
+                b.encode(event, &mut client);
+            }
+            // Timestamps differ between the two runs: compare without digits.
+            let mask = |wire: Vec<u8>| {
+                String::from_utf8(wire)
+                    .expect("utf8")
+                    .replace(|c: char| c.is_ascii_digit(), "")
+            };
+            assert_eq!(mask(full), mask(client), "{dialect:?}");
+        }
+    }
 
     #[test]
     fn encodes_stream_like_openai() {

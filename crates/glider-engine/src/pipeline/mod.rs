@@ -1064,6 +1064,7 @@ mod tests {
                 "bounded_context",
                 "transform",
                 "plugin_rewrite",
+                "carry",
                 "tool_loop",
                 "encode",
                 "execute",

@@ -82,7 +82,15 @@ pub struct Completion {
     pub body: CompletionBody,
     /// Attempts that failed before the one that answered.
     pub failures: Vec<AttemptFailure>,
+    /// What fitting took out of the request the answering backend was sent that the
+    /// client must be told of, not only the record (images a model cannot see replaced
+    /// by a note): the door sends them as `x-glider-warning`.
+    pub warnings: Vec<String>,
 }
+
+/// The fitting notes (`crate::fit`) that say the model was sent less than the client
+/// asked: these go to the client as well as the record.
+const WARNED_NOTES: [&str; 1] = ["images replaced by a text note"];
 
 impl Completion {
     /// The `x-glider-route` header value.
@@ -156,6 +164,15 @@ impl Answered {
     /// (or when the client drops it).
     pub(crate) fn finish(self, mut tracker: Tracker) -> Completion {
         let id = tracker.id();
+        let answering = format!("{}: ", self.backend);
+        let warnings = tracker
+            .record
+            .fitted
+            .iter()
+            .filter_map(|line| line.strip_prefix(&answering))
+            .filter(|note| WARNED_NOTES.iter().any(|warned| note.contains(warned)))
+            .map(str::to_owned)
+            .collect();
         let body = match self.body {
             CompletionBody::Raw {
                 content_type,
@@ -214,6 +231,7 @@ impl Answered {
             stream: self.stream,
             body,
             failures: self.failures,
+            warnings,
         }
     }
 }

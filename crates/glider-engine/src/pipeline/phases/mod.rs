@@ -1,7 +1,8 @@
 //! The pipeline as named phases, in the spec's order: alias → estimate → route →
 //! compaction (a CLI's compaction answered locally, when the policy says so) → budget
 //! (turn budget and loop guard) → origin gate → fit → episodes and bounded context →
-//! transform → plugin rewrite → tool loop (`tools.loop`: encode and execute once per model
+//! transform → plugin rewrite → carry (every candidate held to the parameter rule) →
+//! tool loop (`tools.loop`: encode and execute once per model
 //! turn) → encode → execute → record. Each phase is one type behind [`Phase`]; a new
 //! phase (a VRAM gate, hedging, a plugin hook) is one new file here, one line in
 //! [`DECIDING`] or [`CARRYING_OUT`], and one row in docs/pipeline.md's phase table (a
@@ -10,6 +11,7 @@
 mod alias;
 mod bounded_context;
 mod budget;
+mod carry;
 mod compaction;
 mod encode;
 mod estimate;
@@ -55,6 +57,7 @@ pub(crate) static CARRYING_OUT: &[&dyn Phase] = &[
     &bounded_context::BoundedContext,
     &transform::Transform,
     &plugin_rewrite::PluginRewrite,
+    &carry::Carry,
     &tool_loop::ToolLoop,
     &encode::Encode,
     &execute::Execute,
