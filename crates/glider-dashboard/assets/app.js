@@ -157,7 +157,7 @@ function noGpu(detected) {
 function loadedCell(m) {
   const backend = state.backends.get(m.backend);
   if (backend && backend.health !== "up") {
-    return el("span", { class: "muted", title: backend.detail || "" }, `unknown (backend ${backend.health})`);
+    return el("span", { class: "muted", title: backend.detail || "" }, backend.health === "down" ? "unknown (backend down)" : "unknown (backend not probed yet)");
   }
   if (m.loaded) return "yes";
   return el("span", { class: "muted" }, m.sleep_level ? `asleep (level ${m.sleep_level})` : "no");
