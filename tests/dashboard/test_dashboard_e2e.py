@@ -6,7 +6,8 @@ history file written under GLIDER_HOME. A second test drives a CLI-like tool loo
 checks the Sessions view and the charts (target/dashboard-sessions.png,
 target/dashboard-charts.png). A third shows a local model's measured speed and the
 output cap it implies in the Local models panel, and what was fitted in the request's
-row (target/dashboard-fit.png)."""
+row (target/dashboard-fit.png). A fourth looks at every panel after a Claude Code-shaped
+session (target/dashboard-panels.png, target/dashboard-session-record.png)."""
 
 import json
 import math
@@ -19,7 +20,7 @@ import urllib.request
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from conftest import ROOT, running_glider
+from conftest import ROOT, poll, running_glider, start_mock
 
 HERE = pathlib.Path(__file__).resolve().parent
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -225,3 +226,89 @@ def test_a_local_models_speed_and_its_cap_in_a_real_browser():
         f"fitted: local: max_tokens 64000 -> {FIT_WINDOW // 4} (a quarter of the model's context window)"
     ), seen["fitted"]
     assert shot.stat().st_size > 10_000
+
+
+PANELS_CONFIG = """
+backends:
+  - {{name: local, type: ollama, base_url: '{url}', models: [{{name: qwen-e2e, context_window: 8192}}], default_model: qwen-e2e, fit: {{max_tools: 2}}}}
+  - {{name: flaky, type: ollama, base_url: 'http://{flaky}', models: [flaky-model]}}
+  - {{name: cloud, type: anthropic, base_url: '{url}', api_key: sk-panels-secret, models: ['claude-*']}}
+routing: {{cloud_fallback: false}}
+"""
+
+
+def get_json(url):
+    return json.loads(get(url))
+
+
+def test_every_panel_as_a_user_sees_it():
+    """Each panel after real-shaped traffic: what it says and that it fits on the page."""
+    require_tools()
+    shots = SCREENSHOT.parent
+    shots.mkdir(parents=True, exist_ok=True)
+    for name in ("dashboard-panels.png", "dashboard-session-record.png"):
+        (shots / name).unlink(missing_ok=True)
+    # `flaky`: a local backend that was up, had its model loaded, and went down.
+    flaky = start_mock()
+    try:
+        config = PANELS_CONFIG.replace("{flaky}", flaky.match.group(1))
+        with running_glider(config) as glider:
+            gateway = glider.match.group(1)
+            request = urllib.request.Request(
+                gateway + "/v1/messages",
+                data=json.dumps({"model": "flaky-model", "max_tokens": 16, "messages": [{"role": "user", "content": "/via flaky hi"}]}).encode(),
+                headers={"content-type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                assert reply.status == 200
+            loaded = lambda: any(m["backend"] == "flaky" and m["loaded"] for m in get_json(glider.dashboard + "/api/vram")["models"])  # noqa: E731
+            assert poll(loaded, timeout=30), get(glider.dashboard + "/api/vram")
+            flaky.stop()
+            down = lambda: any(b["backend"] == "flaky" and b["health"] == "down" for b in get_json(glider.dashboard + "/api/backends")["backends"])  # noqa: E731
+            assert poll(down, timeout=30), get(glider.dashboard + "/api/backends")
+            seen = run_node("panels.mjs", glider, SCREENSHOT_DIR=str(shots), CLOUD_MODEL="claude-sonnet-4-5-20250929")
+    finally:
+        flaky.stop()
+
+    failed = [r for r in seen["requests"] if r["status"].startswith("502")]
+    assert len(failed) == 1, seen["requests"]
+    # The error is said once, in the Status column (not again as the backends tried
+    # before it), and that column is on the page.
+    assert "no backend could be reached: flaky:" in failed[0]["status"], failed[0]
+    assert failed[0]["text"].count("Connection refused") == 1, failed[0]
+    assert seen["requestsOverflow"] == 0, seen["requestsOverflow"]
+    # The local turn's row says what was fitted for the small model.
+    fitted = [line for r in seen["requests"] for line in r["fitted"]]
+    # (Claude Code's core tools are kept whatever the budget: the set stays at five.)
+    assert any(line.startswith("fitted: local: tools 5 -> 5 (over the budget of 2 tools") for line in fitted), fitted
+    # By backend / by route: every column in sight, the Saved column included.
+    assert seen["byBackendOverflow"] == 0 and seen["byRouteOverflow"] == 0, seen
+    local_row = next(r for r in seen["byBackend"] if r[0] == "local")
+    assert local_row[-1].startswith("$"), local_row
+    assert any(r[0] == "explicit" for r in seen["byRoute"]), seen["byRoute"]
+    assert "since Glider started at" in seen["since"], seen["since"]
+    # GPU memory: said once; a down backend's model is not "loaded".
+    assert "no GPU (no GPU" not in seen["gpus"] and seen["gpus"].startswith("no GPU"), seen["gpus"]
+    flaky_row = next(r for r in seen["vram"] if r[0] == "flaky")
+    assert flaky_row[2] == "unknown (backend down)", flaky_row
+    local_vram = next(r for r in seen["vram"] if r[0] == "local")
+    assert local_vram[2] in ("yes", "no"), local_vram
+    # MCP servers and shadow comparisons: say why they are empty.
+    assert seen["mcp"] == [["no MCP server configured (mcp.servers in the config)"]], seen["mcp"]
+    assert seen["shadow"] == [["no samples (fan_out.mode: shadow)"]], seen["shadow"]
+    # Config: the file's path, the running config with the key redacted, nothing pending.
+    assert seen["configPath"].endswith("glider.yaml"), seen["configPath"]
+    assert "sk-panels-secret" not in seen["config"] and "flaky-model" in seen["config"], seen["config"]
+    assert "matches the file" in seen["restart"], seen["restart"]
+    # The session: titled by the user's words, never Claude Code's reminders.
+    assert seen["goals"] and all("system-reminder" not in g and "CLAUDE.md" not in g for g in seen["goals"]), seen["goals"]
+    assert len(seen["goals"]) == 2 and seen["goals"][0].startswith("why does add() fail?"), seen["goals"]
+    assert seen["goals"][1].startswith("fix it and check") and seen["goals"][1].endswith("]]"), seen["goals"]
+    commands = {c[0]: c[1] for c in seen["commands"]}
+    assert commands == {"cargo build": "succeeded", "cargo test": "exit 101"}, seen["commands"]
+    # The record: the text the local model receives, not a dump of its JSON.
+    assert seen["record"].startswith("<continuity-record"), seen["record"]
+    assert seen["recordJsonDump"] == 0
+    assert "5 files touched longer ago: at most 40 are listed" in seen["recordLeftOut"], seen["recordLeftOut"]
+    for name in ("dashboard-panels.png", "dashboard-session-record.png"):
+        assert (shots / name).stat().st_size > 10_000, name

@@ -73,6 +73,8 @@ const fmt = {
 function renderBackends() {
   const body = $("backends").tBodies[0];
   body.replaceChildren();
+  // The GPU panel's "Loaded" column reads the backends' health.
+  if (state.vram) renderVram(state.vram);
   for (const b of state.backends.values()) {
     const problem = b.unavailable || b.detail || "";
     const reset = b.breaker !== "closed"
@@ -141,10 +143,28 @@ function renderGpus(gpu) {
   const gpus = (gpu && gpu.gpus) || [];
   $("vram-gpus").textContent = gpus.length
     ? gpus.map((g) => `GPU ${g.index}: ${g.used_mib} / ${g.total_mib} MiB used, ${g.total_mib - g.used_mib} free` + (g.utilization_pct === null ? "" : `, ${g.utilization_pct}% busy`)).join(" · ") + ` (${gpu.source})`
-    : `no GPU (${(gpu && gpu.detected) || "none"}): VRAM rules step aside`;
+    : `${noGpu(gpu && gpu.detected)}: VRAM rules step aside`;
+}
+
+// `detected` says what was looked for; in auto mode it already reads "no GPU (…)".
+function noGpu(detected) {
+  if (!detected) return "no GPU";
+  return /^no GPU\b/i.test(detected) ? detected : `no GPU (${detected})`;
+}
+
+// Whether a model is in memory. A backend that is not up cannot say: what was last
+// seen there is not shown as "yes".
+function loadedCell(m) {
+  const backend = state.backends.get(m.backend);
+  if (backend && backend.health !== "up") {
+    return el("span", { class: "muted", title: backend.detail || "" }, backend.health === "down" ? "unknown (backend down)" : "unknown (backend not probed yet)");
+  }
+  if (m.loaded) return "yes";
+  return el("span", { class: "muted" }, m.sleep_level ? `asleep (level ${m.sleep_level})` : "no");
 }
 
 function renderVram(v) {
+  state.vram = v;
   renderGpus(v.gpu);
   const body = $("vram").tBodies[0];
   body.replaceChildren();
@@ -152,7 +172,7 @@ function renderVram(v) {
     body.append(el("tr", {},
       el("td", {}, m.backend),
       el("td", {}, m.model),
-      el("td", {}, m.loaded ? "yes" : el("span", { class: "muted" }, m.sleep_level ? `asleep (level ${m.sleep_level})` : "no")),
+      el("td", {}, loadedCell(m)),
       el("td", { class: "num" }, m.memory_mib === null ? "–" : `${m.memory_mib} MiB`),
       el("td", { class: "num" }, m.load_secs === null ? "–" : `${m.load_secs.toFixed(1)} s`),
       el("td", { class: "num" }, m.wake_secs === null ? "–" : `${m.wake_secs.toFixed(2)} s`),
@@ -190,6 +210,9 @@ async function loadMcp() {
       el("td", { class: "num" }, String(s.errors)),
       el("td", {}, s.last_restart ? fmt.when(s.last_restart * 1000) : "–"),
     ));
+  }
+  if (!body.rows.length) {
+    body.append(el("tr", {}, el("td", { colspan: "7", class: "muted" }, "no MCP server configured (mcp.servers in the config)")));
   }
 }
 
@@ -294,13 +317,30 @@ function statusCell(r) {
   if (r.live) return el("td", {}, el("span", { class: "pill pill-wait" }, "in flight"));
   const code = r.status;
   const kind = code >= 200 && code < 400 ? "ok" : code === 499 ? "gone" : "err";
-  return el("td", { title: r.error || "" }, el("span", { class: `pill pill-${kind}` }, String(code)), r.error ? el("div", { class: "problem small" }, r.error) : null);
+  return el("td", { class: "status", title: r.error || "" }, el("span", { class: `pill pill-${kind}` }, String(code)), r.error ? el("div", { class: "problem small" }, r.error) : null);
+}
+
+// What was fitted for a local model, one change a line: the fit phase's `fitted`
+// (tools cut, output cap, system text trimmed, images replaced) and bounded context's
+// `context_left_out` (earlier turns left out, the continuity record given instead).
+function fittedLines(r) {
+  const lines = (r.fitted || []).map((line) => `fitted: ${line}`);
+  for (const c of r.context_left_out || []) {
+    if (!c.turns) continue;
+    const record = c.record_tokens ? `, continuity record given instead (~${fmt.int(c.record_tokens)} tokens)` : "";
+    lines.push(`fitted: ${c.backend}: ${c.turns} earlier turn${c.turns === 1 ? "" : "s"} left out (~${fmt.int(c.tokens)} tokens)${record}`);
+  }
+  if (!lines.length) return null;
+  return el("ul", { class: "small fitted" }, lines.map((line) => el("li", {}, line)));
 }
 
 function requestRow(key, r) {
-  const fallbacks = (r.fallbacks || []).length ? el("div", { class: "small problem" }, `after: ${r.fallbacks.join("; ")}`) : null;
+  // The backends that failed before the one that answered; a request that failed
+  // names them in its error already (the Status column), so they are not said twice.
+  const before = (r.fallbacks || []).filter((f) => !(r.error || "").includes(f));
+  const fallbacks = before.length ? el("div", { class: "small problem" }, `after: ${before.join("; ")}`) : null;
   // What the fit phase changed for a local model (the record's `fitted`).
-  const fitted = (r.fitted || []).length ? el("div", { class: "small muted fitted", title: r.fitted.join("\n") }, `fitted: ${r.fitted.join("; ")}`) : null;
+  const fitted = fittedLines(r);
   const toolRuns = (r.tool_calls || []).length ? el("div", { class: "small muted", title: r.tool_calls.map((c) => `${c.turn}. ${c.tool} ${c.arguments}${c.error ? ` — ${c.error}` : ""}`).join("\n") }, `tools run by Glider: ${r.tool_calls.map((c) => c.ok ? c.tool : `${c.tool} (failed)`).join(", ")}`) : null;
   return el("tr", { "data-key": key, "data-id": r.id, class: r.live ? "live" : "" },
     el("td", { class: "mono" }, fmt.time(r.started_at_ms)),
@@ -309,7 +349,7 @@ function requestRow(key, r) {
     el("td", { class: "mono" }, r.model_requested || "–"),
     el("td", { class: "mono" }, r.model_used || "–"),
     el("td", {}, r.backend || "–", r.backend && r.local !== null && r.local !== undefined ? el("span", { class: `tag ${r.local ? "local" : "cloud"}` }, r.local ? "local" : "cloud") : null, fallbacks),
-    el("td", { title: r.reason || "" }, r.rule || "–", r.reason ? el("div", { class: "small muted" }, r.reason) : null, fitted, toolRuns),
+    el("td", { title: r.reason || "" }, r.rule || "–", r.reason && r.reason !== r.error ? el("div", { class: "small muted" }, r.reason) : null, fitted, toolRuns),
     el("td", { class: "num" }, r.live ? `~${fmt.int(r.estimated_tokens)}` : fmt.int(fmt.tokensIn(r.usage))),
     el("td", { class: "num" }, r.live ? "–" : fmt.int(r.usage && r.usage.output_tokens)),
     el("td", { class: "num" }, fmt.ms(r.ttft_ms)),
@@ -390,6 +430,7 @@ async function loadStats() {
   $("sum-latency").textContent = t.latency_ms ? `${fmt.ms(t.latency_ms.p50)} / ${fmt.ms(t.latency_ms.p90)}` : "–";
   $("sum-saved-tokens").textContent = fmt.int(t.saved.tokens_in + t.saved.tokens_out);
   $("sum-saved-cost").textContent = fmt.usd(t.saved.cost_usd);
+  $("summary-since").textContent = `since Glider started at ${fmt.when(s.since_ms)} (this run; the charts below read the history on disk)`;
   statsRows("by-backend", s.backends);
   statsRows("by-route", s.routes);
   state.stats = s;
@@ -552,6 +593,14 @@ function stepRow(step) {
   );
 }
 
+// An episode's title: the user's words that began it, without Claude Code's notes.
+function goalLine(goal) {
+  if (!goal) return null;
+  const words = userWords(goal);
+  if (!words) return el("div", { class: "goal muted" }, "(the turn held only Claude Code's <system-reminder> notes)");
+  return el("div", { class: "goal", title: words.length > 400 ? words : "" }, words.length > 400 ? `${words.slice(0, 400)}…` : words);
+}
+
 function renderEpisodes(episodes) {
   const box = $("episodes");
   if (!episodes.length) {
@@ -561,7 +610,7 @@ function renderEpisodes(episodes) {
   box.replaceChildren(...episodes.map((ep, i) => el("div", { class: "episode", "data-family": ep.family },
     el("div", { class: "episode-head" },
       el("strong", {}, `Episode ${i + 1}`), " ", el("span", { class: "muted small" }, `${fmt.when(ep.started_ms)} · ${ep.steps.length} request${ep.steps.length === 1 ? "" : "s"}`),
-      ep.goal ? el("div", { class: "goal" }, ep.goal.length > 400 ? `${ep.goal.slice(0, 400)}…` : ep.goal) : null),
+      goalLine(ep.goal)),
     el("table", { class: "grid" },
       el("thead", {}, el("tr", {}, ["Time", "Model", "Answered by", "Rule", "Tokens in", "Tokens out", "Tools called", "Status"].map((h, j) => el("th", { class: j === 4 || j === 5 ? "num" : "" }, h)))),
       el("tbody", {}, ep.steps.map(stepRow))),
@@ -586,9 +635,12 @@ function renderFiles(files) {
 function renderCommands(commands) {
   const body = $("session-commands").tBodies[0];
   body.replaceChildren(...commands.map((c) => {
-    const outcome = c.failed ? el("span", { class: "pill pill-err" }, c.exit_code === null || c.exit_code === undefined ? "failed" : `exit ${c.exit_code}`)
-      : c.exit_code === null || c.exit_code === undefined ? el("span", { class: "pill pill-unknown" }, "no result seen")
-        : el("span", { class: "pill pill-ok" }, `exit ${c.exit_code}`);
+    const code = c.exit_code === null || c.exit_code === undefined ? null : c.exit_code;
+    // A command is listed once its result was read: not failed means it succeeded,
+    // whether or not the result printed an exit code (Claude Code's Bash prints one
+    // only on failure).
+    const outcome = c.failed ? el("span", { class: "pill pill-err" }, code === null ? "failed" : `exit ${code}`)
+      : el("span", { class: "pill pill-ok", title: code === null ? "the result showed no exit code" : "" }, code === null ? "succeeded" : `exit ${code}`);
     return el("tr", { "data-command": c.command },
       el("td", { class: "mono clip-wide", title: c.command }, c.command),
       el("td", {}, outcome),
@@ -611,15 +663,52 @@ function renderErrors(errors) {
   $("errors-closed").textContent = closed ? `${closed} closed by a later success` : "";
 }
 
-// The continuity record, whatever its shape: text as text, lists as lists, objects as
-// labelled blocks.
-function recordNode(value) {
-  if (value === null || value === undefined) return el("span", { class: "muted" }, "–");
-  if (typeof value !== "object") return el("span", { class: "record-text" }, String(value));
-  if (Array.isArray(value)) {
-    return value.length ? el("ul", {}, value.map((v) => el("li", {}, recordNode(v)))) : el("span", { class: "muted" }, "none");
+// The continuity record as the local model receives it (the text the running server
+// holds for the session's next local request, else the one rebuilt from the log), and
+// what was left out of it and why: the counts its headings carry, and the sections the
+// token budget dropped whole (`record` is /api/context/sessions/{id}'s `record`).
+function recordLeftOut(record, text) {
+  const counted = (title, what) => {
+    const found = text.match(new RegExp(`${title.replace(/[()]/g, "\\$&")}; (\\d+) ${what} left out\\)`));
+    return found ? Number(found[1]) : 0;
+  };
+  const out = [];
+  const goals = counted("Goals, in the user's words (oldest first", "earlier");
+  if (goals) out.push(`${goals} earlier goal${goals === 1 ? "" : "s"}: the newest are kept within 8 KiB of goals and the token budget`);
+  const files = counted("Files (latest known state, newest first", "more");
+  if (files) out.push(`${files} file${files === 1 ? "" : "s"} touched longer ago: at most 40 are listed, fewer when the token budget is reached`);
+  const errors = counted("Open errors (newest last", "older");
+  if (errors) out.push(`${errors} older open error${errors === 1 ? "" : "s"}: at most 12 are listed, the newest kept first`);
+  if ((record.recent || []).length && !text.includes("Last exchanges:")) {
+    out.push(`the last ${record.recent.length} exchange${record.recent.length === 1 ? "" : "s"}: left out first to fit the token budget`);
   }
-  return el("dl", {}, Object.entries(value).flatMap(([k, v]) => [el("dt", {}, k.replace(/_/g, " ")), el("dd", {}, recordNode(v))]));
+  if ((record.decisions || []).length && !text.includes("What the assistant said when each task ended")) {
+    out.push(`the assistant's closing words of ${record.decisions.length} task${record.decisions.length === 1 ? "" : "s"}: left out to fit the token budget`);
+  }
+  if (text.includes("(record cut to its token budget)")) out.push("the end of the text: cut at the token budget");
+  return out;
+}
+
+function renderRecord(record) {
+  const text = record.live || record.text || "";
+  const left = recordLeftOut(record, text);
+  return [
+    el("p", { class: "small muted" }, record.live
+      ? "The text the running Glider holds for this session's next local request:"
+      : "The text a local model taking this session over would receive (rebuilt from the context log):"),
+    el("pre", { class: "record-text", id: "record-text" }, text),
+    el("h4", {}, "Left out"),
+    left.length
+      ? el("ul", { id: "record-left-out", class: "small" }, left.map((line) => el("li", {}, line)))
+      : el("p", { id: "record-left-out", class: "small muted" }, "nothing: the whole record fits its token budget (context.record_max_tokens)"),
+  ];
+}
+
+// The user's words of a turn: Claude Code puts `<system-reminder>` blocks (its own
+// notes to the model) into the user's message; they are not what the user typed.
+function userWords(text) {
+  const words = String(text || "").replace(/<system-reminder>[\s\S]*?(<\/system-reminder>|$)/g, "").trim();
+  return words;
 }
 
 // `view`: the session's summary fields (`session`, `first_ms`, `last_ms`, `events`,
@@ -634,7 +723,7 @@ function renderSession(view) {
     + (saved && saved.requests ? ` · answered locally: ${saved.requests} (${fmt.int(saved.tokens_in + saved.tokens_out)} tokens, ${fmt.usd(saved.cost_usd)} avoided)` : "");
   const record = $("session-record");
   record.hidden = view.record === undefined || view.record === null;
-  if (!record.hidden) $("record-body").replaceChildren(recordNode(view.record));
+  if (!record.hidden) $("record-body").replaceChildren(...renderRecord(view.record));
   const g = view.graph;
   renderEpisodes(g.episodes);
   renderFiles(g.files);

@@ -421,7 +421,7 @@ fn a_disagreeing_row_a_missing_module_and_a_missing_path_are_caught() {
                   | `safego` | not built yet |\n\
                   | `vram` | `glider_sys::nonesuch` |\n\
                   | `orchestrator` | `glider_engine::pipeline`; VRAM control: not built yet |\n\
-                  | `tray` | `glider_sys` |\n";
+                  | `nonesuch` | `glider_sys` |\n";
     let problems = spec_table_problems(&root, readme, &claims(&root));
     let says = |text: &str| problems.iter().any(|p| p.contains(text));
     assert!(
@@ -438,7 +438,7 @@ fn a_disagreeing_row_a_missing_module_and_a_missing_path_are_caught() {
         "{problems:#?}"
     );
     assert!(
-        says("no module's `//!` doc says it implements spec package `tray`"),
+        says("no module's `//!` doc says it implements spec package `nonesuch`"),
         "{problems:#?}"
     );
     assert!(

@@ -17,6 +17,7 @@ use glider_engine::Engine;
 use glider_sys::listen::Drain;
 
 mod context_commands;
+mod desktop;
 mod discovery;
 mod doctor_commands;
 mod mcp_commands;
@@ -60,6 +61,33 @@ enum Command {
         /// Override mitm.port (0 picks a free port).
         #[arg(long)]
         mitm_port: Option<u16>,
+        /// Show the dashboard in a window of its own, with a tray icon (as `glider
+        /// desktop`; needs a build with `--features desktop`).
+        #[arg(long)]
+        window: bool,
+    },
+    /// Serve as `glider serve` does, with the dashboard in a window of the operating
+    /// system and a tray icon (Open dashboard, Pause local routing, Exit). Closing the
+    /// window leaves Glider serving. Needs a build with `--features desktop`.
+    Desktop {
+        /// Config file (watched for changes). Default: the embedded configs/glider.yaml.
+        #[arg(short, long, env = "GLIDER_CONFIG")]
+        config: Option<PathBuf>,
+        /// Override server.proxy_port (0 picks a free port).
+        #[arg(long)]
+        port: Option<u16>,
+        /// Override server.dashboard_port (0 picks a free port).
+        #[arg(long)]
+        dashboard_port: Option<u16>,
+        /// Override mitm.port (0 picks a free port).
+        #[arg(long)]
+        mitm_port: Option<u16>,
+        /// Closing the window stops Glider (as the tray's Exit does).
+        #[arg(long)]
+        exit_on_close: bool,
+        /// No tray icon (closing the window then stops Glider).
+        #[arg(long)]
+        no_tray: bool,
     },
     /// Glider's CA for the MITM proxy (made on first use under GLIDER_HOME/mitm).
     Ca {
@@ -305,6 +333,44 @@ fn main() -> std::process::ExitCode {
             port,
             dashboard_port,
             mitm_port,
+            window: true,
+        } => desktop::run(
+            desktop::ServeArgs {
+                config,
+                port,
+                dashboard_port,
+                mitm_port,
+            },
+            desktop::WindowArgs {
+                exit_on_close: false,
+                no_tray: false,
+            },
+        ),
+        Command::Desktop {
+            config,
+            port,
+            dashboard_port,
+            mitm_port,
+            exit_on_close,
+            no_tray,
+        } => desktop::run(
+            desktop::ServeArgs {
+                config,
+                port,
+                dashboard_port,
+                mitm_port,
+            },
+            desktop::WindowArgs {
+                exit_on_close,
+                no_tray,
+            },
+        ),
+        Command::Serve {
+            config,
+            port,
+            dashboard_port,
+            mitm_port,
+            window: false,
         } => {
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
@@ -313,7 +379,7 @@ fn main() -> std::process::ExitCode {
                     return std::process::ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(serve(config, port, dashboard_port, mitm_port)) {
+            match runtime.block_on(serve(config, port, dashboard_port, mitm_port, None)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("glider: {e:#}");
@@ -383,6 +449,7 @@ async fn serve(
     port: Option<u16>,
     dashboard_port: Option<u16>,
     mitm_port: Option<u16>,
+    window: Option<desktop::WindowHooks>,
 ) -> anyhow::Result<()> {
     let mut config = load_config(config_path.as_deref())?;
     // The file as written: the dashboard compares the file on disk with it to say what
@@ -451,6 +518,7 @@ async fn serve(
         home,
         filter_handle,
         &mut runstate,
+        window,
     )
     .await;
     // An orderly exit, a start-up error included: what the doors put on the machine was
@@ -472,6 +540,7 @@ async fn serve_recorded(
     home: PathBuf,
     filter_handle: serve::LogFilterHandle,
     runstate: &mut glider_sys::runstate::RunState,
+    window: Option<desktop::WindowHooks>,
 ) -> anyhow::Result<()> {
     let (delegator, vendors) = serve::start_delegation(runstate, &config.delegate);
     let handle = ConfigHandle::new(config, config_path.clone());
@@ -505,7 +574,22 @@ async fn serve_recorded(
     )
     .await?;
     // One signal stops every door; until the gateway listens, a signal ends the process.
-    trigger.on(shutdown_signal(snapshot.server.shutdown_grace_secs));
+    // The window's Exit is the same stop.
+    let window_stop = window.as_ref().map(|hooks| hooks.stop.clone());
+    let grace_secs = snapshot.server.shutdown_grace_secs;
+    trigger.on(async move {
+        match window_stop {
+            Some(stop) => {
+                tokio::select! {
+                    () = shutdown_signal(grace_secs) => {}
+                    () = stop.notified() => tracing::info!(
+                        "shutting down: draining open requests for up to {grace_secs} s (server.shutdown_grace_secs)"
+                    ),
+                }
+            }
+            None => shutdown_signal(grace_secs).await,
+        }
+    });
 
     let mut doors = vec![gateway.door];
     let mut transparent = None;
@@ -528,7 +612,7 @@ async fn serve_recorded(
             enrollment = started.enrollment;
         }
     }
-    let dashboard = serve::start_dashboard(
+    let (dashboard_address, dashboard) = serve::start_dashboard(
         &engine,
         &home,
         &snapshot,
@@ -547,6 +631,22 @@ async fn serve_recorded(
     // the first request's route); the cloud ones in the background: a slow cloud probe
     // (up to its timeout) must not hold up serving.
     engine.probe_local_backends().await;
+    if let Some(hooks) = window {
+        let token = match &snapshot.server.dashboard_token {
+            Some(secret) => Some(
+                secret
+                    .resolve()
+                    .map_err(|e| anyhow::anyhow!("server.dashboard_token: {e}"))?,
+            ),
+            None => None,
+        };
+        // Bound to every address: the window comes in over loopback, as the rules want.
+        let mut address = dashboard_address;
+        if address.ip().is_unspecified() {
+            address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        (hooks.ready)(format!("http://{address}"), token, handle.clone());
+    }
     tokio::spawn({
         let engine = engine.clone();
         async move { serve::report_backends(&engine).await }

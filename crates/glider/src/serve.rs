@@ -461,14 +461,18 @@ pub struct DashboardInputs {
 }
 
 /// The dashboard: resolve its token, listen on `server.dashboard_port`, open the
-/// request history, and say where it is (and whether it wants the token).
+/// request history, and say where it is (and whether it wants the token). Returns the
+/// address it listens on (the desktop window opens it) and the serving future.
 pub async fn start_dashboard(
     engine: &Arc<Engine>,
     home: &Path,
     snapshot: &Config,
     inputs: DashboardInputs,
     drain: &Drain,
-) -> anyhow::Result<impl Future<Output = std::io::Result<()>> + use<>> {
+) -> anyhow::Result<(
+    std::net::SocketAddr,
+    impl Future<Output = std::io::Result<()>> + use<>,
+)> {
     let token = match &snapshot.server.dashboard_token {
         Some(secret) => Some(
             secret
@@ -507,10 +511,13 @@ pub async fn start_dashboard(
             ""
         }
     );
-    Ok(dashboard.serve_draining(
-        dashboard_listener,
-        snapshot.server.client_limits(),
-        drain.clone(),
+    Ok((
+        dashboard_local,
+        dashboard.serve_draining(
+            dashboard_listener,
+            snapshot.server.client_limits(),
+            drain.clone(),
+        ),
     ))
 }
 

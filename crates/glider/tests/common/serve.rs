@@ -45,12 +45,24 @@ pub fn serve_with_env<K: AsRef<std::ffi::OsStr>, V: AsRef<std::ffi::OsStr>>(
     config: &Path,
     env: &[(K, V)],
 ) -> Served {
+    start(home, config, env, &["serve"])
+}
+
+/// `glider COMMAND… --port 0 --dashboard-port 0 -c config` under `home` (`serve`, or
+/// `desktop` and its flags), ready once it printed its gateway and dashboard addresses.
+pub fn start<K: AsRef<std::ffi::OsStr>, V: AsRef<std::ffi::OsStr>>(
+    home: &Path,
+    config: &Path,
+    env: &[(K, V)],
+    command: &[&str],
+) -> Served {
     let mut child = Command::new(GLIDER)
         .envs(env.iter().map(|(k, v)| (k.as_ref(), v.as_ref())))
         .env("GLIDER_HOME", home)
         .env_remove("GLIDER_CONFIG")
         .env_remove("GLIDER_LOG")
-        .args(["serve", "--port", "0", "--dashboard-port", "0", "-c"])
+        .args(command)
+        .args(["--port", "0", "--dashboard-port", "0", "-c"])
         .arg(config)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
