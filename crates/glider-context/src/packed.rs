@@ -21,8 +21,8 @@
 
 use std::borrow::Cow;
 
-use glider_engine::{Door, RuleName};
 use glider_ngl::{Dialect, StopReason};
+use glider_vocab::{Door, RuleName};
 
 use crate::event::{Event, EventBody, ReplyEvent, RequestEvent, ToolCall, ToolResult};
 

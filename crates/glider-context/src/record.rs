@@ -198,7 +198,7 @@ impl ContinuityRecord {
             if len <= budget_bytes {
                 let text = self.render_all();
                 debug_assert_eq!(text.len(), len, "the measured length is the written one");
-                if glider_engine::tokenizer::estimate_text(&text) <= max_tokens {
+                if glider_vocab::estimate::estimate_text(&text) <= max_tokens {
                     return text;
                 }
                 len = text.len();
@@ -484,7 +484,7 @@ fn heading(out: &mut impl Out, title: &str, left_out: usize, what: &str) {
 /// The most bytes of text within `max_tokens`: `estimate_text(text) <= max_tokens`
 /// exactly when `text.len() <= budget_bytes(max_tokens)`.
 fn budget_bytes(max_tokens: u64) -> usize {
-    (max_tokens as f64 * glider_engine::tokenizer::BYTES_PER_TOKEN) as usize
+    (max_tokens as f64 * glider_vocab::estimate::BYTES_PER_TOKEN) as usize
 }
 
 /// Build the record from the graph's parts, its goals' lines up to the first that
@@ -1001,7 +1001,7 @@ mod tests {
         let full = record.render(100_000);
         let small = record.render(300);
         assert!(
-            glider_engine::tokenizer::estimate_text(&small) <= 300,
+            glider_vocab::estimate::estimate_text(&small) <= 300,
             "{small}"
         );
         assert!(small.len() < full.len());
@@ -1101,7 +1101,7 @@ mod tests {
         let mut record = record.clone();
         loop {
             let text = record.render_all();
-            if glider_engine::tokenizer::estimate_text(&text) <= max_tokens {
+            if glider_vocab::estimate::estimate_text(&text) <= max_tokens {
                 return Some(text);
             }
             record.leave_out_one()?;
