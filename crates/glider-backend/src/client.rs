@@ -5,6 +5,10 @@
 //! TCP (and TLS) connection, `first_byte_timeout_secs` the wait for the headers and the
 //! first body byte (a cold model load), `idle_timeout_secs` each gap between body
 //! chunks after the first.
+//!
+//! One file past 600 lines on purpose: `send` is one path from the request to the first
+//! byte, and each timeout, credential header and failure classification it applies is a
+//! step of that path, kept where it happens.
 
 use std::pin::Pin;
 use std::sync::Arc;

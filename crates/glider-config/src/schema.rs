@@ -1,5 +1,12 @@
 //! The configuration schema. Every field has a default, so an empty file is a valid
 //! (if useless) config; unknown keys are errors, so a typo is caught at load.
+//!
+//! One file past 600 lines on purpose: it is the schema's core sections side by side
+//! (server, backends, fit, routing, context, delegate, mitm …), each a struct with its
+//! defaults, and `Config::problems` over all of them, read as one list against
+//! docs/configuration.md (`crates/glider-config/tests/configuration_doc.rs`); the
+//! sections added since are files of their own (`fan_out.rs`, `mcp.rs`, `plugins.rs`,
+//! `pricing.rs`, `tools.rs`, `vram.rs`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

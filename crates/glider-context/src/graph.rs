@@ -8,6 +8,10 @@
 //! validity: each file change records when a later one superseded it. The fold is
 //! incremental ([`Folder`]): the log's writer keeps one per live session and feeds it
 //! each committed event, so the continuity record is rebuilt without a query.
+//!
+//! One file past 600 lines on purpose: the graph's types and the fold ([`Folder`]) that
+//! builds them change together — each event kind sets fields of several types, and a
+//! live fold's trimming must keep exactly what the record reads of them.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

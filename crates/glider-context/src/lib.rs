@@ -201,7 +201,7 @@ pub struct BudgetView {
     /// The running engine's in-memory spend (`None` when read from the file by the
     /// CLI, or when the engine does not remember the session: it starts empty at each
     /// start and keeps the 4096 most recently active sessions).
-    pub live: Option<glider_engine::SessionBudget>,
+    pub live: Option<glider_vocab::SessionBudget>,
 }
 
 impl BudgetView {

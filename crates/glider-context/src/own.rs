@@ -46,7 +46,7 @@ pub fn request_roots(request: &Request) -> Vec<u64> {
         .turns
         .split(|turn| turn.role == Role::Assistant)
         .collect();
-    if glider_engine::compaction_prompt(request).is_some() {
+    if glider_vocab::compaction_prompt(request).is_some() {
         runs.pop();
     }
     runs.into_iter()

@@ -18,11 +18,15 @@
 //! nothing before it, a string that is not UTF-8, an unknown tag, bytes left over —
 //! each is a [`Malformed`] error, never a panic; room is made only for what the bytes
 //! read so far back (a count is not trusted for memory).
+//!
+//! One file past 600 lines on purpose: the packer and the unpacker are one format
+//! written twice, field for field, and are kept side by side so that each change to one
+//! is made to the other.
 
 use std::borrow::Cow;
 
-use glider_engine::{Door, RuleName};
 use glider_ngl::{Dialect, StopReason};
+use glider_vocab::{Door, RuleName};
 
 use crate::event::{Event, EventBody, ReplyEvent, RequestEvent, ToolCall, ToolResult};
 

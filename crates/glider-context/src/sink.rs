@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
-use glider_engine::{
+use glider_ngl::{Part, Request, Role, Turn};
+use glider_vocab::{
     CompactionSource, ContextSink, DecidedTurn, DelegatedRun, RecordedTurn, newest_turns,
     tool_calls_of, user_words,
 };
-use glider_ngl::{Part, Request, Role, Turn};
 
 use crate::Context;
 use crate::event::{
@@ -23,10 +23,9 @@ impl ContextSink for Context {
     fn decided(&self, turn: &DecidedTurn<'_>) -> String {
         let (tool_calls, tool_results, user_text) = newest_calls_and_results(turn.request);
         let key = self.request_key(turn.request_id);
-        let first = turn.decision.candidates.first();
         // A CLI's compaction request is no new goal of the user's: it stays in the
         // current episode and its instruction is not kept.
-        let compaction = glider_engine::compaction_prompt(turn.request).is_some();
+        let compaction = glider_vocab::compaction_prompt(turn.request).is_some();
         let root = tool_results.is_empty() && user_text.is_some() && !compaction;
         self.log.append_body(
             crate::now_ms(),
@@ -37,11 +36,11 @@ impl ContextSink for Context {
                 front: turn.front.as_str().into(),
                 model_requested: turn.request.model.clone(),
                 model: turn.model.to_owned(),
-                rule: turn.decision.rule.as_str().into(),
-                reason: turn.decision.reason.clone(),
-                backend: first.map(|c| c.backend.name().to_owned()),
-                local: first.map(|c| c.backend.is_local()),
-                estimated_tokens: turn.decision.estimated_tokens,
+                rule: turn.rule.as_str().into(),
+                reason: turn.reason.to_owned(),
+                backend: turn.backend.map(|(name, _)| name.to_owned()),
+                local: turn.backend.map(|(_, local)| local),
+                estimated_tokens: turn.estimated_tokens,
                 root,
                 user_text: if root { user_text } else { None },
                 tool_calls,
@@ -145,7 +144,7 @@ impl ContextSink for Context {
         if !records.holds(session) {
             return None;
         }
-        let rule = if glider_engine::router::sticky::is_derived(session) {
+        let rule = if glider_vocab::is_derived(session) {
             Match::Exact
         } else {
             Match::InOrder

@@ -2,6 +2,10 @@
 //! here, into the Prometheus families served at `/metrics`, into the per-backend and
 //! per-route aggregates (with latency percentiles and what local answers saved) served
 //! at `/api/stats`, and into the ledger of buckets over time ([`crate::ledger`]).
+//!
+//! One file past 600 lines on purpose: a finished request is recorded once, and every
+//! Prometheus family and aggregate it feeds (the ledger aside) is declared beside that
+//! one recording, so a new field of the record is counted in one place.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;

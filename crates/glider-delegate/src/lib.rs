@@ -15,10 +15,10 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use glider_config::{DelegateConfig, DelegateMode};
-use glider_engine::{ContextSink, DelegatedRun};
 use glider_ngl::stream::PartKind;
 use glider_ngl::{Dialect, Part, Request, Role, StopReason, StreamEvent, Usage};
 use glider_sys::runstate::DelegatePids;
+use glider_vocab::{ContextSink, DelegatedRun};
 use http::HeaderMap;
 
 pub use run::{Denial, Events, Output, Report, RunEnd, RunSpec};
@@ -173,12 +173,12 @@ impl Delegator {
         }
         let request = glider_dialects::codec(front).decode_request(body).ok()?;
         let flagged = find_flag(&request)?;
-        let session = glider_engine::router::sticky::session_id(&request, headers);
+        let session = glider_vocab::session_id(&request, headers);
         let told = context.map(|sink| Told {
             sink,
             session: session
                 .clone()
-                .unwrap_or_else(|| glider_engine::pipeline::UNSESSIONED.to_owned()),
+                .unwrap_or_else(|| glider_vocab::UNSESSIONED.to_owned()),
         });
         let client_session = session.map(|s| format!("{}|{s}", flagged.vendor.binary()));
         let events = self.start(config, &flagged, client_session, told);

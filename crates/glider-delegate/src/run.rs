@@ -2,6 +2,11 @@
 //! cursor-agent stream-json, or plain text) relayed as ngl stream events, bounded by a
 //! timeout and an output limit. Dropping the event stream (request over, client gone)
 //! kills the whole process group.
+//!
+//! One file past 600 lines on purpose: the process's life (spawn, timeout, output
+//! limit, kill on drop) and the reading of its output (Claude Code's and cursor-agent's
+//! stream-json lines, plain text) are methods of one `Run`, which holds the child and
+//! the stream they both write to.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;

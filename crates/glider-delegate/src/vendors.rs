@@ -388,7 +388,7 @@ mod tests {
         );
         assert_eq!(Vendor::from_flag("/agy"), Some(Vendor::Agy));
         assert_eq!(Vendor::from_flag("/codex"), None);
-        for flag in glider_engine::router::explicit::DELEGATION_FLAGS {
+        for flag in glider_vocab::DELEGATION_FLAGS {
             assert!(Vendor::from_flag(flag).is_some(), "{flag}");
         }
     }

@@ -17,4 +17,7 @@ pub mod stateful;
 pub use observed::{ObservedBody, Observer};
 pub use render::error_response;
 pub use respond::{ForOrigin, Responded, Visit, respond};
-pub use sequence::{BodyError, Door, DoorSequence, Outcome, ToOrigin, read_limited, read_within};
+pub use sequence::{
+    BodyError, Door, Outcome, ToOrigin, after_local_error, answer, carry_out, read_limited,
+    read_within,
+};

@@ -1,7 +1,7 @@
 //! The door sequence in one call, for a door that speaks HTTP: read the body under
 //! `server.max_body_bytes` and `server.body_read_timeout_secs` (a refusal rendered in
 //! the caller's dialect), make a Responses request stateful ([`crate::stateful`]),
-//! answer it ([`DoorSequence::answer`]) and render the outcome ([`crate::render`])
+//! answer it ([`crate::answer`]) and render the outcome ([`crate::render`])
 //! under the drain deadline. A door makes this one call and gets back the reply — or,
 //! at the MITM, the client's request for the origin, with why.
 //!
@@ -24,7 +24,9 @@ use http::HeaderMap;
 use http::request::Parts;
 
 use crate::render::{self, error_response};
-use crate::sequence::{Door, DoorSequence, Outcome, ToOrigin, delegation, outcome, read_within};
+use crate::sequence::{
+    Door, Outcome, ToOrigin, after_local_error, answer, carry_out, delegation, outcome, read_within,
+};
 use crate::stateful::{self, ToStore};
 
 /// Who answers a request at a door, and in which dialect.
@@ -108,10 +110,9 @@ where
     let answer = async move {
         match answer_with {
             Answer::Body(Ok(answer_body)) => {
-                door.answer(engine, delegator, front, headers, answer_body)
-                    .await
+                answer(door, engine, delegator, front, headers, answer_body).await
             }
-            Answer::Body(Err(error)) => door.after_local_error(engine, error),
+            Answer::Body(Err(error)) => after_local_error(door, engine, error),
             Answer::Unexpanded(error) => {
                 unexpanded(engine, delegator, front, headers, client_body, error).await
             }
@@ -181,9 +182,9 @@ async fn unexpanded(
     match engine.prepare_completion(request).await {
         Ok(prepared) if prepared.decision().has_origin_local() => {
             prepared.discard();
-            Door::Mitm.after_local_error(engine, error)
+            after_local_error(Door::Mitm, engine, error)
         }
-        Ok(prepared) => Door::Mitm.carry_out(engine, prepared).await,
+        Ok(prepared) => carry_out(Door::Mitm, engine, prepared).await,
         Err(failed) => outcome(Door::Mitm, engine, Err(failed)),
     }
 }

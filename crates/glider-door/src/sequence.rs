@@ -37,34 +37,42 @@ fn limit_owner(door: Door) -> &'static str {
     }
 }
 
-/// The door sequence's steps two to four, as methods of the engine's [`Door`].
-pub trait DoorSequence: Copy {
-    /// Steps two to four for a body already read: delegation first (a flagged message
-    /// never enters the pipeline nor reaches an origin; only when `delegator` is given),
-    /// then the pipeline, then the origin-on-local-error rule. The headers and body move
-    /// into the pipeline's request (a door that still needs them keeps its own copy).
-    fn answer<'a>(
-        self,
-        engine: &'a Engine,
-        delegator: Option<&'a Delegator>,
-        front: Dialect,
-        headers: HeaderMap,
-        body: Bytes,
-    ) -> impl Future<Output = Outcome> + Send + 'a;
+/// The door sequence's steps two to four for a body already read, through `door`:
+/// delegation first (a flagged message never enters the pipeline nor reaches an origin;
+/// only when `delegator` is given), then the pipeline, then the origin-on-local-error
+/// rule. The headers and body move into the pipeline's request (a door that still needs
+/// them keeps its own copy).
+pub async fn answer(
+    door: Door,
+    engine: &Engine,
+    delegator: Option<&Delegator>,
+    front: Dialect,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Outcome {
+    if let Some(delegation) = delegation(engine, delegator, front, &headers, &body) {
+        return Outcome::Delegated(delegation);
+    }
+    let request = completion_request(door, front, body, headers);
+    outcome(door, engine, engine.complete(request).await)
+}
 
-    /// Step three and four for a request decided earlier (the spec's `CompleteLocal`
-    /// after a `DecideLocal`): carry out exactly `prepared`'s decision, then the
-    /// origin-on-local-error rule.
-    fn carry_out<'a>(
-        self,
-        engine: &'a Engine,
-        prepared: Prepared,
-    ) -> impl Future<Output = Outcome> + Send + 'a;
+/// Steps three and four for a request decided earlier (the spec's `CompleteLocal` after
+/// a `DecideLocal`): carry out exactly `prepared`'s decision, then the
+/// origin-on-local-error rule.
+pub async fn carry_out(door: Door, engine: &Engine, prepared: Prepared) -> Outcome {
+    outcome(door, engine, engine.complete_prepared(prepared).await)
+}
 
-    /// The `mitm.origin_on_local_error` rule for a local answer that failed before
-    /// anything was written: the origin answers instead (MITM, rule on), or the client
-    /// sees the error.
-    fn after_local_error(self, engine: &Engine, error: ApiError) -> Outcome;
+/// The `mitm.origin_on_local_error` rule for a local answer that failed before anything
+/// was written: the origin answers instead (MITM, rule on), or the client sees the
+/// error.
+pub fn after_local_error(door: Door, engine: &Engine, error: ApiError) -> Outcome {
+    if door == Door::Mitm && engine.runtime().config.mitm.origin_on_local_error {
+        Outcome::Origin(ToOrigin::LocalFailed(error))
+    } else {
+        Outcome::Error(error)
+    }
 }
 
 /// Step two: a delegate takes a flagged message (only when `delegator` is given).
@@ -95,36 +103,7 @@ pub(crate) fn outcome(
         Err(CompleteError::OriginPassthrough { decision, tracker }) => {
             Outcome::Origin(ToOrigin::Decided { decision, tracker })
         }
-        Err(CompleteError::Api(error)) => door.after_local_error(engine, error),
-    }
-}
-
-impl DoorSequence for Door {
-    async fn answer<'a>(
-        self,
-        engine: &'a Engine,
-        delegator: Option<&'a Delegator>,
-        front: Dialect,
-        headers: HeaderMap,
-        body: Bytes,
-    ) -> Outcome {
-        if let Some(delegation) = delegation(engine, delegator, front, &headers, &body) {
-            return Outcome::Delegated(delegation);
-        }
-        let request = completion_request(self, front, body, headers);
-        outcome(self, engine, engine.complete(request).await)
-    }
-
-    async fn carry_out(self, engine: &Engine, prepared: Prepared) -> Outcome {
-        outcome(self, engine, engine.complete_prepared(prepared).await)
-    }
-
-    fn after_local_error(self, engine: &Engine, error: ApiError) -> Outcome {
-        if self == Door::Mitm && engine.runtime().config.mitm.origin_on_local_error {
-            Outcome::Origin(ToOrigin::LocalFailed(error))
-        } else {
-            Outcome::Error(error)
-        }
+        Err(CompleteError::Api(error)) => after_local_error(door, engine, error),
     }
 }
 

@@ -7,60 +7,24 @@
 //! is carried out by the `budget` pipeline phase; it never waits and never fails a
 //! request.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use foldhash::{HashMap, HashSet};
 
 use glider_config::ContextConfig;
 use glider_ngl::{Part, Request, Role};
-use serde::Serialize;
 use serde_json::Value;
 
-use crate::context::{ReplyToolCall, newest_turns, tool_calls_of};
-use crate::events::RequestRecord;
-
-/// What the reply of a stopped loop says answered it (`x-glider-route`, the request
-/// record, the context log's `reply` event).
-pub const BUDGET_BACKEND: &str = "glider-budget";
+use glider_vocab::user_words::has_user_words;
+use glider_vocab::{
+    BudgetStop, ReplyToolCall, RequestRecord, SessionBudget, Spend, StopLimit, newest_turns,
+    tool_calls_of,
+};
 
 /// Sessions kept in memory; past this the least recently used one is forgotten.
 const MAX_SESSIONS: usize = 4096;
 /// Tool call ids remembered per session (awaited) and per episode (counted).
 const MAX_CALL_IDS: usize = 1024;
-
-/// Which limit ended a loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopLimit {
-    /// The episode took `context.turn_budget.hard` model turns.
-    TurnBudget,
-    /// The same tool call came `context.loop_guard.repeats` times.
-    LoopGuard,
-}
-
-impl StopLimit {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StopLimit::TurnBudget => "turn_budget",
-            StopLimit::LoopGuard => "loop_guard",
-        }
-    }
-}
-
-/// A loop Glider ended with its own final reply instead of asking a model.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BudgetStop {
-    pub limit: StopLimit,
-    /// The episode's turns, this one included.
-    pub turns: u32,
-    /// The repeated tool (loop guard only).
-    pub tool: Option<String>,
-    /// How many times it was called with the same arguments (loop guard only).
-    pub repeats: Option<u32>,
-    /// The reply's text: what happened and the key that raises the limit.
-    pub message: String,
-}
 
 /// What the budget phase does with a request.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,64 +43,6 @@ pub struct Admission {
     /// The episode's id: the bus id of its root request.
     pub family: u64,
     pub verdict: Verdict,
-}
-
-/// Tokens one backend spent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct BackendTokens {
-    pub requests: u64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-}
-
-/// What a span of requests (a session, an episode) spent.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Spend {
-    /// Requests admitted (each a model turn, unless it was stopped).
-    pub turns: u32,
-    /// Finished requests a local backend answered, and all finished ones.
-    pub local_requests: u64,
-    pub finished_requests: u64,
-    pub backends: BTreeMap<String, BackendTokens>,
-}
-
-impl Spend {
-    /// Finished requests a local backend answered, as a fraction (0 with none).
-    pub fn local_share(&self) -> f64 {
-        if self.finished_requests == 0 {
-            0.0
-        } else {
-            self.local_requests as f64 / self.finished_requests as f64
-        }
-    }
-
-    fn finished(&mut self, record: &RequestRecord) {
-        let Some(backend) = &record.backend else {
-            return;
-        };
-        self.finished_requests += 1;
-        if record.local == Some(true) {
-            self.local_requests += 1;
-        }
-        let usage = &record.usage;
-        let tokens = self.backends.entry(backend.clone()).or_default();
-        tokens.requests += 1;
-        tokens.input_tokens +=
-            usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens;
-        tokens.output_tokens += usage.output_tokens;
-    }
-}
-
-/// A session's state as the dashboard or a test reads it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SessionBudget {
-    pub session: String,
-    pub total: Spend,
-    pub local_share: f64,
-    /// The current episode's id (its root request's bus id) and spend.
-    pub episode: Option<u64>,
-    pub episode_spend: Spend,
-    pub stops: u32,
 }
 
 #[derive(Default)]
@@ -395,9 +301,7 @@ impl<'a> Newest<'a> {
                     Part::ToolResult { call_id, .. } => newest.result_ids.push(call_id),
                     // Only the user's own words open an episode, never a CLI's
                     // injected blocks alone (the context sink reads them alike).
-                    Part::Text { text, .. } if crate::user_words::has_user_words(text) => {
-                        newest.user_text = true
-                    }
+                    Part::Text { text, .. } if has_user_words(text) => newest.user_text = true,
                     _ => {}
                 }
             }
@@ -452,31 +356,6 @@ fn canonical(value: &Value, out: &mut String) {
         other => out.push_str(&other.to_string()),
     }
 }
-
-/// One tool call Glider ran itself in the tool loop (`tools.loop`), for the request
-/// record, the dashboard and the context log.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ToolRun {
-    /// The loop's model turn that asked for it (1 for the first reply).
-    pub turn: u32,
-    pub id: String,
-    pub tool: String,
-    /// The arguments as JSON text, cut at [`MAX_TOOL_ARGUMENT_CHARS`].
-    pub arguments: String,
-    /// Whether the tool succeeded (an error goes back to the model as the result).
-    pub ok: bool,
-    pub error: Option<String>,
-    /// Characters of the result the model was given.
-    pub result_chars: usize,
-    pub duration_ms: u64,
-    /// What a `tools.loop.max_*` bound cut of this call or its reply, as the model was
-    /// told: arguments too large (not run), a result cut, the reply's calls past the cap.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cut: Option<String>,
-}
-
-/// Longest argument text a [`ToolRun`] keeps.
-pub const MAX_TOOL_ARGUMENT_CHARS: usize = 2048;
 
 /// Why [`LoopBudget`] ended a tool loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -535,6 +414,7 @@ impl LoopBudget {
 mod tests {
     use glider_config::{LoopGuard, TurnBudget};
     use glider_ngl::{Turn, Usage};
+    use glider_vocab::BackendTokens;
     use serde_json::json;
 
     use super::*;
@@ -582,7 +462,7 @@ mod tests {
     }
 
     fn record(backend: &str, local: bool, input: u64, output: u64) -> RequestRecord {
-        let bus = crate::Bus::default();
+        let bus = crate::events::Bus::default();
         let mut tracker = bus.start("gateway", glider_ngl::Dialect::Anthropic, None);
         tracker.record.backend = Some(backend.into());
         tracker.record.local = Some(local);

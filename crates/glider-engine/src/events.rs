@@ -15,126 +15,19 @@ use glider_backend::health::HealthStatus;
 use glider_backend::{Backend, Capabilities};
 use glider_config::BackendKind;
 use glider_dialects::{StreamDecoder, codec};
-use glider_ngl::{Dialect, Response, StreamEvent, Usage};
+use glider_ngl::{Dialect, Response, StreamEvent};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
+use glider_vocab::{Door, RequestRecord, ShadowSample};
+
 use crate::context::{ReplyCapture, WholeReplyRead};
-use crate::contextkit::{BudgetStop, ContextKit};
+use crate::contextkit::ContextKit;
 
 /// Events kept for a subscriber that falls behind.
 pub const BUS_CAPACITY: usize = 4096;
 /// Largest non-streamed reply body kept to read its usage from.
 const MAX_OBSERVED_BODY: usize = 8 * 1024 * 1024;
-
-/// One request as the dashboard and the history see it. Never holds prompt text.
-#[derive(Debug, Clone, Serialize)]
-pub struct RequestRecord {
-    pub id: u64,
-    /// Unix milliseconds at arrival.
-    pub started_at_ms: u64,
-    /// Which door took it (`gateway`, `mitm`).
-    pub door: String,
-    /// The client's `user-agent`, shown to the operator (never used to decide).
-    pub client: Option<String>,
-    pub front: Dialect,
-    pub stream: bool,
-    pub model_requested: String,
-    pub model_used: Option<String>,
-    pub backend: Option<String>,
-    /// Whether a local backend answered.
-    pub local: Option<bool>,
-    pub rule: Option<String>,
-    pub reason: Option<String>,
-    /// The request's kind (docs/routing.md, "The default policy"): `glider route
-    /// report` sums by it.
-    pub kind: Option<String>,
-    /// The classifier's score as compared with the thresholds, when it ran: what a
-    /// threshold change would move (`glider route report`).
-    pub score: Option<f64>,
-    pub estimated_tokens: u64,
-    pub usage: Usage,
-    /// Milliseconds to the first byte of the reply.
-    pub ttft_ms: Option<u64>,
-    pub total_ms: Option<u64>,
-    /// HTTP status the client got (499: the client went away first).
-    pub status: Option<u16>,
-    pub error: Option<String>,
-    /// Backends that failed before the one that answered.
-    pub fallbacks: Vec<String>,
-    /// What was fitted to each local candidate's model (`backend: change`), e.g.
-    /// `local: tools 25 -> 8 (...)`, `local: max_tokens 32000 -> 4096`.
-    pub fitted: Vec<String>,
-    /// Glider ended the agent loop with its own reply (turn budget, loop guard).
-    pub budget_stop: Option<BudgetStop>,
-    /// The session key the router found (the sticky rule's: the CLI's session id, or a
-    /// hash of the conversation's start), so the dashboard can sum per session.
-    pub session: Option<String>,
-    /// What bounded context left out of each local candidate's request (turns and
-    /// estimated tokens), and whether the session's continuity record stood in.
-    pub context_left_out: Vec<ContextLeftOut>,
-    /// The tool calls Glider ran itself for this request (`tools.loop`), in order.
-    pub tool_calls: Vec<crate::contextkit::ToolRun>,
-    /// What plugins did not do for this request (skipped, timed out, refused), and
-    /// which rewrote it.
-    pub plugins: Vec<String>,
-    /// What the fan-out did (hedge, first, all, shadow), when it ran: which backend won,
-    /// whether the hedge fired, which attempts were cancelled, every answer under `all`.
-    pub fan_out: Option<crate::pipeline::FanOutRecord>,
-}
-
-impl RequestRecord {
-    /// The record of a request that just arrived: nothing decided yet.
-    pub(crate) fn arriving(
-        id: u64,
-        started_at_ms: u64,
-        door: String,
-        client: Option<String>,
-        front: Dialect,
-    ) -> RequestRecord {
-        RequestRecord {
-            id,
-            started_at_ms,
-            door,
-            client,
-            front,
-            stream: false,
-            model_requested: String::new(),
-            model_used: None,
-            backend: None,
-            local: None,
-            rule: None,
-            reason: None,
-            kind: None,
-            score: None,
-            estimated_tokens: 0,
-            usage: Usage::default(),
-            ttft_ms: None,
-            total_ms: None,
-            status: None,
-            error: None,
-            fallbacks: Vec::new(),
-            fitted: Vec::new(),
-            session: None,
-            context_left_out: Vec::new(),
-            budget_stop: None,
-            tool_calls: Vec::new(),
-            plugins: Vec::new(),
-            fan_out: None,
-        }
-    }
-}
-
-/// One local candidate's bounded context, for the route record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ContextLeftOut {
-    pub backend: String,
-    pub turns: usize,
-    /// Estimated tokens of the turns left out.
-    pub tokens: u64,
-    /// Estimated tokens of the continuity record given instead (0: none given).
-    pub record_tokens: u64,
-}
 
 /// A backend's live state as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -194,7 +87,7 @@ pub enum PipelineEvent {
     },
     /// A request's shadow copy ended, failed or was skipped (fan-out `shadow`): once the
     /// copy and the primary's reply have both ended, or at once when skipped.
-    ShadowSampled(crate::pipeline::ShadowSample),
+    ShadowSampled(ShadowSample),
 }
 
 /// The sending side, cheap to clone.
@@ -225,12 +118,7 @@ impl Bus {
 
     /// [`Bus::start`] for a request with `headers`: the client shown is its
     /// `user-agent`, so every door names the client the same way.
-    pub fn start_for(
-        &self,
-        door: crate::Door,
-        front: Dialect,
-        headers: &http::HeaderMap,
-    ) -> Tracker {
+    pub fn start_for(&self, door: Door, front: Dialect, headers: &http::HeaderMap) -> Tracker {
         let client = headers
             .get(http::header::USER_AGENT)
             .and_then(|v| v.to_str().ok())
@@ -519,6 +407,7 @@ impl Drop for Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use glider_ngl::Usage;
 
     /// The status a tracker records when it is dropped after seeing `events`.
     fn status_after(events: &[StreamEvent]) -> Option<u16> {

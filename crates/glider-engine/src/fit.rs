@@ -11,11 +11,12 @@ use std::collections::BTreeSet;
 use glider_backend::Candidate;
 use glider_config::{BackendFit, BackendKind, Config, FitConfig, ModelSpec};
 use glider_ngl::{Dialect, Part, Request, ToolChoice, ToolDef, ToolList};
+use glider_vocab::estimate::estimate_text;
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::speed::Speed;
-use crate::tokenizer::{estimate_text, estimate_tools};
+use crate::tokenizer::estimate_tools;
 
 /// Top-level fields of a client's dialect that no local server takes (Claude Code's
 /// `context_management`, OpenAI's cache and storage hints): dropped on a local route.
@@ -65,10 +66,19 @@ impl<'a> FitTarget<'a> {
             model,
             dialect: backend.dialect_for(front),
             kind: backend.kind(),
-            window: crate::router::local_window(config, candidate),
+            window: local_window(config, candidate),
             speed: None,
         }
     }
+}
+
+/// The context window of a local candidate's model: configured, else what its server
+/// says it runs the model with, else `routing.default_local_context`.
+pub fn local_window(config: &Config, candidate: &Candidate) -> u64 {
+    candidate
+        .backend
+        .effective_context_window(&candidate.model)
+        .unwrap_or(config.routing.default_local_context)
 }
 
 /// What fitting gives one local model before any request is seen — its window, its

@@ -14,20 +14,20 @@ pub mod router;
 pub mod speed;
 pub mod tokenizer;
 pub mod transform;
-pub mod user_words;
 
-pub use context::{
-    CompactionPrompt, CompactionSource, ContextSink, DecidedTurn, DelegatedRun, RecordedTurn,
-    ReplyToolCall, compaction_prompt, newest_turns, tool_calls_of,
-};
-pub use contextkit::{BUDGET_BACKEND, BudgetStop, ContextKit, SessionBudget, StopLimit};
-pub use events::{
-    BackendState, Bus, ContextLeftOut, PipelineEvent, RequestRecord, Tracker, unix_ms,
-};
-pub use pipeline::{Agreement, AnswerSummary, ComparedAnswer, ShadowOutcome, ShadowSample};
+pub use contextkit::ContextKit;
+pub use events::{BackendState, Bus, PipelineEvent, Tracker, unix_ms};
 pub use pipeline::{
-    CompleteError, Completion, CompletionBody, CompletionRequest, Door, Engine, FanOutRecord,
-    ModelInfo, Prepared, decode_events, stream_error_event,
+    CompleteError, Completion, CompletionBody, CompletionRequest, Engine, ModelInfo, Prepared,
+    decode_events, stream_error_event,
 };
-pub use router::{RouteDecision, RuleName};
-pub use user_words::user_words;
+pub use router::RouteDecision;
+
+// The shared vocabulary (`glider-vocab`), kept at the paths the doors, the dashboard
+// and the binary name it by.
+pub use glider_vocab::{
+    Agreement, AnswerSummary, BUDGET_BACKEND, BudgetStop, CompactionPrompt, CompactionSource,
+    ComparedAnswer, ContextLeftOut, ContextSink, DecidedTurn, DelegatedRun, Door, FanOutRecord,
+    RecordedTurn, ReplyToolCall, RequestRecord, RuleName, SessionBudget, ShadowOutcome,
+    ShadowSample, StopLimit, compaction_prompt, newest_turns, tool_calls_of, user_words,
+};

@@ -7,10 +7,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
+use glider_vocab::RequestRecord;
 use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::events::{Bus, PipelineEvent, RequestRecord};
+use crate::events::{Bus, PipelineEvent};
 
 /// The newest sample's weight in the moving average.
 const NEWEST_WEIGHT: f64 = 0.3;

@@ -6,9 +6,8 @@
 //! 80 KB turn: routing asks for it only near a limit ([`estimate_for_routing`]).
 
 use glider_ngl::{Part, Request, ToolList, json_len};
+use glider_vocab::estimate::estimate_len;
 
-/// Bytes per token assumed for models without a known tokenizer.
-pub const BYTES_PER_TOKEN: f64 = 3.5;
 /// Framing tokens counted per message (role markers and separators).
 pub const TOKENS_PER_MESSAGE: u64 = 4;
 
@@ -74,15 +73,6 @@ pub fn estimate_turn(turn: &glider_ngl::Turn) -> u64 {
 /// The byte-ratio estimate of a set of tool definitions.
 pub fn estimate_tools(tools: &ToolList) -> u64 {
     estimate_len(tools.text_len())
-}
-
-/// The byte-ratio estimate for a piece of text.
-pub fn estimate_text(text: &str) -> u64 {
-    estimate_len(text.len())
-}
-
-fn estimate_len(bytes: usize) -> u64 {
-    (bytes as f64 / BYTES_PER_TOKEN).ceil() as u64
 }
 
 /// All the text a model reads: turns, tool definitions and tool traffic.

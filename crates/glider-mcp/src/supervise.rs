@@ -10,6 +10,9 @@
 //! at [`STDERR_LINE_BYTES`]; and a stop (removal on reload, shutdown) gives the polite
 //! close [`CLOSE_GRACE`], SIGTERM [`STOP_GRACE`], then SIGKILLs the whole group, so a
 //! stuck server never outlives its removal.
+//!
+//! One file on purpose: the connection's life and the stdio child's bounds are one loop
+//! over one server.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use glider_engine::PipelineEvent;
+use glider_ngl::Dialect;
 use http_body_util::BodyExt;
 
 const KEY: (&str, &str) = ("x-api-key", "sk-ant-user-own-key");
@@ -905,5 +906,85 @@ async fn a_stateful_responses_request_answered_locally_is_expanded_and_one_for_t
             .as_str()
             .is_some_and(|m| m.contains("resp_never_stored")),
         "{error}"
+    );
+}
+
+/// A Responses continuation Glider cannot expand (the chain is the origin's) is decided
+/// once on the client's body: one route decision, one record, carried out to the origin
+/// with the client's bytes — never a decision made, dropped and made again. Each
+/// decision opens a record (its id taken from one counter), so the plain requests sent
+/// before and after it have the ids either side of its own.
+#[tokio::test]
+async fn a_responses_continuation_is_decided_once() {
+    let s = stack("").await;
+    let store_dir = tempfile::tempdir().expect("tempdir");
+    let store = glider_context::ResponseStore::start(store_dir.path(), 64).expect("store");
+    s.mitm.use_responses(std::sync::Arc::new(store));
+    let mut events = s.engine.bus().subscribe();
+    let send = |path: &'static str, body: &'static str| {
+        let s = &s;
+        async move {
+            let (mut client, _) =
+                client(s.proxy, "api.anthropic.com", &[s.glider_ca()], Http::One).await;
+            let (response, _) = client
+                .fetch(request(
+                    Http::One,
+                    "POST",
+                    "api.anthropic.com",
+                    path,
+                    &[
+                        ("authorization", "Bearer sk-user"),
+                        ("content-type", "application/json"),
+                    ],
+                    body,
+                ))
+                .await;
+            response.status().as_u16()
+        }
+    };
+    let plain = "{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    assert_eq!(send("/v1/messages", plain).await, 200);
+    let before = next_finished(&mut events).await;
+    s.origin.clear();
+    let continuation =
+        "{\"model\":  \"gpt-5\", \"previous_response_id\":\"resp_at_origin\",\"input\":\"hi\"}";
+    assert_eq!(send("/v1/responses", continuation).await, 200);
+    let seen = s.origin.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].body, Bytes::from_static(continuation.as_bytes()));
+    assert_eq!(send("/v1/messages", plain).await, 200);
+    // Every record opened between the two plain requests is the continuation's.
+    let (mut started, mut finished) = (Vec::new(), Vec::new());
+    let after = loop {
+        let event = bounded("pipeline event", events.recv())
+            .await
+            .expect("event");
+        match &*event {
+            PipelineEvent::RequestStarted(record) if record.front == Dialect::OpenAiResponses => {
+                started.push(record.id);
+            }
+            PipelineEvent::RequestFinished(record) if record.front == Dialect::OpenAiResponses => {
+                finished.push(record.clone());
+            }
+            PipelineEvent::RequestFinished(record) => break record.clone(),
+            _ => {}
+        }
+    };
+    assert_eq!(started, [before.id + 1], "one decision announced");
+    let [continued] = &finished[..] else {
+        panic!("one record for the continuation: {finished:#?}");
+    };
+    assert_eq!(continued.id, before.id + 1);
+    assert_eq!(
+        continued.backend.as_deref(),
+        Some("origin"),
+        "{continued:?}"
+    );
+    assert_eq!(continued.status, Some(200), "{continued:?}");
+    assert!(continued.rule.is_some(), "the decision is on the record");
+    assert_eq!(
+        after.id,
+        before.id + 2,
+        "no other record was opened for the continuation"
     );
 }

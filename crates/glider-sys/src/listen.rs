@@ -9,6 +9,10 @@
 //! while no request is in flight on it, so a long SSE reply or a model that takes
 //! minutes to answer keeps its connection, and an upgraded one (WebSocket, CONNECT)
 //! leaves this loop once it is handed over.
+//!
+//! One file past 600 lines on purpose: the timeouts and the drain watch the same
+//! connections (whether a request is in flight on each), so the two are written against
+//! one accounting.
 
 use std::future::Future;
 use std::pin::Pin;

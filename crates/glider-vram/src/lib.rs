@@ -7,6 +7,10 @@
 //! the warm condition of the backup sequence) and the dashboard (`/api/vram`, `/ws`,
 //! the Prometheus gauges). With no GPU, or `vram.enabled: false`, every rule here steps
 //! aside: nothing is planned, nothing is unloaded, nothing fails.
+//!
+//! One file past 600 lines on purpose: [`Vram`] is the one place where the parts meet —
+//! the models it holds resident, the plans it makes and carries out, and the events and
+//! views it publishes share its state; each part it ties is a module of its own.
 
 pub mod measured;
 pub mod monitor;

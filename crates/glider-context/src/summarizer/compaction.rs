@@ -368,7 +368,7 @@ impl Carried {
         // The narrative being updated is the one the range starts after.
         record.narrative = self.previous.as_ref().map(Narrative::of);
         let record_tokens =
-            ((max_chars / 2) as f64 / glider_engine::tokenizer::BYTES_PER_TOKEN) as u64;
+            ((max_chars / 2) as f64 / glider_vocab::estimate::BYTES_PER_TOKEN) as u64;
         let mut out = String::from("The continuity record so far:\n");
         out.push_str(&record.render(record_tokens));
         if self.previous.is_none() {

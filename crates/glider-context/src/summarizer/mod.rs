@@ -10,6 +10,11 @@
 //! the run is a `compaction` event, and the structural record stands when it is
 //! rejected. A run yields to the clients: a client's request to the same backend drops
 //! it (`context.summarizer.yield_to_clients`), and it is tried again later.
+//!
+//! One file past 600 lines on purpose: the scheduling (what is pending, what waits on a
+//! commit, when a run yields to a client) is one state machine shared by the public
+//! handle and its worker; what a run asks and how its answer is judged are in
+//! `compaction`.
 
 pub mod compaction;
 pub mod judge;

@@ -14,50 +14,13 @@ use std::time::Duration;
 use glider_backend::UpstreamRequest;
 use glider_dialects::codec;
 use glider_ngl::{Response, ResponseBuilder};
-use serde::{Deserialize, Serialize};
+use glider_vocab::{Agreement, AnswerSummary};
 
 use crate::router::RequestKind;
-
-/// One candidate's answer, as a record keeps it (never its text).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AnswerSummary {
-    pub backend: String,
-    pub model: String,
-    /// Milliseconds from the start of its attempt to the end of its answer.
-    pub latency_ms: u64,
-    pub output_tokens: u64,
-    /// `end_turn`, `tool_use`, `max_tokens`…; `None` when it failed.
-    pub stop_reason: Option<String>,
-    /// The tools it called, by name, in order.
-    pub tool_calls: Vec<String>,
-    pub text_chars: usize,
-    /// A stable 64-bit digest of its text, in hex: equal digests, equal texts.
-    pub digest: String,
-    /// Why there is no answer (the attempt failed, or its reply did not decode).
-    pub error: Option<String>,
-}
 
 /// Token-Jaccard similarity from which two answers to a title or compaction request
 /// agree: half their distinct words shared.
 pub const TEXT_AGREEMENT: f64 = 0.5;
-
-/// How an answer compares with the one the client got.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Agreement {
-    /// By the request's kind: the same tool calls (names and arguments, in order) and
-    /// the same stop reason; for a title or compaction, text only and a similarity of
-    /// at least [`TEXT_AGREEMENT`].
-    pub agrees: bool,
-    pub same_tools: bool,
-    /// The same tools called with the same arguments, in order.
-    #[serde(default)]
-    pub same_arguments: bool,
-    pub same_stop: bool,
-    /// The texts are identical.
-    pub exact: bool,
-    /// Token-Jaccard similarity of the texts (lower-cased words), 0.0 to 1.0.
-    pub text_similarity: f64,
-}
 
 /// An answer as compared: its summary and the text only the comparison reads.
 pub(crate) struct Answer {

@@ -16,8 +16,8 @@ use http::HeaderMap;
 use super::Engine;
 use super::runtime::Runtime;
 use super::upstream::{forward_headers, hoist_system_turns};
+use crate::fit::local_window;
 use crate::fit::{FitTarget, fit_request};
-use crate::router::local_window;
 use crate::tokenizer::within_margin;
 
 impl Engine {

@@ -22,55 +22,12 @@ use futures_util::stream::FuturesUnordered;
 use glider_backend::executor::{attempt, attempt_order, prepared_request};
 use glider_backend::{AttemptFailure, Candidate, Executed, UpstreamRequest, UpstreamResponse};
 use glider_config::{FanOutConfig, FanOutMode};
-use serde::{Deserialize, Serialize};
+use glider_vocab::{ComparedAnswer, FanOutRecord};
 
-use super::compare::{Agreement, Answer, AnswerSummary};
+use super::compare::Answer;
 
 /// First-byte times kept per backend for its p95 (the most recent ones).
 const TTFT_SAMPLES: usize = 256;
-
-/// What the fan-out did for one request, for its record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FanOutRecord {
-    /// `hedge`, `first` or `all`.
-    pub mode: String,
-    /// Hedge: whether the next candidate was started (the local one was too slow).
-    pub fired: bool,
-    /// Hedge: the delay waited before starting it, in milliseconds.
-    pub delay_ms: Option<u64>,
-    /// The backend whose answer the client got.
-    pub winner: String,
-    /// Backends whose attempts were still running and were cancelled.
-    pub cancelled: Vec<String>,
-    /// `all`: every candidate's answer in attempt order, the client's first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub answers: Vec<ComparedAnswer>,
-}
-
-impl FanOutRecord {
-    /// Mode `shadow`'s record: the primary answered alone (the copy is its own sample).
-    pub(crate) fn shadowed(primary: &str) -> FanOutRecord {
-        FanOutRecord {
-            mode: "shadow".to_owned(),
-            fired: false,
-            delay_ms: None,
-            winner: primary.to_owned(),
-            cancelled: Vec::new(),
-            answers: Vec::new(),
-        }
-    }
-}
-
-/// One candidate's answer under `all`, and how it compares with the client's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ComparedAnswer {
-    #[serde(flatten)]
-    pub answer: AnswerSummary,
-    /// The client got this answer.
-    pub chosen: bool,
-    /// Against the chosen answer; `None` for the chosen one and for a failure.
-    pub agreement: Option<Agreement>,
-}
 
 /// Each backend's recent times to first byte, measured by the fan-out's own attempts:
 /// a hedge's cancelled local attempt counts with the time it had waited, a lower bound,

@@ -23,19 +23,19 @@ use bytes::Bytes;
 use glider_config::ConfigHandle;
 use glider_dialects::codec;
 use glider_ngl::{ApiError, Dialect, ErrorKind, Request};
+use glider_vocab::{ContextSink, DecidedTurn, Door, SessionBudget, UNSESSIONED};
 use http::HeaderMap;
 
-pub use compare::{Agreement, AnswerSummary};
-pub use fan_out::{ComparedAnswer, FanOutRecord, TtftBook};
+pub use fan_out::TtftBook;
 pub use models::ModelInfo;
 pub use probes::HEALTH_INTERVAL;
 pub use reply::{CompleteError, Completion, CompletionBody, decode_events, stream_error_event};
-pub use request::{CompletionRequest, Door};
+pub use request::CompletionRequest;
 pub use runtime::{Runtime, rules_path};
-pub use shadow::{ShadowBudget, ShadowOutcome, ShadowSample};
+pub use shadow::ShadowBudget;
 
-use crate::context::{ContextSink, DecidedTurn, ReplyCapture};
-use crate::contextkit::{ContextKit, SessionBudget};
+use crate::context::ReplyCapture;
+use crate::contextkit::ContextKit;
 use crate::events::{Bus, Tracker};
 use crate::hotswap::{Registry, Swap};
 use crate::router::sticky::StickyStore;
@@ -540,16 +540,19 @@ fn tell_decided(sink: &Arc<dyn ContextSink>, job: &mut Job, decision: &RouteDeci
         front: job.front,
         request: &job.request,
         model: &job.model,
-        decision,
+        rule: decision.rule,
+        reason: &decision.reason,
+        estimated_tokens: decision.estimated_tokens,
+        backend: decision
+            .candidates
+            .first()
+            .map(|c| (c.backend.name(), c.backend.is_local())),
     });
     job.tracker.capture_context(ReplyCapture::new(
         Some((sink.clone(), key)),
         session.to_owned(),
     ));
 }
-
-/// The session key of a request the router found none for (no user turn at all).
-pub const UNSESSIONED: &str = "unsessioned";
 
 /// The request goes to the CLI's origin; the door fills in the origin's status.
 fn to_origin(decision: Box<RouteDecision>, mut tracker: Tracker) -> CompleteError {
@@ -576,7 +579,7 @@ mod tests {
     use glider_test_support::{MockConfig, MockVendor};
 
     use super::*;
-    use crate::router::RuleName;
+    use glider_vocab::RuleName;
 
     fn engine(mock: &MockVendor) -> Arc<Engine> {
         let yaml = format!(

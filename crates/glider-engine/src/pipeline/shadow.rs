@@ -25,10 +25,10 @@ use glider_backend::{
     AttemptFailure, Backend, BodyStream, Candidate, UpstreamRequest, UpstreamResponse,
 };
 use glider_config::ShadowConfig;
-use serde::{Deserialize, Serialize};
+use glider_vocab::{ShadowOutcome, ShadowSample};
 use tokio::sync::oneshot;
 
-use super::compare::{Agreement, Answer, AnswerSummary};
+use super::compare::Answer;
 use super::fan_out::read_whole;
 use crate::events::{Bus, PipelineEvent, unix_ms};
 use crate::router::RequestKind;
@@ -38,57 +38,6 @@ use crate::router::RequestKind;
 const MAX_KEPT_BODY: usize = 8 * 1024 * 1024;
 /// The window `max_per_minute` counts over.
 const MINUTE: Duration = Duration::from_secs(60);
-
-/// What became of one request's shadow copy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ShadowOutcome {
-    /// Both answered; the two are compared.
-    Compared,
-    /// The shadow gave no answer (its failure is counted, never the client's).
-    Failed,
-    /// The budget left it out (`skipped_by` says which limit).
-    Skipped,
-    /// The primary's reply did not reach its end (the client left, or it was longer
-    /// than what is copied), so there is nothing to compare with.
-    PrimaryUnfinished,
-}
-
-impl ShadowOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ShadowOutcome::Compared => "compared",
-            ShadowOutcome::Failed => "failed",
-            ShadowOutcome::Skipped => "skipped",
-            ShadowOutcome::PrimaryUnfinished => "primary_unfinished",
-        }
-    }
-}
-
-/// One request's shadow copy: a labelled pair of answers (never their text).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ShadowSample {
-    /// The request's record id.
-    pub request_id: u64,
-    /// Unix milliseconds when the sample was taken (its end, or the skip).
-    pub at_ms: u64,
-    /// The rule that decided the request (`classifier`, `model`…).
-    pub route: String,
-    /// The request's kind (`tool_followup`, `compaction`…; docs/routing.md), which
-    /// says how the two answers were compared. Absent in samples from before kinds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
-    pub primary_backend: String,
-    pub shadow_backend: String,
-    pub outcome: ShadowOutcome,
-    /// `local_busy`, `sample_rate`, `max_concurrent` or `max_per_minute`, when skipped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub skipped_by: Option<String>,
-    pub primary: Option<AnswerSummary>,
-    pub shadow: Option<AnswerSummary>,
-    /// The shadow's answer against the primary's, when both answered.
-    pub agreement: Option<Agreement>,
-}
 
 /// The shadow copies' budget: how many run now, when the last minute's started, and
 /// how many requests were offered (for the deterministic sample rate).

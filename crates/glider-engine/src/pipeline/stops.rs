@@ -16,8 +16,7 @@ use futures_util::{Stream, StreamExt};
 use glider_backend::Backend;
 use glider_ngl::stream::PartKind;
 use glider_ngl::{Dialect, Request, StopReason, StreamEvent, Usage};
-
-use crate::tokenizer::estimate_text;
+use glider_vocab::estimate::estimate_text;
 
 /// Whether Glider, not `backend`, applies `request`'s stop sequences: the request has
 /// some, the backend is local, and its reply is translated (a reply forwarded as bytes

@@ -11,8 +11,8 @@ use glider_config::{CLASSIFIER_FEATURES, ClassifierConfig};
 use glider_ngl::{Part, Request, Role};
 use serde::Serialize;
 
-use crate::context::compaction_prompt;
-use crate::tokenizer::BYTES_PER_TOKEN;
+use glider_vocab::compaction_prompt;
+use glider_vocab::estimate::BYTES_PER_TOKEN;
 
 /// The numbers a classifier sees. Values are 0/1 flags except `conversation_10k_tokens`.
 #[derive(Debug, Clone, Default, Serialize)]

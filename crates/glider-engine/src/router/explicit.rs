@@ -16,11 +16,10 @@ use serde_json::Value;
 
 use super::Target;
 
+pub use glider_vocab::DELEGATION_FLAGS;
+
 /// The routing flags, as typed (`/via` takes a backend name after it).
 pub const ROUTING_FLAGS: &[&str] = &["/local", "/cloud", "/via"];
-
-/// Flags that hand a message to another CLI instead of routing it.
-pub const DELEGATION_FLAGS: &[&str] = &["/claude", "/cursor-agent", "/agy"];
 
 /// A routing flag found at the start of a text part of the last user message.
 #[derive(Debug, Clone, PartialEq)]

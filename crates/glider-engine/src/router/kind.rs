@@ -15,7 +15,7 @@ use glider_ngl::{Part, Request, Role};
 use serde::Serialize;
 
 use super::classifier::{LONG_CONVERSATION_TURNS, conversation, is_title_request};
-use crate::context::compaction_prompt;
+use glider_vocab::compaction_prompt;
 
 /// Conversation tokens (system text and tool definitions left out, counted as the
 /// classifier counts them) from which a turn is a long one: twice the classifier's
@@ -223,7 +223,7 @@ mod tests {
         assert_eq!(kind_of(&short(0, "and then?")), RequestKind::MainTurn);
         assert_eq!(kind_of(&short(20, "and then?")), RequestKind::LongTurn);
         // 20k tokens at 3.5 bytes each: long; one byte-token less is not.
-        let bytes = (LONG_TURN_TOKENS * crate::tokenizer::BYTES_PER_TOKEN) as usize;
+        let bytes = (LONG_TURN_TOKENS * glider_vocab::estimate::BYTES_PER_TOKEN) as usize;
         assert_eq!(
             kind_of(&short(0, &"x".repeat(bytes))),
             RequestKind::LongTurn

@@ -23,13 +23,13 @@ use glider_starlark::Rules;
 use http::HeaderMap;
 use serde::Serialize;
 
-use crate::fit::{FitTarget, fit_request};
+use crate::fit::{FitTarget, fit_request, local_window};
 use crate::tokenizer::estimate_request_tokens;
 use crate::transform::bound_local_context;
 use classifier::Classifier;
 use explicit::Flag;
+pub use glider_vocab::RuleName;
 pub use kind::{RequestKind, kind_of};
-pub use rules::RuleName;
 use rules::{Deliberation, PRIORITY, Verdict};
 use sticky::StickyStore;
 
@@ -647,15 +647,6 @@ enum Holds {
     Fitted(String),
     /// Not even then, said why.
     TooLong(String),
-}
-
-/// The context window of a local candidate's model: configured, else what its server
-/// says it runs the model with, else `routing.default_local_context`.
-pub fn local_window(config: &Config, candidate: &Candidate) -> u64 {
-    candidate
-        .backend
-        .effective_context_window(&candidate.model)
-        .unwrap_or(config.routing.default_local_context)
 }
 
 /// The read-only request view a Starlark `route(req)` gets.

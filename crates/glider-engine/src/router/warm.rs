@@ -16,7 +16,8 @@ use glider_ngl::{Part, Request, Role};
 use glider_vram::planner::Plan;
 use glider_vram::{Cause, Vram};
 
-use super::{RouteDecision, RuleName};
+use super::RouteDecision;
+use glider_vocab::RuleName;
 
 /// Move the cold candidates that would wait too long behind the others (ahead of any
 /// local reserve); the ones moved, for a background load. `backends` are all the

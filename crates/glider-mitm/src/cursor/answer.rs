@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use glider_cursorrpc::reply::{FrameEncoder, error_frame};
 use glider_cursorrpc::{Update, server_frame};
-use glider_door::{Door, DoorSequence, ObservedBody, Outcome, ToOrigin};
+use glider_door::{Door, ObservedBody, Outcome, ToOrigin, after_local_error, carry_out};
 use glider_engine::{CompletionBody, decode_events};
 use glider_ngl::{ApiError, Dialect, ErrorKind, StreamEvent};
 use http::{HeaderValue, Response, header};
@@ -77,7 +77,7 @@ async fn answer_locally(
     };
     // Timed from the RunSSE, as the client sees it; never delegated.
     prepared.restart_clock();
-    let outcome = Door::Mitm.carry_out(&mitm.engine, prepared).await;
+    let outcome = carry_out(Door::Mitm, &mitm.engine, prepared).await;
     let completion = match outcome {
         Outcome::Reply(completion) => *completion,
         Outcome::Origin(ToOrigin::Decided {
@@ -114,7 +114,7 @@ async fn answer_locally(
     };
     let reply = LocalReply::start(events)
         .await
-        .map_err(|error| NotLocal::failed(Door::Mitm.after_local_error(&mitm.engine, error)))?;
+        .map_err(|error| NotLocal::failed(after_local_error(Door::Mitm, &mitm.engine, error)))?;
     let mut response = Response::new(Body::new(ObservedBody::new(
         Body::from_stream(reply.into_stream()),
         TurnWatch::new(

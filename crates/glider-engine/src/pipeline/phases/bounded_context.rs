@@ -10,11 +10,11 @@
 use std::sync::Arc;
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
-use crate::events::ContextLeftOut;
-use crate::router::local_window;
+use crate::fit::local_window;
 use crate::transform::{
     Bounded, bound_local_context, bound_to_episode, over_local_budget, reads_record,
 };
+use glider_vocab::ContextLeftOut;
 
 pub(crate) struct BoundedContext;
 

@@ -8,9 +8,10 @@
 //! to the CLI's origin (the note does not: the origin gets the client's own bytes).
 
 use glider_ngl::{Role, Turn};
+use glider_vocab::{BUDGET_BACKEND, BudgetStop};
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
-use crate::contextkit::{BUDGET_BACKEND, BudgetStop, Verdict};
+use crate::contextkit::Verdict;
 use crate::pipeline::reply::Answered;
 
 pub(crate) struct Budget;

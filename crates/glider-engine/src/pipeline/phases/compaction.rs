@@ -20,12 +20,13 @@ use std::sync::Arc;
 use glider_backend::health::HealthStatus;
 use glider_config::CompactionPolicy;
 use glider_ngl::{Part, Response, StopReason, Usage};
+use glider_vocab::estimate::estimate_text;
+use glider_vocab::{CompactionPrompt, CompactionSource, RuleName, compaction_prompt};
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
-use crate::context::{CompactionPrompt, CompactionSource, compaction_prompt};
+use crate::fit::local_window;
 use crate::pipeline::reply::Answered;
-use crate::router::{RuleName, Target, local_window};
-use crate::tokenizer::estimate_text;
+use crate::router::Target;
 
 /// The backend and model a reply built from the record is recorded under.
 pub(crate) const RECORD_BACKEND: &str = "glider";

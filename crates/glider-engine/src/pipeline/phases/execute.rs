@@ -14,13 +14,14 @@ use glider_vram::{Reservation, ReservedStream};
 
 use glider_backend::UpstreamRequest;
 use glider_config::{FanOutConfig, FanOutPolicy};
+use glider_vocab::{FanOutRecord, RuleName};
 
-use super::super::fan_out::{self, FanOutRecord, TtftBook};
+use super::super::fan_out::{self, TtftBook};
 use super::super::shadow::ShadowRequest;
 use super::super::upstream;
 use super::{Flow, Job, Phase, PhaseFuture, not_routed};
 use crate::events::Tracker;
-use crate::router::{RouteDecision, RuleName};
+use crate::router::RouteDecision;
 
 pub(crate) struct Execute;
 

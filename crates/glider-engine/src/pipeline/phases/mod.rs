@@ -34,14 +34,13 @@ use glider_ngl::{ApiError, Dialect, ErrorKind, Request};
 use http::HeaderMap;
 
 use super::reply::Answered;
-use super::request::Door;
 use super::runtime::Runtime;
-use crate::context::ContextSink;
 use crate::contextkit::ContextKit;
 use crate::events::Tracker;
 use crate::local_reply::LocalEnding;
 use crate::router::RouteDecision;
 use crate::router::sticky::StickyStore;
+use glider_vocab::{ContextSink, Door};
 
 /// The phases that decide where a request goes; `Engine::prepare_*` runs them, and the
 /// decision they leave is the one the request is carried out on.

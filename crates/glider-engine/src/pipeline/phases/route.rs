@@ -9,9 +9,10 @@
 
 use glider_ngl::{ErrorKind, Part};
 use glider_plugin::{RouteAsk, RouteOpinion};
+use glider_vocab::RuleName;
 
 use super::{Flow, Job, Phase, PhaseFuture, ready};
-use crate::router::{RouteDecision, RouteInput, RuleName, explicit, warm};
+use crate::router::{RouteDecision, RouteInput, explicit, warm};
 
 pub(crate) struct Route;
 

@@ -25,12 +25,13 @@ use glider_ngl::{
     ApiError, ErrorKind, Part, Request, Response, Role, StopReason, ToolDef, Turn, Usage,
 };
 use glider_tools::{ToolError, ToolSpec};
+use glider_vocab::{MAX_TOOL_ARGUMENT_CHARS, ToolRun};
 
 use super::encode::Encode;
 use super::execute::Execute;
 use super::record::collect;
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
-use crate::contextkit::{LoopBudget, LoopLimit, MAX_TOOL_ARGUMENT_CHARS, ToolRun};
+use crate::contextkit::{LoopBudget, LoopLimit};
 use crate::pipeline::reply::{Answered, decode_events};
 use crate::plugins::with_plugin_tools;
 
