@@ -17,7 +17,7 @@
 //! Fields that change nothing in the reply (`metadata`, `user`, `store`,
 //! `service_tier`, `cache_control`, ...) are hints, dropped as documented.
 
-use glider_ngl::{ApiError, Dialect, DialectExtra, Part, Request, Role};
+use glider_ngl::{ApiError, Dialect, DialectExtra, Part, Request, Role, ToolChoice};
 use serde_json::Value;
 
 /// What `to` can be sent of `req`: `Ok(None)` when the codec carries it all as it is,
@@ -27,6 +27,7 @@ pub fn carried(req: &Request, to: Dialect) -> Result<Option<Request>, ApiError> 
     if let Some(extra) = &req.extra {
         dialect_only_fields(extra, to)?;
     }
+    forced_tool_choice(req, to)?;
     let foreign = |part: &Part| matches!(part, Part::Native { dialect, .. } if *dialect != to);
     if !req.turns.iter().any(|turn| any_part(&turn.parts, &foreign)) {
         return Ok(None);
@@ -196,6 +197,30 @@ fn dialect_only_fields(extra: &DialectExtra, to: Dialect) -> Result<(), ApiError
     Ok(())
 }
 
+/// A forced tool choice (Anthropic `any`, OpenAI `required`, a named tool) to an
+/// Ollama backend: Ollama's API has no tool choice, so the model would be free not to
+/// call a tool and the client would get a 200 that ignored the parameter. Refused
+/// (another candidate, a cloud backup, may still answer); `auto` and `none` are
+/// honoured (`none` by sending no tools).
+fn forced_tool_choice(req: &Request, to: Dialect) -> Result<(), ApiError> {
+    let forced = match &req.tool_choice {
+        Some(ToolChoice::Required) => "asks that a tool be called".to_owned(),
+        Some(ToolChoice::Tool { name }) => format!("asks that the tool {name} be called"),
+        Some(ToolChoice::Auto | ToolChoice::None) | None => return Ok(()),
+    };
+    if to != Dialect::Ollama || req.tools.is_empty() {
+        return Ok(());
+    }
+    Err(refuse(
+        "tool_choice",
+        format!(
+            "{forced}; this model is served by an Ollama backend, whose API has no tool \
+             choice, so the call could not be enforced. Leave tool_choice at auto, or route \
+             the request to a model served by an OpenAI-compatible or Anthropic backend"
+        ),
+    ))
+}
+
 /// What a local server speaking the client's own dialect cannot be sent of `req`: the
 /// fields only that vendor's cloud serves (Anthropic's `container` and `mcp_servers`
 /// to llama-server's `/v1/messages`, ...), refused with the 400 naming the first.
@@ -355,6 +380,32 @@ mod tests {
             body[key] = value.clone();
         }
         decoded(Dialect::OpenAiChat, body)
+    }
+
+    #[test]
+    fn a_forced_tool_choice_is_refused_to_ollama_and_carried_elsewhere() {
+        let tools = json!([{"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}}]);
+        for (choice, forced) in [
+            (json!("required"), true),
+            (json!({"type": "function", "function": {"name": "t"}}), true),
+            (json!("auto"), false),
+            (json!("none"), false),
+        ] {
+            let req = chat(json!({"tools": tools, "tool_choice": choice}));
+            let refused = carried(&req, Dialect::Ollama).err();
+            assert_eq!(refused.is_some(), forced, "{choice} to Ollama");
+            if let Some(error) = refused {
+                assert_eq!(error.kind, ErrorKind::InvalidRequest);
+                assert_eq!(error.param.as_deref(), Some("tool_choice"));
+            }
+            assert!(
+                carried(&req, Dialect::Anthropic).is_ok(),
+                "{choice} to Anthropic"
+            );
+        }
+        // With no tools there is nothing to force.
+        let req = chat(json!({"tool_choice": "required"}));
+        assert!(carried(&req, Dialect::Ollama).is_ok());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! HTTP through the gateway to the faithful mocks, front × every backend × streamed and
 //! not: Chat Completions' `n`, `logprobs` and `top_logprobs`, the usage chunk only when
 //! `stream_options.include_usage` asks for it, Anthropic `document` blocks (text carried,
-//! PDF refused), and the Ollama front's endpoints beyond `/api/chat`.
+//! PDF refused), a forced `tool_choice` (refused to Ollama, which cannot enforce it), and
+//! the Ollama front's endpoints beyond `/api/chat`.
 
 mod common;
 
@@ -91,6 +92,55 @@ async fn chat_only_parameters_are_forwarded_to_chat_backends_and_refused_elsewhe
         .await;
         assert_eq!(reply.status, 200, "{model}: {}", reply.text());
     }
+}
+
+#[tokio::test]
+async fn a_forced_tool_choice_is_refused_to_ollama_and_carried_by_the_rest() {
+    let (mock, gw) = setup().await;
+    let tools = json!([{"type": "function",
+                        "function": {"name": "t", "parameters": {"type": "object"}}}]);
+    for choice in [
+        json!("required"),
+        json!({"type": "function", "function": {"name": "t"}}),
+    ] {
+        let extra = json!({"tools": tools, "tool_choice": choice});
+        for (model, _) in BACKENDS {
+            for stream in [false, true] {
+                let leg = format!("{choice} → {model}, stream={stream}");
+                mock.clear_requests();
+                let reply = post_json(
+                    &gw.base,
+                    "/v1/chat/completions",
+                    &chat_body(model, stream, &extra),
+                )
+                .await;
+                if model == "m-ollama" {
+                    assert_eq!(reply.status, 400, "{leg}: {}", reply.text());
+                    let error = &reply.json()["error"];
+                    assert_eq!(error["param"], "tool_choice", "{leg}: {error}");
+                    assert!(mock.requests().is_empty(), "{leg}: nothing sent");
+                } else {
+                    assert_eq!(reply.status, 200, "{leg}: {}", reply.text());
+                    let seen = mock.requests();
+                    assert_eq!(seen.len(), 1, "{leg}");
+                    assert!(
+                        !seen[0].body["tool_choice"].is_null(),
+                        "{leg}: the choice is sent: {}",
+                        seen[0].body
+                    );
+                }
+            }
+        }
+    }
+    // `auto` is Ollama's own behaviour: honoured.
+    let extra = json!({"tools": tools, "tool_choice": "auto"});
+    let reply = post_json(
+        &gw.base,
+        "/v1/chat/completions",
+        &chat_body("m-ollama", false, &extra),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
 }
 
 #[tokio::test]
