@@ -5,6 +5,11 @@
 //! model whose context window the request exceeds is dropped in favour of the cloud, or
 //! the request is refused in pure-local mode. Every decision says which rule made it
 //! and why (`x-glider-route`, the dashboard, `glider route explain`).
+//!
+//! One file, past 600 lines, on purpose: it is the one `Router::decide` and the steps
+//! it takes in order (the rules' opinion, the candidates by model, the cloud fallbacks,
+//! the token limit); each rule, the classifier and the request's kind are already their
+//! own modules beside it, and splitting the steps would scatter one decision.
 
 pub mod classifier;
 pub mod explicit;
