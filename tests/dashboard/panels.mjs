@@ -98,6 +98,16 @@ try {
     vram: await cells(page, "#vram tbody tr"),
     mcp: await cells(page, "#mcp tbody tr"),
     shadow: await cells(page, "#shadow tbody tr"),
+    // The routing evidence, read again now that every request above is in the history.
+    routeKinds: await page.evaluate(async () => {
+      await loadRouteReport();
+      return [...document.querySelectorAll("#route-kinds .kind-row")].map((row) => ({
+        kind: row.dataset.kind, local: Number(row.dataset.localTokens), cloud: Number(row.dataset.cloudTokens),
+        width: row.querySelector(".kind-bar").getBoundingClientRect().width, text: row.innerText,
+      }));
+    }),
+    routeTable: await cells(page, "#route-report tbody tr"),
+    routeSuggestion: await page.locator("#route-suggestion").innerText(),
     configPath: await page.locator("#config-path").innerText(),
     config: await page.locator("#config").innerText(),
     restart: await page.locator("#restart").innerText(),

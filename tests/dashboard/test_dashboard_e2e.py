@@ -267,6 +267,7 @@ def test_every_panel_as_a_user_sees_it():
             down = lambda: any(b["backend"] == "flaky" and b["health"] == "down" for b in get_json(glider.dashboard + "/api/backends")["backends"])  # noqa: E731
             assert poll(down, timeout=30), get(glider.dashboard + "/api/backends")
             seen = run_node("panels.mjs", glider, SCREENSHOT_DIR=str(shots), CLOUD_MODEL="claude-sonnet-4-5-20250929")
+            report = get_json(glider.dashboard + "/api/route-report")
     finally:
         flaky.stop()
 
@@ -296,6 +297,20 @@ def test_every_panel_as_a_user_sees_it():
     # MCP servers and shadow comparisons: say why they are empty.
     assert seen["mcp"] == [["no MCP server configured (mcp.servers in the config)"]], seen["mcp"]
     assert seen["shadow"] == [["no samples (fan_out.mode: shadow)"]], seen["shadow"]
+    # Routing evidence: one bar per kind of request, holding the report's own figures
+    # (what went local and what went to the cloud), the largest kind drawn widest.
+    kinds = {k["kind"]: k for k in report["by_kind"]}
+    drawn = {row["kind"]: row for row in seen["routeKinds"]}
+    assert drawn.keys() == kinds.keys() and drawn, (seen["routeKinds"], report)
+    for kind, row in drawn.items():
+        figures = kinds[kind]
+        assert (row["local"], row["cloud"]) == (figures["local"]["tokens"], figures["all"]["tokens"] - figures["local"]["tokens"]), (row, figures)
+    assert sum(row["local"] for row in drawn.values()) > 0 and sum(row["cloud"] for row in drawn.values()) > 0, drawn
+    widest = max(drawn.values(), key=lambda row: row["local"] + row["cloud"])
+    assert all(row["width"] <= widest["width"] for row in drawn.values()) and widest["width"] > 0, drawn
+    assert [r[0] for r in seen["routeTable"]] == [row["kind"] for row in seen["routeKinds"]], seen["routeTable"]
+    assert sum(int(r[1].replace(",", "")) for r in seen["routeTable"]) == report["requests_read"], (seen["routeTable"], report)
+    assert seen["routeSuggestion"].startswith("No threshold change suggested"), seen["routeSuggestion"]
     # Config: the file's path, the running config with the key redacted, nothing pending.
     assert seen["configPath"].endswith("glider.yaml"), seen["configPath"]
     assert "sk-panels-secret" not in seen["config"] and "flaky-model" in seen["config"], seen["config"]

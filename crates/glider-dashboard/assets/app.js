@@ -243,6 +243,41 @@ async function loadShadow() {
   }
 }
 
+// ---- Routing evidence (/api/route-report) ---------------------------------------
+
+// One bar per kind of request, as long as its share of the largest kind's tokens, split
+// into what went local and what went to the cloud; the table under it has the figures.
+async function loadRouteReport() {
+  const data = await api("/api/route-report");
+  const kinds = (data.by_kind || []).slice().sort((a, b) => b.all.tokens - a.all.tokens);
+  const widest = Math.max(1, ...kinds.map((k) => k.all.tokens));
+  const pct = (part, whole) => (whole ? `${Math.round((part / whole) * 100)}%` : "–");
+  $("route-kinds").replaceChildren(...kinds.map((k) => {
+    const cloud = k.all.tokens - k.local.tokens;
+    const bar = el("div", { class: "kind-bar", style: `width: ${(k.all.tokens / widest) * 100}%` },
+      el("span", { class: "kind-local", style: `flex-grow: ${k.local.tokens}` }),
+      el("span", { class: "kind-cloud", style: `flex-grow: ${cloud}` }));
+    return el("div", { class: "kind-row", "data-kind": k.kind, "data-local-tokens": String(k.local.tokens), "data-cloud-tokens": String(cloud),
+      title: `${k.kind}: ${fmt.int(k.local.tokens)} tokens local, ${fmt.int(cloud)} to the cloud` },
+      el("span", { class: "kind-name" }, k.kind), el("div", { class: "kind-track" }, bar),
+      el("span", { class: "kind-share small" }, `${pct(k.local.tokens, k.all.tokens)} local`));
+  }));
+  if (!kinds.length) $("route-kinds").append(el("p", { class: "muted" }, "no requests in the history yet"));
+  const body = $("route-report").tBodies[0];
+  body.replaceChildren(...kinds.map((k) => el("tr", { "data-kind": k.kind },
+    el("td", {}, k.kind),
+    el("td", { class: "num" }, fmt.int(k.all.requests)),
+    el("td", { class: "num" }, fmt.int(k.all.tokens)),
+    el("td", { class: "num" }, `${fmt.int(k.local.tokens)} (${pct(k.local.tokens, k.all.tokens)})`),
+    el("td", { class: "num" }, fmt.int(k.compared)),
+    el("td", { class: "num" }, k.compared ? `${pct(k.agreed, k.compared)} of ${fmt.int(k.compared)}` : "–"),
+  )));
+  const suggested = data.suggested_local_threshold;
+  $("route-suggestion").textContent = suggested === null || suggested === undefined
+    ? `No threshold change suggested: each kind it would move needs ${data.bar.min_samples} compared shadow samples and ${Math.round(data.bar.min_agreement * 100)}% agreement (local_threshold is ${data.local_threshold}).`
+    : `Suggested: routing.classifier.local_threshold ${data.local_threshold} → ${suggested} (glider route report --apply writes it).`;
+}
+
 // ---- Hot swap (/api/hotswap) -----------------------------------------------------
 
 function swapOutcome(swap) {
@@ -935,7 +970,7 @@ function connect() {
     setConn("ok", "live");
     $("notice").hidden = true;
     // Read everything after the socket is open, so nothing falls between the two.
-    Promise.all([loadStatus(), loadBackends(), loadFit(), loadVram(), loadMcp(), loadShadow(), loadHotswap(), loadVendors(), loadRequests(), loadStats(), loadConfig(), loadCharts()]).catch(showError);
+    Promise.all([loadStatus(), loadBackends(), loadFit(), loadVram(), loadMcp(), loadShadow(), loadRouteReport(), loadHotswap(), loadVendors(), loadRequests(), loadStats(), loadConfig(), loadCharts()]).catch(showError);
     if (state.view === "sessions") {
       loadSessions().catch(showError);
       if (state.selected) loadSession(state.selected).catch(showError);
@@ -961,6 +996,7 @@ showView();
 setInterval(() => { if (document.visibilityState === "visible") loadStatus().catch(() => {}); }, 10000);
 setInterval(() => { if (document.visibilityState === "visible") loadMcp().catch(() => {}); }, 5000);
 setInterval(() => { if (document.visibilityState === "visible") loadShadow().catch(() => {}); }, 5000);
+setInterval(() => { if (document.visibilityState === "visible" && state.view === "overview") loadRouteReport().catch(() => {}); }, 10000);
 setInterval(() => { if (document.visibilityState === "visible") loadHotswap().catch(() => {}); }, 5000);
 // A window the health probe discovers changes the caps too.
 setInterval(() => { if (document.visibilityState === "visible") loadFit().catch(() => {}); }, 10000);

@@ -15,6 +15,7 @@ pub mod metrics;
 mod plugins;
 mod redact;
 mod rest;
+pub mod route_report;
 mod security;
 pub mod shadow;
 mod ui;
@@ -237,6 +238,7 @@ impl Dashboard {
             .route("/api/mcp", get(mcp::view))
             .route("/api/plugins", get(plugins::view))
             .route("/api/shadow", get(shadow::view))
+            .route("/api/route-report", get(route_report::view))
             .route("/metrics", get(rest::metrics))
             .route("/ws", get(ws::upgrade))
             .fallback(rest::not_found)
