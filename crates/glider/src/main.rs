@@ -636,14 +636,7 @@ async fn serve_recorded(
     // (up to its timeout) must not hold up serving.
     engine.probe_local_backends().await;
     if let Some(hooks) = window {
-        let token = match &snapshot.server.dashboard_token {
-            Some(secret) => Some(
-                secret
-                    .resolve()
-                    .map_err(|e| anyhow::anyhow!("server.dashboard_token: {e}"))?,
-            ),
-            None => None,
-        };
+        let token = serve::dashboard_token(&snapshot)?;
         // Bound to every address: the window comes in over loopback, as the rules want.
         let mut address = dashboard_address;
         if address.ip().is_unspecified() {

@@ -463,6 +463,20 @@ pub struct DashboardInputs {
     pub mcp: Option<glider_dashboard::McpSurface>,
 }
 
+/// `server.dashboard_token`, resolved (the dashboard and the desktop window both need it).
+pub fn dashboard_token(snapshot: &Config) -> anyhow::Result<Option<String>> {
+    snapshot
+        .server
+        .dashboard_token
+        .as_ref()
+        .map(|secret| {
+            secret
+                .resolve()
+                .map_err(|e| anyhow::anyhow!("server.dashboard_token: {e}"))
+        })
+        .transpose()
+}
+
 /// The dashboard: resolve its token, listen on `server.dashboard_port`, open the
 /// request history, and say where it is (and whether it wants the token). Returns the
 /// address it listens on (the desktop window opens it) and the serving future.
@@ -476,14 +490,7 @@ pub async fn start_dashboard(
     std::net::SocketAddr,
     impl Future<Output = std::io::Result<()>> + use<>,
 )> {
-    let token = match &snapshot.server.dashboard_token {
-        Some(secret) => Some(
-            secret
-                .resolve()
-                .map_err(|e| anyhow::anyhow!("server.dashboard_token: {e}"))?,
-        ),
-        None => None,
-    };
+    let token = dashboard_token(snapshot)?;
     let (dashboard_listener, dashboard_local) = listen(
         snapshot,
         snapshot.server.dashboard_port,
