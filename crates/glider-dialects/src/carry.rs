@@ -24,10 +24,24 @@ use serde_json::Value;
 /// `Ok(Some(request))` when some parts had to be carried another way (the request to
 /// encode instead), `Err` with the 400 naming the first parameter `to` cannot carry.
 pub fn carried(req: &Request, to: Dialect) -> Result<Option<Request>, ApiError> {
+    fields_carried(req, to)?;
+    lowered_parts(req, to)
+}
+
+/// The parameter half of [`carried`]: `Err` with the 400 naming the first top-level
+/// field of `req` that `to` cannot carry (a dialect-only field that asks for
+/// something, a forced tool choice to Ollama). The pipeline judges the client's own
+/// request this way when a candidate has its own adapted copy, whose parts
+/// [`carried`] then lowers.
+pub fn fields_carried(req: &Request, to: Dialect) -> Result<(), ApiError> {
     if let Some(extra) = &req.extra {
         dialect_only_fields(extra, to)?;
     }
-    forced_tool_choice(req, to)?;
+    forced_tool_choice(req, to)
+}
+
+/// The parts half of [`carried`].
+fn lowered_parts(req: &Request, to: Dialect) -> Result<Option<Request>, ApiError> {
     let foreign = |part: &Part| matches!(part, Part::Native { dialect, .. } if *dialect != to);
     if !req.turns.iter().any(|turn| any_part(&turn.parts, &foreign)) {
         return Ok(None);

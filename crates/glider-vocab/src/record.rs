@@ -27,8 +27,8 @@ pub struct RequestRecord {
     pub rule: Option<String>,
     pub reason: Option<String>,
     /// The request's kind (docs/routing.md, "The default policy"): `glider route
-    /// report` sums by it.
-    pub kind: Option<String>,
+    /// report` sums by it. One of a fixed set of names, never allocated per request.
+    pub kind: Option<&'static str>,
     /// The classifier's score as compared with the thresholds, when it ran: what a
     /// threshold change would move (`glider route report`).
     pub score: Option<f64>,

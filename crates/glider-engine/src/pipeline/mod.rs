@@ -319,6 +319,7 @@ impl Engine {
             model,
             estimated_tokens: tokens,
             plugin: None,
+            kind: crate::router::kind_of(request),
         };
         let mut decision = runtime.router(&self.sticky).decide(&input, explain)?;
         if let Some(vram) = self.vram.get() {

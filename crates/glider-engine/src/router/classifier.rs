@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 
 use glider_config::{CLASSIFIER_FEATURES, ClassifierConfig};
-use glider_ngl::{Part, Request, Role};
+use glider_ngl::{Part, Request, Role, json_len};
 use serde::Serialize;
 
 use glider_vocab::compaction_prompt;
@@ -247,9 +247,7 @@ pub(crate) fn conversation(request: &Request) -> Conversation {
                 Part::Text { text, .. } | Part::Thinking { text, .. } => {
                     conversation_bytes += text.len()
                 }
-                Part::ToolCall { arguments, .. } => {
-                    conversation_bytes += arguments.to_string().len()
-                }
+                Part::ToolCall { arguments, .. } => conversation_bytes += json_len(arguments),
                 Part::ToolResult { content, .. } => {
                     for inner in content {
                         match inner {
@@ -259,7 +257,7 @@ pub(crate) fn conversation(request: &Request) -> Conversation {
                         }
                     }
                 }
-                Part::Native { raw, .. } => conversation_bytes += raw.to_string().len(),
+                Part::Native { raw, .. } => conversation_bytes += json_len(raw),
             }
         }
     }

@@ -187,6 +187,9 @@ pub struct RouteInput<'a> {
     pub estimated_tokens: u64,
     /// A plugin's opinion, asked for by the route phase (the `plugin` rule reads it).
     pub plugin: Option<&'a glider_plugin::RouteOpinion>,
+    /// The request's kind ([`kind_of`]), read once by whoever builds the input: the
+    /// decision, Starlark's view and an origin-bound record all carry this one.
+    pub kind: RequestKind,
 }
 
 /// The router's parts for one request: config, backends and rules of one snapshot,
@@ -279,7 +282,7 @@ impl Router<'_> {
             rule,
             reason,
             score,
-            kind: kind_of(input.request),
+            kind: input.kind,
             estimated_tokens: input.estimated_tokens,
             session,
             opinions,
@@ -683,7 +686,7 @@ pub(crate) fn starlark_view(
         "thinking": request.thinking.is_some(),
         "session": session,
         "score": score,
-        "kind": kind_of(request).as_str(),
+        "kind": input.kind.as_str(),
         "headers": headers,
     })
 }

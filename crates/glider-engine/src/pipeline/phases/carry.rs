@@ -9,7 +9,7 @@
 //! first candidate's 400, which names the parameter, in the caller's dialect — never a
 //! 200 that quietly ignored it. Runs before the tool loop, which encodes on its own.
 
-use glider_dialects::carry::{carried, local_refusal};
+use glider_dialects::carry::{carried, fields_carried, local_refusal};
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
 
@@ -37,10 +37,12 @@ impl Phase for Carry {
             let local_same = candidate.backend.is_local() && dialect == job.front;
             let verdict = match local_same.then(|| local_refusal(&job.request)).flatten() {
                 Some(refused) => Err(refused),
-                None => carried(&job.request, dialect).and_then(|lowered| match asked {
-                    Some(asked) => carried(asked, dialect),
-                    None => Ok(lowered),
-                }),
+                None => match asked {
+                    Some(asked) => {
+                        fields_carried(&job.request, dialect).and_then(|()| carried(asked, dialect))
+                    }
+                    None => carried(&job.request, dialect),
+                },
             };
             match verdict {
                 Ok(None) => keep.push(true),

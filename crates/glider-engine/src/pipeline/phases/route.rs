@@ -74,6 +74,7 @@ fn decide(job: &mut Job, plugin: Option<&RouteOpinion>) -> Result<RouteDecision,
         model: &job.model,
         estimated_tokens: job.tokens,
         plugin,
+        kind: crate::router::kind_of(&job.request),
     };
     match job.runtime.router(&job.sticky).decide(&input, job.dry_run) {
         Ok(decision) => Ok(decision),
@@ -86,7 +87,7 @@ fn decide(job: &mut Job, plugin: Option<&RouteOpinion>) -> Result<RouteDecision,
                 rule: RuleName::Origin,
                 reason: error.message,
                 score: None,
-                kind: crate::router::kind_of(&job.request),
+                kind: input.kind,
                 estimated_tokens: job.tokens,
                 session: None,
                 opinions: Vec::new(),
@@ -129,7 +130,7 @@ fn settle(job: &mut Job, mut decision: RouteDecision) -> Flow {
     }
     job.tracker.record.rule = Some(decision.rule.as_str().to_owned());
     job.tracker.record.reason = Some(decision.reason.clone());
-    job.tracker.record.kind = Some(decision.kind.as_str().to_owned());
+    job.tracker.record.kind = Some(decision.kind.as_str());
     job.tracker.record.score = decision.score;
     job.tracker.record.session = decision.session.clone();
     job.decision = Some(decision);
