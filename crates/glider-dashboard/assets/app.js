@@ -15,6 +15,7 @@ const state = {
   stats: null,          // the last /api/stats
   view: "overview",
   charts: {},           // name -> uPlot
+  routeReportStale: false, // a request finished since the routing evidence was read
   sessions: null,       // the last /api/context/sessions list, once the view was opened
   selected: null,       // the session shown in detail
 };
@@ -925,6 +926,9 @@ function onEvent(event) {
       refreshChartsSoon();
       // A local reply may be a new speed sample, and so a new cap.
       if (r.local) refreshFitSoon();
+      // The routing evidence reads the history on disk: read again only after a
+      // request finished, and at most every 10 s (the interval below).
+      state.routeReportStale = true;
       break;
     }
     case "backend_state_changed": {
@@ -996,7 +1000,11 @@ showView();
 setInterval(() => { if (document.visibilityState === "visible") loadStatus().catch(() => {}); }, 10000);
 setInterval(() => { if (document.visibilityState === "visible") loadMcp().catch(() => {}); }, 5000);
 setInterval(() => { if (document.visibilityState === "visible") loadShadow().catch(() => {}); }, 5000);
-setInterval(() => { if (document.visibilityState === "visible" && state.view === "overview") loadRouteReport().catch(() => {}); }, 10000);
+setInterval(() => {
+  if (document.visibilityState !== "visible" || state.view !== "overview" || !state.routeReportStale) return;
+  state.routeReportStale = false;
+  loadRouteReport().catch(() => {});
+}, 10000);
 setInterval(() => { if (document.visibilityState === "visible") loadHotswap().catch(() => {}); }, 5000);
 // A window the health probe discovers changes the caps too.
 setInterval(() => { if (document.visibilityState === "visible") loadFit().catch(() => {}); }, 10000);
