@@ -210,26 +210,36 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn the_decision_line_says_local_or_cloud() {
-        let config = Config::parse(
+    /// A local `box` serving `qwen` and a cloud `claude` serving `claude-*`.
+    fn box_and_claude() -> Config {
+        Config::parse(
             "backends:\n\
              \x20 - {name: box, type: ollama, base_url: 'http://127.0.0.1:1', models: [qwen]}\n\
              \x20 - {name: claude, type: anthropic, base_url: 'http://127.0.0.1:1', api_key: k, models: ['claude-*']}\n",
             "t",
         )
-        .expect("valid");
+        .expect("valid")
+    }
+
+    /// `glider route explain` of `body` under `config`, as printed.
+    fn explained(config: Config, body: &serde_json::Value) -> String {
+        explain_body(
+            config,
+            None,
+            body.to_string().as_bytes(),
+            None,
+            vec![],
+            false,
+        )
+        .expect("explains")
+    }
+
+    #[test]
+    fn the_decision_line_says_local_or_cloud() {
+        let config = box_and_claude();
         let decision_for = |model: &str| {
             let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
-            let out = explain_body(
-                config.clone(),
-                None,
-                body.to_string().as_bytes(),
-                None,
-                vec![],
-                false,
-            )
-            .expect("explains");
+            let out = explained(config.clone(), &body);
             out.lines()
                 .find(|l| l.starts_with("decision:"))
                 .expect("a decision line")
@@ -243,26 +253,12 @@ mod tests {
 
     #[test]
     fn it_prints_the_side_the_kind_and_the_exact_score() {
-        let config = Config::parse(
-            "backends:\n\
-             \x20 - {name: box, type: ollama, base_url: 'http://127.0.0.1:1', models: [qwen]}\n\
-             \x20 - {name: claude, type: anthropic, base_url: 'http://127.0.0.1:1', api_key: k, models: ['claude-*']}\n",
-            "t",
-        )
-        .expect("valid");
+        let config = box_and_claude();
         // small_model +2, and 500 bytes of conversation cost -0.0143: 1.9857, which
         // rounded would read as the 2.0 threshold.
         let body = json!({"model": "claude-3-5-haiku", "messages": [
             {"role": "user", "content": "x".repeat(500)}]});
-        let out = explain_body(
-            config,
-            None,
-            body.to_string().as_bytes(),
-            None,
-            vec![],
-            false,
-        )
-        .expect("explains");
+        let out = explained(config, &body);
         let line = |name: &str| {
             out.lines()
                 .find(|l| l.starts_with(name))
