@@ -7,7 +7,9 @@ checks the Sessions view and the charts (target/dashboard-sessions.png,
 target/dashboard-charts.png). A third shows a local model's measured speed and the
 output cap it implies in the Local models panel, and what was fitted in the request's
 row (target/dashboard-fit.png). A fourth looks at every panel after a Claude Code-shaped
-session (target/dashboard-panels.png, target/dashboard-session-record.png)."""
+session (target/dashboard-panels.png, target/dashboard-session-record.png). A fifth shows
+a real Claude Code compaction's shadow comparison, by the files it must name
+(target/dashboard-shadow.png)."""
 
 import json
 import math
@@ -327,3 +329,60 @@ def test_every_panel_as_a_user_sees_it():
     assert "5 files touched longer ago: at most 40 are listed" in seen["recordLeftOut"], seen["recordLeftOut"]
     for name in ("dashboard-panels.png", "dashboard-session-record.png"):
         assert (shots / name).stat().st_size > 10_000, name
+
+
+SHADOW_CONFIG = """
+backends:
+  - {{name: local, type: ollama, base_url: 'http://{local}', models: [qwen-e2e], default_model: qwen-e2e}}
+  - {{name: cloud, type: anthropic, base_url: '{url}', api_key: sk-e2e-secret, models: ['claude-*']}}
+routing: {{cloud_fallback: false}}
+context: {{summarizer: {{enabled: false}}, compaction: cloud}}
+fan_out: {{mode: shadow, shadow: {{target: local, sample_rate: 1.0}}}}
+"""
+COMPACT = ROOT / "tests" / "fixtures" / "cli" / "claude-code-2.1.197" / "compact" / "002-compact.json"
+
+
+def test_a_compactions_shadow_compared_by_the_files_it_must_name_in_a_real_browser():
+    """Claude Code's real `/compact` (after fixing the typo in notes.txt) goes to the cloud,
+    whose summary names notes.txt; its shadow copy goes to the local model, whose summary
+    is close in words but names no file. The Shadow comparisons panel says the compaction
+    disagreed, and that the shadow named 0 of the 1 file the primary named."""
+    require_tools()
+    shots = SCREENSHOT.parent
+    shots.mkdir(parents=True, exist_ok=True)
+    (shots / "dashboard-shadow.png").unlink(missing_ok=True)
+    captured = json.loads(COMPACT.read_text())
+    # Claude Code asks for thinking: the local model must think, as a real one asked so would.
+    local = start_mock("--reply-text", "We fixed the typo in the notes file.", "--thinking-model", "qwen-e2e")
+    try:
+        config = SHADOW_CONFIG.replace("{local}", local.match.group(1))
+        with running_glider(config, mock_args=("--reply-text", "We fixed the typo in notes.txt.")) as glider:
+            gateway = glider.match.group(1)
+            request = urllib.request.Request(
+                gateway + "/v1/messages",
+                data=json.dumps(captured["body"]).encode(),
+                headers={"content-type": "application/json", "x-claude-code-session-id": "shadow-e2e"},
+            )
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                assert reply.status == 200
+                assert "backend=cloud" in reply.headers["x-glider-route"], reply.headers["x-glider-route"]
+                reply.read()
+            compared = lambda: [s for s in get_json(glider.dashboard + "/api/shadow")["recent"] if s["outcome"] == "compared"]  # noqa: E731
+            assert poll(compared, timeout=30), get(glider.dashboard + "/api/shadow")
+            seen = run_node("shadow.mjs", glider, SCREENSHOT_DIR=str(shots))
+            sample = compared()[0]
+    finally:
+        local.stop()
+
+    agreement = sample["agreement"]
+    # Close in words (what a title would be judged by), yet it left out the file.
+    assert agreement["text_similarity"] >= 0.5 and not agreement["agrees"], agreement
+    assert agreement["coverage"] == {"required": 1, "primary_named": 1, "shadow_named": 0, "missed": 1, "missed_labels": ["/workspace/notes.txt"]}, agreement
+    assert seen["head"][2] == "Kind" and seen["head"][8] == "Coverage", seen["head"]
+    assert len(seen["rows"]) == 1, seen["rows"]
+    row = dict(zip(seen["head"], seen["rows"][0]))
+    assert row["Shadow"] == "local (qwen-e2e)" and row["Primary"] == "cloud", row
+    assert row["Kind"] == "compaction" and row["Agreement"] == "0%", row
+    assert row["Coverage"] == "0 of 1 named", row
+    assert seen["overflow"] == 0, seen["overflow"]
+    assert (shots / "dashboard-shadow.png").stat().st_size > 10_000

@@ -1,23 +1,26 @@
 //! The engine's [`ContextSink`], turning what the pipeline decided and recorded into
 //! log events. It runs on the request path, so it copies only the conversation's
 //! newest turns (the last assistant turn and what follows it) and queues the event
-//! without waiting.
+//! without waiting. For a shadow comparison of a CLI's compaction it also folds the
+//! whole conversation into a graph of its own: what the summary must name.
 
 use std::sync::Arc;
 
 use glider_ngl::{Part, Request, Role, Turn};
 use glider_vocab::{
-    CompactionSource, ContextSink, DecidedTurn, DelegatedRun, RecordedTurn, newest_turns,
+    CompactionSource, ContextSink, DecidedTurn, DelegatedRun, MustName, RecordedTurn, newest_turns,
     tool_calls_of, user_words,
 };
 
 use crate::Context;
 use crate::event::{
-    BudgetStopEvent, CompactionEvent, DelegateEvent, EventBody, MAX_NARRATIVE_EDGE_CHARS,
+    BudgetStopEvent, CompactionEvent, DelegateEvent, Event, EventBody, MAX_NARRATIVE_EDGE_CHARS,
     MAX_USER_TEXT_CHARS, REPLY_TEXT_EDGE_CHARS, ReplyEvent, RequestEvent, ToolCall, ToolResult,
     ToolRunEvent, edges, into_edges, prefix,
 };
+use crate::graph::{Folder, SessionGraph};
 use crate::own::{Match, request_roots};
+use crate::summarizer::compaction;
 
 impl ContextSink for Context {
     fn decided(&self, turn: &DecidedTurn<'_>) -> String {
@@ -49,6 +52,10 @@ impl ContextSink for Context {
             }),
         );
         key
+    }
+
+    fn must_cover(&self, request: &Request) -> Vec<MustName> {
+        compaction::must_cover(&conversation_graph(request))
     }
 
     fn delegated(&self, run: &DelegatedRun<'_>) {
@@ -184,6 +191,12 @@ fn compaction_event(source: CompactionSource, text: &str, answered: bool) -> Com
 /// text after it (when there is any).
 fn newest_calls_and_results(request: &Request) -> (Vec<ToolCall>, Vec<ToolResult>, Option<String>) {
     let (assistant, after) = newest_turns(request);
+    let (calls, results) = calls_and_results(assistant, after);
+    (calls, results, user_text(after))
+}
+
+/// `assistant`'s tool calls and the tool results in the turns `after` it.
+fn calls_and_results(assistant: Option<&Turn>, after: &[Turn]) -> (Vec<ToolCall>, Vec<ToolResult>) {
     let calls = tool_calls_of(assistant)
         .map(|(id, name, arguments)| {
             ToolCall::new(id.to_owned(), name.to_owned(), arguments.clone())
@@ -212,7 +225,37 @@ fn newest_calls_and_results(request: &Request) -> (Vec<ToolCall>, Vec<ToolResult
             }
         }
     }
-    (calls, results, user_text(after))
+    (calls, results)
+}
+
+/// `request`'s whole conversation folded as the log folds a session: a request event
+/// for each assistant turn that called tools (its calls and the results after it).
+/// What its compaction must name is read from this graph.
+fn conversation_graph(request: &Request) -> SessionGraph {
+    let mut folder = Folder::new("conversation");
+    let turns = &request.turns;
+    let assistants: Vec<usize> = (0..turns.len())
+        .filter(|&at| turns[at].role == Role::Assistant)
+        .collect();
+    for (step, &at) in assistants.iter().enumerate() {
+        let next = assistants.get(step + 1).copied().unwrap_or(turns.len());
+        let (tool_calls, tool_results) = calls_and_results(turns.get(at), &turns[at + 1..next]);
+        if tool_calls.is_empty() && tool_results.is_empty() {
+            continue;
+        }
+        let event = Event {
+            at_ms: step as u64,
+            session: None,
+            body: EventBody::Request(RequestEvent {
+                request: format!("step-{step}"),
+                tool_calls,
+                tool_results,
+                ..RequestEvent::default()
+            }),
+        };
+        folder.feed_event(&event, None);
+    }
+    folder.into_graph()
 }
 
 /// The user's text in `turns` as the log keeps it (a request event's `user_text`):
@@ -239,4 +282,63 @@ pub(crate) fn user_text(turns: &[Turn]) -> Option<String> {
     let kept = prefix(&text, MAX_USER_TEXT_CHARS).len();
     text.truncate(kept);
     (!text.is_empty()).then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use glider_ngl::Dialect;
+    use glider_test_support::captured::captured_file;
+
+    fn decoded(dialect: Dialect, body: &[u8]) -> Request {
+        glider_dialects::codec(dialect)
+            .decode_request(body)
+            .expect("decodes")
+    }
+
+    fn labels(request: &Request) -> Vec<String> {
+        compaction::must_cover(&conversation_graph(request))
+            .into_iter()
+            .map(|m| m.label)
+            .collect()
+    }
+
+    #[test]
+    fn a_real_compaction_must_name_the_files_its_conversation_edited() {
+        // Claude Code's `/compact` after fixing a typo: it read, edited and showed it.
+        let compact = captured_file("claude-code", "compact", "002-compact");
+        let request = decoded(Dialect::Anthropic, &compact.body_bytes());
+        assert_eq!(labels(&request), ["/workspace/notes.txt"]);
+        let names = &compaction::must_cover(&conversation_graph(&request))[0].names;
+        assert_eq!(names, &["/workspace/notes.txt", "notes.txt"]);
+        // Codex's automatic one after `wc -l`: nothing edited, nothing failed.
+        let codex = captured_file("codex", "auto-compact", "002-compact");
+        assert!(labels(&decoded(Dialect::OpenAiResponses, &codex.body_bytes())).is_empty());
+    }
+
+    #[test]
+    fn an_error_a_later_success_closed_is_not_required_and_an_open_one_is() {
+        let call = |id: &str, name: &str, input: serde_json::Value| {
+            serde_json::json!({"role": "assistant", "content": [
+                {"type": "tool_use", "id": id, "name": name, "input": input}]})
+        };
+        let result = |id: &str, failed: bool, text: &str| {
+            serde_json::json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": id, "is_error": failed, "content": text}]})
+        };
+        let body = serde_json::json!({"model": "m", "max_tokens": 8, "messages": [
+            {"role": "user", "content": "fix the build"},
+            call("1", "Bash", serde_json::json!({"command": "cargo test"})),
+            result("1", true, "error[E0308]: mismatched types"),
+            call("2", "Bash", serde_json::json!({"command": "cargo fmt --check"})),
+            result("2", true, "Diff in src/a.rs"),
+            call("3", "Edit", serde_json::json!({"file_path": "/w/src/a.rs", "old_string": "x", "new_string": "y"})),
+            result("3", false, "updated"),
+            call("4", "Bash", serde_json::json!({"command": "cargo fmt --check"})),
+            result("4", false, ""),
+            {"role": "user", "content": "Summarize the conversation so far."}
+        ]});
+        let request = decoded(Dialect::Anthropic, body.to_string().as_bytes());
+        assert_eq!(labels(&request), ["/w/src/a.rs", "cargo test"]);
+    }
 }

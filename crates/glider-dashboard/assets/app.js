@@ -229,18 +229,20 @@ async function loadShadow() {
     body.append(el("tr", {},
       el("td", {}, r.shadow_models.length ? `${r.shadow_backend} (${r.shadow_models.join(", ")})` : r.shadow_backend),
       el("td", {}, r.route),
+      el("td", {}, r.kind || "–"),
       el("td", {}, r.primary_backend),
       el("td", { class: "num" }, String(r.samples)),
       el("td", { class: "num" }, String(r.compared)),
       el("td", { class: "num" }, pct(r.agreement)),
       el("td", { class: "num" }, r.mean_text_similarity == null ? "–" : r.mean_text_similarity.toFixed(2)),
+      el("td", { class: "num" }, r.by_coverage ? `${r.primary_named - r.missed} of ${r.primary_named} named` : "–"),
       el("td", { class: "num" }, String(r.failed)),
       el("td", { class: "num" }, String(r.skipped)),
       el("td", { class: "num" }, `${ms(r.shadow_p50_ms)} / ${ms(r.primary_p50_ms)}`),
     ));
   }
   if (!body.rows.length) {
-    body.append(el("tr", {}, el("td", { colspan: "10", class: "muted" }, "no samples (fan_out.mode: shadow)")));
+    body.append(el("tr", {}, el("td", { colspan: "12", class: "muted" }, "no samples (fan_out.mode: shadow)")));
   }
 }
 

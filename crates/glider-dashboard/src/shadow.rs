@@ -4,7 +4,8 @@
 //! history). `GET /api/shadow` shows the summary and the latest samples;
 //! `glider shadow report` reads the files and prints the same summary
 //! ([`summarize`], [`render`]): per shadow backend, route and kind of request, how
-//! often it agreed with the primary and how its latency and length compare.
+//! often it agreed with the primary, how a compaction's answers covered what they must
+//! name, and how its latency and length compare.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
@@ -15,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
-use glider_engine::{ShadowOutcome, ShadowSample};
+use glider_engine::{Coverage, ShadowOutcome, ShadowSample};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -113,6 +114,15 @@ pub struct ShadowSummary {
     pub exact: u64,
     /// The mean token-Jaccard similarity of the compared texts.
     pub mean_text_similarity: Option<f64>,
+    /// Compactions compared by coverage (their conversations edited files or left
+    /// errors open), and over them: the items their summaries must name, how many the
+    /// client's answers named and the shadow's, and how many the client's named that
+    /// the shadow's left out.
+    pub by_coverage: u64,
+    pub must_name: u64,
+    pub primary_named: u64,
+    pub shadow_named: u64,
+    pub missed: u64,
     pub failed: u64,
     pub skipped: u64,
     pub primary_unfinished: u64,
@@ -136,6 +146,8 @@ pub fn summarize<'a>(samples: impl IntoIterator<Item = &'a ShadowSample>) -> Vec
         same_stop: u64,
         exact: u64,
         similarity: f64,
+        coverage: Coverage,
+        by_coverage: u64,
         failed: u64,
         skipped: u64,
         unfinished: u64,
@@ -177,6 +189,13 @@ pub fn summarize<'a>(samples: impl IntoIterator<Item = &'a ShadowSample>) -> Vec
         sums.same_stop += u64::from(agreement.same_stop);
         sums.exact += u64::from(agreement.exact);
         sums.similarity += agreement.text_similarity;
+        if let Some(coverage) = &agreement.coverage {
+            sums.by_coverage += 1;
+            sums.coverage.required += coverage.required;
+            sums.coverage.primary_named += coverage.primary_named;
+            sums.coverage.shadow_named += coverage.shadow_named;
+            sums.coverage.missed += coverage.missed;
+        }
         sums.primary_ms.push(primary.latency_ms);
         sums.shadow_ms.push(shadow.latency_ms);
         sums.primary_tokens += primary.output_tokens;
@@ -203,6 +222,11 @@ pub fn summarize<'a>(samples: impl IntoIterator<Item = &'a ShadowSample>) -> Vec
                     same_stop: sums.same_stop,
                     exact: sums.exact,
                     mean_text_similarity: per_compared(sums.similarity),
+                    by_coverage: sums.by_coverage,
+                    must_name: sums.coverage.required as u64,
+                    primary_named: sums.coverage.primary_named as u64,
+                    shadow_named: sums.coverage.shadow_named as u64,
+                    missed: sums.coverage.missed as u64,
                     failed: sums.failed,
                     skipped: sums.skipped,
                     primary_unfinished: sums.unfinished,
@@ -266,6 +290,13 @@ pub fn render(rows: &[ShadowSummary]) -> String {
             row.mean_text_similarity
                 .map_or("-".to_owned(), |v| format!("{v:.2}"))
         );
+        if row.by_coverage > 0 {
+            let _ = writeln!(
+                out,
+                "  coverage ({} compared by it): of {} files and errors to name, the primary named {}, the shadow {}; the shadow left out {} the primary named",
+                row.by_coverage, row.must_name, row.primary_named, row.shadow_named, row.missed
+            );
+        }
         let _ = writeln!(
             out,
             "  latency p50: shadow {} vs primary {}; mean output tokens: shadow {} vs primary {}",
@@ -354,6 +385,7 @@ pub(crate) mod tests {
                 same_stop: agrees,
                 exact: false,
                 text_similarity: 0.5,
+                coverage: None,
             }),
         }
     }

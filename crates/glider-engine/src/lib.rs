@@ -27,7 +27,8 @@ pub use router::RouteDecision;
 // and the binary name it by.
 pub use glider_vocab::{
     Agreement, AnswerSummary, BUDGET_BACKEND, BudgetStop, CompactionPrompt, CompactionSource,
-    ComparedAnswer, ContextLeftOut, ContextSink, DecidedTurn, DelegatedRun, Door, FanOutRecord,
-    RecordedTurn, ReplyToolCall, RequestRecord, RuleName, SessionBudget, ShadowOutcome,
-    ShadowSample, StopLimit, compaction_prompt, newest_turns, tool_calls_of, user_words,
+    ComparedAnswer, ContextLeftOut, ContextSink, Coverage, DecidedTurn, DelegatedRun, Door,
+    FanOutRecord, RecordedTurn, ReplyToolCall, RequestRecord, RuleName, SessionBudget,
+    ShadowOutcome, ShadowSample, StopLimit, compaction_prompt, newest_turns, tool_calls_of,
+    user_words,
 };

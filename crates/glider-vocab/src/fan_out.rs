@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::Coverage;
+
 /// What the fan-out did for one request, for its record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FanOutRecord {
@@ -71,7 +73,9 @@ pub struct AnswerSummary {
 pub struct Agreement {
     /// By the request's kind: the same tool calls (names and arguments, in order) and
     /// the same stop reason; for a title or compaction, text only and a similarity of
-    /// at least the engine's `TEXT_AGREEMENT` (docs/fan-out.md#comparing-answers).
+    /// at least the engine's `TEXT_AGREEMENT` — for a compaction whose graph lists
+    /// items, naming every one the client's answer named instead ([`Coverage`])
+    /// (docs/fan-out.md#comparing-answers).
     pub agrees: bool,
     pub same_tools: bool,
     /// The same tools called with the same arguments, in order.
@@ -82,6 +86,10 @@ pub struct Agreement {
     pub exact: bool,
     /// Token-Jaccard similarity of the texts (lower-cased words), 0.0 to 1.0.
     pub text_similarity: f64,
+    /// For a compaction whose conversation's graph lists files edited or errors open:
+    /// how each answer names them (it agrees when it names all the client's did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<Coverage>,
 }
 /// What became of one request's shadow copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,6 +7,7 @@
 //! apply alike (the session key, a compaction prompt's shape, the text-size estimate).
 
 pub mod budget;
+pub mod coverage;
 pub mod door;
 pub mod estimate;
 pub mod fan_out;
@@ -17,6 +18,7 @@ pub mod sink;
 pub mod user_words;
 
 pub use budget::{BackendTokens, SessionBudget, Spend};
+pub use coverage::{Coverage, MustName};
 pub use door::Door;
 pub use fan_out::{
     Agreement, AnswerSummary, ComparedAnswer, FanOutRecord, ShadowOutcome, ShadowSample,

@@ -14,6 +14,7 @@ use glider_dialects::scan::Needle;
 use glider_ngl::{Dialect, Part, Request, Role, StopReason, Turn};
 use serde_json::Value;
 
+use crate::MustName;
 use crate::door::Door;
 use crate::record::RequestRecord;
 use crate::rule::RuleName;
@@ -40,6 +41,14 @@ pub trait ContextSink: Send + Sync {
     fn record(&self, session: &str, request: &Request) -> Option<Arc<str>>;
     /// A delegate run (`/claude …`, handled before the pipeline) ended.
     fn delegated(&self, run: &DelegatedRun<'_>);
+    /// What a summary of `request`'s conversation must name: the files it edited and
+    /// the errors still open at its end, as the store's graph folds them. A shadow
+    /// comparison of a CLI's compaction asks, off the request path; none (the
+    /// default) leaves the two answers compared by their words alone.
+    fn must_cover(&self, request: &Request) -> Vec<MustName> {
+        let _ = request;
+        Vec::new()
+    }
 }
 
 /// A headless delegate run at its end.

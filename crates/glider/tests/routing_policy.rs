@@ -419,37 +419,58 @@ fn report_per_kind(home: &std::path::Path) -> (BTreeMap<String, (u64, u64, u64)>
     (per_kind, run(&["shadow", "report"]))
 }
 
+/// The one captured compaction whose conversation edited a file (Claude Code's
+/// `/compact` after fixing the typo in notes.txt), and that file: a summary of it must
+/// name the file, so its shadow answer is compared by coverage.
+const COMPACTION_MUST_NAME: (&str, &str) =
+    ("claude-code-2.1.197/compact/002-compact.json", "notes.txt");
+
 /// Shadow copies over the captured sessions, with compactions routed to the cloud
 /// (`context.compaction: cloud`: the evidence one would gather before sending them
 /// local) and every cloud-routed request the policy chose copied to the local model.
 /// The mocks answer a trailing tool result alike and otherwise with their scripted
-/// text: the same text (everything agrees), or another (a title or compaction compares
-/// text and disagrees; an agent's step compares tool calls and stop reasons, and
-/// agrees). One compaction disagrees either way: Claude Code's automatic one joins its
-/// instruction to the last tool result, which the cloud mock (Anthropic) acknowledges
-/// ("tool result: …") while the local one (Ollama, where the result is a `tool` message
-/// before the text) answers the text. The report's figures per kind are exactly those;
-/// the user's `/cloud` is never copied.
+/// text. An agent's step compares tool calls and stop reasons, and agrees. A title, and
+/// a compaction whose conversation edited nothing and left no error open, compares
+/// text: it agrees when the two texts share words enough. One such compaction
+/// disagrees whatever the texts: Claude Code's automatic one joins its instruction to
+/// the last tool result, which the cloud mock (Anthropic) acknowledges ("tool result:
+/// …") while the local one (Ollama, where the result is a `tool` message before the
+/// text) answers the text. The compaction that edited notes.txt compares coverage: it
+/// agrees when the local answer names the file whenever the cloud's does — so a far
+/// text that names it agrees, and a close one that leaves it out does not. The report's
+/// figures per kind are exactly those; the user's `/cloud` is never copied.
 #[tokio::test]
 async fn shadow_samples_give_the_agreement_per_kind_the_answers_give() {
     const LOCAL: &str = "Fixed the typo in notes.txt";
-    for (cloud_reply, text_agrees) in [(LOCAL, true), ("Greeting", false)] {
+    // (the local answer, the cloud's, whether their words agree)
+    let runs = [
+        (LOCAL, LOCAL, true),
+        (LOCAL, "Greeting", false),
+        ("Fixed the typo in the notes", LOCAL, true),
+    ];
+    for (local_reply, cloud_reply, text_agrees) in runs {
         let Replay { routes, home, .. } = replay(Setup {
             context: ", compaction: cloud",
             fan_out: Some(
                 "{mode: shadow, shadow: {target: local, sample_rate: 1.0, max_per_minute: 1000}}",
             ),
-            local_reply: Some(LOCAL),
+            local_reply: Some(local_reply),
             cloud_reply: Some(cloud_reply),
         })
         .await;
+        let (must_name_case, file) = COMPACTION_MUST_NAME;
+        let covered = local_reply.contains(file) || !cloud_reply.contains(file);
         let mut expected: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
         for routed in routes.iter().filter(|r| r.sampled()) {
             let text_kind = matches!(routed.kind, RequestKind::Title | RequestKind::Compaction);
             let sums = expected.entry(routed.kind.to_string()).or_default();
             sums.0 += 1;
             sums.1 += 1;
-            let agrees = !text_kind || (text_agrees && !routed.tool_result_then_text);
+            let agrees = if routed.case == must_name_case {
+                covered
+            } else {
+                !text_kind || (text_agrees && !routed.tool_result_then_text)
+            };
             sums.2 += u64::from(agrees);
         }
         assert_eq!(
@@ -457,10 +478,16 @@ async fn shadow_samples_give_the_agreement_per_kind_the_answers_give() {
             Some(3),
             "the compactions went to the cloud and were copied: {routes:#?}"
         );
+        assert!(
+            routes
+                .iter()
+                .any(|r| r.case == must_name_case && r.sampled()),
+            "{routes:#?}"
+        );
         let (report, text) = report_per_kind(home.path());
         assert_eq!(
             report, expected,
-            "cloud says {cloud_reply:?}: {routes:#?}\n{text}"
+            "local says {local_reply:?}, cloud {cloud_reply:?}: {routes:#?}\n{text}"
         );
         assert!(
             text.contains(
@@ -468,12 +495,20 @@ async fn shadow_samples_give_the_agreement_per_kind_the_answers_give() {
             ),
             "{text}"
         );
+        // The compaction that edited a file says how each answer covered it.
+        let coverage = format!(
+            "coverage (1 compared by it): of 1 files and errors to name, the primary named {}, the shadow {}; the shadow left out {} the primary named",
+            u8::from(cloud_reply.contains(file)),
+            u8::from(local_reply.contains(file)),
+            u8::from(!covered),
+        );
+        assert!(text.contains(&coverage), "{coverage}\n{text}");
         let flagged = routes
             .iter()
             .filter(|r| r.backend != "local" && !r.sampled())
             .count();
         assert_eq!(flagged, 1, "the /cloud turn, never copied: {routes:#?}");
-        if text_agrees {
+        if local_reply == cloud_reply {
             route_report_and_apply(home.path(), &routes, &expected);
         }
     }

@@ -8,8 +8,10 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::ops::ControlFlow;
 
+use glider_vocab::{MustName, coverage};
+
 use crate::event::{CompactionEvent, EventBody, ToolCall, prefix};
-use crate::graph::{self, Folder, Narrative};
+use crate::graph::{self, ErrorFact, Folder, Narrative, SessionGraph};
 use crate::record::{ContinuityRecord, op_word};
 use crate::store::Stored;
 use crate::tools::FileOp;
@@ -324,7 +326,7 @@ impl Carried {
                 .file(path)
                 .and_then(|f| f.changes.iter().rev().find(|c| c.op != FileOp::Read));
             if let Some(change) = latest {
-                required.files.push((file_name(path), change.op));
+                required.files.push((MustName::file(path), change.op));
             }
         }
         for error in self
@@ -333,21 +335,9 @@ impl Carried {
             .iter()
             .filter(|e| e.closed_ms.is_none())
         {
-            let names = match &error.path {
-                Some(path) => {
-                    let mut names = vec![error.subject.clone()];
-                    names.extend(file_name(path).names);
-                    names
-                }
-                None => vec![command_name(&error.subject)],
-            };
-            required.errors.push((
-                MustName {
-                    label: error.subject.clone(),
-                    names,
-                },
-                error.reason.clone(),
-            ));
+            required
+                .errors
+                .push((error_name(error), error.reason.clone()));
         }
         required
     }
@@ -457,15 +447,6 @@ fn commands_budget(max_chars: usize) -> usize {
     max_chars / 4
 }
 
-/// Something the narrative must name, and the words that count as naming it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MustName {
-    /// How it is listed for the model and in `missing`.
-    pub label: String,
-    /// Any one of these (case and spacing aside) in the narrative names it.
-    pub names: Vec<String>,
-}
-
 /// What a range's narrative must name.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Required {
@@ -478,14 +459,8 @@ pub struct Required {
 impl Required {
     /// The labels of what `narrative` leaves out.
     pub fn missing(&self, narrative: &str) -> Vec<String> {
-        let text = normalise(narrative);
-        self.files
-            .iter()
-            .map(|(m, _)| m)
-            .chain(self.errors.iter().map(|(m, _)| m))
-            .filter(|m| !m.names.iter().any(|name| text.contains(&normalise(name))))
-            .map(|m| m.label.clone())
-            .collect()
+        let files = self.files.iter().map(|(m, _)| m);
+        coverage::missing(files.chain(self.errors.iter().map(|(m, _)| m)), narrative)
     }
 }
 
@@ -554,17 +529,26 @@ fn calls_by_id(events: &[Stored]) -> HashMap<&str, &ToolCall> {
     calls
 }
 
-/// A file is named by its path or its file name.
-fn file_name(path: &str) -> MustName {
-    let mut names = vec![path.to_owned()];
-    if let Some(base) = path.rsplit(['/', '\\']).next()
-        && !base.is_empty()
-        && base != path
-    {
-        names.push(base.to_owned());
-    }
+/// What any summary of all of `graph` must name: every file it edited and every
+/// error still open, as a range's narrative must ([`Carried::required`]).
+pub fn must_cover(graph: &SessionGraph) -> Vec<MustName> {
+    let files = graph.edited_files().into_iter().map(MustName::file);
+    files.chain(graph.open_errors().map(error_name)).collect()
+}
+
+/// An open error is named by its subject (and a file tool's by its file too), a
+/// command's by its first line.
+fn error_name(error: &ErrorFact) -> MustName {
+    let names = match &error.path {
+        Some(path) => {
+            let mut names = vec![error.subject.clone()];
+            names.extend(MustName::file(path).names);
+            names
+        }
+        None => vec![command_name(&error.subject)],
+    };
     MustName {
-        label: path.to_owned(),
+        label: error.subject.clone(),
         names,
     }
 }
@@ -587,14 +571,6 @@ fn one_line(text: &str, chars: usize) -> String {
     } else {
         flat
     }
-}
-
-/// Lowercase with runs of whitespace as one space (how names are compared).
-fn normalise(text: &str) -> String {
-    text.split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .to_lowercase()
 }
 
 #[cfg(test)]

@@ -3,10 +3,13 @@
 //! and whether another answer agrees with the one the client got. Cheap on purpose (no
 //! model judges), and by the request's kind (docs/routing.md's kinds) when it is known:
 //! a title or a compaction asks for text, so two answers agree when neither called a
-//! tool and their texts' token-Jaccard similarity is at least [`TEXT_AGREEMENT`]; any
-//! other kind is a step of an agent, so two answers agree when they called the same
-//! tools with the same arguments (in order) and stopped for the same reason. Beside
-//! that, the similarity and whether the texts are identical. docs/fan-out.md#comparing-answers.
+//! tool and their texts' token-Jaccard similarity is at least [`TEXT_AGREEMENT`] — a
+//! compaction whose conversation edited files or left errors open by its coverage
+//! instead: the answer names each of them the client's answer named ([`Coverage`]);
+//! any other kind is a step of an agent, so two answers agree when they called the
+//! same tools with the same arguments (in order) and stopped for the same reason.
+//! Beside that, the similarity and whether the texts are identical.
+//! docs/fan-out.md#comparing-answers.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -14,7 +17,7 @@ use std::time::Duration;
 use glider_backend::UpstreamRequest;
 use glider_dialects::codec;
 use glider_ngl::{Response, ResponseBuilder};
-use glider_vocab::{Agreement, AnswerSummary};
+use glider_vocab::{Agreement, AnswerSummary, Coverage, MustName};
 
 use crate::router::RequestKind;
 
@@ -91,12 +94,17 @@ impl Answer {
     /// How `self` compares with `chosen` (the answer the client got) as an agent's
     /// step; `None` when either has no answer.
     pub fn against(&self, chosen: &Answer) -> Option<Agreement> {
-        self.against_as(chosen, RequestKind::MainTurn)
+        self.against_as(chosen, RequestKind::MainTurn, &[])
     }
 
-    /// How `self` compares with `chosen` for a request of `kind`; `None` when either
-    /// has no answer.
-    pub fn against_as(&self, chosen: &Answer, kind: RequestKind) -> Option<Agreement> {
+    /// How `self` compares with `chosen` for a request of `kind`, whose summary must
+    /// name `must_name` when it is a compaction; `None` when either has no answer.
+    pub fn against_as(
+        &self,
+        chosen: &Answer,
+        kind: RequestKind,
+        must_name: &[MustName],
+    ) -> Option<Agreement> {
         if self.summary.error.is_some() || chosen.summary.error.is_some() {
             return None;
         }
@@ -104,11 +112,13 @@ impl Answer {
         let same_arguments = same_tools && self.arguments == chosen.arguments;
         let same_stop = self.summary.stop_reason == chosen.summary.stop_reason;
         let text_similarity = token_jaccard(&self.text, &chosen.text);
-        let agrees = match kind {
-            RequestKind::Title | RequestKind::Compaction => {
-                self.summary.tool_calls.is_empty()
-                    && chosen.summary.tool_calls.is_empty()
-                    && text_similarity >= TEXT_AGREEMENT
+        let coverage = (kind == RequestKind::Compaction && !must_name.is_empty())
+            .then(|| Coverage::of(must_name, &chosen.text, &self.text));
+        let text_only = self.summary.tool_calls.is_empty() && chosen.summary.tool_calls.is_empty();
+        let agrees = match (kind, &coverage) {
+            (RequestKind::Compaction, Some(coverage)) => text_only && coverage.holds(),
+            (RequestKind::Title | RequestKind::Compaction, _) => {
+                text_only && text_similarity >= TEXT_AGREEMENT
             }
             _ => same_arguments && same_stop,
         };
@@ -119,6 +129,7 @@ impl Answer {
             same_stop,
             exact: self.text == chosen.text,
             text_similarity,
+            coverage,
         })
     }
 }
@@ -254,14 +265,14 @@ mod tests {
         };
         let (cloud, same, other) = (read("notes.txt"), read("notes.txt"), read("red.png"));
         let agreement = same
-            .against_as(&cloud, RequestKind::ToolFollowup)
+            .against_as(&cloud, RequestKind::ToolFollowup, &[])
             .expect("both");
         assert!(
             agreement.agrees && agreement.same_arguments,
             "{agreement:?}"
         );
         let agreement = other
-            .against_as(&cloud, RequestKind::ToolFollowup)
+            .against_as(&cloud, RequestKind::ToolFollowup, &[])
             .expect("both");
         assert!(agreement.same_tools && !agreement.same_arguments && !agreement.agrees);
 
@@ -269,23 +280,75 @@ mod tests {
         let cloud = text("Fix typo in notes file");
         // {fix, typo, in, notes} of {fix, typo, in, notes, file, txt}: 0.667.
         let close = text("Fix typo in notes.txt");
-        let agreement = close.against_as(&cloud, RequestKind::Title).expect("both");
+        let agreement = close
+            .against_as(&cloud, RequestKind::Title, &[])
+            .expect("both");
         assert!(agreement.agrees, "{agreement:?}");
         // As an agent's step the words do not matter: same (no) tools, same stop.
         let far = text("Greeting");
         assert!(
-            far.against_as(&cloud, RequestKind::MainTurn)
+            far.against_as(&cloud, RequestKind::MainTurn, &[])
                 .expect("both")
                 .agrees
         );
-        let agreement = far.against_as(&cloud, RequestKind::Title).expect("both");
+        let agreement = far
+            .against_as(&cloud, RequestKind::Title, &[])
+            .expect("both");
         assert!(!agreement.agrees && agreement.text_similarity < TEXT_AGREEMENT);
         let tool = read("notes.txt");
         assert!(
             !tool
-                .against_as(&cloud, RequestKind::Compaction)
+                .against_as(&cloud, RequestKind::Compaction, &[])
                 .expect("both")
                 .agrees
         );
+    }
+
+    #[test]
+    fn a_compaction_with_files_and_errors_agrees_by_naming_what_the_client_named() {
+        let text = |t: &str| {
+            Answer::of(
+                "x",
+                "x",
+                &response(t, &[], StopReason::EndTurn),
+                Duration::ZERO,
+            )
+        };
+        let must_name = [
+            MustName::file("/w/notes.txt"),
+            MustName {
+                label: "cargo test".into(),
+                names: vec!["cargo test".into()],
+            },
+        ];
+        let cloud = text("We fixed the typo in notes.txt; cargo test still fails.");
+        // Close in words, but it leaves out the file the client's summary named.
+        let vague = text("We fixed the typo in the notes; cargo test still fails.");
+        let agreement = vague
+            .against_as(&cloud, RequestKind::Compaction, &must_name)
+            .expect("both");
+        assert!(agreement.text_similarity >= TEXT_AGREEMENT, "{agreement:?}");
+        assert!(!agreement.agrees, "{agreement:?}");
+        assert_eq!(
+            agreement.coverage,
+            Some(Coverage {
+                required: 2,
+                primary_named: 2,
+                shadow_named: 1,
+                missed: 1,
+                missed_labels: vec!["/w/notes.txt".into()],
+            })
+        );
+        // Far in words, but it names both: it covers what the client covered.
+        let terse = text("Open: CARGO TEST. Edited: /w/notes.txt.");
+        let agreement = terse
+            .against_as(&cloud, RequestKind::Compaction, &must_name)
+            .expect("both");
+        assert!(agreement.text_similarity < TEXT_AGREEMENT && agreement.agrees);
+        // A title is compared by its words whatever the conversation holds.
+        let agreement = terse
+            .against_as(&cloud, RequestKind::Title, &must_name)
+            .expect("both");
+        assert!(!agreement.agrees && agreement.coverage.is_none());
     }
 }

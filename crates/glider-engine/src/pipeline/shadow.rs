@@ -2,8 +2,9 @@
 //! backup sequence exactly as with fan-out off, and a copy of the request goes to a
 //! second candidate in a task of its own, so it never blocks or delays the client's
 //! reply. The primary's reply chunks are kept as they pass to the client (cheap
-//! `Bytes` clones, never a copy of their bytes); once both
-//! have ended the two answers are compared ([`super::compare`]) and published as a
+//! `Bytes` clones, never a copy of their bytes); once both have ended the two answers
+//! are compared ([`super::compare`]; a compaction's against what its conversation's
+//! graph says it must name, from the context store) and published as a
 //! [`ShadowSample`] on the bus (the dashboard stores it, `/api/shadow` and
 //! `glider shadow report` read it). A budget (`fan_out.shadow`: sample rate, max at
 //! once, max per minute) bounds the copies, and with VRAM attached a local shadow model
@@ -25,7 +26,8 @@ use glider_backend::{
     AttemptFailure, Backend, BodyStream, Candidate, UpstreamRequest, UpstreamResponse,
 };
 use glider_config::ShadowConfig;
-use glider_vocab::{ShadowOutcome, ShadowSample};
+use glider_ngl::Request;
+use glider_vocab::{ContextSink, ShadowOutcome, ShadowSample};
 use tokio::sync::oneshot;
 
 use super::compare::Answer;
@@ -179,6 +181,10 @@ pub(crate) struct ShadowRequest<'a> {
     pub primary_started: Instant,
     /// GPU memory, when attached: a local shadow model in use is not sent a copy.
     pub vram: Option<&'a Arc<glider_vram::Vram>>,
+    /// The request as decoded, and the context store when one is attached: what a
+    /// compaction's summary must name is read from them.
+    pub request: &'a Request,
+    pub context: Option<&'a Arc<dyn ContextSink>>,
 }
 
 impl ShadowRequest<'_> {
@@ -239,6 +245,14 @@ impl ShadowRequest<'_> {
                 // copy is left out rather than sent something else.
                 _ => return,
             };
+        // Read on the request path, for an admitted compaction's copy only (rare): the
+        // conversation's fold needs the request, which the copy's task does not own.
+        let must_name = match self.context {
+            Some(context) if self.kind == RequestKind::Compaction => {
+                context.must_cover(self.request)
+            }
+            _ => Vec::new(),
+        };
         let (copied, primary_body) = oneshot::channel();
         let rest = std::mem::replace(&mut response.rest, Box::pin(futures_util::stream::empty()));
         response.rest = Box::pin(KeptBody {
@@ -287,7 +301,7 @@ impl ShadowRequest<'_> {
                 None => ShadowOutcome::PrimaryUnfinished,
                 Some(_) if shadow_answer.summary.error.is_some() => ShadowOutcome::Failed,
                 Some(primary) => {
-                    sample.agreement = shadow_answer.against_as(primary, kind);
+                    sample.agreement = shadow_answer.against_as(primary, kind, &must_name);
                     ShadowOutcome::Compared
                 }
             };

@@ -153,6 +153,8 @@ fn send_shadow(
         outside_request: &outside_request,
         primary_started,
         vram,
+        request: &job.request,
+        context: job.context.as_ref(),
     }
     .send(executed.index, &mut executed.response);
     shadowed
