@@ -14,7 +14,9 @@
 //! A key's characters need no escaping in JSON, so JSON text can be scanned as it is.
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
+use aho_corasick::{AhoCorasick, Input, MatchKind};
 use serde_json::Value;
 
 /// What a key becomes.
@@ -119,15 +121,30 @@ fn looks_random(body: &[u8]) -> bool {
         || (body.iter().any(u8::is_ascii_uppercase) && body.iter().any(u8::is_ascii_lowercase))
 }
 
+/// Finds where a shape's prefix stands (SIMD over the 16 prefixes at once), so that
+/// the bytes between candidates are not looked at one by one: every text stored is
+/// scanned, and almost none holds a key.
+static PREFIXES: LazyLock<AhoCorasick> = LazyLock::new(|| {
+    AhoCorasick::builder()
+        .match_kind(MatchKind::LeftmostFirst)
+        .build(SHAPES.iter().map(|shape| shape.prefix))
+        .expect("the key prefixes build a searcher")
+});
+
 /// `text` with every key replaced by [`KEY_REDACTED`]; borrowed when it holds none.
+/// A key starts with a prefix at a boundary, so only where a prefix is found is the
+/// token run there read; a prefix's characters are all token characters, so no
+/// boundary lies inside a match, and after a run the search goes on from its end.
 pub fn redact_keys(text: &str) -> Cow<'_, str> {
     let bytes = text.as_bytes();
     let mut out = String::new();
     let mut copied = 0;
-    let mut at = 0;
-    while at < bytes.len() {
-        if !is_token(bytes[at]) {
-            at += 1;
+    let mut from = 0;
+    while let Some(found) = PREFIXES.find(Input::new(bytes).span(from..bytes.len())) {
+        let at = found.start();
+        if at > 0 && is_token(bytes[at - 1]) {
+            // Inside a run that began before it: no key starts here.
+            from = found.end();
             continue;
         }
         // `at` starts a run of token characters: the whole run is a key or is not.
@@ -140,7 +157,7 @@ pub fn redact_keys(text: &str) -> Cow<'_, str> {
             out.push_str(KEY_REDACTED);
             copied = at + run;
         }
-        at += run;
+        from = at + run;
     }
     if copied == 0 {
         return Cow::Borrowed(text);
@@ -247,5 +264,77 @@ mod tests {
         let scanned: Value = serde_json::from_str(&redact_keys(&text)).expect("still JSON");
         assert_eq!(scanned["command"], value["command"]);
         assert_eq!(scanned["list"], value["list"]);
+    }
+
+    /// The rule read byte by byte, as the module's doc states it: every maximal token
+    /// run starting at a boundary is checked whole.
+    fn by_every_run(text: &str) -> String {
+        let bytes = text.as_bytes();
+        let (mut out, mut copied, mut at) = (String::new(), 0, 0);
+        while at < bytes.len() {
+            if !is_token(bytes[at]) {
+                at += 1;
+                continue;
+            }
+            let run = bytes[at..]
+                .iter()
+                .position(|&b| !is_token(b))
+                .unwrap_or(bytes.len() - at);
+            if is_key(&bytes[at..at + run]) {
+                out.push_str(&text[copied..at]);
+                out.push_str(KEY_REDACTED);
+                copied = at + run;
+            }
+            at += run;
+        }
+        out.push_str(&text[copied..]);
+        out
+    }
+
+    #[test]
+    fn searching_for_prefixes_redacts_exactly_what_reading_every_run_does() {
+        // Keys, lookalikes, prefixes inside words, and what stands between them.
+        let pieces = [
+            KEYS[0],
+            KEYS[1],
+            KEYS[2],
+            KEYS[3],
+            KEYS[4],
+            KEYS[5],
+            KEYS[6],
+            KEYS[7],
+            "sk-learn-compatible-estimators",
+            "xsk-abcdefghijklmnopqrstu0123",
+            "ghp_",
+            "AKIA",
+            "hf_",
+            "github_pat_",
+            "AIza",
+            "task",
+            "ask",
+            "gh",
+            "-",
+            "_",
+            " ",
+            "\"",
+            "\n",
+            "é",
+            "—",
+            "{\"k\":",
+            "0",
+            "Z",
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for _ in 0..5000 {
+            let count = 1 + next(12);
+            let text: String = (0..count).map(|_| pieces[next(pieces.len())]).collect();
+            assert_eq!(redact_keys(&text), by_every_run(&text), "{text:?}");
+        }
     }
 }
