@@ -137,33 +137,60 @@ static PREFIXES: LazyLock<AhoCorasick> = LazyLock::new(|| {
 /// boundary lies inside a match, and after a run the search goes on from its end.
 pub fn redact_keys(text: &str) -> Cow<'_, str> {
     let bytes = text.as_bytes();
-    let mut out = String::new();
-    let mut copied = 0;
+    let mut redaction = Redaction::of(text);
     let mut from = 0;
     while let Some(found) = PREFIXES.find(Input::new(bytes).span(from..bytes.len())) {
         let at = found.start();
-        if at > 0 && is_token(bytes[at - 1]) {
+        from = if at > 0 && is_token(bytes[at - 1]) {
             // Inside a run that began before it: no key starts here.
-            from = found.end();
-            continue;
+            found.end()
+        } else {
+            redaction.run(at)
+        };
+    }
+    redaction.finish()
+}
+
+/// A text being redacted: what of it is written out so far.
+struct Redaction<'a> {
+    text: &'a str,
+    out: String,
+    copied: usize,
+}
+
+impl<'a> Redaction<'a> {
+    fn of(text: &'a str) -> Redaction<'a> {
+        Redaction {
+            text,
+            out: String::new(),
+            copied: 0,
         }
-        // `at` starts a run of token characters: the whole run is a key or is not.
-        let run = bytes[at..]
+    }
+
+    /// The run of token characters from `at` (a boundary), replaced whole when it is a
+    /// key; returns where it ends.
+    fn run(&mut self, at: usize) -> usize {
+        let bytes = self.text.as_bytes();
+        let end = bytes[at..]
             .iter()
             .position(|&b| !is_token(b))
-            .unwrap_or(bytes.len() - at);
-        if is_key(&bytes[at..at + run]) {
-            out.push_str(&text[copied..at]);
-            out.push_str(KEY_REDACTED);
-            copied = at + run;
+            .map_or(bytes.len(), |run| at + run);
+        if is_key(&bytes[at..end]) {
+            self.out.push_str(&self.text[self.copied..at]);
+            self.out.push_str(KEY_REDACTED);
+            self.copied = end;
         }
-        from = at + run;
+        end
     }
-    if copied == 0 {
-        return Cow::Borrowed(text);
+
+    /// The text, borrowed when it held no key.
+    fn finish(mut self) -> Cow<'a, str> {
+        if self.copied == 0 {
+            return Cow::Borrowed(self.text);
+        }
+        self.out.push_str(&self.text[self.copied..]);
+        Cow::Owned(self.out)
     }
-    out.push_str(&text[copied..]);
-    Cow::Owned(out)
 }
 
 /// [`redact_keys`] in place (no allocation when `text` holds no key).
@@ -270,25 +297,16 @@ mod tests {
     /// run starting at a boundary is checked whole.
     fn by_every_run(text: &str) -> String {
         let bytes = text.as_bytes();
-        let (mut out, mut copied, mut at) = (String::new(), 0, 0);
+        let mut redaction = Redaction::of(text);
+        let mut at = 0;
         while at < bytes.len() {
-            if !is_token(bytes[at]) {
-                at += 1;
-                continue;
-            }
-            let run = bytes[at..]
-                .iter()
-                .position(|&b| !is_token(b))
-                .unwrap_or(bytes.len() - at);
-            if is_key(&bytes[at..at + run]) {
-                out.push_str(&text[copied..at]);
-                out.push_str(KEY_REDACTED);
-                copied = at + run;
-            }
-            at += run;
+            at = if is_token(bytes[at]) {
+                redaction.run(at)
+            } else {
+                at + 1
+            };
         }
-        out.push_str(&text[copied..]);
-        out
+        redaction.finish().into_owned()
     }
 
     #[test]
