@@ -77,7 +77,7 @@ pub struct Backend {
     /// Callers a 429 told to wait (see [`crate::cooldown`]).
     pub cooldown: Cooldown,
     pub(crate) health: HealthCell,
-    pub(crate) http: reqwest::Client,
+    http: reqwest::Client,
     /// The generation endpoint per dialect, parsed once: reqwest parses a URL string
     /// (IDNA host processing included) on every request otherwise.
     endpoints: Endpoints,
@@ -358,10 +358,7 @@ impl Backend {
         self.authorise(self.http.request(method, self.root_url(path)))
     }
 
-    pub(crate) fn authorise(
-        &self,
-        mut request: reqwest::RequestBuilder,
-    ) -> reqwest::RequestBuilder {
+    fn authorise(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         if let Some(key) = &self.api_key {
             request = match self.config.kind {
                 BackendKind::Anthropic => request.header("x-api-key", key),

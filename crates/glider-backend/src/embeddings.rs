@@ -38,13 +38,13 @@ impl Backend {
         if let Some(missing) = self.missing_credentials(&headers) {
             return Err(ApiError::new(ErrorKind::Authentication, missing.message));
         }
-        let (url, body) = match self.kind() {
+        let (request, body) = match self.kind() {
             BackendKind::Ollama => (
-                self.root_url("/api/embed"),
+                self.at_root(reqwest::Method::POST, "/api/embed"),
                 json!({"model": model, "input": inputs}),
             ),
             BackendKind::Vllm | BackendKind::Openai => (
-                self.url("/embeddings"),
+                self.post("/embeddings"),
                 json!({"model": model, "input": inputs, "encoding_format": "float"}),
             ),
             BackendKind::Anthropic => {
@@ -57,8 +57,7 @@ impl Backend {
                 .with_param("model"));
             }
         };
-        let response = self
-            .authorise(self.http.post(url))
+        let response = request
             .headers(headers)
             .json(&body)
             .timeout(self.config.first_byte_timeout())

@@ -25,14 +25,36 @@ use serde_json::Value;
 /// encode instead), `Err` with the 400 naming the first parameter `to` cannot carry.
 pub fn carried(req: &Request, to: Dialect) -> Result<Option<Request>, ApiError> {
     fields_carried(req, to)?;
-    lowered_parts(req, to)
+    parts_carried(req, to)
+}
+
+/// The carry phase's verdict for a candidate speaking `to`, of the client's request
+/// `req` in `front`: a local server of the client's own dialect is refused what only
+/// the vendor's cloud serves ([`local_refusal`]); otherwise `req`'s fields are judged as
+/// the client sent them and the parts of `asked` (the candidate's own adapted copy,
+/// else `req`) are rewritten for `to`.
+pub fn verdict(
+    req: &Request,
+    asked: Option<&Request>,
+    to: Dialect,
+    front: Dialect,
+    local: bool,
+) -> Result<Option<Request>, ApiError> {
+    if local
+        && to == front
+        && let Some(refused) = local_refusal(req)
+    {
+        return Err(refused);
+    }
+    fields_carried(req, to)?;
+    parts_carried(asked.unwrap_or(req), to)
 }
 
 /// The parameter half of [`carried`]: `Err` with the 400 naming the first top-level
 /// field of `req` that `to` cannot carry (a dialect-only field that asks for
 /// something, a forced tool choice to Ollama). The pipeline judges the client's own
 /// request this way when a candidate has its own adapted copy, whose parts
-/// [`carried`] then lowers.
+/// [`parts_carried`] then lowers.
 pub fn fields_carried(req: &Request, to: Dialect) -> Result<(), ApiError> {
     if let Some(extra) = &req.extra {
         dialect_only_fields(extra, to)?;
@@ -40,8 +62,9 @@ pub fn fields_carried(req: &Request, to: Dialect) -> Result<(), ApiError> {
     forced_tool_choice(req, to)
 }
 
-/// The parts half of [`carried`].
-fn lowered_parts(req: &Request, to: Dialect) -> Result<Option<Request>, ApiError> {
+/// The parts half of [`carried`]: `req` with the parts `to` reads another way
+/// rewritten (`None`: nothing to rewrite), or the 400 naming a part it cannot carry.
+pub fn parts_carried(req: &Request, to: Dialect) -> Result<Option<Request>, ApiError> {
     let foreign = |part: &Part| matches!(part, Part::Native { dialect, .. } if *dialect != to);
     if !req.turns.iter().any(|turn| any_part(&turn.parts, &foreign)) {
         return Ok(None);
@@ -191,24 +214,35 @@ fn dialect_only_fields(extra: &DialectExtra, to: Dialect) -> Result<(), ApiError
     if extra.dialect == to {
         return Ok(());
     }
-    for only in ONLY_IN.iter().filter(|only| only.dialect == extra.dialect) {
-        if let Some(value) = extra.fields.get(only.field)
-            && (only.asks)(value)
-        {
-            return Err(refuse(
+    match asked(extra, |_| true) {
+        Some((only, value)) => Err(refuse(
+            only.field,
+            format!(
+                "{value} {}; this model is served by {}. Leave {} out, or route the \
+                 request to a model served by {}",
+                only.what,
+                backend_name(to),
                 only.field,
-                format!(
-                    "{value} {}; this model is served by {}. Leave {} out, or route the \
-                     request to a model served by {}",
-                    only.what,
-                    backend_name(to),
-                    only.field,
-                    backend_name(extra.dialect),
-                ),
-            ));
-        }
+                backend_name(extra.dialect),
+            ),
+        )),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// The first field of `extra`'s dialect that `which` keeps and the request asks for,
+/// with its value.
+fn asked(
+    extra: &DialectExtra,
+    which: impl Fn(&OnlyIn) -> bool,
+) -> Option<(&'static OnlyIn, &Value)> {
+    ONLY_IN
+        .iter()
+        .filter(|only| only.dialect == extra.dialect && which(only))
+        .find_map(|only| {
+            let value = extra.fields.get(only.field)?;
+            (only.asks)(value).then_some((only, value))
+        })
 }
 
 /// A forced tool choice (Anthropic `any`, OpenAI `required`, a named tool) to an
@@ -240,24 +274,17 @@ fn forced_tool_choice(req: &Request, to: Dialect) -> Result<(), ApiError> {
 /// to llama-server's `/v1/messages`, ...), refused with the 400 naming the first.
 pub fn local_refusal(req: &Request) -> Option<ApiError> {
     let extra = req.extra.as_ref()?;
-    ONLY_IN
-        .iter()
-        .filter(|only| only.cloud_only && only.dialect == extra.dialect)
-        .find_map(|only| {
-            let value = extra.fields.get(only.field)?;
-            (only.asks)(value).then(|| {
-                refuse(
-                    only.field,
-                    format!(
-                        "{value} {}; this model is served by a local server, which cannot do \
-                         that. Leave {} out, or route the request to {}'s own API",
-                        only.what,
-                        only.field,
-                        backend_name(extra.dialect)
-                    ),
-                )
-            })
-        })
+    let (only, value) = asked(extra, |only| only.cloud_only)?;
+    Some(refuse(
+        only.field,
+        format!(
+            "{value} {}; this model is served by a local server, which cannot do \
+             that. Leave {} out, or route the request to {}'s own API",
+            only.what,
+            only.field,
+            backend_name(extra.dialect)
+        ),
+    ))
 }
 
 /// The fields of `dialect` that [`carried`] refuses to every other dialect.

@@ -7,7 +7,7 @@
 //! Glider itself, checked end to end elsewhere. And every field `carry` refuses is a
 //! row refused in every other dialect's columns, so the two lists are one.
 
-use glider_dialects::carry::{carried, local_refusal, refused_fields};
+use glider_dialects::carry::{local_refusal, refused_fields, verdict};
 use glider_dialects::codec;
 use glider_ngl::{Dialect, ErrorKind, Request};
 use serde_json::{Map, Value, json};
@@ -102,17 +102,8 @@ fn local(kind: &str) -> bool {
 /// phase: a local server of the client's own dialect is refused what only the
 /// vendor's cloud serves).
 fn sent(request: &Request, to: Dialect, local: bool) -> Result<Value, glider_ngl::ApiError> {
-    let own = request
-        .extra
-        .as_ref()
-        .is_none_or(|extra| extra.dialect == to);
-    if local
-        && own
-        && let Some(refused) = local_refusal(request)
-    {
-        return Err(refused);
-    }
-    let carried = carried(request, to)?;
+    let front = request.extra.as_ref().map_or(to, |extra| extra.dialect);
+    let carried = verdict(request, None, to, front, local)?;
     Ok(codec(to).encode_request(carried.as_ref().unwrap_or(request)))
 }
 

@@ -8,6 +8,7 @@
 
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
 use glider_ngl::{ApiError, Dialect, ErrorKind};
 use serde_json::{Value, json};
 
@@ -183,28 +184,11 @@ pub(crate) async fn ollama_embeddings(State(gw): State<Gateway>, request: Reques
 /// A vector as OpenAI's `encoding_format: "base64"` writes it: little-endian `f32`s,
 /// base64 with padding (the SDKs decode it with `np.frombuffer(..., dtype="float32")`).
 fn base64_f32(vector: &[f64]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let bytes: Vec<u8> = vector
         .iter()
         .flat_map(|x| (*x as f32).to_le_bytes())
         .collect();
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (at, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if at <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> shift) as usize & 63]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 #[cfg(test)]

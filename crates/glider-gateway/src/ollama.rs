@@ -94,6 +94,11 @@ fn describe(gw: &Gateway, id: &str) -> Option<Described> {
         id.strip_suffix(":latest")
             .and_then(|id| gw.engine.model(id))
     })?;
+    Some(described(gw, info))
+}
+
+/// What Glider knows of the routed model `info`.
+fn described(gw: &Gateway, info: glider_engine::ModelInfo) -> Described {
     let runtime = gw.engine.runtime();
     let target = info.alias_of.clone().unwrap_or_else(|| info.id.clone());
     let backend = runtime.backend(&info.backend);
@@ -119,13 +124,13 @@ fn describe(gw: &Gateway, id: &str) -> Option<Described> {
     if thinking == Some(true) {
         capabilities.push("thinking");
     }
-    Some(Described {
+    Described {
         id: info.id,
         backend: info.backend,
         context_length,
         capabilities,
         loaded: info.warm == Some(true),
-    })
+    }
 }
 
 /// The `details` object Ollama lists models with (Glider knows no file format or size).
@@ -172,8 +177,8 @@ pub(crate) async fn ps(State(gw): State<Gateway>) -> Response {
     let models: Vec<Value> = gw
         .engine
         .models()
-        .iter()
-        .filter_map(|info| describe(&gw, &info.id))
+        .into_iter()
+        .map(|info| described(&gw, info))
         .filter(|model| model.loaded)
         .map(|model| {
             json!({"name": model.id, "model": model.id, "size": 0, "digest": "",

@@ -37,6 +37,19 @@ pub fn write(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Replace the existing file at `path` atomically with `bytes`, keeping its permission
+/// bits (a config that holds a key and is 0600 stays 0600). A file that does not exist
+/// yet, or a platform without Unix modes, gets 0600.
+pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    #[cfg(unix)]
+    let mode = fs::metadata(path).map_or(crate::fileacl::PRIVATE_FILE, |meta| {
+        meta.permissions().mode() & 0o7777
+    });
+    #[cfg(not(unix))]
+    let mode = crate::fileacl::PRIVATE_FILE;
+    write(path, bytes, mode)
+}
+
 fn write_tmp(tmp: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let mut options = OpenOptions::new();
     options.write(true).create_new(true);
@@ -97,5 +110,22 @@ mod tests {
         let bad = dir.path().join("missing-dir").join("f");
         assert!(write(&bad, b"new", 0o644).is_err());
         assert_eq!(fs::read(&path).expect("read"), b"old");
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn a_replaced_file_keeps_its_mode() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mode = |p: &Path| fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        for kept in [0o600, 0o640] {
+            let path = dir.path().join(format!("glider-{kept:o}.yaml"));
+            write(&path, b"old", kept).expect("write");
+            replace(&path, b"new").expect("replace");
+            assert_eq!(fs::read(&path).expect("read"), b"new");
+            assert_eq!(mode(&path), kept);
+        }
+        let fresh = dir.path().join("new.yaml");
+        replace(&fresh, b"x").expect("replace");
+        assert_eq!(mode(&fresh), crate::fileacl::PRIVATE_FILE);
     }
 }

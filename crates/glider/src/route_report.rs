@@ -187,9 +187,8 @@ pub fn run(
             path.display()
         );
     }
-    let staged = path.with_extension("yaml.glider-new");
-    std::fs::write(&staged, &edited).with_context(|| format!("writing {}", staged.display()))?;
-    std::fs::rename(&staged, path).with_context(|| format!("replacing {}", path.display()))?;
+    glider_sys::atomicfile::replace(path, edited.as_bytes())
+        .with_context(|| format!("replacing {}", path.display()))?;
     let _ = write!(
         out,
         "\nwrote routing.classifier.local_threshold: {threshold:?} to {} (a running glider serve reloads it)",

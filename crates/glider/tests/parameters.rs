@@ -10,7 +10,6 @@
 mod common;
 
 use common::*;
-use glider_ngl::Dialect;
 use serde_json::{Value, json};
 
 /// Every backend of the shared mock, with whether it speaks Chat Completions (and so
@@ -406,7 +405,6 @@ async fn the_ollama_front_answers_generate_show_ps_and_version() {
         .await
         .expect("answers");
     assert_eq!(delete.status().as_u16(), 403);
-    let _ = Dialect::Ollama;
 }
 
 #[tokio::test]

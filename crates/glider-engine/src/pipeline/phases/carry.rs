@@ -1,6 +1,6 @@
 //! Carry: every candidate is held to Glider's parameter rule (docs/translation.md, "The
 //! rule") before anything is encoded. A candidate whose backend speaks another dialect
-//! is asked [`glider_dialects::carry::carried`]: parts it reads another way (an
+//! is asked [`glider_dialects::carry::verdict`]: parts it reads another way (an
 //! Anthropic text document as text) are rewritten in its request; a parameter it
 //! cannot honour (Chat Completions' `n` above 1 or `logprobs`, a PDF document) takes it
 //! out of the candidates. A candidate of the client's own dialect gets the parameter
@@ -9,7 +9,7 @@
 //! first candidate's 400, which names the parameter, in the caller's dialect — never a
 //! 200 that quietly ignored it. Runs before the tool loop, which encodes on its own.
 
-use glider_dialects::carry::{carried, fields_carried, local_refusal};
+use glider_dialects::carry::verdict;
 
 use super::{Flow, Job, Phase, PhaseFuture, not_routed, ready};
 
@@ -32,19 +32,8 @@ impl Phase for Carry {
             // takes a local candidate's unsupported fields out of its copy, which
             // would hide them here. Parts are carried in the candidate's copy.
             let asked = job.adapted.get(at).and_then(Option::as_ref);
-            // A local server of the client's own dialect is no vendor cloud: what only
-            // that cloud serves (Anthropic's `container`, ...) is refused to it too.
-            let local_same = candidate.backend.is_local() && dialect == job.front;
-            let verdict = match local_same.then(|| local_refusal(&job.request)).flatten() {
-                Some(refused) => Err(refused),
-                None => match asked {
-                    Some(asked) => {
-                        fields_carried(&job.request, dialect).and_then(|()| carried(asked, dialect))
-                    }
-                    None => carried(&job.request, dialect),
-                },
-            };
-            match verdict {
+            let local = candidate.backend.is_local();
+            match verdict(&job.request, asked, dialect, job.front, local) {
                 Ok(None) => keep.push(true),
                 Ok(Some(lowered)) => {
                     if job.adapted.len() <= at {
@@ -88,9 +77,6 @@ impl Phase for Carry {
 /// Keep the items of `items` whose mark in `keep` is `true` (an item past the marks is
 /// kept: the per-candidate lists may be shorter than the candidates).
 fn keep_marked<T>(items: &mut Vec<T>, keep: &[bool]) {
-    let mut at = 0;
-    items.retain(|_| {
-        at += 1;
-        keep.get(at - 1).copied().unwrap_or(true)
-    });
+    let mut marks = keep.iter();
+    items.retain(|_| marks.next().copied().unwrap_or(true));
 }
