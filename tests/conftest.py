@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -186,6 +187,12 @@ def poll(check, timeout=10):
         if value or time.monotonic() > deadline:
             return value
         time.sleep(0.1)
+
+
+def get_json(url, timeout=10):
+    """GET `url` and parse its JSON body."""
+    with urllib.request.urlopen(url, timeout=timeout) as reply:
+        return json.loads(reply.read())
 
 
 def start_mock(*args):

@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ChatBackend, _binary, poll, running_glider
+from conftest import ChatBackend, _binary, get_json, poll, running_glider
 from test_mitm_clis import claude_env, free_port, make_origin_certs, mitm_stack  # noqa: F401  (a fixture)
 from test_real_clis import CONFIG, claude_gateway_env, claude_quiet_env, clean_env, cli, codex_config, run
 
@@ -170,11 +170,6 @@ def session_url(dashboard, key):
     """The dashboard's URL of session `key` (a key scoped by the client's credential
     holds a `/`, so it is one encoded path segment, as the dashboard's own page sends it)."""
     return f"{dashboard}/api/context/sessions/{urllib.parse.quote(key, safe='')}"
-
-
-def get_json(url):
-    with urllib.request.urlopen(url) as reply:
-        return json.load(reply)
 
 
 class ScriptedOrigin:

@@ -48,3 +48,36 @@ export async function openBrowser() {
   page.on("requestfailed", (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
   return { page, problems, close };
 }
+
+// Run `steps(page)` in a fresh browser and print what it returns as one JSON line; any
+// problem the page reported fails the run. On a failure the page is kept as
+// `failedShot` and its problems are added to the error. The browser is always closed.
+export async function drive(failedShot, steps) {
+  const { page, problems, close } = await openBrowser();
+  try {
+    const seen = await steps(page);
+    if (problems.length) throw new Error(`the page reported problems:\n${problems.join("\n")}`);
+    console.log(JSON.stringify(seen));
+  } catch (e) {
+    await page.screenshot({ path: failedShot, fullPage: true }).catch(() => {});
+    if (problems.length) e.message += `\nthe page reported:\n${problems.join("\n")}`;
+    throw e;
+  } finally {
+    await close();
+  }
+}
+
+// Each cell's text of the rows `selector` matches.
+export const cells = (page, selector) => page.locator(selector).evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.innerText)));
+
+// How far `selector`'s table reaches past the right edge of what shows it (its panel,
+// or the scroll box inside it): 0 when every column is in sight.
+export const overflow = (page, selector) => page.evaluate((sel) => {
+  const table = document.querySelector(sel);
+  let box = table.parentElement;
+  while (box && !(box.tagName === "SECTION" || getComputedStyle(box).overflowX === "auto")) box = box.parentElement;
+  const shown = box.getBoundingClientRect();
+  const right = Math.max(...[...table.querySelectorAll("th, td")].map((c) => c.getBoundingClientRect().right));
+  // A scroll box hides what is past it; a section lets it run over the page's edge.
+  return Math.max(0, Math.round(right - shown.right), Math.round(right - document.documentElement.clientWidth));
+}, selector);

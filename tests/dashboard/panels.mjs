@@ -5,7 +5,7 @@
 // panel's edge is a column the user cannot see); the Python test asserts on it. Prints
 // one JSON line; exits non-zero on any failure. Driven by test_dashboard_e2e.py.
 import { join } from "node:path";
-import { openBrowser, requiredEnv } from "./browser.mjs";
+import { cells, drive, overflow, requiredEnv } from "./browser.mjs";
 
 const { DASHBOARD_URL: dashboard, GATEWAY_URL: gateway, SCREENSHOT_DIR: shots, CLOUD_MODEL: model } =
   requiredEnv("DASHBOARD_URL", "GATEWAY_URL", "SCREENSHOT_DIR", "CLOUD_MODEL");
@@ -32,23 +32,7 @@ async function turn(messages, { expect = 200, session = SESSION } = {}) {
   return body.content.filter((b) => b.type === "tool_use");
 }
 
-// Each cell's text of the rows `selector` matches.
-const cells = (page, selector) => page.locator(selector).evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.innerText)));
-
-// How far `selector`'s table reaches past the right edge of what shows it (its panel,
-// or the scroll box inside it): 0 when every column is in sight.
-const overflow = (page, selector) => page.evaluate((sel) => {
-  const table = document.querySelector(sel);
-  let box = table.parentElement;
-  while (box && !(box.tagName === "SECTION" || getComputedStyle(box).overflowX === "auto")) box = box.parentElement;
-  const shown = box.getBoundingClientRect();
-  const right = Math.max(...[...table.querySelectorAll("th, td")].map((c) => c.getBoundingClientRect().right));
-  // A scroll box hides what is past it; a section lets it run over the page's edge.
-  return Math.max(0, Math.round(right - shown.right), Math.round(right - document.documentElement.clientWidth));
-}, selector);
-
-const { page, problems, close } = await openBrowser();
-try {
+await drive(join(shots, "dashboard-panels-failed.png"), async (page) => {
   // The session: /local with five tools for a model fitted to two, the file read, then
   // an edit, a command that succeeds (no exit code printed, as Claude Code's Bash does)
   // and one that fails.
@@ -127,12 +111,5 @@ try {
   seen.recordJsonDump = await page.locator("#record-body dl").count();
   await page.screenshot({ path: join(shots, "dashboard-session-record.png"), fullPage: true });
 
-  if (problems.length) throw new Error(`the page reported problems:\n${problems.join("\n")}`);
-  console.log(JSON.stringify(seen));
-} catch (e) {
-  await page.screenshot({ path: join(shots, "dashboard-panels-failed.png"), fullPage: true }).catch(() => {});
-  if (problems.length) e.message += `\nthe page reported:\n${problems.join("\n")}`;
-  throw e;
-} finally {
-  await close();
-}
+  return seen;
+});

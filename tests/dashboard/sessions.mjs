@@ -7,7 +7,7 @@
 // one JSON line with what it saw; exits non-zero on any failure. Driven by
 // test_dashboard_e2e.py, which starts `glider serve` and passes the URLs.
 import { join } from "node:path";
-import { openBrowser, requiredEnv } from "./browser.mjs";
+import { cells, drive, requiredEnv } from "./browser.mjs";
 
 const { DASHBOARD_URL: dashboard, GATEWAY_URL: gateway, SCREENSHOT_DIR: shots, CLOUD_MODEL: model } = requiredEnv("DASHBOARD_URL", "GATEWAY_URL", "SCREENSHOT_DIR", "CLOUD_MODEL");
 
@@ -33,8 +33,7 @@ async function turn(session, messages) {
   return body.content.filter((b) => b.type === "tool_use");
 }
 
-const { page, problems, close } = await openBrowser();
-try {
+await drive(join(shots, "dashboard-sessions-failed.png"), async (page) => {
   const dialogs = [];
   page.on("dialog", (d) => { dialogs.push(d.message()); d.accept(); });
 
@@ -77,9 +76,9 @@ try {
   await page.locator("#session-files tr[data-path] .op-edited").waitFor();
   await page.locator("#episodes .episode").nth(1).locator("tr.step").nth(1).waitFor();
   if (await page.evaluate(() => window.__gliderE2E) !== "same page") throw new Error("the page reloaded instead of updating live");
-  const files = await page.locator("#session-files tbody tr[data-path]").evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.innerText)));
-  const commands = await page.locator("#session-commands tbody tr[data-command]").evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.innerText)));
-  const errors = await page.locator("#session-errors tbody tr.open-error").evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.innerText)));
+  const files = await cells(page, "#session-files tbody tr[data-path]");
+  const commands = await cells(page, "#session-commands tbody tr[data-command]");
+  const errors = await cells(page, "#session-errors tbody tr.open-error");
   const steps = await page.locator("#episodes .episode").evaluateAll((eps) => eps.map((ep) => [...ep.querySelectorAll("tr.step")].map((r) => ({ local: r.dataset.local, text: r.innerText }))));
   const meta = await page.locator("#session-meta").innerText();
   await page.screenshot({ path: join(shots, "dashboard-sessions.png"), fullPage: true });
@@ -112,13 +111,5 @@ try {
   const saved = await page.locator("#sum-saved-cost").innerText();
   await page.screenshot({ path: join(shots, "dashboard-charts.png"), fullPage: true });
 
-  if (problems.length) throw new Error(`the page reported problems:\n${problems.join("\n")}`);
-  console.log(JSON.stringify({ order, files, commands, errors, steps, meta, dialogs, charts, saved }));
-} catch (e) {
-  // Keep what the page showed and said when a step timed out.
-  await page.screenshot({ path: join(shots, "dashboard-sessions-failed.png"), fullPage: true }).catch(() => {});
-  if (problems.length) e.message += `\nthe page reported:\n${problems.join("\n")}`;
-  throw e;
-} finally {
-  await close();
-}
+  return { order, files, commands, errors, steps, meta, dialogs, charts, saved };
+});

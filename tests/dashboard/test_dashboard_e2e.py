@@ -22,7 +22,7 @@ import urllib.request
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from conftest import ROOT, poll, running_glider, start_mock
+from conftest import ROOT, get_json, poll, running_glider, start_mock
 
 HERE = pathlib.Path(__file__).resolve().parent
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -239,10 +239,6 @@ routing: {{cloud_fallback: false}}
 """
 
 
-def get_json(url):
-    return json.loads(get(url))
-
-
 def test_every_panel_as_a_user_sees_it():
     """Each panel after real-shaped traffic: what it says and that it fits on the page."""
     require_tools()
@@ -268,7 +264,7 @@ def test_every_panel_as_a_user_sees_it():
             flaky.stop()
             down = lambda: any(b["backend"] == "flaky" and b["health"] == "down" for b in get_json(glider.dashboard + "/api/backends")["backends"])  # noqa: E731
             assert poll(down, timeout=30), get(glider.dashboard + "/api/backends")
-            seen = run_node("panels.mjs", glider, SCREENSHOT_DIR=str(shots), CLOUD_MODEL="claude-sonnet-4-5-20250929")
+            seen = run_node("panels.mjs", glider, SCREENSHOT_DIR=str(shots), CLOUD_MODEL=CLOUD_MODEL)
             report = get_json(glider.dashboard + "/api/route-report")
     finally:
         flaky.stop()
@@ -307,6 +303,9 @@ def test_every_panel_as_a_user_sees_it():
     for kind, row in drawn.items():
         figures = kinds[kind]
         assert (row["local"], row["cloud"]) == (figures["local"]["tokens"], figures["all"]["tokens"] - figures["local"]["tokens"]), (row, figures)
+        # What the user reads beside the bar: the share of the kind's tokens sent local.
+        share = math.floor(100 * figures["local"]["tokens"] / figures["all"]["tokens"] + 0.5)
+        assert row["text"].split()[0] == kind and row["text"].endswith(f"{share}% local"), (row, figures)
     assert sum(row["local"] for row in drawn.values()) > 0 and sum(row["cloud"] for row in drawn.values()) > 0, drawn
     widest = max(drawn.values(), key=lambda row: row["local"] + row["cloud"])
     assert all(row["width"] <= widest["width"] for row in drawn.values()) and widest["width"] > 0, drawn
@@ -368,9 +367,10 @@ def test_a_compactions_shadow_compared_by_the_files_it_must_name_in_a_real_brows
                 assert "backend=cloud" in reply.headers["x-glider-route"], reply.headers["x-glider-route"]
                 reply.read()
             compared = lambda: [s for s in get_json(glider.dashboard + "/api/shadow")["recent"] if s["outcome"] == "compared"]  # noqa: E731
-            assert poll(compared, timeout=30), get(glider.dashboard + "/api/shadow")
+            samples = poll(compared, timeout=30)
+            assert samples, get(glider.dashboard + "/api/shadow")
             seen = run_node("shadow.mjs", glider, SCREENSHOT_DIR=str(shots))
-            sample = compared()[0]
+            sample = samples[0]
     finally:
         local.stop()
 

@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 
-from conftest import ROOT, Process, poll, start_glider
+from conftest import ROOT, Process, get_json, poll, start_glider  # noqa: F401 (get_json: for the tests)
 
 HERE = pathlib.Path(__file__).resolve().parent
 TEMPLATE = HERE / "gemma3.jinja"
@@ -78,11 +78,6 @@ def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def get_json(url, timeout=5):
-    with urllib.request.urlopen(url, timeout=timeout) as reply:
-        return json.loads(reply.read())
 
 
 def post_json(url, body, timeout=120):

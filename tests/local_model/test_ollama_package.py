@@ -5,6 +5,8 @@ documentation writes them, the same vectors through the `openai` package's
 `embeddings.create`, and model management refused in Ollama's error shape. A real model's words are not asserted, only that it wrote some and
 that the replies parse into the package's own types."""
 
+import re
+
 import ollama
 import openai
 import pytest
@@ -35,10 +37,13 @@ def test_list_names_every_routed_model(client):
 
 def test_show_gives_the_window_and_what_the_server_said_the_model_can_do(client, gateway):
     # The probe reads llama-server's /props (the template's tool support, its window).
-    poll(lambda: get_json(f"{gateway}/v1/models")["data"][0]["glider"]["capabilities"])
+    probed = poll(lambda: get_json(f"{gateway}/v1/models")["data"][0]["glider"]["capabilities"], timeout=30)
+    assert probed and "/props" in probed["sources"], probed
+    # What the server said is what `show` says (the config says nothing of either).
+    assert probed["tools"] is True and probed["vision"] is False, probed
     shown = client.show(VIA_OPENAI)
     assert "completion" in shown.capabilities and "tools" in shown.capabilities, shown.capabilities
-    assert "vision" not in shown.capabilities  # /props: modalities.vision false
+    assert "vision" not in shown.capabilities
     assert shown.modelinfo["glider.context_length"] == CONTEXT, shown.modelinfo
     with pytest.raises(ollama.ResponseError) as missing:
         client.show("no-such-model")
@@ -89,7 +94,7 @@ def test_an_empty_prompt_loads_the_model(client):
 
 def test_version_is_a_plain_semver(gateway):
     version = get_json(f"{gateway}/api/version")["version"]
-    assert [int(n) for n in version.split(".")], version
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version), version
 
 
 def test_model_management_is_refused_in_ollama_s_shape(client):
