@@ -21,6 +21,11 @@ pub const FAN_OUT_ROUTES: &[&str] = &[
     "token_limit",
 ];
 
+/// The routes the user chose (`/cloud`, `/local`, `/via`, the route header, a session
+/// sticky to such a choice): never shadowed, whatever `fan_out` says, since the user
+/// decided and there is nothing to learn.
+pub const USER_ROUTES: &[&str] = &["explicit", "sticky"];
+
 /// How many candidates a request is sent to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -124,11 +129,16 @@ pub struct FanOutPolicy {
 }
 
 impl FanOutConfig {
-    /// The policy of a request decided by `route` (a rule name).
+    /// The policy of a request decided by `route` (a rule name); `shadow` is `off` for
+    /// the [`USER_ROUTES`].
     pub fn policy_for(&self, route: &str) -> FanOutPolicy {
         let own = self.routes.get(route);
+        let mode = own.and_then(|r| r.mode).unwrap_or(self.mode);
         FanOutPolicy {
-            mode: own.and_then(|r| r.mode).unwrap_or(self.mode),
+            mode: match mode {
+                FanOutMode::Shadow if USER_ROUTES.contains(&route) => FanOutMode::Off,
+                mode => mode,
+            },
             delay: own
                 .and_then(|r| r.delay_ms)
                 .or(self.delay_ms)
@@ -211,6 +221,17 @@ mod tests {
             Some(Duration::from_millis(300))
         );
         assert!(config.problems(&[]).is_empty());
+    }
+
+    #[test]
+    fn what_the_user_routed_is_never_shadowed() {
+        let config = FanOutConfig {
+            mode: FanOutMode::Shadow,
+            ..FanOutConfig::default()
+        };
+        assert_eq!(config.policy_for("explicit").mode, FanOutMode::Off);
+        assert_eq!(config.policy_for("sticky").mode, FanOutMode::Off);
+        assert_eq!(config.policy_for("classifier").mode, FanOutMode::Shadow);
     }
 
     #[test]

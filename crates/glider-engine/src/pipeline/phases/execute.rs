@@ -65,11 +65,9 @@ async fn execute(job: &mut Job) -> Flow {
         }
         executed
     });
-    // A request the user sent somewhere themselves (`/cloud`, the header, a sticky
-    // choice) is never copied: the user decided, there is nothing to learn.
+    // (A request the user sent somewhere themselves is never shadowed: `policy_for`.)
     if let (glider_config::FanOutMode::Shadow, Ok(executed)) = (policy.mode, &mut executed)
         && let Some(decision) = &job.decision
-        && !matches!(decision.rule, RuleName::Explicit | RuleName::Sticky)
     {
         let shadowed = send_shadow(job, decision, executed, primary_started, vram);
         job.tracker.record.fan_out = Some(shadowed);
