@@ -141,6 +141,10 @@ pub struct OutputCap {
     pub setting: &'static str,
 }
 
+/// The words of the note that says a model was sent a text note for images it cannot
+/// see: the client is told of it too (`x-glider-warning`), not only the record.
+pub const IMAGES_REPLACED: &str = "images replaced by a text note";
+
 /// Fit `request` to `target` in place; returns what was changed.
 pub fn fit_request(request: &mut Request, target: &FitTarget) -> Fitted {
     let mut notes = Vec::new();
@@ -156,7 +160,7 @@ pub fn fit_request(request: &mut Request, target: &FitTarget) -> Fitted {
     }
     if images > 0 {
         notes.push(format!(
-            "{images} images replaced by a text note (the model is not marked `vision: true`)"
+            "{images} {IMAGES_REPLACED} (the model is not marked `vision: true`)"
         ));
     }
     Fitted {

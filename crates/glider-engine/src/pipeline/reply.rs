@@ -90,7 +90,7 @@ pub struct Completion {
 
 /// The fitting notes (`crate::fit`) that say the model was sent less than the client
 /// asked: these go to the client as well as the record.
-const WARNED_NOTES: [&str; 1] = ["images replaced by a text note"];
+const WARNED_NOTES: [&str; 1] = [crate::fit::IMAGES_REPLACED];
 
 impl Completion {
     /// The `x-glider-route` header value.
@@ -164,12 +164,12 @@ impl Answered {
     /// (or when the client drops it).
     pub(crate) fn finish(self, mut tracker: Tracker) -> Completion {
         let id = tracker.id();
-        let answering = format!("{}: ", self.backend);
+        // Fitting's lines are `backend: note`; only the answering backend's count.
         let warnings = tracker
             .record
             .fitted
             .iter()
-            .filter_map(|line| line.strip_prefix(&answering))
+            .filter_map(|line| line.strip_prefix(self.backend.as_str())?.strip_prefix(": "))
             .filter(|note| WARNED_NOTES.iter().any(|warned| note.contains(warned)))
             .map(str::to_owned)
             .collect();
