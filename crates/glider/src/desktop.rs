@@ -26,17 +26,32 @@ pub struct WindowHooks {
     pub stop: Arc<tokio::sync::Notify>,
 }
 
-/// The serve arguments `glider desktop` passes through.
+/// The arguments `glider serve` and `glider desktop` share (the window passes them
+/// through to serve).
+#[derive(clap::Args)]
 pub struct ServeArgs {
+    /// Config file (watched for changes). Default: the embedded configs/glider.yaml.
+    #[arg(short, long, env = "GLIDER_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Override server.proxy_port (0 picks a free port).
+    #[arg(long)]
     pub port: Option<u16>,
+    /// Override server.dashboard_port (0 picks a free port).
+    #[arg(long)]
     pub dashboard_port: Option<u16>,
+    /// Override mitm.port (0 picks a free port).
+    #[arg(long)]
     pub mitm_port: Option<u16>,
 }
 
 /// How the window behaves.
+#[derive(clap::Args, Default)]
 pub struct WindowArgs {
+    /// Closing the window stops Glider (as the tray's Exit does).
+    #[arg(long)]
     pub exit_on_close: bool,
+    /// No tray icon (closing the window then stops Glider).
+    #[arg(long)]
     pub no_tray: bool,
 }
 

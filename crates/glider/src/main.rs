@@ -53,18 +53,8 @@ struct Cli {
 enum Command {
     /// Run the gateway (and the other doors) until interrupted.
     Serve {
-        /// Config file (watched for changes). Default: the embedded configs/glider.yaml.
-        #[arg(short, long, env = "GLIDER_CONFIG")]
-        config: Option<PathBuf>,
-        /// Override server.proxy_port (0 picks a free port).
-        #[arg(long)]
-        port: Option<u16>,
-        /// Override server.dashboard_port (0 picks a free port).
-        #[arg(long)]
-        dashboard_port: Option<u16>,
-        /// Override mitm.port (0 picks a free port).
-        #[arg(long)]
-        mitm_port: Option<u16>,
+        #[command(flatten)]
+        serve: desktop::ServeArgs,
         /// Show the dashboard in a window of its own, with a tray icon (as `glider
         /// desktop`; needs a build with `--features desktop`).
         #[arg(long)]
@@ -74,24 +64,10 @@ enum Command {
     /// system and a tray icon (Open dashboard, Pause local routing, Exit). Closing the
     /// window leaves Glider serving. Needs a build with `--features desktop`.
     Desktop {
-        /// Config file (watched for changes). Default: the embedded configs/glider.yaml.
-        #[arg(short, long, env = "GLIDER_CONFIG")]
-        config: Option<PathBuf>,
-        /// Override server.proxy_port (0 picks a free port).
-        #[arg(long)]
-        port: Option<u16>,
-        /// Override server.dashboard_port (0 picks a free port).
-        #[arg(long)]
-        dashboard_port: Option<u16>,
-        /// Override mitm.port (0 picks a free port).
-        #[arg(long)]
-        mitm_port: Option<u16>,
-        /// Closing the window stops Glider (as the tray's Exit does).
-        #[arg(long)]
-        exit_on_close: bool,
-        /// No tray icon (closing the window then stops Glider).
-        #[arg(long)]
-        no_tray: bool,
+        #[command(flatten)]
+        serve: desktop::ServeArgs,
+        #[command(flatten)]
+        window: desktop::WindowArgs,
     },
     /// Glider's CA for the MITM proxy (made on first use under GLIDER_HOME/mitm).
     Ca {
@@ -333,47 +309,12 @@ fn main() -> std::process::ExitCode {
         Command::Run { config, command } => run_cli(config.as_deref(), &command),
         Command::Transparent { action, config } => transparent(action, config.as_deref()),
         Command::Serve {
-            config,
-            port,
-            dashboard_port,
-            mitm_port,
+            serve,
             window: true,
-        } => desktop::run(
-            desktop::ServeArgs {
-                config,
-                port,
-                dashboard_port,
-                mitm_port,
-            },
-            desktop::WindowArgs {
-                exit_on_close: false,
-                no_tray: false,
-            },
-        ),
-        Command::Desktop {
-            config,
-            port,
-            dashboard_port,
-            mitm_port,
-            exit_on_close,
-            no_tray,
-        } => desktop::run(
-            desktop::ServeArgs {
-                config,
-                port,
-                dashboard_port,
-                mitm_port,
-            },
-            desktop::WindowArgs {
-                exit_on_close,
-                no_tray,
-            },
-        ),
+        } => desktop::run(serve, desktop::WindowArgs::default()),
+        Command::Desktop { serve, window } => desktop::run(serve, window),
         Command::Serve {
-            config,
-            port,
-            dashboard_port,
-            mitm_port,
+            serve,
             window: false,
         } => {
             let runtime = match tokio::runtime::Runtime::new() {
@@ -383,7 +324,13 @@ fn main() -> std::process::ExitCode {
                     return std::process::ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(serve(config, port, dashboard_port, mitm_port, None)) {
+            let desktop::ServeArgs {
+                config,
+                port,
+                dashboard_port,
+                mitm_port,
+            } = serve;
+            match runtime.block_on(self::serve(config, port, dashboard_port, mitm_port, None)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("glider: {e:#}");
